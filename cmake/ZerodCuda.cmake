@@ -1,0 +1,32 @@
+# CUDA discovery: ZEROD_WITH_CUDA=AUTO|ON|OFF.
+# AUTO looks for nvcc and NCCL under $CUDA_HOME or /usr/local/cuda. When found, the CUDA
+# parts are compiled and linked even on a machine with no GPU (they fail cleanly at run time).
+set(ZEROD_HAVE_CUDA OFF)
+if(NOT ZEROD_WITH_CUDA STREQUAL "OFF")
+    set(_zd_cuda_roots)
+    if(DEFINED ENV{CUDA_HOME})
+        list(APPEND _zd_cuda_roots "$ENV{CUDA_HOME}")
+    endif()
+    list(APPEND _zd_cuda_roots /usr/local/cuda)
+    find_program(ZEROD_NVCC nvcc HINTS ${_zd_cuda_roots} PATH_SUFFIXES bin NO_DEFAULT_PATH)
+    find_path(ZEROD_NCCL_INCLUDE nccl.h HINTS ${_zd_cuda_roots} PATH_SUFFIXES include NO_DEFAULT_PATH)
+    find_library(ZEROD_NCCL_LIB nccl HINTS ${_zd_cuda_roots} PATH_SUFFIXES lib64 lib NO_DEFAULT_PATH)
+    if(ZEROD_NVCC AND ZEROD_NCCL_INCLUDE AND ZEROD_NCCL_LIB)
+        set(CMAKE_CUDA_COMPILER ${ZEROD_NVCC})
+        if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+            # sm_90 machine code plus PTX for later architectures
+            set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual")
+        endif()
+        enable_language(CUDA)
+        find_package(CUDAToolkit REQUIRED)
+        set(ZEROD_HAVE_CUDA ON)
+        add_library(zerod_nccl INTERFACE)
+        target_include_directories(zerod_nccl INTERFACE ${ZEROD_NCCL_INCLUDE})
+        target_link_libraries(zerod_nccl INTERFACE ${ZEROD_NCCL_LIB} CUDA::cudart)
+    elseif(ZEROD_WITH_CUDA STREQUAL "ON")
+        message(FATAL_ERROR "ZEROD_WITH_CUDA=ON but nvcc/NCCL not found under: ${_zd_cuda_roots} "
+                            "(nvcc=${ZEROD_NVCC} nccl.h=${ZEROD_NCCL_INCLUDE} libnccl=${ZEROD_NCCL_LIB})")
+    else()
+        message(STATUS "CUDA not found; building the CPU backend only")
+    endif()
+endif()

@@ -1,0 +1,110 @@
+/*
+ * zk: the compute kernels of a zerod step (semantics.md §3). No dependency on daemon or
+ * client; never prints; every function returns a zs_status_t.
+ *
+ * Variants: scalar (portable reference), avx2 (AVX2+FMA+F16C), avx512 (F/BW, BF16 where
+ * present). zk_init() picks the best one the CPU supports, or the one named by
+ * ZEROD_KERNELS=scalar|avx2|avx512 (an unavailable choice is an error).
+ * All kernels accept any length (including 0) and unaligned pointers.
+ *
+ * Thread-safety: kernels are reentrant. A zk_pool_t splits one call over its workers; one
+ * pool runs one call at a time (calls on the same pool from two threads serialize).
+ */
+#ifndef ZK_KERNELS_H
+#define ZK_KERNELS_H
+
+#include "zs/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zk_dtype {
+    ZK_DTYPE_F32 = 0,
+    ZK_DTYPE_F16 = 1,
+    ZK_DTYPE_BF16 = 2,
+} zk_dtype_t;
+
+size_t zk_dtype_size(zk_dtype_t dtype);
+const char *zk_dtype_name(zk_dtype_t dtype);
+
+typedef enum zk_variant {
+    ZK_VARIANT_SCALAR = 0,
+    ZK_VARIANT_AVX2 = 1,
+    ZK_VARIANT_AVX512 = 2,
+    ZK_VARIANT_COUNT
+} zk_variant_t;
+
+const char *zk_variant_name(zk_variant_t v);
+/* Whether this CPU (cpuid + OS xsave state) can run the variant. */
+int zk_variant_supported(zk_variant_t v);
+/* Pick the default variant: ZEROD_KERNELS if set, else the best supported. Idempotent.
+ * ZS_ERR_UNSUPPORTED (with a message from zk_last_error()) when ZEROD_KERNELS names a
+ * variant this CPU cannot run; ZS_ERR_INVALID when it names no variant. */
+zs_status_t zk_init(void);
+/* Force a variant for later calls with variant ZK_VARIANT_DEFAULT. */
+zs_status_t zk_set_default_variant(zk_variant_t v);
+zk_variant_t zk_default_variant(void);
+/* Message of the last failed zk_ call in this thread. */
+const char *zk_last_error(void);
+
+/* Optional worker pool: large calls are split into cache-friendly chunks over `threads`. */
+typedef struct zk_pool zk_pool_t;
+zs_status_t zk_pool_create(unsigned threads, zk_pool_t **pool_p);
+void zk_pool_destroy(zk_pool_t *pool);
+unsigned zk_pool_threads(const zk_pool_t *pool);
+
+/* Execution context for one call: NULL = default variant, calling thread only. */
+typedef struct zk_exec {
+    int variant;     /* zk_variant_t, or ZK_VARIANT_DEFAULT */
+    zk_pool_t *pool; /* NULL: run on the calling thread */
+} zk_exec_t;
+#define ZK_VARIANT_DEFAULT (-1)
+
+/* Hyper-parameters of one fused step over one param-group segment. */
+typedef struct zk_adam_params {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;
+    int adam_w_mode;      /* 1: decoupled (AdamW), 0: L2 (g += wd * p) */
+    int bias_correction;  /* 1: divide by (1 - beta^t) */
+    uint64_t step;        /* t, the step count after increment (>= 1) */
+    float grad_scale;     /* g = acc * grad_scale: 1 / (N_avg * G * c) of semantics.md §3.5 */
+} zk_adam_params_t;
+
+/*
+ * One pass of semantics.md §3.6 + §3.7 over n elements:
+ *   g = acc[i] * grad_scale; (L2: g += wd * p); m, v update; p update (AdamW: decoupled wd);
+ *   master[i] = p; dst[i] = cast(p, dst_dtype) (RNE); acc[i] = 0.
+ * dst may be NULL (no cast written). Bias corrections are computed once per call in double.
+ */
+zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
+                         float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype,
+                         size_t n);
+
+/* Sum of squares in double and a non-finite flag (any inf or NaN), in one read pass. */
+zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
+                     int *nonfinite_p);
+
+/* acc[i] += (float)src[i] * s, src of any dtype. */
+zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src,
+                          zk_dtype_t src_dtype, float s, size_t n);
+
+/* dst[i] = a[i] + b[i] computed in fp32, all three of `dtype` (dst may alias a or b). */
+zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const void *b,
+                      zk_dtype_t dtype, size_t n);
+
+/* dst[i] = (dst_dtype)src[i]: fp32<->fp16, fp32<->bf16, and same-type copies. RNE; NaN stays
+ * NaN, inf stays inf, subnormals handled. */
+zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zk_dtype_t dst_dtype, const void *src,
+                    zk_dtype_t src_dtype, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,404 @@
+#include "zs/layout.h"
+
+#include "zs/mem.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+/* Default cap on the padded flat size: keeps every byte count (x 16 bytes per element of
+ * model state) inside 64 bits. */
+#define ZS_LAYOUT_DEFAULT_MAX_NUMEL (1ull << 58)
+#define ZS_LAYOUT_MAX_ALIGN         (1u << 20)
+#define ZS_LAYOUT_HASH_TAG          "zerod.layout.v1"
+
+static void zs_layout_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void zs_layout_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void zs_layout_hash_u64(XXH3_state_t *st, uint64_t v)
+{
+    unsigned char le[8];
+
+    for (int i = 0; i < 8; i++) {
+        le[i] = (unsigned char)(v >> (8 * i));
+    }
+    XXH3_64bits_update(st, le, sizeof(le));
+}
+
+static uint32_t zs_layout_align(const zs_layout_spec_t *spec)
+{
+    return (spec->elem_align == 0) ? ZS_ELEM_ALIGN : spec->elem_align;
+}
+
+uint64_t zs_layout_spec_hash(const zs_layout_spec_t *spec)
+{
+    XXH3_state_t st;
+    uint64_t n_params = 0;
+
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, ZS_LAYOUT_HASH_TAG, sizeof(ZS_LAYOUT_HASH_TAG));
+    zs_layout_hash_u64(&st, spec->world);
+    zs_layout_hash_u64(&st, spec->bucket_size);
+    zs_layout_hash_u64(&st, zs_layout_align(spec));
+    zs_layout_hash_u64(&st, spec->round_robin ? 1 : 0);
+    zs_layout_hash_u64(&st, spec->n_groups);
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        zs_layout_hash_u64(&st, spec->group_n_params[g]);
+        n_params += spec->group_n_params[g];
+    }
+    for (uint64_t i = 0; i < n_params; i++) {
+        zs_layout_hash_u64(&st, spec->numel[i]);
+    }
+    return XXH3_64bits_digest(&st);
+}
+
+static zs_status_t zs_layout_check_spec(const zs_layout_spec_t *spec, uint64_t *n_params_p,
+                                        char *err, size_t errlen)
+{
+    uint32_t align = zs_layout_align(spec);
+    uint64_t n_params = 0;
+
+    if (spec->world == 0 || spec->world > ZS_LAYOUT_MAX_WORLD) {
+        zs_layout_err(err, errlen, "layout: world %u is out of range 1..%u", spec->world,
+                      ZS_LAYOUT_MAX_WORLD);
+        return ZS_ERR_INVALID;
+    }
+    if (spec->bucket_size == 0) {
+        zs_layout_err(err, errlen, "layout: reduce_bucket_size must be at least 1 element");
+        return ZS_ERR_INVALID;
+    }
+    if ((align & (align - 1)) != 0 || align > ZS_LAYOUT_MAX_ALIGN) {
+        zs_layout_err(err, errlen, "layout: elem_align %u is not a power of two <= %u", align,
+                      ZS_LAYOUT_MAX_ALIGN);
+        return ZS_ERR_INVALID;
+    }
+    if (spec->n_groups > ZS_LAYOUT_MAX_GROUPS) {
+        zs_layout_err(err, errlen, "layout: %u param groups exceed the limit of %u",
+                      spec->n_groups, ZS_LAYOUT_MAX_GROUPS);
+        return ZS_ERR_INVALID;
+    }
+    if (spec->n_groups > 0 && spec->group_n_params == NULL) {
+        zs_layout_err(err, errlen, "layout: group_n_params is NULL");
+        return ZS_ERR_INVALID;
+    }
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        n_params += spec->group_n_params[g];
+    }
+    if (n_params > ZS_LAYOUT_MAX_PARAMS) {
+        zs_layout_err(err, errlen, "layout: %llu parameters exceed the limit of %u",
+                      (unsigned long long)n_params, ZS_LAYOUT_MAX_PARAMS);
+        return ZS_ERR_INVALID;
+    }
+    if (n_params > 0 && spec->numel == NULL) {
+        zs_layout_err(err, errlen, "layout: numel is NULL");
+        return ZS_ERR_INVALID;
+    }
+    *n_params_p = n_params;
+    return ZS_OK;
+}
+
+/* Fill order[0..n) with the registration indices of one group in layout order. */
+static void zs_layout_group_order(uint32_t first_id, uint32_t n, uint32_t world, bool rr,
+                                  uint32_t *order)
+{
+    uint32_t k = 0;
+
+    if (!rr || world == 1) {
+        for (uint32_t i = 0; i < n; i++) {
+            order[i] = first_id + i;
+        }
+        return;
+    }
+    for (uint32_t list = 0; list < world && list < n; list++) {
+        for (uint32_t i = list; i < n; i += world) {
+            order[k++] = first_id + i;
+        }
+    }
+}
+
+static zs_status_t zs_layout_alloc(zs_layout_t *layout, uint64_t n_params)
+{
+    size_t np = (size_t)(n_params > 0 ? n_params : 1);
+
+    layout->groups = calloc(layout->n_groups > 0 ? layout->n_groups : 1, sizeof(*layout->groups));
+    layout->params = calloc(np, sizeof(*layout->params));
+    layout->param_pos = calloc(np, sizeof(*layout->param_pos));
+    layout->buckets = calloc(np, sizeof(*layout->buckets));
+    if (layout->groups == NULL || layout->params == NULL || layout->param_pos == NULL ||
+        layout->buckets == NULL) {
+        return ZS_ERR_NO_MEMORY;
+    }
+    return ZS_OK;
+}
+
+/* Close the open bucket: pad it, place it in the flat vector and the shard. */
+static zs_status_t zs_layout_close_bucket(zs_layout_t *layout, zs_layout_bucket_t *b,
+                                          uint64_t max_numel, char *err, size_t errlen)
+{
+    uint64_t unit = (uint64_t)layout->world * layout->elem_align;
+    zs_status_t status;
+
+    b->offset = layout->total_numel;
+    b->shard_offset = layout->shard_numel;
+    status = zs_align_up_u64(b->numel, unit, &b->padded);
+    if (status == ZS_OK) {
+        status = zs_add_u64(layout->total_numel, b->padded, &layout->total_numel);
+    }
+    if (status != ZS_OK) {
+        zs_layout_err(err, errlen, "layout: flat size overflows 64 bits at bucket %u",
+                      layout->n_buckets);
+        return status;
+    }
+    if (layout->total_numel > max_numel) {
+        zs_layout_err(err, errlen,
+                      "layout: padded size %llu elements exceeds the limit of %llu elements",
+                      (unsigned long long)layout->total_numel, (unsigned long long)max_numel);
+        return ZS_ERR_LIMIT;
+    }
+    b->slice = b->padded / layout->world;
+    layout->shard_numel += b->slice;
+    if (b->padded > layout->max_bucket_numel) {
+        layout->max_bucket_numel = b->padded;
+    }
+    layout->n_buckets++;
+    return ZS_OK;
+}
+
+static zs_status_t zs_layout_build(zs_layout_t *layout, const zs_layout_spec_t *spec,
+                                   uint32_t *order, char *err, size_t errlen)
+{
+    uint64_t max_numel = spec->max_numel ? spec->max_numel : ZS_LAYOUT_DEFAULT_MAX_NUMEL;
+    uint32_t first_id = 0;
+    uint32_t pos_out = 0;
+    zs_status_t status;
+
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        uint32_t n = spec->group_n_params[g];
+        zs_layout_group_t *grp = &layout->groups[g];
+        zs_layout_bucket_t *b = NULL;
+        uint64_t pos = 0; /* next free element in the open bucket */
+
+        grp->first_param = pos_out;
+        grp->n_params = n;
+        grp->first_bucket = layout->n_buckets;
+        grp->flat_offset = layout->total_numel;
+        grp->shard_offset = layout->shard_numel;
+        zs_layout_group_order(first_id, n, spec->world, spec->round_robin, order);
+
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t id = order[k];
+            uint64_t numel = spec->numel[id];
+            uint64_t start = 0, end;
+            zs_layout_param_t *p = &layout->params[pos_out];
+
+            if (b != NULL) {
+                status = zs_align_up_u64(pos, layout->elem_align, &start);
+                if (status == ZS_OK) {
+                    status = zs_add_u64(start, numel, &end);
+                }
+                if (status != ZS_OK) {
+                    goto err_overflow;
+                }
+                if (end > spec->bucket_size && b->n_params > 0 && b->numel > 0) {
+                    status = zs_layout_close_bucket(layout, b, max_numel, err, errlen);
+                    if (status != ZS_OK) {
+                        return status;
+                    }
+                    b = NULL;
+                }
+            }
+            if (b == NULL) {
+                b = &layout->buckets[layout->n_buckets];
+                b->group = g;
+                b->first_param = pos_out;
+                start = 0;
+            }
+            if (numel > max_numel) {
+                zs_layout_err(err, errlen,
+                              "layout: parameter %u has %llu elements, over the limit of %llu",
+                              id, (unsigned long long)numel, (unsigned long long)max_numel);
+                return ZS_ERR_LIMIT;
+            }
+            p->id = id;
+            p->group = g;
+            p->bucket = layout->n_buckets;
+            p->numel = numel;
+            p->offset = start; /* relative to the bucket until it is closed */
+            b->n_params++;
+            pos = start + numel;
+            b->numel = pos;
+            if (zs_add_u64(layout->param_numel, numel, &layout->param_numel) != ZS_OK) {
+                goto err_overflow;
+            }
+            pos_out++;
+        }
+        if (b != NULL) {
+            status = zs_layout_close_bucket(layout, b, max_numel, err, errlen);
+            if (status != ZS_OK) {
+                return status;
+            }
+        }
+        grp->n_buckets = layout->n_buckets - grp->first_bucket;
+        grp->flat_numel = layout->total_numel - grp->flat_offset;
+        grp->shard_numel = layout->shard_numel - grp->shard_offset;
+        first_id += n;
+    }
+
+    /* Now that buckets are placed, make parameter offsets absolute. */
+    for (uint32_t i = 0; i < layout->n_params; i++) {
+        zs_layout_param_t *p = &layout->params[i];
+        p->offset += layout->buckets[p->bucket].offset;
+        layout->param_pos[p->id] = i;
+    }
+    return ZS_OK;
+
+err_overflow:
+    zs_layout_err(err, errlen, "layout: sizes overflow 64-bit arithmetic");
+    return ZS_ERR_OVERFLOW;
+}
+
+zs_status_t zs_layout_create(const zs_layout_spec_t *spec, zs_layout_t **layout_p, char *err,
+                             size_t errlen)
+{
+    zs_layout_t *layout;
+    uint32_t *order = NULL;
+    uint64_t n_params = 0;
+    uint32_t max_group = 1;
+    zs_status_t status;
+
+    status = zs_layout_check_spec(spec, &n_params, err, errlen);
+    if (status != ZS_OK) {
+        goto err;
+    }
+    layout = calloc(1, sizeof(*layout));
+    if (layout == NULL) {
+        status = ZS_ERR_NO_MEMORY;
+        goto err;
+    }
+    layout->world = spec->world;
+    layout->elem_align = zs_layout_align(spec);
+    layout->bucket_size = spec->bucket_size;
+    layout->round_robin = spec->round_robin;
+    layout->n_groups = spec->n_groups;
+    layout->n_params = (uint32_t)n_params;
+    status = zs_layout_alloc(layout, n_params);
+    if (status != ZS_OK) {
+        zs_layout_err(err, errlen, "layout: out of memory for %llu parameters",
+                      (unsigned long long)n_params);
+        goto err_destroy;
+    }
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        if (spec->group_n_params[g] > max_group) {
+            max_group = spec->group_n_params[g];
+        }
+    }
+    order = calloc(max_group, sizeof(*order));
+    if (order == NULL) {
+        status = ZS_ERR_NO_MEMORY;
+        goto err_destroy;
+    }
+    status = zs_layout_build(layout, spec, order, err, errlen);
+    if (status != ZS_OK) {
+        goto err_free_order;
+    }
+    layout->hash = zs_layout_spec_hash(spec);
+    free(order);
+    *layout_p = layout;
+    return ZS_OK;
+
+err_free_order:
+    free(order);
+err_destroy:
+    zs_layout_destroy(layout);
+err:
+    return status;
+}
+
+void zs_layout_destroy(zs_layout_t *layout)
+{
+    if (layout == NULL) {
+        return;
+    }
+    free(layout->groups);
+    free(layout->params);
+    free(layout->param_pos);
+    free(layout->buckets);
+    free(layout);
+}
+
+void zs_layout_rank_segments(const zs_layout_t *layout, uint32_t rank,
+                             zs_layout_segment_t *segments)
+{
+    for (uint32_t b = 0; b < layout->n_buckets; b++) {
+        const zs_layout_bucket_t *bk = &layout->buckets[b];
+        segments[b].bucket = b;
+        segments[b].group = bk->group;
+        segments[b].flat_offset = bk->offset + (uint64_t)rank * bk->slice;
+        segments[b].shard_offset = bk->shard_offset;
+        segments[b].numel = bk->slice;
+    }
+}
+
+zs_status_t zs_layout_locate(const zs_layout_t *layout, uint64_t flat_index,
+                             zs_layout_loc_t *loc_p)
+{
+    uint32_t lo = 0, hi, b;
+    const zs_layout_bucket_t *bk;
+    uint64_t rel;
+
+    if (flat_index >= layout->total_numel) {
+        return ZS_ERR_INVALID;
+    }
+    /* last bucket whose offset <= flat_index (empty buckets share the next one's offset) */
+    hi = layout->n_buckets;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (layout->buckets[mid].offset <= flat_index) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    b = lo;
+    bk = &layout->buckets[b];
+    rel = flat_index - bk->offset;
+    loc_p->bucket = b;
+    loc_p->rank = (uint32_t)(rel / bk->slice);
+    loc_p->shard_offset = bk->shard_offset + rel % bk->slice;
+    loc_p->param = -1;
+    loc_p->param_offset = 0;
+
+    /* last param of the bucket whose offset <= flat_index */
+    if (bk->n_params > 0) {
+        uint32_t plo = bk->first_param, phi = bk->first_param + bk->n_params;
+        while (phi - plo > 1) {
+            uint32_t mid = plo + (phi - plo) / 2;
+            if (layout->params[mid].offset <= flat_index) {
+                plo = mid;
+            } else {
+                phi = mid;
+            }
+        }
+        const zs_layout_param_t *p = &layout->params[plo];
+        if (p->offset <= flat_index && flat_index - p->offset < p->numel) {
+            loc_p->param = plo;
+            loc_p->param_offset = flat_index - p->offset;
+        }
+    }
+    return ZS_OK;
+}

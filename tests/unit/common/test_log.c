@@ -1,0 +1,106 @@
+#include "zs/log.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char last_line[4096];
+static int n_lines;
+
+static void capture(zs_log_level_t level, zs_log_subsys_t sub, const char *line, void *arg)
+{
+    (void)level;
+    (void)sub;
+    (void)arg;
+    snprintf(last_line, sizeof(last_line), "%s", line);
+    n_lines++;
+}
+
+static void setup(void)
+{
+    n_lines = 0;
+    last_line[0] = '\0';
+    zs_log_set_sink(capture, NULL);
+    zs_log_set_level(ZS_LOG_INFO);
+    zs_log_set_subsys("all");
+    zs_log_set_rank(-1);
+    zs_log_set_journal(0);
+    zs_log_reset_counts();
+}
+
+static void teardown(void)
+{
+    zs_log_set_sink(NULL, NULL);
+}
+
+TestSuite(zs_log, .init = setup, .fini = teardown);
+
+Test(zs_log, honours_level)
+{
+    zs_debug(ZS_SUB_IPC, "hidden %d", 1);
+    cr_assert_eq(n_lines, 0);
+    zs_info(ZS_SUB_IPC, "shown %d", 2);
+    cr_assert_eq(n_lines, 1);
+    cr_assert(strstr(last_line, "INFO test_log.c:") != NULL, "%s", last_line);
+    cr_assert(strstr(last_line, "shown 2") != NULL);
+    zs_log_set_level(ZS_LOG_TRACE);
+    zs_trace(ZS_SUB_IPC, "now shown");
+    cr_assert_eq(n_lines, 2);
+    zs_log_set_level(ZS_LOG_ERROR);
+    zs_warn(ZS_SUB_IPC, "hidden");
+    cr_assert_eq(n_lines, 2);
+    cr_assert_eq(zs_log_count(ZS_LOG_WARN), 0);
+    cr_assert_eq(zs_log_count(ZS_LOG_INFO), 1);
+}
+
+Test(zs_log, honours_subsystem_filter_but_always_shows_errors)
+{
+    cr_assert_eq(zs_log_set_subsys("mesh,coll"), 0);
+    zs_info(ZS_SUB_IPC, "hidden");
+    cr_assert_eq(n_lines, 0);
+    zs_info(ZS_SUB_MESH, "shown");
+    zs_warn(ZS_SUB_COLL, "shown");
+    cr_assert_eq(n_lines, 2);
+    zs_error(ZS_SUB_IPC, "errors always pass");
+    cr_assert_eq(n_lines, 3);
+    cr_assert_eq(zs_log_count(ZS_LOG_ERROR), 1);
+    cr_assert_eq(zs_log_set_subsys("mesh,bogus"), -1);
+    zs_info(ZS_SUB_MESH, "filter unchanged after a bad list");
+    cr_assert_eq(n_lines, 4);
+}
+
+Test(zs_log, prefix_has_rank_and_journal_priority)
+{
+    zs_log_set_rank(3);
+    zs_warn(ZS_SUB_IPC, "peer closed");
+    cr_assert(strstr(last_line, " [rank 3] WARN test_log.c:") != NULL, "%s", last_line);
+    zs_log_set_journal(1);
+    zs_warn(ZS_SUB_IPC, "peer closed");
+    cr_assert_eq(strncmp(last_line, "<4>", 3), 0, "%s", last_line);
+    zs_error(ZS_SUB_IPC, "x");
+    cr_assert_eq(strncmp(last_line, "<3>", 3), 0, "%s", last_line);
+}
+
+Test(zs_log, percent_m_prints_errno)
+{
+    errno = ENOENT;
+    zs_info(ZS_SUB_MAIN, "open: %m");
+    cr_assert(strstr(last_line, "No such file or directory") != NULL, "%s", last_line);
+}
+
+Test(zs_log, reads_level_and_subsystems_from_env)
+{
+    setenv("ZEROD_LOG_LEVEL", "debug", 1);
+    setenv("ZEROD_LOG_SUBSYS", "engine", 1);
+    zs_log_init_from_env();
+    cr_assert_eq(zs_log_get_level(), ZS_LOG_DEBUG);
+    zs_debug(ZS_SUB_ENGINE, "shown");
+    zs_debug(ZS_SUB_IPC, "hidden");
+    cr_assert_eq(n_lines, 1);
+    setenv("ZEROD_LOG_LEVEL", "loud", 1);
+    zs_log_init_from_env();
+    cr_assert_eq(zs_log_get_level(), ZS_LOG_DEBUG, "a bad level keeps the previous one");
+    unsetenv("ZEROD_LOG_LEVEL");
+    unsetenv("ZEROD_LOG_SUBSYS");
+}

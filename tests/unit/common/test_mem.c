@@ -1,0 +1,66 @@
+#define _GNU_SOURCE
+#include "zs/mem.h"
+#include "zs/time.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+Test(zs_region, memfd_is_sealed_cloexec_and_shared)
+{
+    zs_region_t r = ZS_REGION_INIT, r2 = ZS_REGION_INIT;
+    int seals, dupfd;
+
+    cr_assert_eq(zs_region_create("zs-test", 1 << 20, &r), ZS_OK);
+    cr_assert_eq(((unsigned char *)r.addr)[12345], 0);
+    cr_assert(fcntl(r.fd, F_GETFD) & FD_CLOEXEC);
+    seals = fcntl(r.fd, F_GET_SEALS);
+    cr_assert(seals & F_SEAL_SHRINK);
+    cr_assert(seals & F_SEAL_GROW);
+    cr_assert_neq(ftruncate(r.fd, 10), 0, "a sealed region cannot shrink");
+
+    dupfd = fcntl(r.fd, F_DUPFD_CLOEXEC, 0);
+    cr_assert_eq(zs_region_map_fd(dupfd, 1 << 20, &r2), ZS_OK);
+    ((char *)r.addr)[777] = 42;
+    cr_assert_eq(((char *)r2.addr)[777], 42, "both mappings see the same memory");
+    zs_region_cleanup(&r2);
+
+    dupfd = fcntl(r.fd, F_DUPFD_CLOEXEC, 0);
+    cr_assert_eq(zs_region_map_fd(dupfd, 2 << 20, &r2), ZS_ERR_INVALID, "fd smaller than asked");
+    close(dupfd);
+    zs_region_cleanup(&r);
+    zs_region_cleanup(&r); /* idempotent */
+    cr_assert_eq(r.fd, -1);
+}
+
+Test(zs_mem, aligned_alloc_and_overflow_checks)
+{
+    void *p = NULL;
+    uint64_t v;
+
+    cr_assert_eq(zs_aligned_alloc(1000, 64, &p), ZS_OK);
+    cr_assert_eq((uintptr_t)p % 64, 0);
+    zs_aligned_free(p);
+    cr_assert_eq(zs_aligned_alloc(1000, 48, &p), ZS_ERR_INVALID);
+    cr_assert_eq(zs_mul_u64(UINT64_MAX / 2, 3, &v), ZS_ERR_OVERFLOW);
+    cr_assert_eq(zs_add_u64(UINT64_MAX, 1, &v), ZS_ERR_OVERFLOW);
+    cr_assert_eq(zs_align_up_u64(UINT64_MAX - 3, 16, &v), ZS_ERR_OVERFLOW);
+    cr_assert_eq(zs_align_up_u64(33, 48, &v), ZS_OK);
+    cr_assert_eq(v, 48);
+}
+
+Test(zs_deadline, expires_and_counts_down)
+{
+    zs_deadline_t d = zs_deadline_in_ms(50);
+    zs_deadline_t never = zs_deadline_in_ns(UINT64_MAX);
+
+    cr_assert(!zs_deadline_expired(d));
+    cr_assert_leq(zs_deadline_poll_ms(d), 50);
+    usleep(60000);
+    cr_assert(zs_deadline_expired(d));
+    cr_assert_eq(zs_deadline_remaining_ns(d), 0);
+    cr_assert_eq(zs_deadline_poll_ms(d), 0);
+    cr_assert(!zs_deadline_expired(never));
+    cr_assert_eq(zs_deadline_remaining_ns(never), UINT64_MAX);
+}

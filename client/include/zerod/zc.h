@@ -1,0 +1,220 @@
+/*
+ * libzc: the zerod client library (design.md §1-4).
+ *
+ * A trainer opens a session on its local daemon's socket, attaches a job (layout + DeepSpeed
+ * JSON config), writes the initial parameter values into the shared params region (fresh job)
+ * or finds the job's current values there (resumed job), and then, each step:
+ *   - stage 2: for each bucket, acquires a gradient slot, writes the bucket's gradients into it
+ *     (zero-copy: the slot is shared memory) and submits it;
+ *   - stage 1: accumulates gradients into the full-gradient region (zc_session_grads_ptr);
+ *   - at the accumulation boundary, steps; the params region then holds the new values.
+ *
+ * Errors: every function returns ZC_OK (0) or a negative status whose name zc_status_name()
+ * gives (the values are zerod's wire status codes); zc_last_error() returns a message for the
+ * last failure in the calling thread. The library never prints.
+ *
+ * Timeouts: every call that waits for the daemon has a deadline: the session's timeout_ms
+ * (zc_open_params_t, default 60000) or a per-call value; ZC_ERR_TIMEOUT when it passes.
+ *
+ * Thread safety: a zc_session_t is not thread-safe; use it from one thread at a time (calls
+ * may come from different threads if the caller serializes them). Distinct sessions are
+ * independent. zc_last_error() is per thread.
+ */
+#ifndef ZEROD_ZC_H
+#define ZEROD_ZC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ZC_API __attribute__((visibility("default")))
+#else
+#define ZC_API
+#endif
+
+#define ZC_VERSION_MAJOR 0
+#define ZC_VERSION_MINOR 1
+#define ZC_VERSION_PATCH 0
+
+/* Status codes (same values as the daemon's). Only the common ones are named here. */
+#define ZC_OK                  0
+#define ZC_ERR_NO_MEMORY       (-1)
+#define ZC_ERR_INVALID         (-2)
+#define ZC_ERR_IO              (-3)
+#define ZC_ERR_BUSY            (-6)
+#define ZC_ERR_TIMEOUT         (-7)
+#define ZC_ERR_PROTOCOL        (-20)
+#define ZC_ERR_VERSION         (-21)
+#define ZC_ERR_CLOSED          (-23)
+#define ZC_ERR_CONFIG          (-30)
+#define ZC_ERR_LAYOUT_MISMATCH (-31)
+#define ZC_ERR_STATE           (-32)
+#define ZC_ERR_PEER_LOST       (-40)
+#define ZC_ERR_UNREACHABLE     (-43)
+
+typedef enum zc_dtype {
+    ZC_DTYPE_F32 = 0,
+    ZC_DTYPE_F16 = 1,
+    ZC_DTYPE_BF16 = 2,
+} zc_dtype_t;
+
+typedef struct zc_session zc_session_t;
+
+/* ---- open ---------------------------------------------------------------------------- */
+
+enum {
+    ZC_OPEN_FIELD_SOCKET_PATH = 1u << 0,
+    ZC_OPEN_FIELD_TIMEOUT_MS = 1u << 1,
+    ZC_OPEN_FIELD_CONTROL = 1u << 2,
+};
+
+typedef struct zc_open_params {
+    uint64_t field_mask;
+    const char *socket_path; /* default: $ZEROD_SOCKET, else /run/zerod/zerod-cpu0.sock */
+    int timeout_ms;          /* default deadline of every call; default 60000 */
+    int control;             /* 1: open with the control role (status only), as zeroctl */
+} zc_open_params_t;
+
+/* Connect and exchange Hello. ZC_ERR_UNREACHABLE when nothing listens on the socket. */
+ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **session_p);
+/* Close the connection and unmap the regions; NULL is a no-op. Closing without a detach
+ * leaves the job on the daemon for job_linger (a new session may re-attach). */
+ZC_API void zc_session_close(zc_session_t *session);
+
+/* ---- attach -------------------------------------------------------------------------- */
+
+typedef struct zc_group {
+    uint32_t n_params;
+    const uint64_t *numel;    /* [n_params], registration order */
+    const char *options_json; /* NULL, or {"lr":..,"weight_decay":..,"betas":[..],"eps":..} */
+} zc_group_t;
+
+enum {
+    ZC_ATTACH_FIELD_JOB_ID = 1u << 0,
+    ZC_ATTACH_FIELD_RANK = 1u << 1,
+    ZC_ATTACH_FIELD_WORLD = 1u << 2,
+    ZC_ATTACH_FIELD_COORDINATOR = 1u << 3,
+    ZC_ATTACH_FIELD_DTYPE = 1u << 4,
+    ZC_ATTACH_FIELD_GROUPS = 1u << 5,
+    ZC_ATTACH_FIELD_CONFIG_JSON = 1u << 6,
+};
+
+typedef struct zc_attach_params {
+    uint64_t field_mask;
+    const char *job_id;      /* required */
+    uint32_t rank;           /* default 0 */
+    uint32_t world;          /* default 1 */
+    const char *coordinator; /* host:port of rank 0's daemon; required when world > 1 */
+    zc_dtype_t dtype;        /* default ZC_DTYPE_F32 */
+    uint32_t n_groups;       /* required, >= 1 */
+    const zc_group_t *groups;
+    const char *config_json; /* default "{}" */
+} zc_attach_params_t;
+
+typedef struct zc_attach_info {
+    uint64_t layout_hash;
+    uint64_t step;      /* last completed optimizer step */
+    int resumed;        /* 1: the params region already holds the job's values */
+    double loss_scale;  /* scale for the next backward */
+    uint32_t stage;     /* 1 or 2 */
+    uint32_t gradient_accumulation_steps;
+    uint32_t n_params;
+    uint32_t n_buckets;
+    uint32_t n_slots;
+    uint64_t total_numel; /* params region elements (bucket-padded) */
+} zc_attach_info_t;
+
+/* Attach the job, map the shared regions. A fresh job (info.resumed == 0) must then have its
+ * initial values written at zc_session_param_ptr() and be confirmed with
+ * zc_session_params_ready(). */
+ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
+                             zc_attach_info_t *info_p);
+ZC_API int zc_session_params_ready(zc_session_t *session);
+
+/* Parameter `id` (registration index, group-major) inside the params region. */
+ZC_API void *zc_session_param_ptr(zc_session_t *session, uint32_t id);
+ZC_API uint64_t zc_session_param_numel(zc_session_t *session, uint32_t id);
+ZC_API zc_dtype_t zc_session_dtype(zc_session_t *session);
+ZC_API size_t zc_dtype_size(zc_dtype_t dtype);
+
+/* ---- buckets and gradient slots (stage 2) -------------------------------------------- */
+
+typedef struct zc_bucket_info {
+    uint32_t group;
+    uint32_t n_params;
+    uint64_t numel;  /* elements spanned by its params */
+    uint64_t padded; /* elements of its slot image (numel rounded up) */
+} zc_bucket_info_t;
+
+ZC_API int zc_session_bucket_info(zc_session_t *session, uint32_t bucket,
+                                  zc_bucket_info_t *info_p);
+/* The bucket a parameter belongs to, and the parameter's element offset inside that bucket's
+ * slot image. */
+ZC_API int zc_session_param_bucket(zc_session_t *session, uint32_t id, uint32_t *bucket_p,
+                                   uint64_t *offset_p);
+/* The i-th parameter (registration id) of a bucket, i < bucket n_params, in layout order. */
+ZC_API int zc_session_bucket_param(zc_session_t *session, uint32_t bucket, uint32_t i,
+                                   uint32_t *id_p);
+
+typedef struct zc_slot {
+    uint32_t index;
+    uint32_t bucket;
+    void *data;   /* bucket.padded elements of the session dtype, zero-filled on acquire */
+    size_t bytes;
+} zc_slot_t;
+
+/* A free slot for `bucket`; waits (back-pressure) up to timeout_ms (< 0: session default). */
+ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int timeout_ms,
+                                   zc_slot_t *slot_p);
+/* Hand the filled slot to the daemon; returns without waiting for it to be consumed. */
+ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot,
+                                  uint32_t micro_step);
+
+/* Stage 1: the full-gradient region (total_numel elements of the session dtype, the same
+ * layout as the params region). The trainer adds each micro-step's gradients; the daemon
+ * consumes and zeroes it at the step. NULL in stage 2. */
+ZC_API void *zc_session_grads_ptr(zc_session_t *session);
+
+/* ---- step ---------------------------------------------------------------------------- */
+
+enum {
+    ZC_STEP_FIELD_GROUP_LR = 1u << 0,
+    ZC_STEP_FIELD_TIMEOUT_MS = 1u << 1,
+};
+
+typedef struct zc_step_params {
+    uint64_t field_mask;
+    uint32_t n_group_lr;
+    const double *group_lr; /* one per group: learning rates from this step on */
+    int timeout_ms;
+} zc_step_params_t;
+
+typedef struct zc_step_result {
+    uint64_t step;          /* optimizer steps completed */
+    int skipped;            /* 1: overflow, parameters unchanged */
+    double grad_norm;       /* -1 when not finite */
+    double loss_scale;      /* for the next backward */
+    uint64_t skipped_steps;
+} zc_step_result_t;
+
+/* Waits for every submitted slot to be consumed, then steps. params may be NULL. */
+ZC_API int zc_session_step(zc_session_t *session, const zc_step_params_t *params,
+                           zc_step_result_t *result_p);
+
+/* end_job = 1: the daemon drops the job; 0: it keeps it for job_linger. */
+ZC_API int zc_session_detach(zc_session_t *session, int end_job);
+
+/* ---- errors -------------------------------------------------------------------------- */
+
+ZC_API const char *zc_last_error(void);
+ZC_API const char *zc_status_name(int status);
+ZC_API const char *zc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -163,7 +163,9 @@ ZC_API int zc_session_bucket_param(zc_session_t *session, uint32_t bucket, uint3
 typedef struct zc_slot {
     uint32_t index;
     uint32_t bucket;
-    void *data;   /* bucket.padded elements of the session dtype, zero-filled on acquire */
+    void *data; /* bucket.padded elements of the session dtype. On acquire the gaps between
+                 * parameters and the padding are zero; the caller writes every parameter's
+                 * range (zeros for a parameter that got no gradient). */
     size_t bytes;
 } zc_slot_t;
 

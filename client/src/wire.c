@@ -1,0 +1,406 @@
+/*
+ * Framed connection to zerod (ipc.proto header): 4-byte little-endian length + one protobuf
+ * Frame. Reads go through recvmsg with room for SCM_RIGHTS, so file descriptors are collected
+ * whichever frame they ride on; the frame that owns them (AttachReply) claims them.
+ */
+#define _GNU_SOURCE
+#include "zc_int.h"
+
+#include "zs/status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ZC_RX_MIN_CAP (64u * 1024u)
+
+int zc_conn_init(zc_conn_t *conn, int fd)
+{
+    int flags;
+
+    memset(conn, 0, sizeof(*conn));
+    conn->fd = -1;
+    conn->next_seq = 1;
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+        return zc_fail(ZC_ERR_IO, "fcntl(O_NONBLOCK): %s", strerror(errno));
+    }
+    conn->fd = fd;
+    return ZC_OK;
+}
+
+void zc_conn_close_fds(zc_conn_t *conn)
+{
+    for (uint32_t i = 0; i < conn->n_fds; i++) {
+        close(conn->fds[i]);
+    }
+    conn->n_fds = 0;
+}
+
+void zc_conn_cleanup(zc_conn_t *conn)
+{
+    if (conn == NULL) {
+        return;
+    }
+    zc_conn_close_fds(conn);
+    if (conn->fd >= 0) {
+        close(conn->fd);
+        conn->fd = -1;
+    }
+    free(conn->buf);
+    conn->buf = NULL;
+    conn->off = conn->len = conn->cap = 0;
+}
+
+int zc_conn_connect(zc_conn_t *conn, const char *path)
+{
+    struct sockaddr_un addr;
+    int status;
+    int fd;
+
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    if (path == NULL || path[0] == '\0') {
+        status = zc_fail(ZC_ERR_INVALID, "socket path is empty");
+        goto err;
+    }
+    if (strlen(path) >= sizeof(addr.sun_path)) {
+        status = zc_fail(ZC_ERR_INVALID, "socket path '%s' is longer than %zu bytes", path,
+                         sizeof(addr.sun_path) - 1);
+        goto err;
+    }
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        status = zc_fail(ZC_ERR_IO, "socket(AF_UNIX): %s", strerror(errno));
+        goto err;
+    }
+    while (connect(fd, (const struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        int e = errno;
+        if (e == EINTR) {
+            continue;
+        }
+        if (e == EACCES || e == EPERM) {
+            status = zc_fail(ZS_ERR_PERMISSION, "connect(%s): %s", path, strerror(e));
+        } else {
+            status = zc_fail(ZC_ERR_UNREACHABLE, "connect(%s): %s (is zerod running?)", path,
+                             strerror(e));
+        }
+        goto err_close;
+    }
+    status = zc_conn_init(conn, fd);
+    if (status != ZC_OK) {
+        goto err_close;
+    }
+    return ZC_OK;
+
+err_close:
+    close(fd);
+err:
+    return status;
+}
+
+uint64_t zc_conn_next_seq(zc_conn_t *conn)
+{
+    uint64_t seq = conn->next_seq++;
+    if (conn->next_seq == 0) {
+        conn->next_seq = 1;
+    }
+    return seq;
+}
+
+static int zc_conn_wait(zc_conn_t *conn, short events, zs_deadline_t deadline, const char *what)
+{
+    struct pollfd pfd = {.fd = conn->fd, .events = events, .revents = 0};
+    int rc;
+
+    for (;;) {
+        rc = poll(&pfd, 1, zs_deadline_poll_ms(deadline));
+        if (rc > 0) {
+            return ZC_OK;
+        }
+        if (rc == 0) {
+            return zc_fail(ZC_ERR_TIMEOUT, "timed out %s the daemon", what);
+        }
+        if (errno != EINTR) {
+            return zc_fail(ZC_ERR_IO, "poll: %s", strerror(errno));
+        }
+    }
+}
+
+int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadline)
+{
+    size_t n, sent = 0;
+    uint8_t *buf;
+    int status;
+
+    if (conn->fd < 0) {
+        return zc_fail(ZC_ERR_CLOSED, "the connection to the daemon is closed");
+    }
+    n = zerod__ipc__v1__frame__get_packed_size(frame);
+    if (n == 0 || n > ZC_MAX_FRAME) {
+        return zc_fail(ZC_ERR_INVALID, "a %s frame of %zu bytes is over the limit of %u bytes",
+                       zc_body_name(frame->body_case), n, ZC_MAX_FRAME);
+    }
+    buf = malloc(n + 4);
+    if (buf == NULL) {
+        return zc_fail(ZC_ERR_NO_MEMORY, "out of memory for a %zu-byte frame", n);
+    }
+    for (int i = 0; i < 4; i++) {
+        buf[i] = (uint8_t)(n >> (8 * i));
+    }
+    zerod__ipc__v1__frame__pack(frame, buf + 4);
+    n += 4;
+
+    while (sent < n) {
+        ssize_t rc = send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (rc >= 0) {
+            sent += (size_t)rc;
+            continue;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            status = zc_conn_wait(conn, POLLOUT, deadline, "sending to");
+            if (status != ZC_OK) {
+                goto out;
+            }
+            continue;
+        }
+        if (errno == EPIPE || errno == ECONNRESET) {
+            status =
+                zc_fail(ZC_ERR_CLOSED, "the daemon closed the connection (%s)", strerror(errno));
+        } else {
+            status = zc_fail(ZC_ERR_IO, "send: %s", strerror(errno));
+        }
+        goto out;
+    }
+    status = ZC_OK;
+
+out:
+    free(buf);
+    return status;
+}
+
+/* Keep fds that came with the data; excess ones are closed and reported. */
+static int zc_conn_collect_fds(zc_conn_t *conn, struct msghdr *msg)
+{
+    int status = ZC_OK;
+
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c != NULL; c = CMSG_NXTHDR(msg, c)) {
+        size_t n;
+        const unsigned char *data;
+
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+            continue;
+        }
+        n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        data = CMSG_DATA(c);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, data + i * sizeof(int), sizeof(int));
+            if (conn->n_fds < ZC_MAX_PENDING_FDS) {
+                conn->fds[conn->n_fds++] = fd;
+            } else {
+                close(fd);
+                status = zc_fail(ZC_ERR_PROTOCOL, "the daemon sent more than %u file descriptors",
+                                 ZC_MAX_PENDING_FDS);
+            }
+        }
+    }
+    return status;
+}
+
+/* Make room for `need` undecoded bytes. */
+static int zc_conn_reserve(zc_conn_t *conn, size_t need)
+{
+    size_t cap;
+    uint8_t *nbuf;
+
+    if (conn->off > 0) {
+        memmove(conn->buf, conn->buf + conn->off, conn->len - conn->off);
+        conn->len -= conn->off;
+        conn->off = 0;
+    }
+    if (need <= conn->cap) {
+        return ZC_OK;
+    }
+    cap = conn->cap > ZC_RX_MIN_CAP ? conn->cap : ZC_RX_MIN_CAP;
+    while (cap < need) {
+        cap *= 2;
+    }
+    nbuf = realloc(conn->buf, cap);
+    if (nbuf == NULL) {
+        return zc_fail(ZC_ERR_NO_MEMORY, "out of memory for a %zu-byte receive buffer", cap);
+    }
+    conn->buf = nbuf;
+    conn->cap = cap;
+    return ZC_OK;
+}
+
+/* One recvmsg into the buffer; waits until the deadline for data. */
+static int zc_conn_fill(zc_conn_t *conn, zs_deadline_t deadline)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * ZC_MAX_PENDING_FDS)];
+        struct cmsghdr align;
+    } cbuf;
+    struct iovec iov;
+    struct msghdr msg;
+    ssize_t rc;
+    int status;
+
+    for (;;) {
+        memset(&msg, 0, sizeof(msg));
+        iov.iov_base = conn->buf + conn->len;
+        iov.iov_len = conn->cap - conn->len;
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.buf;
+        msg.msg_controllen = sizeof(cbuf.buf);
+        rc = recvmsg(conn->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (rc > 0 || (rc == 0 && msg.msg_controllen > 0)) {
+            status = zc_conn_collect_fds(conn, &msg);
+            if (status == ZC_OK && (msg.msg_flags & MSG_CTRUNC)) {
+                status = zc_fail(ZC_ERR_PROTOCOL, "file descriptors from the daemon were "
+                                                  "truncated (MSG_CTRUNC)");
+            }
+            if (status != ZC_OK) {
+                return status;
+            }
+            conn->len += (size_t)rc;
+            if (rc > 0) {
+                return ZC_OK;
+            }
+        }
+        if (rc == 0) {
+            if (conn->len > conn->off) {
+                return zc_fail(ZC_ERR_CLOSED,
+                               "the daemon closed the connection in the middle "
+                               "of a frame (%zu bytes received)",
+                               conn->len - conn->off);
+            }
+            return zc_fail(ZC_ERR_CLOSED, "the daemon closed the connection");
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            status = zc_conn_wait(conn, POLLIN, deadline, "waiting for");
+            if (status != ZC_OK) {
+                return status;
+            }
+            continue;
+        }
+        if (errno == ECONNRESET) {
+            return zc_fail(ZC_ERR_CLOSED, "the daemon reset the connection");
+        }
+        return zc_fail(ZC_ERR_IO, "recvmsg: %s", strerror(errno));
+    }
+}
+
+int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p)
+{
+    zc_frame_t *frame;
+    uint32_t n = 0;
+    size_t avail;
+    int status;
+
+    if (conn->fd < 0) {
+        return zc_fail(ZC_ERR_CLOSED, "the connection to the daemon is closed");
+    }
+    for (;;) {
+        avail = conn->len - conn->off;
+        if (avail >= 4) {
+            const uint8_t *p = conn->buf + conn->off;
+            n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+            if (n == 0 || n > ZC_MAX_FRAME) {
+                return zc_fail(ZC_ERR_PROTOCOL,
+                               "frame length %u from the daemon is out of range 1..%u", n,
+                               ZC_MAX_FRAME);
+            }
+            if (avail >= (size_t)n + 4) {
+                break;
+            }
+        }
+        status = zc_conn_reserve(conn, (avail >= 4) ? (size_t)n + 4 : 4);
+        if (status != ZC_OK) {
+            return status;
+        }
+        status = zc_conn_fill(conn, deadline);
+        if (status != ZC_OK) {
+            return status;
+        }
+    }
+    frame = zerod__ipc__v1__frame__unpack(NULL, n, conn->buf + conn->off + 4);
+    conn->off += (size_t)n + 4;
+    if (frame == NULL) {
+        return zc_fail(ZC_ERR_PROTOCOL, "undecodable %u-byte frame from the daemon", n);
+    }
+    if (conn->off == conn->len) {
+        conn->off = conn->len = 0;
+    }
+    *frame_p = frame;
+    return ZC_OK;
+}
+
+uint32_t zc_conn_take_fds(zc_conn_t *conn, int *fds, uint32_t max)
+{
+    uint32_t n = conn->n_fds < max ? conn->n_fds : max;
+
+    memcpy(fds, conn->fds, n * sizeof(int));
+    memmove(conn->fds, conn->fds + n, (conn->n_fds - n) * sizeof(int));
+    conn->n_fds -= n;
+    return n;
+}
+
+const char *zc_body_name(zc_body_case_t body)
+{
+    switch (body) {
+    case ZEROD__IPC__V1__FRAME__BODY__NOT_SET:
+        return "empty";
+    case ZEROD__IPC__V1__FRAME__BODY_HELLO:
+        return "hello";
+    case ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY:
+        return "hello_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
+        return "attach";
+    case ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY:
+        return "attach_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
+        return "params_ready";
+    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY:
+        return "params_ready_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
+        return "bucket_ready";
+    case ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE:
+        return "slot_free";
+    case ZEROD__IPC__V1__FRAME__BODY_STEP:
+        return "step";
+    case ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY:
+        return "step_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_DETACH:
+        return "detach";
+    case ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY:
+        return "detach_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_STATUS:
+        return "status";
+    case ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY:
+        return "status_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO:
+        return "shard_info";
+    case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY:
+        return "shard_info_reply";
+    case ZEROD__IPC__V1__FRAME__BODY_ERROR:
+        return "error";
+    default:
+        return "unknown";
+    }
+}

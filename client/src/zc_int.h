@@ -1,0 +1,104 @@
+/*
+ * libzc internals: the framed connection (wire.c), the error buffer (error.c) and a small
+ * request API that zeroctl uses for the control messages (Status, ShardInfo). Never installed;
+ * the public face is client/include/zerod/zc.h, which stays free of protobuf types.
+ */
+#ifndef ZC_INT_H
+#define ZC_INT_H
+
+#include "zerod/zc.h"
+
+#include "zerod/ipc/v1/ipc.pb-c.h"
+#include "zs/time.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ipc.proto header: PROTOCOL_VERSION and the frame limit ZS_MAX_FRAME (16 MiB). */
+#define ZC_PROTOCOL_VERSION 1u
+#define ZC_MAX_FRAME        (16u * 1024u * 1024u)
+/* File descriptors a connection holds between receiving them and the frame that owns them
+ * (AttachReply carries 3 at most). */
+#define ZC_MAX_PENDING_FDS    8u
+#define ZC_DEFAULT_SOCKET     "/run/zerod/zerod-cpu0.sock"
+#define ZC_DEFAULT_TIMEOUT_MS 60000
+#define ZC_ERRMSG_LEN         1024
+
+typedef Zerod__Ipc__V1__Frame zc_frame_t;
+typedef Zerod__Ipc__V1__Frame__BodyCase zc_body_case_t;
+
+/* ---- errors (error.c) ---------------------------------------------------------------- */
+
+/* Keep a message for zc_last_error() in this thread and return status. */
+int zc_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the current message: "what: <message>". Returns status. */
+int zc_fail_prefix(int status, const char *what);
+void zc_error_clear(void);
+
+/* ---- framed connection (wire.c) ------------------------------------------------------ */
+
+typedef struct zc_conn {
+    int fd;       /* connected Unix stream socket, non-blocking; -1 when closed */
+    uint8_t *buf; /* receive buffer: bytes [off, len) are not yet decoded */
+    size_t off, len, cap;
+    int fds[ZC_MAX_PENDING_FDS]; /* received with SCM_RIGHTS, not yet claimed */
+    uint32_t n_fds;
+    uint64_t next_seq;
+} zc_conn_t;
+
+/* Take over a connected socket (sets O_NONBLOCK). */
+int zc_conn_init(zc_conn_t *conn, int fd);
+/* Close the socket and any unclaimed fds, free the buffer. Safe twice. */
+void zc_conn_cleanup(zc_conn_t *conn);
+/* Connect to a Unix socket path: ZC_ERR_UNREACHABLE (nothing listens / no such socket),
+ * ZS_ERR_PERMISSION, ZC_ERR_INVALID (path too long). */
+int zc_conn_connect(zc_conn_t *conn, const char *path);
+
+/* A new request sequence number (never 0). */
+uint64_t zc_conn_next_seq(zc_conn_t *conn);
+/* Pack and send one frame, waiting for socket space until the deadline. */
+int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadline);
+/* Receive and decode one frame (caller frees with zerod__ipc__v1__frame__free_unpacked).
+ * File descriptors that arrive on the way are kept in conn->fds. Errors: ZC_ERR_TIMEOUT,
+ * ZC_ERR_CLOSED (EOF, also in the middle of a frame), ZC_ERR_PROTOCOL (length 0 or over
+ * ZC_MAX_FRAME, undecodable frame, truncated fds), ZC_ERR_IO. */
+int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p);
+/* Move up to max received fds to fds[] (in arrival order); returns how many. */
+uint32_t zc_conn_take_fds(zc_conn_t *conn, int *fds, uint32_t max);
+/* Close every unclaimed fd. */
+void zc_conn_close_fds(zc_conn_t *conn);
+
+/* "hello_reply", "slot_free", ... for messages. */
+const char *zc_body_name(zc_body_case_t body);
+
+/* ---- request API for zeroctl (session.c) --------------------------------------------- */
+
+typedef struct zc_daemon_info {
+    char version[64];
+    char device[64];
+    int32_t pid;
+    uint32_t protocol;
+} zc_daemon_info_t;
+
+/* What the daemon said in its HelloReply. */
+const zc_daemon_info_t *zc_session_daemon_info(const zc_session_t *session);
+
+/* Send `request` (its seq is set here) and wait for the frame of body `reply_case` that echoes
+ * the seq; SlotFree frames that arrive meanwhile are processed. timeout_ms < 0: session
+ * default. The caller owns *reply_p (zerod__ipc__v1__frame__free_unpacked). The reply's own
+ * Result is not interpreted: the caller checks it (zc_result_status). */
+int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_t reply_case,
+                       int timeout_ms, zc_frame_t **reply_p);
+
+/* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message". */
+int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

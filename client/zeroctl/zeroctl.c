@@ -1,0 +1,421 @@
+/*
+ * zeroctl: inspect a zerod daemon over its socket (control role).
+ *
+ *   zeroctl [-s SOCKET] [--json] [--timeout MS] status|shard
+ *
+ * Exit codes (conventions.md): 0 ok, 1 the daemon returned an error, 2 usage, 7 daemon
+ * unreachable. --json prints one object with "schema_version" (the stable interface); the
+ * human output is a table with units in the header.
+ */
+#define _GNU_SOURCE
+#include "zc_int.h"
+
+#include "zs/status.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ZEROCTL_SCHEMA_VERSION 1
+
+enum {
+    ZEROCTL_EXIT_OK = 0,
+    ZEROCTL_EXIT_DAEMON = 1,
+    ZEROCTL_EXIT_USAGE = 2,
+    ZEROCTL_EXIT_UNREACHABLE = 7,
+};
+
+typedef struct zeroctl_opts {
+    const char *socket_path;
+    int json;
+    int timeout_ms;
+} zeroctl_opts_t;
+
+static void zeroctl_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: zeroctl [OPTIONS] COMMAND\n"
+            "Inspect a zerod daemon.\n"
+            "\n"
+            "Commands:\n"
+            "  status             daemon, job, step and memory by category\n"
+            "  shard              this rank's shard ranges per parameter group\n"
+            "\n"
+            "Options:\n"
+            "  -s, --socket PATH  daemon socket (default: $ZEROD_SOCKET, else %s)\n"
+            "  -j, --json         print one JSON object (stable; has \"schema_version\")\n"
+            "  -t, --timeout MS   deadline for the daemon's answer (default 10000)\n"
+            "  -h, --help         print this help and exit\n"
+            "\n"
+            "Exit status: 0 ok, 1 the daemon returned an error, 2 usage error, 7 daemon "
+            "unreachable.\n",
+            ZC_DEFAULT_SOCKET);
+}
+
+static const char *zeroctl_dtype_name(Zerod__Ipc__V1__DType dtype)
+{
+    switch (dtype) {
+    case ZEROD__IPC__V1__DTYPE__DTYPE_F32:
+        return "fp32";
+    case ZEROD__IPC__V1__DTYPE__DTYPE_F16:
+        return "fp16";
+    case ZEROD__IPC__V1__DTYPE__DTYPE_BF16:
+        return "bf16";
+    default:
+        return "unknown";
+    }
+}
+
+static void zeroctl_hex64(uint64_t v, char *buf, size_t len)
+{
+    snprintf(buf, len, "0x%016" PRIx64, v);
+}
+
+/* Print the JSON object and free it. */
+static int zeroctl_print_json(cJSON *root)
+{
+    char *text;
+
+    if (root == NULL) {
+        fprintf(stderr, "zeroctl: out of memory building the JSON output\n");
+        return ZEROCTL_EXIT_DAEMON;
+    }
+    text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (text == NULL) {
+        fprintf(stderr, "zeroctl: out of memory printing the JSON output\n");
+        return ZEROCTL_EXIT_DAEMON;
+    }
+    printf("%s\n", text);
+    cJSON_free(text);
+    return ZEROCTL_EXIT_OK;
+}
+
+/* ---- status ------------------------------------------------------------------------ */
+
+static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *job, *mem;
+    char hash[32];
+
+    cJSON_AddNumberToObject(root, "schema_version", ZEROCTL_SCHEMA_VERSION);
+    cJSON_AddStringToObject(root, "command", "status");
+    cJSON_AddStringToObject(root, "version", r->version);
+    cJSON_AddNumberToObject(root, "pid", r->pid);
+    cJSON_AddStringToObject(root, "device", r->device);
+    cJSON_AddStringToObject(root, "socket", r->socket);
+    cJSON_AddNumberToObject(root, "uptime_s", r->uptime_s);
+    cJSON_AddBoolToObject(root, "has_job", r->has_job);
+    if (r->has_job) {
+        job = cJSON_AddObjectToObject(root, "job");
+        cJSON_AddStringToObject(job, "id", r->job_id);
+        cJSON_AddNumberToObject(job, "rank", r->rank);
+        cJSON_AddNumberToObject(job, "world", r->world);
+        cJSON_AddNumberToObject(job, "stage", r->stage);
+        cJSON_AddStringToObject(job, "dtype", zeroctl_dtype_name(r->dtype));
+        cJSON_AddNumberToObject(job, "step", (double)r->step);
+        cJSON_AddNumberToObject(job, "skipped_steps", (double)r->skipped_steps);
+        cJSON_AddNumberToObject(job, "loss_scale", r->loss_scale);
+        cJSON_AddNumberToObject(job, "grad_norm", r->grad_norm);
+        cJSON_AddBoolToObject(job, "trainer_attached", r->trainer_attached);
+        cJSON_AddNumberToObject(job, "param_numel", (double)r->param_numel);
+        /* a 64-bit identifier: a string, since JSON numbers are doubles */
+        zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
+        cJSON_AddStringToObject(job, "layout_hash", hash);
+    } else {
+        cJSON_AddNullToObject(root, "job");
+    }
+    mem = cJSON_AddArrayToObject(root, "memory");
+    for (size_t i = 0; i < r->n_memory; i++) {
+        const Zerod__Ipc__V1__MemoryTerm *t = r->memory[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", t->name);
+        cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
+        cJSON_AddNumberToObject(o, "formula_bytes", (double)t->formula_bytes);
+        cJSON_AddStringToObject(o, "formula", t->formula);
+        cJSON_AddItemToArray(mem, o);
+    }
+    return root;
+}
+
+static void zeroctl_status_table(const Zerod__Ipc__V1__StatusReply *r)
+{
+    uint64_t total = 0, total_formula = 0;
+    char hash[32];
+
+    printf("%-20s %s\n", "FIELD", "VALUE");
+    printf("%-20s %s\n", "version", r->version);
+    printf("%-20s %d\n", "pid", r->pid);
+    printf("%-20s %s\n", "device", r->device);
+    printf("%-20s %s\n", "socket", r->socket);
+    printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
+    if (!r->has_job) {
+        printf("%-20s %s\n", "job", "-");
+    } else {
+        zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
+        printf("%-20s %s\n", "job", r->job_id);
+        printf("%-20s %u/%u\n", "rank/world", r->rank, r->world);
+        printf("%-20s %u\n", "stage", r->stage);
+        printf("%-20s %s\n", "dtype", zeroctl_dtype_name(r->dtype));
+        printf("%-20s %s\n", "trainer", r->trainer_attached ? "attached" : "detached");
+        printf("%-20s %" PRIu64 "\n", "step", r->step);
+        printf("%-20s %" PRIu64 "\n", "skipped steps", r->skipped_steps);
+        printf("%-20s %g\n", "loss scale", r->loss_scale);
+        if (r->grad_norm < 0) {
+            printf("%-20s %s\n", "last grad norm", "not finite");
+        } else {
+            printf("%-20s %.6g\n", "last grad norm", r->grad_norm);
+        }
+        printf("%-20s %" PRIu64 "\n", "params (elements)", r->param_numel);
+        printf("%-20s %s\n", "layout hash", hash);
+    }
+    if (r->n_memory == 0) {
+        return;
+    }
+    printf("\n%-12s %16s %16s %10s  %s\n", "MEMORY", "MEASURED (B)", "FORMULA (B)", "MEAS (MiB)",
+           "FORMULA");
+    for (size_t i = 0; i < r->n_memory; i++) {
+        const Zerod__Ipc__V1__MemoryTerm *t = r->memory[i];
+        printf("%-12s %16" PRIu64 " %16" PRIu64 " %10.2f  %s\n", t->name, t->bytes,
+               t->formula_bytes, (double)t->bytes / (1024.0 * 1024.0), t->formula);
+        total += t->bytes;
+        total_formula += t->formula_bytes;
+    }
+    printf("%-12s %16" PRIu64 " %16" PRIu64 " %10.2f\n", "total", total, total_formula,
+           (double)total / (1024.0 * 1024.0));
+}
+
+static int zeroctl_status(zc_session_t *s, const zeroctl_opts_t *o)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StatusRequest sr = ZEROD__IPC__V1__STATUS_REQUEST__INIT;
+    zc_frame_t *reply = NULL;
+    int status;
+    int rc;
+
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
+    req.status = &sr;
+    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY, o->timeout_ms,
+                                &reply);
+    if (status == ZC_OK) {
+        status = zc_result_status(reply->status_reply->result, "status");
+    }
+    if (status != ZC_OK) {
+        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        rc = ZEROCTL_EXIT_DAEMON;
+        goto out;
+    }
+    if (o->json) {
+        rc = zeroctl_print_json(zeroctl_status_json(reply->status_reply));
+    } else {
+        zeroctl_status_table(reply->status_reply);
+        rc = ZEROCTL_EXIT_OK;
+    }
+
+out:
+    if (reply != NULL) {
+        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    }
+    return rc;
+}
+
+/* ---- shard ------------------------------------------------------------------------- */
+
+static cJSON *zeroctl_shard_json(const Zerod__Ipc__V1__ShardInfoReply *r)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *groups;
+    char hash[32];
+
+    zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
+    cJSON_AddNumberToObject(root, "schema_version", ZEROCTL_SCHEMA_VERSION);
+    cJSON_AddStringToObject(root, "command", "shard");
+    cJSON_AddStringToObject(root, "job_id", r->job_id);
+    cJSON_AddNumberToObject(root, "rank", r->rank);
+    cJSON_AddNumberToObject(root, "world", r->world);
+    cJSON_AddNumberToObject(root, "total_numel", (double)r->total_numel);
+    cJSON_AddNumberToObject(root, "param_numel", (double)r->param_numel);
+    cJSON_AddNumberToObject(root, "shard_numel", (double)r->shard_numel);
+    cJSON_AddNumberToObject(root, "n_buckets", r->n_buckets);
+    cJSON_AddNumberToObject(root, "max_bucket_numel", (double)r->max_bucket_numel);
+    cJSON_AddNumberToObject(root, "bucket_size", (double)r->bucket_size);
+    cJSON_AddStringToObject(root, "layout_hash", hash);
+    cJSON_AddNumberToObject(root, "master_sumsq", r->master_sumsq);
+    groups = cJSON_AddArrayToObject(root, "groups");
+    for (size_t i = 0; i < r->n_groups; i++) {
+        const Zerod__Ipc__V1__GroupShard *g = r->groups[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "group", g->group);
+        cJSON_AddNumberToObject(o, "n_params", g->n_params);
+        cJSON_AddNumberToObject(o, "n_buckets", g->n_buckets);
+        cJSON_AddNumberToObject(o, "flat_offset", (double)g->flat_offset);
+        cJSON_AddNumberToObject(o, "flat_numel", (double)g->flat_numel);
+        cJSON_AddNumberToObject(o, "shard_offset", (double)g->shard_offset);
+        cJSON_AddNumberToObject(o, "shard_numel", (double)g->shard_numel);
+        cJSON_AddNumberToObject(o, "lr", g->lr);
+        cJSON_AddNumberToObject(o, "weight_decay", g->weight_decay);
+        cJSON_AddItemToArray(groups, o);
+    }
+    return root;
+}
+
+static void zeroctl_shard_table(const Zerod__Ipc__V1__ShardInfoReply *r)
+{
+    char hash[32];
+
+    zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
+    printf("%-26s %s\n", "FIELD", "VALUE");
+    printf("%-26s %s\n", "job", r->job_id);
+    printf("%-26s %u/%u\n", "rank/world", r->rank, r->world);
+    printf("%-26s %" PRIu64 "\n", "total (elements)", r->total_numel);
+    printf("%-26s %" PRIu64 "\n", "params (elements)", r->param_numel);
+    printf("%-26s %" PRIu64 "\n", "shard (elements)", r->shard_numel);
+    printf("%-26s %u\n", "buckets", r->n_buckets);
+    printf("%-26s %" PRIu64 "\n", "largest bucket (elements)", r->max_bucket_numel);
+    printf("%-26s %" PRIu64 "\n", "bucket size (elements)", r->bucket_size);
+    printf("%-26s %s\n", "layout hash", hash);
+    printf("%-26s %.9g\n", "master sum of squares", r->master_sumsq);
+    printf("\n%5s %7s %7s %14s %14s %14s %14s %10s %10s\n", "GROUP", "PARAMS", "BUCKETS",
+           "FLAT OFF (el)", "FLAT LEN (el)", "SHARD OFF (el)", "SHARD LEN (el)", "LR", "WD");
+    for (size_t i = 0; i < r->n_groups; i++) {
+        const Zerod__Ipc__V1__GroupShard *g = r->groups[i];
+        printf("%5u %7u %7u %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
+               " %10.4g %10.4g\n",
+               g->group, g->n_params, g->n_buckets, g->flat_offset, g->flat_numel, g->shard_offset,
+               g->shard_numel, g->lr, g->weight_decay);
+    }
+}
+
+static int zeroctl_shard(zc_session_t *s, const zeroctl_opts_t *o)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ShardInfoRequest sr = ZEROD__IPC__V1__SHARD_INFO_REQUEST__INIT;
+    zc_frame_t *reply = NULL;
+    int status;
+    int rc;
+
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO;
+    req.shard_info = &sr;
+    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY,
+                                o->timeout_ms, &reply);
+    if (status == ZC_OK) {
+        status = zc_result_status(reply->shard_info_reply->result, "shard");
+    }
+    if (status != ZC_OK) {
+        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        rc = ZEROCTL_EXIT_DAEMON;
+        goto out;
+    }
+    if (o->json) {
+        rc = zeroctl_print_json(zeroctl_shard_json(reply->shard_info_reply));
+    } else {
+        zeroctl_shard_table(reply->shard_info_reply);
+        rc = ZEROCTL_EXIT_OK;
+    }
+
+out:
+    if (reply != NULL) {
+        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    }
+    return rc;
+}
+
+/* ---- main -------------------------------------------------------------------------- */
+
+static int zeroctl_parse_timeout(const char *arg, int *ms_p)
+{
+    char *end = NULL;
+    long v = strtol(arg, &end, 10);
+
+    if (end == arg || *end != '\0' || v <= 0 || v > 3600L * 1000L) {
+        return -1;
+    }
+    *ms_p = (int)v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"socket", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"timeout", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    zeroctl_opts_t o = {.socket_path = NULL, .json = 0, .timeout_ms = 10000};
+    zc_open_params_t op;
+    zc_session_t *s = NULL;
+    const char *cmd;
+    int status;
+    int rc;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "s:jt:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            o.socket_path = optarg;
+            break;
+        case 'j':
+            o.json = 1;
+            break;
+        case 't':
+            if (zeroctl_parse_timeout(optarg, &o.timeout_ms) != 0) {
+                fprintf(stderr,
+                        "zeroctl: --timeout '%s' is not a number of milliseconds in "
+                        "1..3600000\n",
+                        optarg);
+                return ZEROCTL_EXIT_USAGE;
+            }
+            break;
+        case 'h':
+            zeroctl_usage(stdout);
+            return ZEROCTL_EXIT_OK;
+        default:
+            fprintf(stderr, "Try 'zeroctl --help'.\n");
+            return ZEROCTL_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "zeroctl: missing COMMAND (status or shard); try 'zeroctl --help'\n");
+        return ZEROCTL_EXIT_USAGE;
+    }
+    if (optind + 1 < argc) {
+        fprintf(stderr, "zeroctl: unexpected argument '%s' after COMMAND '%s'\n", argv[optind + 1],
+                argv[optind]);
+        return ZEROCTL_EXIT_USAGE;
+    }
+    cmd = argv[optind];
+    if (strcmp(cmd, "status") != 0 && strcmp(cmd, "shard") != 0) {
+        fprintf(stderr, "zeroctl: unknown command '%s' (expected status or shard)\n", cmd);
+        return ZEROCTL_EXIT_USAGE;
+    }
+
+    memset(&op, 0, sizeof(op));
+    op.field_mask = ZC_OPEN_FIELD_TIMEOUT_MS | ZC_OPEN_FIELD_CONTROL;
+    op.timeout_ms = o.timeout_ms;
+    op.control = 1;
+    if (o.socket_path != NULL) {
+        op.field_mask |= ZC_OPEN_FIELD_SOCKET_PATH;
+        op.socket_path = o.socket_path;
+    }
+    status = zc_session_open(&op, &s);
+    if (status != ZC_OK) {
+        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        if (status == ZC_ERR_UNREACHABLE || status == ZS_ERR_PERMISSION) {
+            return ZEROCTL_EXIT_UNREACHABLE;
+        }
+        return (status == ZC_ERR_INVALID) ? ZEROCTL_EXIT_USAGE : ZEROCTL_EXIT_DAEMON;
+    }
+    if (strcmp(cmd, "status") == 0) {
+        rc = zeroctl_status(s, &o);
+    } else {
+        rc = zeroctl_shard(s, &o);
+    }
+    zc_session_close(s);
+    return rc;
+}

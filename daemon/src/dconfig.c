@@ -1,0 +1,39 @@
+#include "dconfig.h"
+
+#include <stddef.h>
+
+static const zs_config_range_t zd_slots_range = {1, 64};
+static const zs_config_range_t zd_threads_range = {1, 256};
+
+static const zs_config_row_t zd_config_rows[] = {
+    {"socket", "auto", "Unix socket path; auto = /run/zerod/zerod-<device>.sock",
+     offsetof(zd_config_t, socket), &zs_config_string, NULL, 0},
+    {"device", "auto", "cpu, cpu:N, cuda:N or auto (cuda:0 when a GPU is usable, else cpu:0)",
+     offsetof(zd_config_t, device), &zs_config_string, NULL, 0},
+    {"job_linger", "10min", "keep a job this long after its trainer is gone, for a re-attach",
+     offsetof(zd_config_t, job_linger_ns), &zs_config_duration, NULL, ZS_CONFIG_RELOAD},
+    {"max_shard_bytes", "64GiB", "largest model state one job may allocate on this daemon",
+     offsetof(zd_config_t, max_shard_bytes), &zs_config_size, NULL, ZS_CONFIG_RELOAD},
+    {"bucket_slots", "4", "gradient slots a trainer can fill ahead of the daemon (1..64)",
+     offsetof(zd_config_t, bucket_slots), &zs_config_int, &zd_slots_range, 0},
+    {"allowed_group", "", "group whose members may connect besides root and the daemon's user",
+     offsetof(zd_config_t, allowed_group), &zs_config_string, NULL, 0},
+    {"threads", "1", "kernel worker threads for the shard update",
+     offsetof(zd_config_t, threads), &zs_config_int, &zd_threads_range, 0},
+    {"frame_timeout", "10s", "a started frame must arrive whole within this time",
+     offsetof(zd_config_t, frame_timeout_ns), &zs_config_duration, NULL, ZS_CONFIG_RELOAD},
+    {"collective_timeout", "60s", "deadline of every collective between daemons",
+     offsetof(zd_config_t, collective_timeout_ns), &zs_config_duration, NULL, 0},
+    {"mesh_timeout", "60s", "how long non-zero ranks retry reaching the coordinator",
+     offsetof(zd_config_t, mesh_timeout_ns), &zs_config_duration, NULL, 0},
+    {"heartbeat_interval", "1s", "mesh heartbeat period; 3 missed beats abort the job",
+     offsetof(zd_config_t, heartbeat_interval_ns), &zs_config_duration, NULL, 0},
+    {"token_file", "", "file (mode 0600) holding the shared job token for mesh authentication",
+     offsetof(zd_config_t, token_file), &zs_config_string, NULL, 0},
+};
+
+const zs_config_table_t zd_config_table = {"zerod", zd_config_rows,
+                                           ZS_ARRAY_SIZE(zd_config_rows)};
+
+const char *const zd_config_env_ignore[] = {"LOG_LEVEL", "LOG_SUBSYS", "KERNELS", "JOB",
+                                            "LIBZC",     "CONFIG",     NULL};

@@ -1,0 +1,31 @@
+/* The daemon's own settings: one table (conventions.md "Config") for zerod.conf, ZEROD_* and
+ * flags. */
+#ifndef ZD_DCONFIG_H
+#define ZD_DCONFIG_H
+
+#include "zs/config.h"
+
+#include <stdint.h>
+
+typedef struct zd_config {
+    char *socket;             /* "auto": /run/zerod/zerod-<device>.sock */
+    char *device;             /* cpu | cpu:N | cuda:N | auto */
+    uint64_t job_linger_ns;
+    uint64_t max_shard_bytes;
+    int64_t bucket_slots;
+    char *allowed_group;
+    int64_t threads;
+    uint64_t frame_timeout_ns;
+    uint64_t collective_timeout_ns;
+    uint64_t mesh_timeout_ns;
+    uint64_t heartbeat_interval_ns;
+    char *token_file;
+} zd_config_t;
+
+extern const zs_config_table_t zd_config_table;
+/* ZEROD_* variables that are not daemon keys but are read elsewhere (no warning). */
+extern const char *const zd_config_env_ignore[];
+
+#define ZD_DEFAULT_CONFIG_PATH "/etc/zerod/zerod.conf"
+
+#endif

@@ -1,0 +1,783 @@
+#define _GNU_SOURCE
+#include "server.h"
+
+#include "engine.h"
+#include "ipc_check.h"
+#include "zs/log.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <uv.h>
+#ifdef ZD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#ifndef ZEROD_VERSION
+#define ZEROD_VERSION "0.0.0"
+#endif
+
+#define ZD_READ_CHUNK (256u << 10)
+#define ZD_MAX_MSG    512
+
+typedef struct zd_server zd_server_t;
+
+typedef struct zd_conn {
+    uv_pipe_t pipe; /* first: the handle's data points back here too */
+    uv_timer_t timer;
+    zd_server_t *srv;
+    uint64_t id;
+    zd_role_t role;
+    uint8_t *buf;
+    size_t len, cap, need;
+    uint32_t n_slots;
+    uint64_t slot_busy;
+    bool closing;
+    int open_handles;
+    struct zd_conn *prev, *next;
+} zd_conn_t;
+
+struct zd_server {
+    uv_loop_t *loop;
+    uv_pipe_t listener;
+    uv_async_t async;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    zd_engine_t *engine;
+    const zd_server_params_t *params;
+    uint64_t frame_timeout_ms;
+    gid_t allowed_gid;
+    bool has_allowed_gid;
+    zd_conn_t *conns;
+    uint64_t next_conn_id;
+    bool stopping;
+    bool listening;
+    char read_buf[ZD_READ_CHUNK];
+};
+
+typedef struct zd_write {
+    uv_write_t req;
+    zd_reply_t *reply;
+    bool close_after;
+} zd_write_t;
+
+static void zd_conn_close(zd_conn_t *c);
+
+/* ---- sending -------------------------------------------------------------------------- */
+
+static void zd_shutdown_cb(uv_shutdown_t *req, int status)
+{
+    zd_conn_t *c = req->data;
+
+    free(req);
+    if (!uv_is_closing((uv_handle_t *)&c->pipe)) {
+        zd_conn_close(c);
+    }
+}
+
+/* Close after every queued write went out. */
+static void zd_conn_close_soon(zd_conn_t *c)
+{
+    uv_shutdown_t *req;
+
+    if (c->closing) {
+        return;
+    }
+    c->closing = true;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    uv_timer_stop(&c->timer);
+    req = malloc(sizeof(*req));
+    if (req == NULL || uv_shutdown(req, (uv_stream_t *)&c->pipe, zd_shutdown_cb) != 0) {
+        free(req);
+        zd_conn_close(c);
+        return;
+    }
+    req->data = c;
+}
+
+static void zd_write_cb(uv_write_t *req, int status)
+{
+    zd_write_t *w = (zd_write_t *)req;
+
+    if (status != 0 && status != UV_ECANCELED) {
+        zs_debug(ZS_SUB_IPC, "write failed: %s", uv_strerror(status));
+    }
+    zd_reply_free(w->reply);
+    free(w);
+}
+
+/* Send the reply's fds with its first bytes (SCM_RIGHTS), then the rest through libuv. */
+static int zd_conn_send_fds(zd_conn_t *c, zd_reply_t *reply, size_t *sent_p)
+{
+    struct msghdr msg;
+    struct iovec iov = {reply->buf, reply->len};
+    char cbuf[CMSG_SPACE(sizeof(int) * 3)];
+    struct cmsghdr *cmsg;
+    uv_os_fd_t fd;
+    ssize_t n;
+
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0 ||
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) != 0) {
+        return -1;
+    }
+    memset(&msg, 0, sizeof(msg));
+    memset(cbuf, 0, sizeof(cbuf));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)reply->n_fds);
+    cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)reply->n_fds);
+    memcpy(CMSG_DATA(cmsg), reply->fds, sizeof(int) * (size_t)reply->n_fds);
+    do {
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+        zs_warn(ZS_SUB_IPC, "connection %llu: sending shared regions failed: %m",
+                (unsigned long long)c->id);
+        return -1;
+    }
+    *sent_p = (size_t)n;
+    return 0;
+}
+
+static void zd_conn_send(zd_conn_t *c, zd_reply_t *reply)
+{
+    zd_write_t *w;
+    uv_buf_t b;
+    size_t sent = 0;
+
+    if (c->closing || uv_is_closing((uv_handle_t *)&c->pipe)) {
+        zd_reply_free(reply);
+        return;
+    }
+    if (reply->n_fds > 0) {
+        if (zd_conn_send_fds(c, reply, &sent) != 0) {
+            zd_reply_free(reply);
+            zd_conn_close_soon(c);
+            return;
+        }
+        if (sent == reply->len) {
+            zd_reply_free(reply);
+            return;
+        }
+    }
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        zs_error(ZS_SUB_IPC, "connection %llu: out of memory for a reply; closing",
+                 (unsigned long long)c->id);
+        zd_reply_free(reply);
+        zd_conn_close_soon(c);
+        return;
+    }
+    w->reply = reply;
+    b = uv_buf_init((char *)reply->buf + sent, (unsigned)(reply->len - sent));
+    if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, zd_write_cb) != 0) {
+        zd_reply_free(reply);
+        free(w);
+        zd_conn_close_soon(c);
+    }
+}
+
+/* An ErrorReply naming the problem, then close (bad frame, wrong role, ...). */
+static void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char *msg)
+{
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ErrorReply er = ZEROD__IPC__V1__ERROR_REPLY__INIT;
+    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
+    zd_reply_t *reply;
+
+    zs_warn(ZS_SUB_IPC, "connection %llu: %s (%s); closing it", (unsigned long long)c->id, msg,
+            zs_status_name(st));
+    r.status = (Zerod__Common__V1__Status)st;
+    r.message = (char *)msg;
+    er.result = &r;
+    f.seq = seq;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ERROR;
+    f.error = &er;
+    reply = zd_reply_pack(c->id, &f);
+    if (reply != NULL) {
+        zd_conn_send(c, reply);
+    }
+    zd_conn_close_soon(c);
+}
+
+/* ---- receiving ------------------------------------------------------------------------ */
+
+static void zd_conn_hello(zd_conn_t *c, const zd_frame_t *f)
+{
+    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__HelloReply hr = ZEROD__IPC__V1__HELLO_REPLY__INIT;
+    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
+    zd_reply_t *reply;
+
+    c->role = f->hello->role == ZEROD__IPC__V1__ROLE__ROLE_TRAINER ? ZD_ROLE_TRAINER
+                                                                   : ZD_ROLE_CONTROL;
+    r.status = ZEROD__COMMON__V1__STATUS__ZS_OK;
+    r.message = (char *)"";
+    hr.result = &r;
+    hr.protocol = ZD_IPC_PROTOCOL;
+    hr.version = (char *)ZEROD_VERSION;
+    hr.pid = (int32_t)getpid();
+    hr.device = (char *)c->srv->params->device;
+    out.seq = f->seq;
+    out.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY;
+    out.hello_reply = &hr;
+    reply = zd_reply_pack(c->id, &out);
+    if (reply != NULL) {
+        zd_conn_send(c, reply);
+    }
+    zs_debug(ZS_SUB_IPC, "connection %llu: hello from %s (%s)", (unsigned long long)c->id,
+             c->role == ZD_ROLE_TRAINER ? "trainer" : "control", f->hello->version);
+}
+
+/* A slot submitted while still in flight: answered here, not queued. */
+static bool zd_conn_check_slot(zd_conn_t *c, zd_frame_t *f)
+{
+    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
+    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
+    uint32_t slot = f->bucket_ready->slot;
+    char msg[160];
+    zd_reply_t *reply;
+
+    if (slot >= c->n_slots || slot >= 64) {
+        return true; /* the engine names the range */
+    }
+    if (!(c->slot_busy & (1ull << slot))) {
+        c->slot_busy |= 1ull << slot;
+        return true;
+    }
+    snprintf(msg, sizeof(msg),
+             "BucketReady.slot %u submitted twice: it is still in flight (wait for its SlotFree)",
+             slot);
+    zs_warn(ZS_SUB_IPC, "connection %llu: %s", (unsigned long long)c->id, msg);
+    r.status = ZEROD__COMMON__V1__STATUS__ZS_ERR_INVALID;
+    r.message = msg;
+    sf.result = &r;
+    sf.slot = slot;
+    sf.bucket = f->bucket_ready->bucket;
+    out.seq = f->seq;
+    out.body_case = ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE;
+    out.slot_free = &sf;
+    reply = zd_reply_pack(c->id, &out);
+    if (reply != NULL) {
+        zd_conn_send(c, reply);
+    }
+    return false;
+}
+
+/* Returns false when the connection is being closed. */
+static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f)
+{
+    char err[ZD_MAX_MSG];
+    zs_status_t st;
+
+    st = zd_ipc_check(c->role, f, err, sizeof(err));
+    if (st != ZS_OK) {
+        if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO && st == ZS_ERR_VERSION) {
+            zs_warn(ZS_SUB_IPC, "connection %llu: %s", (unsigned long long)c->id, err);
+        }
+        zd_conn_fail(c, f->seq, st, err);
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return false;
+    }
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO) {
+        zd_conn_hello(c, f);
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return true;
+    }
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY && !zd_conn_check_slot(c, f)) {
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return true;
+    }
+    zd_engine_submit(c->srv->engine, c->id, f); /* the engine frees f */
+    return true;
+}
+
+static void zd_frame_timer_cb(uv_timer_t *t)
+{
+    zd_conn_t *c = t->data;
+    char msg[160];
+
+    snprintf(msg, sizeof(msg),
+             "truncated frame: got %zu of %zu bytes within frame_timeout (%llu ms)", c->len,
+             c->need, (unsigned long long)c->srv->frame_timeout_ms);
+    zd_conn_fail(c, 0, ZS_ERR_TIMEOUT, msg);
+}
+
+static void zd_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    zd_conn_t *c = h->data;
+
+    buf->base = c->srv->read_buf;
+    buf->len = sizeof(c->srv->read_buf);
+}
+
+static bool zd_conn_append(zd_conn_t *c, const char *data, size_t n)
+{
+    if (c->len + n > c->cap) {
+        size_t cap = c->cap ? c->cap : 4096;
+        uint8_t *nb;
+        while (cap < c->len + n) {
+            cap *= 2;
+        }
+        nb = realloc(c->buf, cap);
+        if (nb == NULL) {
+            return false;
+        }
+        c->buf = nb;
+        c->cap = cap;
+    }
+    memcpy(c->buf + c->len, data, n);
+    c->len += n;
+    return true;
+}
+
+static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    zd_conn_t *c = s->data;
+    char err[ZD_MAX_MSG];
+
+    if (c->closing) {
+        return;
+    }
+    if (nread < 0) {
+        if (c->len > 0 && nread == UV_EOF) {
+            char msg[160];
+            snprintf(msg, sizeof(msg),
+                     "truncated frame: connection closed after %zu of %zu bytes", c->len,
+                     c->need);
+            zd_conn_fail(c, 0, ZS_ERR_PROTOCOL, msg);
+            return;
+        }
+        zs_debug(ZS_SUB_IPC, "connection %llu closed: %s", (unsigned long long)c->id,
+                 uv_strerror((int)nread));
+        zd_conn_close(c);
+        return;
+    }
+    if (nread == 0) {
+        return;
+    }
+    if (!zd_conn_append(c, buf->base, (size_t)nread)) {
+        zd_conn_fail(c, 0, ZS_ERR_NO_MEMORY, "out of memory buffering a frame");
+        return;
+    }
+    for (;;) {
+        zd_frame_t *f = NULL;
+        size_t used = 0;
+        zs_status_t st = zd_ipc_decode(c->buf, c->len, &f, &used, &c->need, err, sizeof(err));
+
+        if (st != ZS_OK) {
+            zd_conn_fail(c, 0, st, err);
+            return;
+        }
+        if (f == NULL) {
+            break;
+        }
+        memmove(c->buf, c->buf + used, c->len - used);
+        c->len -= used;
+        if (!zd_conn_dispatch(c, f)) {
+            return;
+        }
+    }
+    if (c->len > 0) {
+        if (!uv_is_active((uv_handle_t *)&c->timer)) {
+            uv_timer_start(&c->timer, zd_frame_timer_cb, c->srv->frame_timeout_ms, 0);
+        }
+    } else {
+        uv_timer_stop(&c->timer);
+    }
+}
+
+/* ---- connections ---------------------------------------------------------------------- */
+
+static void zd_conn_handle_closed(uv_handle_t *h)
+{
+    zd_conn_t *c = h->data;
+
+    if (--c->open_handles > 0) {
+        return;
+    }
+    free(c->buf);
+    free(c);
+}
+
+static void zd_conn_close(zd_conn_t *c)
+{
+    zd_server_t *srv = c->srv;
+
+    if (uv_is_closing((uv_handle_t *)&c->pipe)) {
+        return;
+    }
+    c->closing = true;
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        srv->conns = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    if (c->role == ZD_ROLE_TRAINER) {
+        zd_engine_disconnect(srv->engine, c->id);
+    }
+    uv_close((uv_handle_t *)&c->pipe, zd_conn_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, zd_conn_handle_closed);
+}
+
+static zd_conn_t *zd_server_find_conn(zd_server_t *srv, uint64_t id)
+{
+    for (zd_conn_t *c = srv->conns; c != NULL; c = c->next) {
+        if (c->id == id) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* SO_PEERCRED: the daemon's uid, root, or a member of allowed_group. */
+static bool zd_server_peer_allowed(zd_server_t *srv, int fd, char *who, size_t wlen)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        snprintf(who, wlen, "unknown peer (SO_PEERCRED: %s)", strerror(errno));
+        return false;
+    }
+    snprintf(who, wlen, "pid %d uid %u gid %u", (int)cred.pid, (unsigned)cred.uid,
+             (unsigned)cred.gid);
+    if (cred.uid == 0 || cred.uid == geteuid()) {
+        return true;
+    }
+    if (srv->has_allowed_gid) {
+        struct passwd pw, *pwp = NULL;
+        char pwbuf[4096];
+        gid_t groups[256];
+        int ngroups = 256;
+
+        if (cred.gid == srv->allowed_gid) {
+            return true;
+        }
+        if (getpwuid_r(cred.uid, &pw, pwbuf, sizeof(pwbuf), &pwp) == 0 && pwp != NULL &&
+            getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) >= 0) {
+            for (int i = 0; i < ngroups; i++) {
+                if (groups[i] == srv->allowed_gid) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+static void zd_connection_cb(uv_stream_t *server, int status)
+{
+    zd_server_t *srv = server->data;
+    zd_conn_t *c;
+    uv_os_fd_t fd;
+    char who[128];
+
+    if (status != 0) {
+        zs_warn(ZS_SUB_IPC, "accept failed: %s", uv_strerror(status));
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        zs_error(ZS_SUB_IPC, "out of memory accepting a connection");
+        return;
+    }
+    c->srv = srv;
+    c->id = ++srv->next_conn_id;
+    uv_pipe_init(srv->loop, &c->pipe, 0);
+    uv_timer_init(srv->loop, &c->timer);
+    c->pipe.data = c;
+    c->timer.data = c;
+    c->open_handles = 2;
+    c->next = srv->conns;
+    if (srv->conns != NULL) {
+        srv->conns->prev = c;
+    }
+    srv->conns = c;
+    if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
+        zd_conn_close(c);
+        return;
+    }
+    uv_fileno((uv_handle_t *)&c->pipe, &fd);
+    if (!zd_server_peer_allowed(srv, fd, who, sizeof(who))) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "permission denied for %s (allowed: uid %u, root%s%s)", who,
+                 (unsigned)geteuid(), srv->has_allowed_gid ? ", group " : "",
+                 srv->has_allowed_gid ? srv->params->config->allowed_group : "");
+        zd_conn_fail(c, 0, ZS_ERR_PERMISSION, msg);
+        return;
+    }
+    zs_debug(ZS_SUB_IPC, "connection %llu from %s", (unsigned long long)c->id, who);
+    uv_read_start((uv_stream_t *)&c->pipe, zd_alloc_cb, zd_read_cb);
+}
+
+/* ---- engine replies, signals, shutdown ------------------------------------------------ */
+
+static void zd_server_close_all(zd_server_t *srv)
+{
+    zd_conn_t *c = srv->conns;
+
+    while (c != NULL) {
+        zd_conn_t *next = c->next;
+        zd_conn_close_soon(c);
+        c = next;
+    }
+    uv_close((uv_handle_t *)&srv->async, NULL);
+    uv_close((uv_handle_t *)&srv->sig_term, NULL);
+    uv_close((uv_handle_t *)&srv->sig_int, NULL);
+    uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+}
+
+static void zd_async_cb(uv_async_t *a)
+{
+    zd_server_t *srv = a->data;
+    zd_reply_t *r = zd_engine_take_replies(srv->engine);
+
+    while (r != NULL) {
+        zd_reply_t *next = r->next;
+        zd_conn_t *c = zd_server_find_conn(srv, r->conn_id);
+
+        r->next = NULL;
+        if (c == NULL) {
+            zd_reply_free(r);
+        } else {
+            if (r->slot_freed >= 0 && r->slot_freed < 64) {
+                c->slot_busy &= ~(1ull << r->slot_freed);
+            }
+            if (r->n_slots > 0) {
+                c->n_slots = r->n_slots;
+                c->slot_busy = 0;
+            }
+            if (r->detached) {
+                c->n_slots = 0;
+                c->slot_busy = 0;
+            }
+            zd_conn_send(c, r);
+        }
+        r = next;
+    }
+    if (srv->stopping && zd_engine_stopped(srv->engine) && !uv_is_closing((uv_handle_t *)a)) {
+        /* every reply is out (or queued in libuv): close connections after their writes */
+        r = zd_engine_take_replies(srv->engine);
+        if (r == NULL) {
+            zd_server_close_all(srv);
+        } else {
+            uv_async_send(a); /* more came in between: go round again */
+            while (r != NULL) {
+                zd_reply_t *next = r->next;
+                zd_conn_t *c = zd_server_find_conn(srv, r->conn_id);
+                r->next = NULL;
+                if (c != NULL) {
+                    zd_conn_send(c, r);
+                } else {
+                    zd_reply_free(r);
+                }
+                r = next;
+            }
+        }
+    }
+}
+
+static void zd_engine_notify(void *arg)
+{
+    uv_async_send(arg);
+}
+
+static void zd_server_stop(zd_server_t *srv, const char *why)
+{
+    if (srv->stopping) {
+        return;
+    }
+    srv->stopping = true;
+#ifdef ZD_HAVE_SYSTEMD
+    sd_notify(0, "STOPPING=1");
+#endif
+    zs_info(ZS_SUB_MAIN, "%s: finishing the request in progress and stopping", why);
+    if (srv->listening) {
+        uv_close((uv_handle_t *)&srv->listener, NULL);
+        unlink(srv->params->socket_path);
+        srv->listening = false;
+    }
+    zd_engine_shutdown(srv->engine);
+    uv_async_send(&srv->async);
+}
+
+static void zd_signal_cb(uv_signal_t *h, int signum)
+{
+    zd_server_t *srv = h->data;
+
+    if (signum == SIGHUP) {
+        zd_config_t fresh;
+        char err[ZS_CONFIG_ERRLEN];
+        const zd_server_params_t *p = srv->params;
+        zs_status_t st;
+
+        memset(&fresh, 0, sizeof(fresh));
+        st = zs_config_load(&zd_config_table, &fresh, p->config_path, NULL, zd_config_env_ignore,
+                            p->flags, p->n_flags, err, sizeof(err));
+        if (st != ZS_OK) {
+            zs_error(ZS_SUB_CFG, "SIGHUP: reload failed, keeping the running config: %s", err);
+            return;
+        }
+        zd_engine_set_limits(srv->engine, fresh.max_shard_bytes, fresh.job_linger_ns);
+        srv->frame_timeout_ms = fresh.frame_timeout_ns / 1000000ull;
+        zs_info(ZS_SUB_CFG,
+                "SIGHUP: reloaded job_linger=%llu ms max_shard_bytes=%llu frame_timeout=%llu ms",
+                (unsigned long long)(fresh.job_linger_ns / 1000000ull),
+                (unsigned long long)fresh.max_shard_bytes,
+                (unsigned long long)srv->frame_timeout_ms);
+        zs_config_cleanup(&zd_config_table, &fresh);
+        return;
+    }
+    zd_server_stop(srv, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- the socket ----------------------------------------------------------------------- */
+
+static zs_status_t zd_server_listen(zd_server_t *srv)
+{
+    const char *path = srv->params->socket_path;
+    struct sockaddr_un sa;
+    mode_t old_mask;
+    char dir[sizeof(sa.sun_path)];
+    char *slash;
+    int rc, probe;
+
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        zs_error(ZS_SUB_IPC, "socket path '%s' is longer than %zu bytes", path,
+                 sizeof(sa.sun_path) - 1);
+        return ZS_ERR_INVALID;
+    }
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash != NULL && slash != dir) {
+        *slash = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            zs_error(ZS_SUB_IPC, "cannot create socket directory %s: %m", dir);
+            return ZS_ERR_IO;
+        }
+    }
+    /* A live daemon on the path is an error; a stale socket file is replaced. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path));
+    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0) {
+        if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            close(probe);
+            zs_error(ZS_SUB_IPC, "another zerod is listening on %s", path);
+            return ZS_ERR_EXISTS;
+        }
+        close(probe);
+    }
+    unlink(path);
+
+    uv_pipe_init(srv->loop, &srv->listener, 0);
+    srv->listener.data = srv;
+    old_mask = umask(0117); /* the socket is born 0660 */
+    rc = uv_pipe_bind(&srv->listener, path);
+    umask(old_mask);
+    if (rc == 0) {
+        rc = uv_listen((uv_stream_t *)&srv->listener, 128, zd_connection_cb);
+    }
+    if (rc != 0) {
+        zs_error(ZS_SUB_IPC, "cannot listen on %s: %s", path, uv_strerror(rc));
+        uv_close((uv_handle_t *)&srv->listener, NULL);
+        return ZS_ERR_IO;
+    }
+    chmod(path, 0660);
+    srv->listening = true;
+    return ZS_OK;
+}
+
+int zd_server_run(const zd_server_params_t *params)
+{
+    zd_engine_params_t ep;
+    zd_server_t *srv;
+    const zd_config_t *cfg = params->config;
+    int rc = 1;
+
+    srv = calloc(1, sizeof(*srv));
+    if (srv == NULL) {
+        return 1;
+    }
+    srv->params = params;
+    srv->loop = uv_default_loop();
+    srv->frame_timeout_ms = cfg->frame_timeout_ns / 1000000ull;
+    if (cfg->allowed_group != NULL && cfg->allowed_group[0] != '\0') {
+        struct group *gr = getgrnam(cfg->allowed_group);
+        if (gr == NULL) {
+            zs_error(ZS_SUB_CFG, "config key 'allowed_group': no group named '%s'",
+                     cfg->allowed_group);
+            goto out_free;
+        }
+        srv->allowed_gid = gr->gr_gid;
+        srv->has_allowed_gid = true;
+    }
+    uv_async_init(srv->loop, &srv->async, zd_async_cb);
+    srv->async.data = srv;
+
+    memset(&ep, 0, sizeof(ep));
+    ep.bucket_slots = (uint32_t)cfg->bucket_slots;
+    ep.max_shard_bytes = cfg->max_shard_bytes;
+    ep.job_linger_ns = cfg->job_linger_ns;
+    ep.threads = (unsigned)cfg->threads;
+    ep.device = params->device;
+    ep.socket_path = params->socket_path;
+    ep.notify = zd_engine_notify;
+    ep.notify_arg = &srv->async;
+    if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {
+        uv_close((uv_handle_t *)&srv->async, NULL);
+        uv_run(srv->loop, UV_RUN_DEFAULT);
+        goto out_free;
+    }
+
+    uv_signal_init(srv->loop, &srv->sig_term);
+    uv_signal_init(srv->loop, &srv->sig_int);
+    uv_signal_init(srv->loop, &srv->sig_hup);
+    srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv;
+    uv_signal_start(&srv->sig_term, zd_signal_cb, SIGTERM);
+    uv_signal_start(&srv->sig_int, zd_signal_cb, SIGINT);
+    uv_signal_start(&srv->sig_hup, zd_signal_cb, SIGHUP);
+
+    if (zd_server_listen(srv) != ZS_OK) {
+        zd_server_stop(srv, "start-up failed");
+        uv_run(srv->loop, UV_RUN_DEFAULT);
+        rc = 1;
+        goto out_engine;
+    }
+    zs_info(ZS_SUB_MAIN, "zerod %s ready on %s (device %s, pid %d)", ZEROD_VERSION,
+            params->socket_path, params->device, (int)getpid());
+    /* readiness line for launchers that wait on stdout */
+    printf("READY %s\n", params->socket_path);
+    fflush(stdout);
+#ifdef ZD_HAVE_SYSTEMD
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s", params->socket_path);
+#endif
+
+    uv_run(srv->loop, UV_RUN_DEFAULT);
+    rc = 0;
+    zs_info(ZS_SUB_MAIN, "stopped");
+
+out_engine:
+    zd_engine_destroy(srv->engine);
+out_free:
+    uv_loop_close(srv->loop);
+    free(srv);
+    return rc;
+}

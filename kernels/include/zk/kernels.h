@@ -56,6 +56,11 @@ typedef struct zk_pool zk_pool_t;
 zs_status_t zk_pool_create(unsigned threads, zk_pool_t **pool_p);
 void zk_pool_destroy(zk_pool_t *pool);
 unsigned zk_pool_threads(const zk_pool_t *pool);
+/* Run fn over [0, n) split into one contiguous chunk per thread (worker 0 is the calling
+ * thread), chunk starts multiples of `grain` elements; empty chunks are not called. pool NULL:
+ * fn(arg, 0, 0, n) on the calling thread. Returns when every chunk is done. */
+typedef void (*zk_pool_fn_t)(void *arg, unsigned worker, size_t begin, size_t end);
+zs_status_t zk_pool_run(zk_pool_t *pool, size_t n, size_t grain, zk_pool_fn_t fn, void *arg);
 
 /* Execution context for one call: NULL = default variant, calling thread only. */
 typedef struct zk_exec {
@@ -71,10 +76,10 @@ typedef struct zk_adam_params {
     float beta2;
     float eps;
     float weight_decay;
-    int adam_w_mode;      /* 1: decoupled (AdamW), 0: L2 (g += wd * p) */
-    int bias_correction;  /* 1: divide by (1 - beta^t) */
-    uint64_t step;        /* t, the step count after increment (>= 1) */
-    float grad_scale;     /* g = acc * grad_scale: 1 / (N_avg * G * c) of semantics.md §3.5 */
+    int adam_w_mode;     /* 1: decoupled (AdamW), 0: L2 (g += wd * p) */
+    int bias_correction; /* 1: divide by (1 - beta^t) */
+    uint64_t step;       /* t, the step count after increment (>= 1) */
+    float grad_scale;    /* g = acc * grad_scale: 1 / (N_avg * G * c) of semantics.md §3.5 */
 } zk_adam_params_t;
 
 /*
@@ -84,16 +89,15 @@ typedef struct zk_adam_params {
  * dst may be NULL (no cast written). Bias corrections are computed once per call in double.
  */
 zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
-                         float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype,
-                         size_t n);
+                         float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype, size_t n);
 
 /* Sum of squares in double and a non-finite flag (any inf or NaN), in one read pass. */
 zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
                      int *nonfinite_p);
 
 /* acc[i] += (float)src[i] * s, src of any dtype. */
-zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src,
-                          zk_dtype_t src_dtype, float s, size_t n);
+zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zk_dtype_t src_dtype,
+                          float s, size_t n);
 
 /* dst[i] = a[i] + b[i] computed in fp32, all three of `dtype` (dst may alias a or b). */
 zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const void *b,

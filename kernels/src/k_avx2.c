@@ -1,0 +1,313 @@
+/*
+ * zk AVX2 variant (AVX2 + FMA + F16C), 8 lanes. Heads (up to the alignment of the first
+ * written stream) and tails run the scalar formula of zk/elem.h; the main loop uses
+ * non-temporal stores on every aligned stream when the caller asks for them.
+ * Compiled with -mavx2 -mfma -mf16c; called only after zk_variant_supported(ZK_VARIANT_AVX2).
+ */
+#include "zk_int.h"
+
+#include <immintrin.h>
+
+#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define ZK_NT_P          1u
+#define ZK_NT_M          2u
+#define ZK_NT_V          4u
+#define ZK_NT_A          8u
+#define ZK_NT_DST        16u
+
+typedef struct zk_k256 {
+    __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
+        step_size, decay;
+} zk_k256_t;
+
+static size_t zk_head(const void *p, size_t align, size_t esize, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    size_t h;
+
+    if (a % esize != 0) {
+        return 0;
+    }
+    h = ((align - a % align) % align) / esize;
+    return h < n ? h : n;
+}
+
+static int zk_aligned(const void *p, size_t align)
+{
+    return ((uintptr_t)p % align) == 0;
+}
+
+static inline float zk_ld1(const void *p, zk_dtype_t dt, size_t i)
+{
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        return zk_f16_to_f32(((const uint16_t *)p)[i]);
+    case ZK_DTYPE_BF16:
+        return zk_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+static inline void zk_st1(void *p, zk_dtype_t dt, size_t i, float x)
+{
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        ((uint16_t *)p)[i] = zk_f32_to_f16(x);
+        break;
+    case ZK_DTYPE_BF16:
+        ((uint16_t *)p)[i] = zk_f32_to_bf16(x);
+        break;
+    default:
+        ((float *)p)[i] = x;
+        break;
+    }
+}
+
+/* fp32 -> bf16 RNE, the integer formula of zk_f32_to_bf16 on 8 lanes. */
+ZK_ALWAYS_INLINE __m128i zk256_bf16(__m256 x)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i hi = _mm256_srli_epi32(u, 16);
+    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    /* |u| > inf bits, as signed compare: both sides are below 2^31 */
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+
+    r = _mm256_srli_epi32(r, 16);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    /* values fit in 16 bits: unsigned-saturating pack is exact; fix the lane order */
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+    return _mm256_castsi256_si128(r);
+}
+
+ZK_ALWAYS_INLINE __m256 zk256_ld(const void *p, zk_dtype_t dt, size_t i)
+{
+    const uint16_t *h = (const uint16_t *)p + i;
+
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    case ZK_DTYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+    default:
+        return _mm256_loadu_ps((const float *)p + i);
+    }
+}
+
+ZK_ALWAYS_INLINE void zk256_st_f32(float *p, __m256 x, int nt)
+{
+    if (nt) {
+        _mm256_stream_ps(p, x);
+    } else {
+        _mm256_storeu_ps(p, x);
+    }
+}
+
+ZK_ALWAYS_INLINE void zk256_st(void *p, zk_dtype_t dt, size_t i, __m256 x, int nt)
+{
+    __m128i *h = (__m128i *)((uint16_t *)p + i);
+    __m128i w;
+
+    switch (dt) {
+    case ZK_DTYPE_F16:
+    case ZK_DTYPE_BF16:
+        w = dt == ZK_DTYPE_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk256_bf16(x);
+        if (nt) {
+            _mm_stream_si128(h, w);
+        } else {
+            _mm_storeu_si128(h, w);
+        }
+        break;
+    default:
+        zk256_st_f32((float *)p + i, x, nt);
+        break;
+    }
+}
+
+/* ---- fused step ---- */
+
+static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v, float *a,
+                              void *dst, zk_dtype_t dt, size_t b, size_t e)
+{
+    for (size_t i = b; i < e; i++) {
+        float x = zk_adam_elem(k, a[i], p[i], &m[i], &v[i]);
+        p[i] = x;
+        a[i] = 0.0f;
+        if (dst != NULL) {
+            zk_st1(dst, dt, i, x);
+        }
+    }
+}
+
+ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, float *v, float *a,
+                                       void *dst, zk_dtype_t dt, size_t i, unsigned ntf)
+{
+    __m256 P = _mm256_loadu_ps(p + i);
+    __m256 M = _mm256_loadu_ps(m + i);
+    __m256 V = _mm256_loadu_ps(v + i);
+    __m256 A = _mm256_loadu_ps(a + i);
+
+    ZK_ADAM_LANE(__m256, _mm256_sqrt_ps, *K, A, P, M, V);
+    zk256_st_f32(p + i, P, ntf & ZK_NT_P);
+    zk256_st_f32(m + i, M, ntf & ZK_NT_M);
+    zk256_st_f32(v + i, V, ntf & ZK_NT_V);
+    zk256_st_f32(a + i, _mm256_setzero_ps(), ntf & ZK_NT_A);
+    if (dst != NULL) {
+        zk256_st(dst, dt, i, P, ntf & ZK_NT_DST);
+    }
+}
+
+static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
+                       zk_dtype_t dt, size_t n, int nt)
+{
+    zk_k256_t K = {
+        .grad_scale = _mm256_set1_ps(k->grad_scale),
+        .wd_l2 = _mm256_set1_ps(k->wd_l2),
+        .beta1 = _mm256_set1_ps(k->beta1),
+        .one_minus_beta1 = _mm256_set1_ps(k->one_minus_beta1),
+        .beta2 = _mm256_set1_ps(k->beta2),
+        .one_minus_beta2 = _mm256_set1_ps(k->one_minus_beta2),
+        .eps = _mm256_set1_ps(k->eps),
+        .inv_sqrt_bc2 = _mm256_set1_ps(k->inv_sqrt_bc2),
+        .step_size = _mm256_set1_ps(k->step_size),
+        .decay = _mm256_set1_ps(k->decay),
+    };
+    size_t dsize = dst != NULL ? zk_dtype_size(dt) : 0;
+    size_t i = zk_head(p, 32, 4, n);
+    unsigned ntf = 0;
+
+    zk256_adam_scalar(k, p, m, v, a, dst, dt, 0, i);
+    if (nt) {
+        ntf |= zk_aligned(p + i, 32) ? ZK_NT_P : 0;
+        ntf |= zk_aligned(m + i, 32) ? ZK_NT_M : 0;
+        ntf |= zk_aligned(v + i, 32) ? ZK_NT_V : 0;
+        ntf |= zk_aligned(a + i, 32) ? ZK_NT_A : 0;
+        ntf |= dst != NULL && zk_aligned((char *)dst + i * dsize, 8 * dsize) ? ZK_NT_DST : 0;
+    }
+    if (dst == NULL) {
+        for (; i + 8 <= n; i += 8) {
+            zk256_adam_block(&K, p, m, v, a, NULL, dt, i, ntf);
+        }
+    } else {
+        for (; i + 8 <= n; i += 8) {
+            zk256_adam_block(&K, p, m, v, a, dst, dt, i, ntf);
+        }
+    }
+    zk256_adam_scalar(k, p, m, v, a, dst, dt, i, n);
+    if (ntf) {
+        _mm_sfence();
+    }
+}
+
+/* ---- sum of squares ---- */
+
+ZK_ALWAYS_INLINE void zk256_sq(__m256 x, __m256d *s0, __m256d *s1)
+{
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+
+    *s0 = _mm256_fmadd_pd(lo, lo, *s0);
+    *s1 = _mm256_fmadd_pd(hi, hi, *s1);
+}
+
+static double zk256_sumsq(const float *x, size_t n)
+{
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+    size_t h = zk_head(x, 32, 4, n);
+    size_t i = h;
+    double head = 0.0, tail = 0.0;
+    double lanes[4];
+
+    for (size_t j = 0; j < h; j++) {
+        head += (double)x[j] * (double)x[j];
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk256_sq(_mm256_loadu_ps(x + i), &s0, &s1);
+        zk256_sq(_mm256_loadu_ps(x + i + 8), &s2, &s3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        zk256_sq(_mm256_loadu_ps(x + i), &s0, &s1);
+    }
+    for (; i < n; i++) {
+        tail += (double)x[i] * (double)x[i];
+    }
+    _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + head + tail;
+}
+
+/* ---- accumulate ---- */
+
+static void zk256_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n, int nt)
+{
+    __m256 S = _mm256_set1_ps(s);
+    size_t i = zk_head(acc, 32, 4, n);
+
+    for (size_t j = 0; j < i; j++) {
+        acc[j] += zk_ld1(src, dt, j) * s;
+    }
+    nt = nt && zk_aligned(acc + i, 32);
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_fmadd_ps(zk256_ld(src, dt, i), S, _mm256_loadu_ps(acc + i));
+        zk256_st_f32(acc + i, x, nt);
+    }
+    for (; i < n; i++) {
+        acc[i] += zk_ld1(src, dt, i) * s;
+    }
+    if (nt) {
+        _mm_sfence();
+    }
+}
+
+/* ---- reduce and cast ---- */
+
+static void zk256_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n, int nt)
+{
+    size_t es = zk_dtype_size(dt);
+    size_t i = zk_head(dst, 8 * es, es, n);
+
+    for (size_t j = 0; j < i; j++) {
+        zk_st1(dst, dt, j, zk_ld1(a, dt, j) + zk_ld1(b, dt, j));
+    }
+    nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
+    for (; i + 8 <= n; i += 8) {
+        zk256_st(dst, dt, i, _mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i)), nt);
+    }
+    for (; i < n; i++) {
+        zk_st1(dst, dt, i, zk_ld1(a, dt, i) + zk_ld1(b, dt, i));
+    }
+    if (nt) {
+        _mm_sfence();
+    }
+}
+
+static void zk256_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt, size_t n, int nt)
+{
+    size_t es = zk_dtype_size(ddt);
+    size_t i = zk_head(dst, 8 * es, es, n);
+
+    for (size_t j = 0; j < i; j++) {
+        zk_st1(dst, ddt, j, zk_ld1(src, sdt, j));
+    }
+    nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
+    for (; i + 8 <= n; i += 8) {
+        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
+    }
+    for (; i < n; i++) {
+        zk_st1(dst, ddt, i, zk_ld1(src, sdt, i));
+    }
+    if (nt) {
+        _mm_sfence();
+    }
+}
+
+const zk_ops_t zk_ops_avx2 = {
+    .adam = zk256_adam,
+    .sumsq = zk256_sumsq,
+    .accumulate = zk256_accumulate,
+    .reduce = zk256_reduce,
+    .cast = zk256_cast,
+};

@@ -1,0 +1,355 @@
+/*
+ * zk AVX-512 variant (F/BW/VL; AVX512_BF16 for fp32 -> bf16 where present), 16 lanes.
+ * Heads and tails use masked loads and stores; the main loop starts where the first written
+ * stream is aligned, and uses non-temporal stores on every stream that is aligned there when
+ * the caller asks for them (calls larger than the caches).
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; called only after
+ * zk_variant_supported(ZK_VARIANT_AVX512).
+ */
+#include "zk_int.h"
+
+#include <immintrin.h>
+
+#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define ZK_NT_P          1u
+#define ZK_NT_M          2u
+#define ZK_NT_V          4u
+#define ZK_NT_A          8u
+#define ZK_NT_DST        16u
+
+typedef struct zk_k512 {
+    __m512 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
+        step_size, decay;
+} zk_k512_t;
+
+/* Elements before p reaches an `align`-byte boundary (0 when p is not element aligned). */
+static size_t zk_head(const void *p, size_t align, size_t esize, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    size_t h;
+
+    if (a % esize != 0) {
+        return 0;
+    }
+    h = ((align - a % align) % align) / esize;
+    return h < n ? h : n;
+}
+
+static int zk_aligned(const void *p, size_t align)
+{
+    return ((uintptr_t)p % align) == 0;
+}
+
+static __mmask16 zk_mask(size_t n)
+{
+    return (__mmask16)((1u << n) - 1u);
+}
+
+static int zk_have_bf16 = -1;
+
+static int zk512_bf16_supported(void)
+{
+#if defined(ZK_HAVE_AVX512BF16)
+    if (zk_have_bf16 < 0) {
+        __builtin_cpu_init();
+        zk_have_bf16 = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+    }
+    return zk_have_bf16;
+#else
+    return 0;
+#endif
+}
+
+/* fp32 -> bf16 RNE in integer arithmetic: the exact formula of zk_f32_to_bf16. */
+ZK_ALWAYS_INLINE __m256i zk512_bf16_int(__m512 x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+
+    r = _mm512_srli_epi32(r, 16);
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+#if defined(ZK_HAVE_AVX512BF16)
+/* VCVTNEPS2BF16 rounds to nearest even and quiets NaN like zk_f32_to_bf16, but flushes
+ * subnormal inputs to zero: blocks holding a subnormal take the integer path. Executed only
+ * when cpuid reports AVX512_BF16 (the file is compiled with -mavx512bf16 for this). */
+ZK_ALWAYS_INLINE __m256i zk512_bf16_hw(__m512 x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __mmask16 sub =
+        _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
+                                    _mm512_set1_epi32(0x007fffff));
+
+    if (__builtin_expect(sub != 0, 0)) {
+        return zk512_bf16_int(x);
+    }
+    return (__m256i)_mm512_cvtneps_pbh(x);
+}
+#else
+#define zk512_bf16_hw(x) zk512_bf16_int(x)
+#endif
+
+ZK_ALWAYS_INLINE __m256i zk512_bf16(__m512 x, int hw)
+{
+    return hw ? zk512_bf16_hw(x) : zk512_bf16_int(x);
+}
+
+/* 16 elements of dtype dt at index i as fp32; `full` (a constant after inlining) selects the
+ * unmasked path. */
+ZK_ALWAYS_INLINE __m512 zk512_ld(const void *p, zk_dtype_t dt, size_t i, __mmask16 mk, int full)
+{
+    const uint16_t *h = (const uint16_t *)p + i;
+    __m256i w;
+
+    switch (dt) {
+    case ZK_DTYPE_F16:
+    case ZK_DTYPE_BF16:
+        w = full ? _mm256_loadu_si256((const __m256i *)h) : _mm256_maskz_loadu_epi16(mk, h);
+        if (dt == ZK_DTYPE_F16) {
+            return _mm512_cvtph_ps(w);
+        }
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16));
+    default:
+        return full ? _mm512_loadu_ps((const float *)p + i)
+                    : _mm512_maskz_loadu_ps(mk, (const float *)p + i);
+    }
+}
+
+ZK_ALWAYS_INLINE void zk512_st_f32(float *p, __m512 x, __mmask16 mk, int full, int nt)
+{
+    if (!full) {
+        _mm512_mask_storeu_ps(p, mk, x);
+    } else if (nt) {
+        _mm512_stream_ps(p, x);
+    } else {
+        _mm512_storeu_ps(p, x);
+    }
+}
+
+ZK_ALWAYS_INLINE void zk512_st(void *p, zk_dtype_t dt, size_t i, __m512 x, __mmask16 mk, int full,
+                               int nt, int hw)
+{
+    uint16_t *h = (uint16_t *)p + i;
+    __m256i w;
+
+    switch (dt) {
+    case ZK_DTYPE_F16:
+    case ZK_DTYPE_BF16:
+        w = dt == ZK_DTYPE_F16 ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk512_bf16(x, hw);
+        if (!full) {
+            _mm256_mask_storeu_epi16(h, mk, w);
+        } else if (nt) {
+            _mm256_stream_si256((__m256i *)h, w);
+        } else {
+            _mm256_storeu_si256((__m256i *)h, w);
+        }
+        break;
+    default:
+        zk512_st_f32((float *)p + i, x, mk, full, nt);
+        break;
+    }
+}
+
+/* ---- fused step ---- */
+
+ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, float *v, float *a,
+                                       void *dst, zk_dtype_t dt, size_t i, __mmask16 mk, int full,
+                                       unsigned ntf, int hw)
+{
+    __m512 P = zk512_ld(p, ZK_DTYPE_F32, i, mk, full);
+    __m512 M = zk512_ld(m, ZK_DTYPE_F32, i, mk, full);
+    __m512 V = zk512_ld(v, ZK_DTYPE_F32, i, mk, full);
+    __m512 A = zk512_ld(a, ZK_DTYPE_F32, i, mk, full);
+
+    ZK_ADAM_LANE(__m512, _mm512_sqrt_ps, *K, A, P, M, V);
+    zk512_st_f32(p + i, P, mk, full, ntf & ZK_NT_P);
+    zk512_st_f32(m + i, M, mk, full, ntf & ZK_NT_M);
+    zk512_st_f32(v + i, V, mk, full, ntf & ZK_NT_V);
+    zk512_st_f32(a + i, _mm512_setzero_ps(), mk, full, ntf & ZK_NT_A);
+    if (dst != NULL) {
+        zk512_st(dst, dt, i, P, mk, full, ntf & ZK_NT_DST, hw);
+    }
+}
+
+static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
+                       zk_dtype_t dt, size_t n, int nt)
+{
+    zk_k512_t K = {
+        .grad_scale = _mm512_set1_ps(k->grad_scale),
+        .wd_l2 = _mm512_set1_ps(k->wd_l2),
+        .beta1 = _mm512_set1_ps(k->beta1),
+        .one_minus_beta1 = _mm512_set1_ps(k->one_minus_beta1),
+        .beta2 = _mm512_set1_ps(k->beta2),
+        .one_minus_beta2 = _mm512_set1_ps(k->one_minus_beta2),
+        .eps = _mm512_set1_ps(k->eps),
+        .inv_sqrt_bc2 = _mm512_set1_ps(k->inv_sqrt_bc2),
+        .step_size = _mm512_set1_ps(k->step_size),
+        .decay = _mm512_set1_ps(k->decay),
+    };
+    size_t dsize = dst != NULL ? zk_dtype_size(dt) : 0;
+    size_t i = zk_head(p, 64, 4, n);
+    int hw = dt == ZK_DTYPE_BF16 && zk512_bf16_supported();
+    unsigned ntf = 0;
+
+    if (i > 0) {
+        zk512_adam_block(&K, p, m, v, a, dst, dt, 0, zk_mask(i), 0, 0, hw);
+    }
+    if (nt) {
+        ntf |= zk_aligned(p + i, 64) ? ZK_NT_P : 0;
+        ntf |= zk_aligned(m + i, 64) ? ZK_NT_M : 0;
+        ntf |= zk_aligned(v + i, 64) ? ZK_NT_V : 0;
+        ntf |= zk_aligned(a + i, 64) ? ZK_NT_A : 0;
+        ntf |= dst != NULL && zk_aligned((char *)dst + i * dsize, 16 * dsize) ? ZK_NT_DST : 0;
+    }
+    if (dst == NULL) {
+        for (; i + 16 <= n; i += 16) {
+            zk512_adam_block(&K, p, m, v, a, NULL, dt, i, 0, 1, ntf, hw);
+        }
+    } else {
+        for (; i + 16 <= n; i += 16) {
+            zk512_adam_block(&K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw);
+        }
+    }
+    if (i < n) {
+        zk512_adam_block(&K, p, m, v, a, dst, dt, i, zk_mask(n - i), 0, 0, hw);
+    }
+    if (ntf) {
+        _mm_sfence();
+    }
+}
+
+/* ---- sum of squares ---- */
+
+ZK_ALWAYS_INLINE void zk512_sq(__m512 x, __m512d *s0, __m512d *s1)
+{
+    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+
+    *s0 = _mm512_fmadd_pd(lo, lo, *s0);
+    *s1 = _mm512_fmadd_pd(hi, hi, *s1);
+}
+
+static double zk512_sumsq(const float *x, size_t n)
+{
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = zk_head(x, 64, 4, n);
+
+    if (i > 0) {
+        zk512_sq(_mm512_maskz_loadu_ps(zk_mask(i), x), &s0, &s1);
+    }
+    for (; i + 32 <= n; i += 32) {
+        zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
+        zk512_sq(_mm512_loadu_ps(x + i + 16), &s2, &s3);
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
+    }
+    if (i < n) {
+        zk512_sq(_mm512_maskz_loadu_ps(zk_mask(n - i), x + i), &s2, &s3);
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
+}
+
+/* ---- accumulate ---- */
+
+ZK_ALWAYS_INLINE void zk512_acc_block(float *acc, const void *src, zk_dtype_t dt, __m512 s,
+                                      size_t i, __mmask16 mk, int full, int nt)
+{
+    __m512 a = zk512_ld(acc, ZK_DTYPE_F32, i, mk, full);
+    __m512 x = zk512_ld(src, dt, i, mk, full);
+
+    zk512_st_f32(acc + i, _mm512_fmadd_ps(x, s, a), mk, full, nt);
+}
+
+static void zk512_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n, int nt)
+{
+    __m512 S = _mm512_set1_ps(s);
+    size_t i = zk_head(acc, 64, 4, n);
+
+    if (i > 0) {
+        zk512_acc_block(acc, src, dt, S, 0, zk_mask(i), 0, 0);
+    }
+    nt = nt && zk_aligned(acc + i, 64);
+    for (; i + 16 <= n; i += 16) {
+        zk512_acc_block(acc, src, dt, S, i, 0, 1, nt);
+    }
+    if (i < n) {
+        zk512_acc_block(acc, src, dt, S, i, zk_mask(n - i), 0, 0);
+    }
+    if (nt) {
+        _mm_sfence();
+    }
+}
+
+/* ---- reduce and cast: dst = f(src...) with dst of any dtype ---- */
+
+ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, zk_dtype_t dt,
+                                      size_t i, __mmask16 mk, int full, int nt, int hw)
+{
+    __m512 x = _mm512_add_ps(zk512_ld(a, dt, i, mk, full), zk512_ld(b, dt, i, mk, full));
+
+    zk512_st(dst, dt, i, x, mk, full, nt, hw);
+}
+
+static void zk512_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n, int nt)
+{
+    size_t w = 16 * zk_dtype_size(dt);
+    size_t i = zk_head(dst, w, zk_dtype_size(dt), n);
+    int hw = dt == ZK_DTYPE_BF16 && zk512_bf16_supported();
+
+    if (i > 0) {
+        zk512_red_block(dst, a, b, dt, 0, zk_mask(i), 0, 0, hw);
+    }
+    nt = nt && zk_aligned((char *)dst + i * zk_dtype_size(dt), w);
+    for (; i + 16 <= n; i += 16) {
+        zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
+    }
+    if (i < n) {
+        zk512_red_block(dst, a, b, dt, i, zk_mask(n - i), 0, 0, hw);
+    }
+    if (nt) {
+        _mm_sfence();
+    }
+}
+
+ZK_ALWAYS_INLINE void zk512_cast_block(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt,
+                                       size_t i, __mmask16 mk, int full, int nt, int hw)
+{
+    zk512_st(dst, ddt, i, zk512_ld(src, sdt, i, mk, full), mk, full, nt, hw);
+}
+
+static void zk512_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt, size_t n, int nt)
+{
+    size_t w = 16 * zk_dtype_size(ddt);
+    size_t i = zk_head(dst, w, zk_dtype_size(ddt), n);
+    int hw = ddt == ZK_DTYPE_BF16 && zk512_bf16_supported();
+
+    if (i > 0) {
+        zk512_cast_block(dst, ddt, src, sdt, 0, zk_mask(i), 0, 0, hw);
+    }
+    nt = nt && zk_aligned((char *)dst + i * zk_dtype_size(ddt), w);
+    for (; i + 16 <= n; i += 16) {
+        zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
+    }
+    if (i < n) {
+        zk512_cast_block(dst, ddt, src, sdt, i, zk_mask(n - i), 0, 0, hw);
+    }
+    if (nt) {
+        _mm_sfence();
+    }
+}
+
+const zk_ops_t zk_ops_avx512 = {
+    .adam = zk512_adam,
+    .sumsq = zk512_sumsq,
+    .accumulate = zk512_accumulate,
+    .reduce = zk512_reduce,
+    .cast = zk512_cast,
+};

@@ -1,0 +1,84 @@
+/* zk scalar variant: the portable reference, one element at a time through zk/elem.h. */
+#include "zk_int.h"
+
+static inline float zk_ld(const void *p, zk_dtype_t dt, size_t i)
+{
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        return zk_f16_to_f32(((const uint16_t *)p)[i]);
+    case ZK_DTYPE_BF16:
+        return zk_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+static inline void zk_st(void *p, zk_dtype_t dt, size_t i, float x)
+{
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        ((uint16_t *)p)[i] = zk_f32_to_f16(x);
+        break;
+    case ZK_DTYPE_BF16:
+        ((uint16_t *)p)[i] = zk_f32_to_bf16(x);
+        break;
+    default:
+        ((float *)p)[i] = x;
+        break;
+    }
+}
+
+static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc,
+                           void *dst, zk_dtype_t dt, size_t n, int nt)
+{
+    for (size_t i = 0; i < n; i++) {
+        float p = zk_adam_elem(k, acc[i], master[i], &m[i], &v[i]);
+        master[i] = p;
+        acc[i] = 0.0f;
+        if (dst != NULL) {
+            zk_st(dst, dt, i, p);
+        }
+    }
+}
+
+static double zk_scalar_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+
+    for (size_t i = 0; i < n; i++) {
+        s += (double)x[i] * (double)x[i];
+    }
+    return s;
+}
+
+static void zk_scalar_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n,
+                                 int nt)
+{
+    for (size_t i = 0; i < n; i++) {
+        acc[i] += zk_ld(src, dt, i) * s;
+    }
+}
+
+static void zk_scalar_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n,
+                             int nt)
+{
+    for (size_t i = 0; i < n; i++) {
+        zk_st(dst, dt, i, zk_ld(a, dt, i) + zk_ld(b, dt, i));
+    }
+}
+
+static void zk_scalar_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt, size_t n,
+                           int nt)
+{
+    for (size_t i = 0; i < n; i++) {
+        zk_st(dst, ddt, i, zk_ld(src, sdt, i));
+    }
+}
+
+const zk_ops_t zk_ops_scalar = {
+    .adam = zk_scalar_adam,
+    .sumsq = zk_scalar_sumsq,
+    .accumulate = zk_scalar_accumulate,
+    .reduce = zk_scalar_reduce,
+    .cast = zk_scalar_cast,
+};

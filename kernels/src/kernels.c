@@ -1,0 +1,510 @@
+/*
+ * zk front end: variant selection (cpuid, ZEROD_KERNELS), argument checks, the split of one
+ * call over a zk_pool_t, and the coefficients of semantics.md §3.6 computed once per call.
+ */
+#include "zk_int.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Chunk starts are multiples of this many elements: 4 KiB of fp32, so every stream of every
+ * dtype keeps the alignment of its base pointer in every chunk. */
+#define ZK_GRAIN 1024
+
+static __thread char zk_errbuf[256];
+
+static pthread_once_t zk_init_once = PTHREAD_ONCE_INIT;
+static zs_status_t zk_init_status = ZS_OK;
+static char zk_init_msg[sizeof(zk_errbuf)];
+static volatile int zk_default = ZK_VARIANT_SCALAR;
+
+zs_status_t zk_error_set(zs_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(zk_errbuf, sizeof(zk_errbuf), fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+const char *zk_last_error(void)
+{
+    return zk_errbuf;
+}
+
+size_t zk_dtype_size(zk_dtype_t dtype)
+{
+    switch (dtype) {
+    case ZK_DTYPE_F32:
+        return 4;
+    case ZK_DTYPE_F16:
+    case ZK_DTYPE_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *zk_dtype_name(zk_dtype_t dtype)
+{
+    switch (dtype) {
+    case ZK_DTYPE_F32:
+        return "fp32";
+    case ZK_DTYPE_F16:
+        return "fp16";
+    case ZK_DTYPE_BF16:
+        return "bf16";
+    }
+    return "unknown";
+}
+
+static const char *const zk_variant_names[ZK_VARIANT_COUNT] = {"scalar", "avx2", "avx512"};
+
+const char *zk_variant_name(zk_variant_t v)
+{
+    if ((unsigned)v >= ZK_VARIANT_COUNT) {
+        return "unknown";
+    }
+    return zk_variant_names[v];
+}
+
+int zk_variant_supported(zk_variant_t v)
+{
+    switch (v) {
+    case ZK_VARIANT_SCALAR:
+        return 1;
+#if defined(ZK_HAVE_X86_VARIANTS)
+    case ZK_VARIANT_AVX2:
+        /* libgcc/compiler-rt also check that the OS saves the AVX state (xgetbv) */
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case ZK_VARIANT_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+    default:
+        return 0;
+    }
+}
+
+static const zk_ops_t *zk_variant_ops(int v)
+{
+    switch (v) {
+#if defined(ZK_HAVE_X86_VARIANTS)
+    case ZK_VARIANT_AVX2:
+        return &zk_ops_avx2;
+    case ZK_VARIANT_AVX512:
+        return &zk_ops_avx512;
+#endif
+    default:
+        return &zk_ops_scalar;
+    }
+}
+
+static void zk_init_run(void)
+{
+    const char *env = getenv("ZEROD_KERNELS");
+    int v;
+
+    if (env == NULL || *env == '\0') {
+        for (v = ZK_VARIANT_COUNT - 1; v > ZK_VARIANT_SCALAR; v--) {
+            if (zk_variant_supported((zk_variant_t)v)) {
+                break;
+            }
+        }
+        zk_default = v;
+        return;
+    }
+    for (v = 0; v < ZK_VARIANT_COUNT; v++) {
+        if (strcasecmp(env, zk_variant_names[v]) == 0) {
+            break;
+        }
+    }
+    if (v == ZK_VARIANT_COUNT) {
+        zk_init_status = ZS_ERR_INVALID;
+        snprintf(zk_init_msg, sizeof(zk_init_msg),
+                 "ZEROD_KERNELS=%s names no kernel variant (scalar, avx2, avx512)", env);
+        return;
+    }
+    if (!zk_variant_supported((zk_variant_t)v)) {
+        zk_init_status = ZS_ERR_UNSUPPORTED;
+        snprintf(zk_init_msg, sizeof(zk_init_msg),
+                 "ZEROD_KERNELS=%s: this CPU cannot run the %s kernels (needs %s)", env,
+                 zk_variant_names[v],
+                 v == ZK_VARIANT_AVX2 ? "AVX2, FMA and F16C"
+                                      : "AVX-512 F/BW/VL, AVX2, FMA and F16C");
+        return;
+    }
+    zk_default = v;
+}
+
+zs_status_t zk_init(void)
+{
+    pthread_once(&zk_init_once, zk_init_run);
+    if (zk_init_status != ZS_OK) {
+        return zk_error_set(zk_init_status, "%s", zk_init_msg);
+    }
+    return ZS_OK;
+}
+
+zs_status_t zk_set_default_variant(zk_variant_t v)
+{
+    pthread_once(&zk_init_once, zk_init_run);
+    if ((unsigned)v >= ZK_VARIANT_COUNT) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_set_default_variant: no variant %d", (int)v);
+    }
+    if (!zk_variant_supported(v)) {
+        return zk_error_set(ZS_ERR_UNSUPPORTED, "kernel variant %s is not supported by this CPU",
+                            zk_variant_names[v]);
+    }
+    zk_default = v;
+    zk_init_status = ZS_OK; /* an explicit choice overrides a bad ZEROD_KERNELS */
+    return ZS_OK;
+}
+
+zk_variant_t zk_default_variant(void)
+{
+    pthread_once(&zk_init_once, zk_init_run);
+    return (zk_variant_t)zk_default;
+}
+
+/* The ops and pool of one call. */
+static zs_status_t zk_exec_resolve(const char *fn, const zk_exec_t *exec, const zk_ops_t **ops_p,
+                                   zk_pool_t **pool_p)
+{
+    int v = exec != NULL ? exec->variant : ZK_VARIANT_DEFAULT;
+    zs_status_t status;
+
+    if (v == ZK_VARIANT_DEFAULT) {
+        status = zk_init();
+        if (status != ZS_OK) {
+            return status;
+        }
+        v = zk_default;
+    } else if (v < 0 || v >= ZK_VARIANT_COUNT) {
+        return zk_error_set(ZS_ERR_INVALID, "%s: no kernel variant %d", fn, v);
+    } else if (!zk_variant_supported((zk_variant_t)v)) {
+        return zk_error_set(ZS_ERR_UNSUPPORTED,
+                            "%s: kernel variant %s is not supported by this CPU", fn,
+                            zk_variant_names[v]);
+    }
+    *ops_p = zk_variant_ops(v);
+    *pool_p = exec != NULL ? exec->pool : NULL;
+    return ZS_OK;
+}
+
+static int zk_dtype_valid(zk_dtype_t dtype)
+{
+    return zk_dtype_size(dtype) != 0;
+}
+
+/* Largest n for which n * (bytes of all streams) cannot overflow a size_t. */
+#define ZK_MAX_N (SIZE_MAX / 64)
+
+zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k)
+{
+    double bc1 = 1.0;
+    double bc2 = 1.0;
+    double lr = params->lr;
+    double wd = params->weight_decay;
+
+    if (!(params->beta1 >= 0.0f && params->beta1 < 1.0f) ||
+        !(params->beta2 >= 0.0f && params->beta2 < 1.0f)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: betas must be in [0, 1), got (%g, %g)",
+                            (double)params->beta1, (double)params->beta2);
+    }
+    if (!isfinite(params->lr) || !isfinite(params->weight_decay) || !(params->eps >= 0.0f) ||
+        !isfinite(params->eps) || !isfinite(params->grad_scale)) {
+        return zk_error_set(ZS_ERR_INVALID,
+                            "zk_adam_step: lr, eps, weight_decay and grad_scale must be finite "
+                            "(eps >= 0)");
+    }
+    if (params->bias_correction) {
+        if (params->step == 0) {
+            return zk_error_set(ZS_ERR_INVALID,
+                                "zk_adam_step: step must be >= 1 with bias correction");
+        }
+        bc1 = 1.0 - pow((double)params->beta1, (double)params->step);
+        bc2 = 1.0 - pow((double)params->beta2, (double)params->step);
+        if (!(bc1 > 0.0) || !(bc2 > 0.0)) {
+            /* beta == 0 gives bc == 1; only a beta of exactly 1 could give 0, refused above */
+            return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: bias correction underflows");
+        }
+    }
+    k->grad_scale = params->grad_scale;
+    k->wd_l2 = params->adam_w_mode ? 0.0f : params->weight_decay;
+    k->beta1 = params->beta1;
+    k->one_minus_beta1 = (float)(1.0 - (double)params->beta1);
+    k->beta2 = params->beta2;
+    k->one_minus_beta2 = (float)(1.0 - (double)params->beta2);
+    k->eps = params->eps;
+    k->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    k->step_size = (float)(lr / bc1);
+    k->decay = params->adam_w_mode ? (float)(1.0 - lr * wd) : 1.0f;
+    return ZS_OK;
+}
+
+/* ---- zk_adam_step ---- */
+
+typedef struct zk_adam_job {
+    const zk_ops_t *ops;
+    const zk_adam_k_t *k;
+    float *master, *m, *v, *acc;
+    char *dst;
+    zk_dtype_t dst_dtype;
+    size_t dsize;
+    int nt;
+} zk_adam_job_t;
+
+static void zk_adam_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    const zk_adam_job_t *j = (const zk_adam_job_t *)arg;
+
+    j->ops->adam(j->k, j->master + b, j->m + b, j->v + b, j->acc + b,
+                 j->dst != NULL ? j->dst + b * j->dsize : NULL, j->dst_dtype, e - b, j->nt);
+}
+
+zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
+                         float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype, size_t n)
+{
+    zk_adam_job_t job;
+    zk_adam_k_t k;
+    zk_pool_t *pool;
+    zs_status_t status;
+
+    status = zk_exec_resolve("zk_adam_step", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (params == NULL) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: params is NULL");
+    }
+    if (dst != NULL && !zk_dtype_valid(dst_dtype)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: bad dst dtype %d", (int)dst_dtype);
+    }
+    if (n > ZK_MAX_N) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: n = %zu is too large", n);
+    }
+    status = zk_adam_k_init(params, &k);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (n == 0) {
+        return ZS_OK;
+    }
+    if (master == NULL || m == NULL || v == NULL || acc == NULL) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: NULL buffer with n = %zu", n);
+    }
+    job.k = &k;
+    job.master = master;
+    job.m = m;
+    job.v = v;
+    job.acc = acc;
+    job.dst = (char *)dst;
+    job.dst_dtype = dst_dtype;
+    job.dsize = dst != NULL ? zk_dtype_size(dst_dtype) : 0;
+    job.nt = n * (16 + job.dsize) >= ZK_NT_MIN_BYTES;
+    return zk_pool_run(pool, n, ZK_GRAIN, zk_adam_chunk, &job);
+}
+
+/* ---- zk_sumsq ---- */
+
+#define ZK_SUMSQ_MAX_WORKERS 1024
+
+typedef struct zk_sumsq_job {
+    const zk_ops_t *ops;
+    const float *x;
+    double part[ZK_SUMSQ_MAX_WORKERS];
+} zk_sumsq_job_t;
+
+static void zk_sumsq_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    zk_sumsq_job_t *j = (zk_sumsq_job_t *)arg;
+
+    j->part[worker] = j->ops->sumsq(j->x + b, e - b);
+}
+
+zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
+                     int *nonfinite_p)
+{
+    zk_sumsq_job_t job;
+    zk_pool_t *pool;
+    zs_status_t status;
+    unsigned workers;
+    double sum = 0.0;
+
+    status = zk_exec_resolve("zk_sumsq", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (sumsq_p == NULL || nonfinite_p == NULL || (x == NULL && n != 0)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_sumsq: NULL argument");
+    }
+    workers = zk_pool_threads(pool);
+    if (workers > ZK_SUMSQ_MAX_WORKERS) {
+        workers = 1;
+        pool = NULL;
+    }
+    job.x = x;
+    memset(job.part, 0, workers * sizeof(job.part[0]));
+    status = zk_pool_run(pool, n, ZK_GRAIN, zk_sumsq_chunk, &job);
+    if (status != ZS_OK) {
+        return status;
+    }
+    for (unsigned w = 0; w < workers; w++) {
+        sum += job.part[w]; /* fixed order: the result depends only on n and the pool size */
+    }
+    /* every term is a square of an fp32 value (< 2^256), so a finite input cannot overflow
+     * the double sum: the sum is non-finite exactly when some input is inf or NaN */
+    *nonfinite_p = !isfinite(sum);
+    *sumsq_p = sum;
+    return ZS_OK;
+}
+
+/* ---- zk_accumulate ---- */
+
+typedef struct zk_accumulate_job {
+    const zk_ops_t *ops;
+    float *acc;
+    const char *src;
+    zk_dtype_t dtype;
+    size_t ssize;
+    float s;
+    int nt;
+} zk_accumulate_job_t;
+
+static void zk_accumulate_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    const zk_accumulate_job_t *j = (const zk_accumulate_job_t *)arg;
+
+    j->ops->accumulate(j->acc + b, j->src + b * j->ssize, j->dtype, j->s, e - b, j->nt);
+}
+
+zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zk_dtype_t src_dtype,
+                          float s, size_t n)
+{
+    zk_accumulate_job_t job;
+    zk_pool_t *pool;
+    zs_status_t status;
+
+    status = zk_exec_resolve("zk_accumulate", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (!zk_dtype_valid(src_dtype)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_accumulate: bad src dtype %d", (int)src_dtype);
+    }
+    if (n > ZK_MAX_N || ((acc == NULL || src == NULL) && n != 0)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_accumulate: NULL buffer or n = %zu too large", n);
+    }
+    job.acc = acc;
+    job.src = (const char *)src;
+    job.dtype = src_dtype;
+    job.ssize = zk_dtype_size(src_dtype);
+    job.s = s;
+    job.nt = n * 4 >= ZK_NT_MIN_BYTES;
+    return zk_pool_run(pool, n, ZK_GRAIN, zk_accumulate_chunk, &job);
+}
+
+/* ---- zk_reduce ---- */
+
+typedef struct zk_reduce_job {
+    const zk_ops_t *ops;
+    char *dst;
+    const char *a, *b;
+    zk_dtype_t dtype;
+    size_t size;
+    int nt;
+} zk_reduce_job_t;
+
+static void zk_reduce_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    const zk_reduce_job_t *j = (const zk_reduce_job_t *)arg;
+    size_t o = b * j->size;
+
+    j->ops->reduce(j->dst + o, j->a + o, j->b + o, j->dtype, e - b, j->nt);
+}
+
+zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const void *b,
+                      zk_dtype_t dtype, size_t n)
+{
+    zk_reduce_job_t job;
+    zk_pool_t *pool;
+    zs_status_t status;
+
+    status = zk_exec_resolve("zk_reduce", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (!zk_dtype_valid(dtype)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_reduce: bad dtype %d", (int)dtype);
+    }
+    if (n > ZK_MAX_N || ((dst == NULL || a == NULL || b == NULL) && n != 0)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_reduce: NULL buffer or n = %zu too large", n);
+    }
+    job.dst = (char *)dst;
+    job.a = (const char *)a;
+    job.b = (const char *)b;
+    job.dtype = dtype;
+    job.size = zk_dtype_size(dtype);
+    job.nt = n * job.size >= ZK_NT_MIN_BYTES;
+    return zk_pool_run(pool, n, ZK_GRAIN, zk_reduce_chunk, &job);
+}
+
+/* ---- zk_cast ---- */
+
+typedef struct zk_cast_job {
+    const zk_ops_t *ops;
+    char *dst;
+    const char *src;
+    zk_dtype_t ddt, sdt;
+    size_t dsize, ssize;
+    int nt;
+} zk_cast_job_t;
+
+static void zk_cast_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    const zk_cast_job_t *j = (const zk_cast_job_t *)arg;
+
+    if (j->ddt == j->sdt) {
+        memcpy(j->dst + b * j->dsize, j->src + b * j->ssize, (e - b) * j->dsize);
+        return;
+    }
+    j->ops->cast(j->dst + b * j->dsize, j->ddt, j->src + b * j->ssize, j->sdt, e - b, j->nt);
+}
+
+zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zk_dtype_t dst_dtype, const void *src,
+                    zk_dtype_t src_dtype, size_t n)
+{
+    zk_cast_job_t job;
+    zk_pool_t *pool;
+    zs_status_t status;
+
+    status = zk_exec_resolve("zk_cast", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (!zk_dtype_valid(dst_dtype) || !zk_dtype_valid(src_dtype)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_cast: bad dtype (dst %d, src %d)", (int)dst_dtype,
+                            (int)src_dtype);
+    }
+    if (n > ZK_MAX_N || ((dst == NULL || src == NULL) && n != 0)) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_cast: NULL buffer or n = %zu too large", n);
+    }
+    job.dst = (char *)dst;
+    job.src = (const char *)src;
+    job.ddt = dst_dtype;
+    job.sdt = src_dtype;
+    job.dsize = zk_dtype_size(dst_dtype);
+    job.ssize = zk_dtype_size(src_dtype);
+    job.nt = n * job.dsize >= ZK_NT_MIN_BYTES;
+    return zk_pool_run(pool, n, ZK_GRAIN, zk_cast_chunk, &job);
+}

@@ -1,0 +1,41 @@
+/* zk module-internal: the per-variant operation tables and the error helper. */
+#ifndef ZK_INT_H
+#define ZK_INT_H
+
+#include "zk/elem.h"
+#include "zk/kernels.h"
+
+#include <stddef.h>
+
+/* Each operation runs on one contiguous range on the calling thread. `nt` asks for
+ * non-temporal stores where the pointers allow it (the range is large, beyond cache). */
+typedef struct zk_ops {
+    void (*adam)(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc, void *dst,
+                 zk_dtype_t dst_dtype, size_t n, int nt);
+    /* sum of squares in double; non-finite inputs make it inf or NaN */
+    double (*sumsq)(const float *x, size_t n);
+    void (*accumulate)(float *acc, const void *src, zk_dtype_t src_dtype, float s, size_t n,
+                       int nt);
+    void (*reduce)(void *dst, const void *a, const void *b, zk_dtype_t dtype, size_t n, int nt);
+    /* dst_dtype != src_dtype (same-type copies are done by the caller) */
+    void (*cast)(void *dst, zk_dtype_t dst_dtype, const void *src, zk_dtype_t src_dtype, size_t n,
+                 int nt);
+} zk_ops_t;
+
+extern const zk_ops_t zk_ops_scalar;
+#if defined(ZK_HAVE_X86_VARIANTS)
+extern const zk_ops_t zk_ops_avx2;
+extern const zk_ops_t zk_ops_avx512;
+#endif
+
+/* Record the message for zk_last_error() and return `status`. */
+zs_status_t zk_error_set(zs_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Coefficients of semantics.md §3.6 for one call, computed in double. */
+zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k);
+
+/* Calls that write more than this many bytes use non-temporal stores. */
+#define ZK_NT_MIN_BYTES (8u << 20)
+
+#endif

@@ -1,0 +1,337 @@
+/*
+ * zk_adam_step against fp64 references of semantics.md §3.6/§3.7: one step on fresh random
+ * data at every length, misalignment, destination dtype, AdamW/L2 and bias correction on/off;
+ * ten steps against torch.optim.AdamW's formula. Tolerances come from the error model of
+ * zk_test.h (every fp32 rounding of the kernel's operation order, propagated), not from tuning.
+ */
+#include "zk_test.h"
+
+#define ZT_NONE  (-1) /* no destination buffer */
+#define ZT_GUARD 16   /* sentinel fp32 elements after each buffer */
+
+static zk_adam_params_t zt_random_params(int adam_w_mode, int bias_correction)
+{
+    zk_adam_params_t p = {
+        .lr = (float)exp2(zt_uniform(-17, -6)),
+        .beta1 = (float)zt_uniform(0.8, 0.95),
+        .beta2 = (float)zt_uniform(0.99, 0.9999),
+        .eps = (zt_u64() & 1) ? 1e-8f : 1e-6f,
+        .weight_decay = (float)zt_uniform(0.0, 0.1),
+        .adam_w_mode = adam_w_mode,
+        .bias_correction = bias_correction,
+        .step = 1 + zt_u64() % 2000,
+        .grad_scale = (float)exp2(zt_uniform(-16, 0)),
+    };
+    return p;
+}
+
+/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model; coefficients as
+ * zk computes them (fp64, rounded once to fp32). */
+static void zt_adam_chain(const zk_adam_params_t *P, zt_ev_t acc, zt_ev_t *p, zt_ev_t *m,
+                          zt_ev_t *v)
+{
+    double bc1 = P->bias_correction ? 1.0 - pow(P->beta1, (double)P->step) : 1.0;
+    double bc2 = P->bias_correction ? 1.0 - pow(P->beta2, (double)P->step) : 1.0;
+    double wd = P->weight_decay;
+    zt_ev_t gs = zt_ev(P->grad_scale);
+    zt_ev_t wdl2 = zt_ev(P->adam_w_mode ? 0.0 : wd);
+    zt_ev_t b1 = zt_ev(P->beta1), omb1 = zt_coef(1.0 - P->beta1);
+    zt_ev_t b2 = zt_ev(P->beta2), omb2 = zt_coef(1.0 - P->beta2);
+    zt_ev_t isb2 = zt_coef(1.0 / sqrt(bc2));
+    zt_ev_t ss = zt_coef(P->lr / bc1);
+    zt_ev_t decay = zt_coef(P->adam_w_mode ? 1.0 - (double)P->lr * wd : 1.0);
+    zt_ev_t g = zt_add(zt_mul(acc, gs), zt_mul(wdl2, *p));
+
+    *m = zt_add(zt_mul(b1, *m), zt_mul(omb1, g));
+    *v = zt_add(zt_mul(b2, *v), zt_mul(zt_mul(omb2, g), g));
+    *p = zt_sub(zt_mul(*p, decay),
+                zt_mul(ss, zt_div(*m, zt_add(zt_mul(zt_sqrt(*v), isb2), zt_ev(P->eps)))));
+}
+
+/* semantics.md §3.6 verbatim in fp64 */
+static void zt_adam_semantics(const zk_adam_params_t *P, double acc, double *p, double *m,
+                              double *v)
+{
+    double bc1 = P->bias_correction ? 1.0 - pow(P->beta1, (double)P->step) : 1.0;
+    double bc2 = P->bias_correction ? 1.0 - pow(P->beta2, (double)P->step) : 1.0;
+    double wd = P->weight_decay;
+    double g = acc * P->grad_scale;
+
+    if (!P->adam_w_mode) {
+        g = g + wd * *p;
+    }
+    *m = P->beta1 * *m + (1.0 - P->beta1) * g;
+    *v = P->beta2 * *v + (1.0 - P->beta2) * g * g;
+    *p = *p - P->lr * ((*m / bc1) / (sqrt(*v / bc2) + P->eps) + (P->adam_w_mode ? wd * *p : 0.0));
+}
+
+/* ZT_GUARD * 4 bytes of 0xa5 after the n elements of a buffer; the kernels must not touch them */
+static void zt_fill_guard(void *p, size_t n, size_t esize)
+{
+    memset((char *)p + n * esize, 0xa5, ZT_GUARD * 4);
+}
+
+static void zt_check_guard(const void *p, size_t n, size_t esize, const char *what)
+{
+    const unsigned char *g = (const unsigned char *)p + n * esize;
+
+    for (size_t i = 0; i < ZT_GUARD * 4; i++) {
+        cr_assert_eq(g[i], 0xa5, "%s: byte %zu past the end was written (n %zu, seed %llu)", what,
+                     i, n, (unsigned long long)zt_seed);
+    }
+}
+
+static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int adam_w_mode,
+                         int bias_correction)
+{
+    zk_adam_params_t P = zt_random_params(adam_w_mode, bias_correction);
+    size_t dsize = dst_dtype == ZT_NONE ? 4 : zk_dtype_size((zk_dtype_t)dst_dtype);
+    zt_buf_t bp, bm, bv, ba, bd;
+    float *p = zt_alloc(&bp, 4 * (n + ZT_GUARD), 4 * off);
+    float *m = zt_alloc(&bm, 4 * (n + ZT_GUARD), 4 * ((off * 3) % 16));
+    float *v = zt_alloc(&bv, 4 * (n + ZT_GUARD), 4 * ((off * 5) % 16));
+    float *a = zt_alloc(&ba, 4 * (n + ZT_GUARD), 4 * ((off * 7) % 16));
+    void *d = zt_alloc(&bd, 4 * (n + ZT_GUARD), dsize * ((off * 11) % 16));
+    float *p0 = malloc(4 * (n + 1)), *m0 = malloc(4 * (n + 1)), *v0 = malloc(4 * (n + 1));
+    float *a0 = malloc(4 * (n + 1));
+    zs_status_t st;
+
+    cr_assert(p0 && m0 && v0 && a0);
+    for (size_t i = 0; i < n; i++) {
+        p0[i] = p[i] = (i % 97 == 5) ? 0.0f : zt_logu(-10, 2);
+        m0[i] = m[i] = zt_logu(-14, -2);
+        /* Adam keeps |m| / sqrt(v) of order one; v = 0 with m = 0 also occurs */
+        v0[i] = v[i] = (i % 89 == 3) ? (m0[i] = m[i] = 0.0f, 0.0f)
+                                     : m[i] * m[i] * (float)zt_uniform(1.0, 100.0);
+        a0[i] = a[i] = (i % 83 == 7) ? 0.0f : zt_logu(-12, 8);
+    }
+    zt_fill_guard(p, n, 4);
+    zt_fill_guard(m, n, 4);
+    zt_fill_guard(v, n, 4);
+    zt_fill_guard(a, n, 4);
+    zt_fill_guard(d, n, dsize);
+
+    st = zk_adam_step(&ex, &P, p, m, v, a, dst_dtype == ZT_NONE ? NULL : d,
+                      dst_dtype == ZT_NONE ? ZK_DTYPE_F32 : (zk_dtype_t)dst_dtype, n);
+    cr_assert_eq(st, ZS_OK, "zk_adam_step: %s: %s", zs_status_name(st), zk_last_error());
+
+    for (size_t i = 0; i < n; i++) {
+        zt_ev_t ep = zt_ev(p0[i]), em = zt_ev(m0[i]), ev = zt_ev(v0[i]);
+        double rp = p0[i], rm = m0[i], rv = v0[i];
+        zt_adam_chain(&P, zt_ev(a0[i]), &ep, &em, &ev);
+        zt_adam_semantics(&P, a0[i], &rp, &rm, &rv);
+        cr_assert_leq(fabs(p[i] - rp), ep.e,
+                      "%s n=%zu off=%zu dst=%d adamw=%d bc=%d: master[%zu] = %a, fp64 %a, "
+                      "|diff| %g > bound %g (seed %llu)",
+                      zk_variant_name(ex.variant), n, off, dst_dtype, adam_w_mode, bias_correction,
+                      i, (double)p[i], rp, fabs(p[i] - rp), ep.e, (unsigned long long)zt_seed);
+        cr_assert_leq(fabs(m[i] - rm), em.e, "m[%zu] = %a, fp64 %a (seed %llu)", i, (double)m[i],
+                      rm, (unsigned long long)zt_seed);
+        cr_assert_leq(fabs(v[i] - rv), ev.e, "v[%zu] = %a, fp64 %a (seed %llu)", i, (double)v[i],
+                      rv, (unsigned long long)zt_seed);
+        cr_assert_eq(zt_f32_bits(a[i]), 0u, "acc[%zu] not zeroed", i);
+        switch (dst_dtype) {
+        case ZK_DTYPE_F32:
+            cr_assert_eq(zt_f32_bits(((float *)d)[i]), zt_f32_bits(p[i]), "dst[%zu]", i);
+            break;
+        case ZK_DTYPE_F16:
+            cr_assert_eq(((uint16_t *)d)[i], zt_ref_f16(p[i]), "dst[%zu] for %a", i, (double)p[i]);
+            break;
+        case ZK_DTYPE_BF16:
+            cr_assert_eq(((uint16_t *)d)[i], zt_ref_bf16(p[i]), "dst[%zu] for %a", i, (double)p[i]);
+            break;
+        default:
+            break;
+        }
+    }
+    zt_check_guard(p, n, 4, "master");
+    zt_check_guard(m, n, 4, "m");
+    zt_check_guard(v, n, 4, "v");
+    zt_check_guard(a, n, 4, "acc");
+    if (dst_dtype != ZT_NONE) {
+        zt_check_guard(d, n, dsize, "dst");
+    }
+    free(p0);
+    free(m0);
+    free(v0);
+    free(a0);
+    zt_free(&bp);
+    zt_free(&bm);
+    zt_free(&bv);
+    zt_free(&ba);
+    zt_free(&bd);
+}
+
+static void zt_adam_all(zk_exec_t ex)
+{
+    static const int dsts[] = {ZT_NONE, ZK_DTYPE_F32, ZK_DTYPE_F16, ZK_DTYPE_BF16};
+    unsigned k = 0;
+
+    for (size_t li = 0; li < ZT_N_LENGTHS; li++) {
+        for (size_t di = 0; di < 4; di++) {
+            for (int adamw = 0; adamw <= 1; adamw++) {
+                for (int bc = 0; bc <= 1; bc++) {
+                    zt_adam_case(ex, zt_lengths[li], zt_offsets[k++ % ZT_N_OFFSETS], dsts[di],
+                                 adamw, bc);
+                }
+            }
+        }
+    }
+}
+
+ZT_VARIANT_TESTS(zk_adam, matches_fp64_reference, zt_adam_all)
+
+/* Ten steps against torch.optim.AdamW (adamw.py, single-tensor path) in fp64:
+ *   p *= 1 - lr wd; m.lerp_(g, 1 - b1); v = v b2 + (1 - b2) g g;
+ *   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+ * with g = acc * grad_scale, fresh accumulators every step. Errors carried from step to step
+ * by the error model. */
+static void zt_adam_ten_steps(zk_exec_t ex)
+{
+    const size_t n = 4099;
+    zk_adam_params_t P = zt_random_params(1, 1);
+    float *p = malloc(4 * n), *m = calloc(n, 4), *v = calloc(n, 4), *a = malloc(4 * n);
+    uint16_t *d = malloc(2 * n);
+    double *tp = malloc(8 * n), *tm = calloc(n, 8), *tv = calloc(n, 8);
+    zt_ev_t *cp = malloc(sizeof(zt_ev_t) * n), *cm = malloc(sizeof(zt_ev_t) * n);
+    zt_ev_t *cv = malloc(sizeof(zt_ev_t) * n);
+    float *p_first = malloc(4 * n);
+    double worst_ulps = 0.0;
+
+    cr_assert(p && m && v && a && d && tp && tm && tv && cp && cm && cv && p_first);
+    P.lr = 1e-3f;
+    P.weight_decay = 0.01f;
+    for (size_t i = 0; i < n; i++) {
+        p_first[i] = p[i] = zt_logu(-8, 1);
+        tp[i] = p[i];
+        cp[i] = zt_ev(p[i]);
+        cm[i] = cv[i] = zt_ev(0.0);
+    }
+    for (uint64_t t = 1; t <= 10; t++) {
+        zs_status_t st;
+        double bc1 = 1.0 - pow(P.beta1, (double)t);
+        double bc2 = 1.0 - pow(P.beta2, (double)t);
+
+        P.step = t;
+        for (size_t i = 0; i < n; i++) {
+            a[i] = zt_logu(-10, 6);
+        }
+        for (size_t i = 0; i < n; i++) {
+            double g = (double)a[i] * P.grad_scale;
+            double denom;
+
+            zt_adam_chain(&P, zt_ev(a[i]), &cp[i], &cm[i], &cv[i]);
+            tp[i] *= 1.0 - (double)P.lr * P.weight_decay;
+            tm[i] += (1.0 - P.beta1) * (g - tm[i]);
+            tv[i] = tv[i] * P.beta2 + (1.0 - P.beta2) * g * g;
+            denom = sqrt(tv[i]) / sqrt(bc2) + P.eps;
+            tp[i] += -(P.lr / bc1) * tm[i] / denom;
+        }
+        st = zk_adam_step(&ex, &P, p, m, v, a, d, ZK_DTYPE_BF16, n);
+        cr_assert_eq(st, ZS_OK, "%s", zk_last_error());
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* the bound in ulps of the largest master value along the way */
+        double ulp = ldexp(1.0, ilogb(fmax(fabs(tp[i]), fabs(p_first[i]))) - 23);
+
+        cr_assert_leq(fabs(p[i] - tp[i]), cp[i].e,
+                      "%s: after 10 steps p[%zu] = %a, torch fp64 %a, bound %g (seed %llu)",
+                      zk_variant_name(ex.variant), i, (double)p[i], tp[i], cp[i].e,
+                      (unsigned long long)zt_seed);
+        cr_assert_leq(fabs(m[i] - tm[i]), cm[i].e, "m[%zu] = %a, torch %a", i, (double)m[i], tm[i]);
+        cr_assert_leq(fabs(v[i] - tv[i]), cv[i].e, "v[%zu] = %a, torch %a", i, (double)v[i], tv[i]);
+        cr_assert_eq(d[i], zt_ref_bf16(p[i]));
+        if (cp[i].e / ulp > worst_ulps) {
+            worst_ulps = cp[i].e / ulp;
+        }
+    }
+    cr_log_info("%s: 10 steps, bound at most %.2f ulp of master", zk_variant_name(ex.variant),
+                worst_ulps);
+    free(p);
+    free(m);
+    free(v);
+    free(a);
+    free(d);
+    free(tp);
+    free(tm);
+    free(tv);
+    free(cp);
+    free(cm);
+    free(cv);
+    free(p_first);
+}
+
+ZT_VARIANT_TESTS(zk_adam, ten_steps_match_torch_adamw_fp64, zt_adam_ten_steps)
+
+/* Every variant computes the same formula; with a pool the result is bit-identical to one
+ * thread (the split is element-wise). */
+Test(zk_adam, pool_split_is_bit_identical)
+{
+    const size_t n = 300007;
+    zk_adam_params_t P;
+    zk_pool_t *pool = NULL;
+    float *buf[2][4];
+    uint16_t *dst[2];
+
+    zt_seed_init();
+    P = zt_random_params(1, 1);
+    cr_assert_eq(zk_pool_create(3, &pool), ZS_OK);
+    for (int r = 0; r < 2; r++) {
+        for (int s = 0; s < 4; s++) {
+            buf[r][s] = malloc(4 * n);
+            cr_assert_not_null(buf[r][s]);
+        }
+        dst[r] = malloc(2 * n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        buf[0][0][i] = buf[1][0][i] = zt_logu(-8, 1);
+        buf[0][1][i] = buf[1][1][i] = zt_logu(-12, -2);
+        buf[0][2][i] = buf[1][2][i] = fabsf(zt_logu(-24, -4));
+        buf[0][3][i] = buf[1][3][i] = zt_logu(-10, 6);
+    }
+    {
+        zk_exec_t one = {.variant = ZK_VARIANT_DEFAULT, .pool = NULL};
+        zk_exec_t three = {.variant = ZK_VARIANT_DEFAULT, .pool = pool};
+        cr_assert_eq(zk_adam_step(&one, &P, buf[0][0], buf[0][1], buf[0][2], buf[0][3], dst[0],
+                                  ZK_DTYPE_F16, n),
+                     ZS_OK);
+        cr_assert_eq(zk_adam_step(&three, &P, buf[1][0], buf[1][1], buf[1][2], buf[1][3], dst[1],
+                                  ZK_DTYPE_F16, n),
+                     ZS_OK);
+    }
+    for (int s = 0; s < 4; s++) {
+        cr_assert_eq(memcmp(buf[0][s], buf[1][s], 4 * n), 0, "stream %d differs", s);
+    }
+    cr_assert_eq(memcmp(dst[0], dst[1], 2 * n), 0);
+    for (int r = 0; r < 2; r++) {
+        for (int s = 0; s < 4; s++) {
+            free(buf[r][s]);
+        }
+        free(dst[r]);
+    }
+    zk_pool_destroy(pool);
+}
+
+Test(zk_adam, rejects_bad_parameters)
+{
+    zk_adam_params_t P = {.lr = 1e-3f,
+                          .beta1 = 0.9f,
+                          .beta2 = 0.999f,
+                          .eps = 1e-8f,
+                          .adam_w_mode = 1,
+                          .bias_correction = 1,
+                          .step = 0,
+                          .grad_scale = 1};
+    float x = 0.0f;
+
+    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+    cr_assert_neq(strstr(zk_last_error(), "step"), NULL, "message: %s", zk_last_error());
+    P.step = 1;
+    P.beta2 = 1.0f;
+    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+    P.beta2 = 0.999f;
+    cr_assert_eq(zk_adam_step(NULL, &P, NULL, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, &P, NULL, NULL, NULL, NULL, NULL, ZK_DTYPE_F32, 0), ZS_OK);
+    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, &x, (zk_dtype_t)7, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, NULL, &x, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+}

@@ -126,7 +126,8 @@ static inline ZK_HD uint16_t zk_f32_to_f16(float f)
     uint32_t ax = x & 0x7fffffffu;
 
     if (ax >= 0x7f800000u) { /* inf or NaN */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x0200u | (ax >> 13) : 0u));
+        return (uint16_t)(sign | 0x7c00u |
+                          (ax > 0x7f800000u ? 0x0200u | ((ax >> 13) & 0x3ffu) : 0u));
     }
     if (ax >= 0x477ff000u) { /* >= 65520 = max half + half an ulp: rounds to inf */
         return (uint16_t)(sign | 0x7c00u);

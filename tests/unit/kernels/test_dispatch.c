@@ -1,0 +1,111 @@
+/*
+ * Variant selection: cpuid default, ZEROD_KERNELS forcing one, unknown or unavailable names
+ * refused with a message; the pool's run contract. Criterion runs each test in its own
+ * process, so each sees a fresh zk_init().
+ */
+#include "zk_test.h"
+
+Test(zk_dispatch, default_is_best_supported)
+{
+    zk_variant_t want = ZK_VARIANT_SCALAR;
+
+    unsetenv("ZEROD_KERNELS");
+    for (int v = ZK_VARIANT_COUNT - 1; v >= 0; v--) {
+        if (zk_variant_supported((zk_variant_t)v)) {
+            want = (zk_variant_t)v;
+            break;
+        }
+    }
+    cr_assert_eq(zk_init(), ZS_OK);
+    cr_assert_eq(zk_default_variant(), want, "default %s", zk_variant_name(zk_default_variant()));
+    cr_log_info("default kernels on this CPU: %s", zk_variant_name(want));
+}
+
+Test(zk_dispatch, env_forces_scalar)
+{
+    setenv("ZEROD_KERNELS", "scalar", 1);
+    cr_assert_eq(zk_init(), ZS_OK);
+    cr_assert_eq(zk_default_variant(), ZK_VARIANT_SCALAR);
+}
+
+Test(zk_dispatch, env_unknown_name_is_invalid)
+{
+    float x = 1.0f;
+    double s;
+    int f;
+
+    setenv("ZEROD_KERNELS", "sse9", 1);
+    cr_assert_eq(zk_init(), ZS_ERR_INVALID);
+    cr_assert_neq(strstr(zk_last_error(), "sse9"), NULL, "message: %s", zk_last_error());
+    /* kernels using the default variant fail the same way */
+    cr_assert_eq(zk_sumsq(NULL, &x, 1, &s, &f), ZS_ERR_INVALID);
+}
+
+Test(zk_dispatch, env_unavailable_variant_is_unsupported)
+{
+    int v;
+
+    for (v = ZK_VARIANT_COUNT - 1; v >= 0; v--) {
+        if (!zk_variant_supported((zk_variant_t)v)) {
+            break;
+        }
+    }
+    if (v < 0) {
+        cr_skip_test("this CPU supports every variant: no unavailable one to ask for");
+    }
+    setenv("ZEROD_KERNELS", zk_variant_name((zk_variant_t)v), 1);
+    cr_assert_eq(zk_init(), ZS_ERR_UNSUPPORTED);
+    cr_assert_neq(strstr(zk_last_error(), "cannot run"), NULL, "message: %s", zk_last_error());
+}
+
+Test(zk_dispatch, explicit_variant_checked)
+{
+    zk_exec_t bad = {.variant = 42, .pool = NULL};
+    float x = 1.0f;
+    double s;
+    int f;
+
+    cr_assert_eq(zk_sumsq(&bad, &x, 1, &s, &f), ZS_ERR_INVALID);
+    cr_assert_eq(zk_set_default_variant(ZK_VARIANT_SCALAR), ZS_OK);
+    cr_assert_eq(zk_default_variant(), ZK_VARIANT_SCALAR);
+    cr_assert_str_eq(zk_variant_name(ZK_VARIANT_AVX512), "avx512");
+    cr_assert_str_eq(zk_dtype_name(ZK_DTYPE_BF16), "bf16");
+    cr_assert_eq(zk_dtype_size(ZK_DTYPE_F16), 2);
+}
+
+typedef struct zt_cover {
+    unsigned char hit[100000];
+    unsigned workers[8];
+} zt_cover_t;
+
+static void zt_cover_fn(void *arg, unsigned worker, size_t b, size_t e)
+{
+    zt_cover_t *c = arg;
+
+    c->workers[worker]++;
+    for (size_t i = b; i < e; i++) {
+        c->hit[i]++;
+    }
+}
+
+Test(zk_pool, chunks_cover_range_once)
+{
+    static zt_cover_t c;
+    zk_pool_t *pool;
+
+    cr_assert_eq(zk_pool_create(4, &pool), ZS_OK);
+    cr_assert_eq(zk_pool_threads(pool), 4);
+    for (size_t n = 0; n < 100000; n = n * 3 + 1) {
+        memset(&c, 0, sizeof(c));
+        cr_assert_eq(zk_pool_run(pool, n, 64, zt_cover_fn, &c), ZS_OK);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_eq(c.hit[i], 1, "n=%zu: element %zu run %u times", n, i, c.hit[i]);
+        }
+        for (unsigned w = 0; w < 4; w++) {
+            cr_assert_leq(c.workers[w], 1);
+        }
+    }
+    zk_pool_destroy(pool);
+    zk_pool_destroy(NULL);
+    cr_assert_eq(zk_pool_create(0, &pool), ZS_ERR_INVALID);
+}

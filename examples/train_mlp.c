@@ -9,7 +9,8 @@
  * WORLD_SIZE (1), MASTER_ADDR and MASTER_PORT (rank 0's daemon, "addr:port", WORLD_SIZE > 1).
  *
  * Parameters are registered in reverse order (b2, W2, b1, W1), as a PyTorch binding does.
- * Each step prints `step N loss X grad_norm Y loss_scale Z`.
+ * Each step prints `step N loss X grad_norm Y loss_scale Z`, N being the optimizer steps the
+ * daemon has completed (a step skipped on fp16 overflow repeats N and adds "skipped").
  */
 #define _GNU_SOURCE
 #include <zerod/zc.h>
@@ -585,9 +586,8 @@ static int train(zc_session_t *s, const opts_t *o, uint32_t rank, const zc_attac
         if (res.loss_scale > 0.0) {
             loss_scale = res.loss_scale;
         }
-        printf("step %" PRIu64 " loss %.6f grad_norm %.6f loss_scale %g%s\n",
-               info->step + (uint64_t)it + 1, loss / o->accum, res.grad_norm, res.loss_scale,
-               res.skipped ? " skipped" : "");
+        printf("step %" PRIu64 " loss %.6f grad_norm %.6f loss_scale %g%s\n", res.step,
+               loss / o->accum, res.grad_norm, res.loss_scale, res.skipped ? " skipped" : "");
         fflush(stdout);
     }
 

@@ -1,0 +1,35 @@
+/*
+ * zk_bench memory limit: streaming kernels with exactly the read and written streams of the
+ * kernel measured (same element widths, same vector width, stores either all regular or all
+ * non-temporal), doing no arithmetic beyond keeping the data live. The limit of a kernel is
+ * the faster of the two store types, so a kernel cannot look good by choosing a store type
+ * its limit did not try.
+ */
+#ifndef ZK_BENCH_LIMIT_H
+#define ZK_BENCH_LIMIT_H
+
+#include <stddef.h>
+
+typedef enum zb_pattern {
+    ZB_ADAM,       /* read master, m, v, acc (fp32); write them + dst (wsize bytes, 0 = none) */
+    ZB_READ,       /* read x (fp32) */
+    ZB_ACCUMULATE, /* read acc (fp32), src (rsize); write acc */
+    ZB_REDUCE,     /* read a, b (rsize); write dst (rsize) */
+    ZB_CAST,       /* read src (rsize); write dst (wsize) */
+} zb_pattern_t;
+
+typedef struct zb_limit_args {
+    zb_pattern_t pattern;
+    size_t rsize, wsize; /* element widths, 2 or 4 (wsize 0: ZB_ADAM without dst) */
+    void *s[5];          /* streams, in the order listed above */
+    int nt;              /* non-temporal stores */
+    unsigned zero;       /* 0, opaque to the compiler */
+} zb_limit_args_t;
+
+/* Run the pattern over elements [b, e) (whole vectors; e - b a multiple of 16). */
+typedef void (*zb_limit_fn_t)(const zb_limit_args_t *a, size_t b, size_t e);
+
+void zb_limit_avx512(const zb_limit_args_t *a, size_t b, size_t e);
+void zb_limit_avx2(const zb_limit_args_t *a, size_t b, size_t e);
+
+#endif

@@ -1,0 +1,32 @@
+/* zk_bench memory limit, 256-bit vectors (compiled with -mavx2). */
+#include "limit.h"
+
+#include <immintrin.h>
+
+/* 8 x 32-bit -> 8 x 16-bit (values of the limit kernel are arbitrary bits: truncate) */
+static inline __m128i zb_narrow(__m256i x)
+{
+    __m256i s = _mm256_shuffle_epi8(x, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1,
+                                                        -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
+                                                        -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(s, 0x08));
+}
+
+#define VL         8
+#define V4         __m256i
+#define V2         __m128i
+#define LD4(p)     _mm256_loadu_si256((const __m256i *)(p))
+#define LD2(p)     _mm_loadu_si128((const __m128i *)(p))
+#define ST4(p, x)  _mm256_storeu_si256((__m256i *)(p), x)
+#define ST2(p, x)  _mm_storeu_si128((__m128i *)(p), x)
+#define NT4(p, x)  _mm256_stream_si256((__m256i *)(p), x)
+#define NT2(p, x)  _mm_stream_si128((__m128i *)(p), x)
+#define OR4(x, y)  _mm256_or_si256(x, y)
+#define AND4(x, y) _mm256_and_si256(x, y)
+#define SET4(x)    _mm256_set1_epi32((int)(x))
+#define FIRST4(x)  (unsigned)_mm_cvtsi128_si32(_mm256_castsi256_si128(x))
+#define NARROW(x)  zb_narrow(x)
+#define WIDEN(x)   _mm256_cvtepu16_epi32(x)
+#define FN         zb_limit_avx2
+
+#include "limit_body.h"

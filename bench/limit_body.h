@@ -1,0 +1,144 @@
+/* Included by limit_avx512.c and limit_avx2.c with the vector macros defined:
+ * V4/V2 (vectors of VL 32-bit / 16-bit lanes), LD4/LD2, ST4/ST2 (regular), NT4/NT2
+ * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name). */
+
+#define ZB_ST4(p, x, nt)                                                                           \
+    do {                                                                                           \
+        if (nt) {                                                                                  \
+            NT4(p, x);                                                                             \
+        } else {                                                                                   \
+            ST4(p, x);                                                                             \
+        }                                                                                          \
+    } while (0)
+#define ZB_ST2(p, x, nt)                                                                           \
+    do {                                                                                           \
+        if (nt) {                                                                                  \
+            NT2(p, x);                                                                             \
+        } else {                                                                                   \
+            ST2(p, x);                                                                             \
+        }                                                                                          \
+    } while (0)
+
+#define ZB_P4(k, i) ((char *)a->s[k] + 4 * (i))
+#define ZB_P2(k, i) ((char *)a->s[k] + 2 * (i))
+
+static inline __attribute__((always_inline)) void zb_adam(const zb_limit_args_t *a, size_t b,
+                                                          size_t e, int nt, size_t ws)
+{
+    V4 z = SET4(a->zero);
+
+    for (size_t i = b; i < e; i += VL) {
+        V4 p = LD4(ZB_P4(0, i)), m = LD4(ZB_P4(1, i)), v = LD4(ZB_P4(2, i));
+        V4 g = LD4(ZB_P4(3, i));
+        ZB_ST4(ZB_P4(0, i), OR4(p, AND4(g, z)), nt);
+        ZB_ST4(ZB_P4(1, i), OR4(m, z), nt);
+        ZB_ST4(ZB_P4(2, i), OR4(v, z), nt);
+        ZB_ST4(ZB_P4(3, i), z, nt);
+        if (ws == 4) {
+            ZB_ST4(ZB_P4(4, i), p, nt);
+        } else if (ws == 2) {
+            ZB_ST2(ZB_P2(4, i), NARROW(p), nt);
+        }
+    }
+}
+
+static volatile unsigned zb_sink;
+
+static inline __attribute__((always_inline)) void zb_read(const zb_limit_args_t *a, size_t b,
+                                                          size_t e)
+{
+    V4 r0 = SET4(0), r1 = r0;
+
+    for (size_t i = b; i + 2 * VL <= e; i += 2 * VL) {
+        r0 = OR4(r0, LD4(ZB_P4(0, i)));
+        r1 = OR4(r1, LD4(ZB_P4(0, i + VL)));
+    }
+    zb_sink = FIRST4(OR4(r0, r1));
+}
+
+static inline __attribute__((always_inline)) void zb_acc(const zb_limit_args_t *a, size_t b,
+                                                         size_t e, int nt, size_t rs)
+{
+    V4 z = SET4(a->zero);
+
+    for (size_t i = b; i < e; i += VL) {
+        V4 s = rs == 4 ? LD4(ZB_P4(1, i)) : WIDEN(LD2(ZB_P2(1, i)));
+        ZB_ST4(ZB_P4(0, i), OR4(LD4(ZB_P4(0, i)), AND4(s, z)), nt);
+    }
+}
+
+static inline __attribute__((always_inline)) void zb_reduce(const zb_limit_args_t *a, size_t b,
+                                                            size_t e, int nt, size_t rs)
+{
+    V4 z = SET4(a->zero);
+
+    for (size_t i = b; i < e; i += VL) {
+        if (rs == 4) {
+            ZB_ST4(ZB_P4(2, i), OR4(LD4(ZB_P4(0, i)), AND4(LD4(ZB_P4(1, i)), z)), nt);
+        } else {
+            V4 x = OR4(WIDEN(LD2(ZB_P2(0, i))), AND4(WIDEN(LD2(ZB_P2(1, i))), z));
+            ZB_ST2(ZB_P2(2, i), NARROW(x), nt);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void zb_cast(const zb_limit_args_t *a, size_t b,
+                                                          size_t e, int nt, size_t rs, size_t ws)
+{
+    for (size_t i = b; i < e; i += VL) {
+        V4 x = rs == 4 ? LD4(ZB_P4(0, i)) : WIDEN(LD2(ZB_P2(0, i)));
+        if (ws == 4) {
+            ZB_ST4(ZB_P4(1, i), x, nt);
+        } else {
+            ZB_ST2(ZB_P2(1, i), NARROW(x), nt);
+        }
+    }
+}
+
+/* every (pattern, width, store type) gets its own loop with constants folded in */
+#define ZB_NT(call)                                                                                \
+    do {                                                                                           \
+        if (a->nt) {                                                                               \
+            call(1);                                                                               \
+        } else {                                                                                   \
+            call(0);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+void FN(const zb_limit_args_t *a, size_t b, size_t e)
+{
+    e = b + (e - b) / VL * VL;
+    switch (a->pattern) {
+    case ZB_ADAM:
+#define ZB_C(nt)                                                                                   \
+    (a->wsize == 4   ? zb_adam(a, b, e, nt, 4)                                                     \
+     : a->wsize == 2 ? zb_adam(a, b, e, nt, 2)                                                     \
+                     : zb_adam(a, b, e, nt, 0))
+        ZB_NT(ZB_C);
+#undef ZB_C
+        break;
+    case ZB_READ:
+        zb_read(a, b, e);
+        break;
+    case ZB_ACCUMULATE:
+#define ZB_C(nt) (a->rsize == 4 ? zb_acc(a, b, e, nt, 4) : zb_acc(a, b, e, nt, 2))
+        ZB_NT(ZB_C);
+#undef ZB_C
+        break;
+    case ZB_REDUCE:
+#define ZB_C(nt) (a->rsize == 4 ? zb_reduce(a, b, e, nt, 4) : zb_reduce(a, b, e, nt, 2))
+        ZB_NT(ZB_C);
+#undef ZB_C
+        break;
+    case ZB_CAST:
+#define ZB_C(nt)                                                                                   \
+    (a->rsize == 4 ? (a->wsize == 4 ? zb_cast(a, b, e, nt, 4, 4) : zb_cast(a, b, e, nt, 4, 2))     \
+                   : (a->wsize == 4 ? zb_cast(a, b, e, nt, 2, 4) : zb_cast(a, b, e, nt, 2, 2)))
+        ZB_NT(ZB_C);
+#undef ZB_C
+        break;
+    }
+    if (a->nt) {
+        _mm_sfence();
+    }
+}

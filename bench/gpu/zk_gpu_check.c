@@ -79,7 +79,7 @@ static void check_adam(size_t n, int dt, int adamw)
                           .grad_scale = 0.5f};
     size_t ds = dt < 0 ? 4 : zk_dtype_size((zk_dtype_t)dt);
     float *h[4], *g[4], *d_[4];
-    void *hd = malloc(4 * n + 4), *gd = malloc(4 * n + 4), *dd = dev(4 * n);
+    void *hd = calloc(n + 1, 4), *gd = calloc(n + 1, 4), *dd = dev(4 * n);
     char what[64];
 
     for (int s = 0; s < 4; s++) {

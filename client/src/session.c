@@ -828,6 +828,16 @@ ZC_API void *zc_session_grads_ptr(zc_session_t *session)
     return session->grads.addr;
 }
 
+ZC_API void *zc_session_param_grad_ptr(zc_session_t *session, uint32_t id)
+{
+    uint8_t *grads = zc_session_grads_ptr(session);
+
+    if (grads == NULL || zc_session_check_param(session, id, "param_grad_ptr") != ZC_OK) {
+        return NULL;
+    }
+    return grads + zs_layout_param_by_id(session->layout, id)->offset * session->dsize;
+}
+
 /* ---- slots ------------------------------------------------------------------------- */
 
 /* Zero the alignment gaps between the bucket's params and its tail padding. */

@@ -49,6 +49,13 @@ static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_
                    spec->world);
         return ZS_ERR_INVALID;
     }
+    if (spec->world > 1) {
+        zd_job_err(err, errlen,
+                   "attach: world %u needs the daemon mesh, which this build does not have yet "
+                   "(world 1 only)",
+                   spec->world);
+        return ZS_ERR_UNSUPPORTED;
+    }
     if (spec->n_groups == 0) {
         zd_job_err(err, errlen, "attach: groups is empty (at least one param group is needed)");
         return ZS_ERR_INVALID;

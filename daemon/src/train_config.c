@@ -428,7 +428,9 @@ zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char
             status = zd_cfg_number(&ctx, item, k, 0, 1e38, false, &tmp.gradient_clipping);
         } else if (strcmp(k, "gradient_accumulation_steps") == 0) {
             status = zd_cfg_number(&ctx, item, k, 1, 1e6, true, &d);
-            tmp.gradient_accumulation_steps = (uint32_t)d;
+            if (status == ZS_OK) {
+                tmp.gradient_accumulation_steps = (uint32_t)d;
+            }
         } else if (strcmp(k, "gradient_allreduce_op") == 0) {
             if (!cJSON_IsString(item) || (strcmp(item->valuestring, "mean") != 0 &&
                                           strcmp(item->valuestring, "sum") != 0)) {

@@ -53,6 +53,7 @@ extern "C" {
 #define ZC_ERR_CONFIG          (-30)
 #define ZC_ERR_LAYOUT_MISMATCH (-31)
 #define ZC_ERR_STATE           (-32)
+#define ZC_ERR_LOSS_SCALE      (-33)
 #define ZC_ERR_PEER_LOST       (-40)
 #define ZC_ERR_UNREACHABLE     (-43)
 
@@ -180,6 +181,8 @@ ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot,
  * layout as the params region). The trainer adds each micro-step's gradients; the daemon
  * consumes and zeroes it at the step. NULL in stage 2. */
 ZC_API void *zc_session_grads_ptr(zc_session_t *session);
+/* Stage 1: parameter `id`'s place in the full-gradient region. NULL in stage 2. */
+ZC_API void *zc_session_param_grad_ptr(zc_session_t *session, uint32_t id);
 
 /* ---- step ---------------------------------------------------------------------------- */
 

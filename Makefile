@@ -42,10 +42,14 @@ demo:
 	@exit 2
 
 lint:
-	clang-format --dry-run --Werror $(SOURCES)
-	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
-	    --suppress=missingIncludeSystem --std=c11 -I common/include -I kernels/include \
+	@echo "clang-format: $(words $(SOURCES)) files"
+	@clang-format --dry-run --Werror $(SOURCES)
+	@echo "cppcheck: $(words $(filter %.c,$(SOURCES))) files"
+	@cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
+	    --suppress=missingIncludeSystem --suppress=unknownMacro --std=c11 \
+	    -I common/include -I kernels/include -I client/include \
 	    $(filter %.c,$(SOURCES))
+	@echo "lint: clean"
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

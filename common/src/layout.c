@@ -88,8 +88,8 @@ static zs_status_t zs_layout_check_spec(const zs_layout_spec_t *spec, uint64_t *
         return ZS_ERR_INVALID;
     }
     if (spec->n_groups > ZS_LAYOUT_MAX_GROUPS) {
-        zs_layout_err(err, errlen, "layout: %u param groups exceed the limit of %u",
-                      spec->n_groups, ZS_LAYOUT_MAX_GROUPS);
+        zs_layout_err(err, errlen, "layout: %u param groups exceed the limit of %u", spec->n_groups,
+                      ZS_LAYOUT_MAX_GROUPS);
         return ZS_ERR_INVALID;
     }
     if (spec->n_groups > 0 && spec->group_n_params == NULL) {
@@ -230,8 +230,8 @@ static zs_status_t zs_layout_build(zs_layout_t *layout, const zs_layout_spec_t *
             }
             if (numel > max_numel) {
                 zs_layout_err(err, errlen,
-                              "layout: parameter %u has %llu elements, over the limit of %llu",
-                              id, (unsigned long long)numel, (unsigned long long)max_numel);
+                              "layout: parameter %u has %llu elements, over the limit of %llu", id,
+                              (unsigned long long)numel, (unsigned long long)max_numel);
                 return ZS_ERR_LIMIT;
             }
             p->id = id;
@@ -354,8 +354,7 @@ void zs_layout_rank_segments(const zs_layout_t *layout, uint32_t rank,
     }
 }
 
-zs_status_t zs_layout_locate(const zs_layout_t *layout, uint64_t flat_index,
-                             zs_layout_loc_t *loc_p)
+zs_status_t zs_layout_locate(const zs_layout_t *layout, uint64_t flat_index, zs_layout_loc_t *loc_p)
 {
     uint32_t lo = 0, hi, b;
     const zs_layout_bucket_t *bk;

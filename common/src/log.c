@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const zs_log_level_names[ZS_LOG_LEVEL_COUNT] = {"ERROR", "WARN", "INFO",
-                                                                   "DEBUG", "TRACE"};
+static const char *const zs_log_level_names[ZS_LOG_LEVEL_COUNT] = {"ERROR", "WARN", "INFO", "DEBUG",
+                                                                   "TRACE"};
 /* syslog priorities for the journald prefix */
 static const int zs_log_syslog_prio[ZS_LOG_LEVEL_COUNT] = {3, 4, 6, 7, 7};
 

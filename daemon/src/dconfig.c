@@ -18,8 +18,8 @@ static const zs_config_row_t zd_config_rows[] = {
      offsetof(zd_config_t, bucket_slots), &zs_config_int, &zd_slots_range, 0},
     {"allowed_group", "", "group whose members may connect besides root and the daemon's user",
      offsetof(zd_config_t, allowed_group), &zs_config_string, NULL, 0},
-    {"threads", "1", "kernel worker threads for the shard update",
-     offsetof(zd_config_t, threads), &zs_config_int, &zd_threads_range, 0},
+    {"threads", "1", "kernel worker threads for the shard update", offsetof(zd_config_t, threads),
+     &zs_config_int, &zd_threads_range, 0},
     {"frame_timeout", "10s", "a started frame must arrive whole within this time",
      offsetof(zd_config_t, frame_timeout_ns), &zs_config_duration, NULL, ZS_CONFIG_RELOAD},
     {"collective_timeout", "60s", "deadline of every collective between daemons",
@@ -32,8 +32,7 @@ static const zs_config_row_t zd_config_rows[] = {
      offsetof(zd_config_t, token_file), &zs_config_string, NULL, 0},
 };
 
-const zs_config_table_t zd_config_table = {"zerod", zd_config_rows,
-                                           ZS_ARRAY_SIZE(zd_config_rows)};
+const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};
 
 const char *const zd_config_env_ignore[] = {"LOG_LEVEL", "LOG_SUBSYS", "KERNELS", "JOB",
                                             "LIBZC",     "CONFIG",     NULL};

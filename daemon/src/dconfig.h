@@ -8,8 +8,8 @@
 #include <stdint.h>
 
 typedef struct zd_config {
-    char *socket;             /* "auto": /run/zerod/zerod-<device>.sock */
-    char *device;             /* cpu | cpu:N | cuda:N | auto */
+    char *socket; /* "auto": /run/zerod/zerod-<device>.sock */
+    char *device; /* cpu | cpu:N | cuda:N | auto */
     uint64_t job_linger_ns;
     uint64_t max_shard_bytes;
     int64_t bucket_slots;

@@ -202,8 +202,8 @@ static zs_status_t zd_attach_spec_init(zd_engine_t *e, const Zerod__Ipc__V1__Att
         n_params += at->groups[g]->n_numel;
     }
     if (n_params > ZS_LAYOUT_MAX_PARAMS) {
-        zd_result_set(r, ZS_ERR_INVALID, "attach: %zu parameters exceed the limit of %u",
-                      n_params, ZS_LAYOUT_MAX_PARAMS);
+        zd_result_set(r, ZS_ERR_INVALID, "attach: %zu parameters exceed the limit of %u", n_params,
+                      ZS_LAYOUT_MAX_PARAMS);
         return ZS_ERR_INVALID;
     }
     if ((unsigned)at->dtype > ZEROD__IPC__V1__DTYPE__DTYPE_BF16) {
@@ -299,8 +299,7 @@ static zs_status_t zd_engine_check_reattach(zd_engine_t *e, const zd_attach_spec
             zd_result_set(r, ZS_ERR_LAYOUT_MISMATCH,
                           "re-attach of job '%s' with layout hash 0x%016llx, but the job has "
                           "layout hash 0x%016llx",
-                          job->id, (unsigned long long)hash,
-                          (unsigned long long)job->layout->hash);
+                          job->id, (unsigned long long)hash, (unsigned long long)job->layout->hash);
             return ZS_ERR_LAYOUT_MISMATCH;
         }
         if (zd_train_config_hash(&cfg) != job->config_hash || spec.dtype != job->dtype) {
@@ -342,8 +341,7 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
             zd_result_set(&r, ZS_ERR_BUSY,
                           "busy: this daemon keeps job '%s' for a re-attach for %.0f s more "
                           "(job_linger)",
-                          e->job->id,
-                          (double)(e->job->linger_until_ns - zs_time_now_ns()) * 1e-9);
+                          e->job->id, (double)(e->job->linger_until_ns - zs_time_now_ns()) * 1e-9);
         }
         st = ZS_ERR_BUSY;
         goto out;
@@ -505,13 +503,12 @@ static void zd_engine_step(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
     }
     for (size_t g = 0; g < sp->n_group_lr; g++) {
         if (!isfinite(sp->group_lr[g]) || sp->group_lr[g] < 0) {
-            zd_result_set(&r, ZS_ERR_INVALID, "Step.group_lr[%zu] = %g is not a finite lr >= 0",
-                          g, sp->group_lr[g]);
+            zd_result_set(&r, ZS_ERR_INVALID, "Step.group_lr[%zu] = %g is not a finite lr >= 0", g,
+                          sp->group_lr[g]);
             goto out;
         }
     }
-    st = zd_job_step(job, &e->exec, sp->n_group_lr ? sp->group_lr : NULL, &out, err,
-                     sizeof(err));
+    st = zd_job_step(job, &e->exec, sp->n_group_lr ? sp->group_lr : NULL, &out, err, sizeof(err));
     if (st != ZS_OK) {
         zd_result_set(&r, st, "%s", err);
         zs_warn(ZS_SUB_ENGINE, "%s", err);

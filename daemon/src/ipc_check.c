@@ -48,8 +48,8 @@ const char *zd_ipc_body_name(int body_case)
     }
 }
 
-zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p,
-                          size_t *consumed_p, size_t *need_p, char *err, size_t errlen)
+zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p, size_t *consumed_p,
+                          size_t *need_p, char *err, size_t errlen)
 {
     uint32_t n;
     zd_frame_t *frame;
@@ -60,8 +60,7 @@ zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p,
         *need_p = 4;
         return ZS_OK;
     }
-    n = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
-        (uint32_t)buf[3] << 24;
+    n = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
     if (n == 0) {
         snprintf(err, errlen, "frame length is 0 (a frame holds one zerod.ipc.v1.Frame)");
         return ZS_ERR_PROTOCOL;

@@ -21,8 +21,8 @@ typedef enum zd_role {
  *  ZS_OK with *frame_p set and *consumed_p bytes used: a frame (caller frees it);
  *  ZS_OK with *frame_p NULL: more bytes needed (*need_p: the whole frame's size, or 4);
  *  ZS_ERR_FRAME_TOO_LARGE / ZS_ERR_PROTOCOL with a message: close the connection. */
-zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p,
-                          size_t *consumed_p, size_t *need_p, char *err, size_t errlen);
+zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p, size_t *consumed_p,
+                          size_t *need_p, char *err, size_t errlen);
 
 /* Is this message allowed now, from this role? ZS_ERR_PROTOCOL / ZS_ERR_VERSION /
  * ZS_ERR_PERMISSION with a message naming the message or field. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads", "master",
+const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads",      "master",
                                                      "m",      "v",     "accumulator"};
 
 static void zd_job_err(char *err, size_t errlen, const char *fmt, ...)
@@ -45,8 +45,7 @@ static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_
         return ZS_ERR_INVALID;
     }
     if (spec->rank >= spec->world) {
-        zd_job_err(err, errlen, "attach: rank %u is not below world %u", spec->rank,
-                   spec->world);
+        zd_job_err(err, errlen, "attach: rank %u is not below world %u", spec->rank, spec->world);
         return ZS_ERR_INVALID;
     }
     if (spec->world > 1) {
@@ -158,8 +157,7 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
     return st;
 }
 
-zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err,
-                          size_t errlen)
+zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err, size_t errlen)
 {
     zs_layout_spec_t lspec;
     zd_job_t *job;
@@ -186,8 +184,7 @@ zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err
     job->dtype = spec->dtype;
     job->n_slots = spec->n_slots;
 
-    st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(ignored), err,
-                               errlen);
+    st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(ignored), err, errlen);
     if (st != ZS_OK) {
         goto err_destroy;
     }
@@ -226,8 +223,8 @@ zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err
     lspec.bucket_size = job->cfg.reduce_bucket_size;
     lspec.elem_align = ZS_ELEM_ALIGN;
     lspec.round_robin = job->cfg.round_robin_gradients;
-    lspec.max_numel = spec->max_shard_bytes ? spec->max_shard_bytes / zd_dtype_size(spec->dtype)
-                                            : 0;
+    lspec.max_numel =
+        spec->max_shard_bytes ? spec->max_shard_bytes / zd_dtype_size(spec->dtype) : 0;
     lspec.n_groups = spec->n_groups;
     lspec.group_n_params = spec->group_n_params;
     lspec.numel = spec->numel;
@@ -333,9 +330,9 @@ static zs_status_t zd_job_consume_grads(zd_job_t *job, const zk_exec_t *exec)
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        zs_status_t st = zk_accumulate(exec, job->acc + bk->shard_offset,
-                                       zd_job_slice_ptr(job, &job->grads, b),
-                                       (zk_dtype_t)job->dtype, 1.0f, bk->slice);
+        zs_status_t st =
+            zk_accumulate(exec, job->acc + bk->shard_offset, zd_job_slice_ptr(job, &job->grads, b),
+                          (zk_dtype_t)job->dtype, 1.0f, bk->slice);
         if (st != ZS_OK) {
             return st;
         }
@@ -439,7 +436,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
     return ZS_OK;
 
 err_kernel:
-    zd_job_err(err, errlen, "step %llu: kernel failed: %s (%s)",
-               (unsigned long long)job->step + 1, zs_status_string(st), zk_last_error());
+    zd_job_err(err, errlen, "step %llu: kernel failed: %s (%s)", (unsigned long long)job->step + 1,
+               zs_status_string(st), zk_last_error());
     return st;
 }

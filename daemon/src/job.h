@@ -15,9 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define ZD_JOB_ID_MAX   128
-#define ZD_MAX_SLOTS    64
-#define ZD_MAX_MSG      512
+#define ZD_JOB_ID_MAX 128
+#define ZD_MAX_SLOTS  64
+#define ZD_MAX_MSG    512
 
 typedef struct zd_job_spec {
     const char *job_id;
@@ -27,8 +27,8 @@ typedef struct zd_job_spec {
     zd_dtype_t dtype;
     uint32_t n_groups;
     const uint32_t *group_n_params;
-    const uint64_t *numel;          /* group-major */
-    const char *const *group_json;  /* [n_groups], may hold NULL */
+    const uint64_t *numel;         /* group-major */
+    const char *const *group_json; /* [n_groups], may hold NULL */
     const char *config_json;
     uint32_t n_slots;
     uint64_t max_shard_bytes;
@@ -62,8 +62,8 @@ typedef struct zd_job {
     uint32_t n_slots;
     uint64_t slot_bytes;
     zd_scaler_t scaler;
-    bool params_loaded; /* master initialized from the params region */
-    uint64_t attached_conn;  /* connection of the attached trainer, 0 when none */
+    bool params_loaded;       /* master initialized from the params region */
+    uint64_t attached_conn;   /* connection of the attached trainer, 0 when none */
     uint64_t linger_until_ns; /* monotonic; job dropped then if no trainer re-attached */
     uint64_t step;
     uint64_t skipped_steps;
@@ -75,8 +75,7 @@ typedef struct zd_job {
 extern const char *const zd_mem_term_names[ZD_MEM_COUNT];
 
 /* Validate the spec, compute the layout, allocate shard and regions. err names the field. */
-zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err,
-                          size_t errlen);
+zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err, size_t errlen);
 void zd_job_destroy(zd_job_t *job);
 
 /* Fresh job: load the fp32 master from this rank's slices of the params region. */

@@ -29,21 +29,22 @@ enum {
 
 static void zd_usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: zerod [OPTIONS]\n"
-            "Serve ZeRO optimizer state for one accelerator (or CPU slot) over a Unix socket.\n"
-            "\n"
-            "  -c, --config FILE     config file (default %s if it exists; $ZEROD_CONFIG)\n"
-            "      --print-config    print the effective config and exit\n"
-            "  -t, --test-config     check the config and exit\n"
-            "      --version         print the version and exit\n"
-            "  -h, --help            this help\n"
-            "\n"
-            "Every config key is also a flag (--job-linger 5min) and a variable\n"
-            "(ZEROD_JOB_LINGER=5min); precedence: file < environment < flag.\n"
-            "Logging: ZEROD_LOG_LEVEL=error|warn|info|debug|trace, ZEROD_LOG_SUBSYS=ipc,engine,...\n"
-            "\nKeys:\n",
-            ZD_DEFAULT_CONFIG_PATH);
+    fprintf(
+        out,
+        "Usage: zerod [OPTIONS]\n"
+        "Serve ZeRO optimizer state for one accelerator (or CPU slot) over a Unix socket.\n"
+        "\n"
+        "  -c, --config FILE     config file (default %s if it exists; $ZEROD_CONFIG)\n"
+        "      --print-config    print the effective config and exit\n"
+        "  -t, --test-config     check the config and exit\n"
+        "      --version         print the version and exit\n"
+        "  -h, --help            this help\n"
+        "\n"
+        "Every config key is also a flag (--job-linger 5min) and a variable\n"
+        "(ZEROD_JOB_LINGER=5min); precedence: file < environment < flag.\n"
+        "Logging: ZEROD_LOG_LEVEL=error|warn|info|debug|trace, ZEROD_LOG_SUBSYS=ipc,engine,...\n"
+        "\nKeys:\n",
+        ZD_DEFAULT_CONFIG_PATH);
     for (size_t i = 0; i < zd_config_table.n_rows; i++) {
         const zs_config_row_t *row = &zd_config_table.rows[i];
         char flag[64];
@@ -53,8 +54,7 @@ static void zd_usage(FILE *out)
                 *p = '-';
             }
         }
-        fprintf(out, "  %-22s %s (default %s)\n", flag, row->doc,
-                row->def[0] ? row->def : "\"\"");
+        fprintf(out, "  %-22s %s (default %s)\n", flag, row->doc, row->def[0] ? row->def : "\"\"");
     }
     fprintf(out, "\nSignals: SIGTERM/SIGINT stop cleanly; SIGHUP reloads job_linger, "
                  "max_shard_bytes, frame_timeout.\n");
@@ -74,8 +74,9 @@ static int zd_resolve_device(const char *dev, char *out, size_t len)
     if (strncmp(dev, "cpu:", 4) == 0) {
         n = strtol(dev + 4, &end, 10);
         if (dev[4] == '\0' || *end != '\0' || n < 0 || n > 65535) {
-            fprintf(stderr, "zerod: config key 'device': invalid value '%s': expected cpu, "
-                            "cpu:N, cuda:N or auto\n",
+            fprintf(stderr,
+                    "zerod: config key 'device': invalid value '%s': expected cpu, "
+                    "cpu:N, cuda:N or auto\n",
                     dev);
             return ZD_EXIT_USAGE;
         }
@@ -100,7 +101,7 @@ int main(int argc, char **argv)
 {
     size_t n_keys = zd_config_table.n_rows;
     struct option *opts;
-    char (*names)[64];
+    char(*names)[64];
     zs_config_flag_t *flags;
     size_t n_flags = 0, n_opts = 0;
     const char *config_path = NULL;

@@ -220,8 +220,8 @@ static void zd_conn_hello(zd_conn_t *c, const zd_frame_t *f)
     Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
     zd_reply_t *reply;
 
-    c->role = f->hello->role == ZEROD__IPC__V1__ROLE__ROLE_TRAINER ? ZD_ROLE_TRAINER
-                                                                   : ZD_ROLE_CONTROL;
+    c->role =
+        f->hello->role == ZEROD__IPC__V1__ROLE__ROLE_TRAINER ? ZD_ROLE_TRAINER : ZD_ROLE_CONTROL;
     r.status = ZEROD__COMMON__V1__STATUS__ZS_OK;
     r.message = (char *)"";
     hr.result = &r;
@@ -354,9 +354,8 @@ static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread < 0) {
         if (c->len > 0 && nread == UV_EOF) {
             char msg[160];
-            snprintf(msg, sizeof(msg),
-                     "truncated frame: connection closed after %zu of %zu bytes", c->len,
-                     c->need);
+            snprintf(msg, sizeof(msg), "truncated frame: connection closed after %zu of %zu bytes",
+                     c->len, c->need);
             zd_conn_fail(c, 0, ZS_ERR_PROTOCOL, msg);
             return;
         }

@@ -77,8 +77,8 @@ static void zd_cfg_render(const cJSON *item, char *buf, size_t len)
     cJSON_free(s);
 }
 
-static zs_status_t zd_cfg_number(zd_cfg_ctx_t *ctx, const cJSON *item, const char *key,
-                                 double min, double max, bool integer, double *out)
+static zs_status_t zd_cfg_number(zd_cfg_ctx_t *ctx, const cJSON *item, const char *key, double min,
+                                 double max, bool integer, double *out)
 {
     char val[80];
     double v;
@@ -90,8 +90,8 @@ static zs_status_t zd_cfg_number(zd_cfg_ctx_t *ctx, const cJSON *item, const cha
     }
     v = item->valuedouble;
     if (!isfinite(v) || v < min || v > max) {
-        return zd_cfg_fail(ctx, "config key '%s': value %g is out of range [%g, %g]", key, v,
-                           min, max);
+        return zd_cfg_fail(ctx, "config key '%s': value %g is out of range [%g, %g]", key, v, min,
+                           max);
     }
     if (integer && floor(v) != v) {
         return zd_cfg_fail(ctx, "config key '%s': value %g is not an integer", key, v);
@@ -162,12 +162,12 @@ static zs_status_t zd_cfg_opt_params(zd_cfg_ctx_t *ctx, const cJSON *obj, const 
                                    val);
             }
             snprintf(key, sizeof(key), "%s.betas[0]", prefix);
-            ZD_CFG_TRY(zd_cfg_number(ctx, cJSON_GetArrayItem(item, 0), key, 0, 0.999999999,
-                                     false, &d));
+            ZD_CFG_TRY(
+                zd_cfg_number(ctx, cJSON_GetArrayItem(item, 0), key, 0, 0.999999999, false, &d));
             o->beta1 = d;
             snprintf(key, sizeof(key), "%s.betas[1]", prefix);
-            ZD_CFG_TRY(zd_cfg_number(ctx, cJSON_GetArrayItem(item, 1), key, 0, 0.999999999,
-                                     false, &d));
+            ZD_CFG_TRY(
+                zd_cfg_number(ctx, cJSON_GetArrayItem(item, 1), key, 0, 0.999999999, false, &d));
             o->beta2 = d;
         } else {
             return zd_cfg_fail(ctx,
@@ -239,14 +239,16 @@ static zs_status_t zd_cfg_zero(zd_cfg_ctx_t *ctx, const cJSON *obj, zd_train_con
         if (strcmp(item->string, "stage") == 0) {
             ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 1e9, true, &d));
             if (d == 0) {
-                return zd_cfg_fail(ctx, "config key '%s': stage 0 is plain data parallelism; "
-                                        "use DDP (zerod serves stages 1 and 2)",
+                return zd_cfg_fail(ctx,
+                                   "config key '%s': stage 0 is plain data parallelism; "
+                                   "use DDP (zerod serves stages 1 and 2)",
                                    key);
             }
             if (d >= 3) {
-                return zd_cfg_fail(ctx, "config key '%s': stage %g is not supported (zerod "
-                                        "serves stages 1 and 2; stage 3 parameter partitioning "
-                                        "is not implemented)",
+                return zd_cfg_fail(ctx,
+                                   "config key '%s': stage %g is not supported (zerod "
+                                   "serves stages 1 and 2; stage 3 parameter partitioning "
+                                   "is not implemented)",
                                    key, d);
             }
             cfg->stage = (uint32_t)d;
@@ -353,9 +355,8 @@ static zs_status_t zd_cfg_bf16(zd_cfg_ctx_t *ctx, const cJSON *obj, zd_train_con
         } else if (strcmp(item->string, "check_grad_overflow") == 0) {
             ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &cfg->bf16_check_overflow));
         } else {
-            return zd_cfg_fail(ctx,
-                               "config key '%s' is unknown (known: enabled, check_grad_overflow)",
-                               key);
+            return zd_cfg_fail(
+                ctx, "config key '%s' is unknown (known: enabled, check_grad_overflow)", key);
         }
     }
     return ZS_OK;
@@ -432,8 +433,8 @@ zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char
                 tmp.gradient_accumulation_steps = (uint32_t)d;
             }
         } else if (strcmp(k, "gradient_allreduce_op") == 0) {
-            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "mean") != 0 &&
-                                          strcmp(item->valuestring, "sum") != 0)) {
+            if (!cJSON_IsString(item) ||
+                (strcmp(item->valuestring, "mean") != 0 && strcmp(item->valuestring, "sum") != 0)) {
                 char val[80];
                 zd_cfg_render(item, val, sizeof(val));
                 status = zd_cfg_fail(&ctx, "config key '%s': expected \"mean\" or \"sum\", got %s",
@@ -500,11 +501,11 @@ uint64_t zd_train_config_hash(const zd_train_config_t *c)
                  "min=%a bf16chk=%d clip=%a G=%u mean=%d adamw=%d lr=%a b1=%a b2=%a eps=%a "
                  "wd=%a bc=%d awm=%d off=%d",
                  c->stage, (unsigned long long)c->reduce_bucket_size, c->round_robin_gradients,
-                 (int)c->dtype, c->static_loss_scale, c->initial_scale_power,
-                 c->loss_scale_window, c->hysteresis, c->consecutive_hysteresis,
-                 c->min_loss_scale, c->bf16_check_overflow, c->gradient_clipping,
-                 c->gradient_accumulation_steps, c->allreduce_mean, c->optimizer_adamw, c->opt.lr,
-                 c->opt.beta1, c->opt.beta2, c->opt.eps, c->opt.weight_decay,
-                 c->opt.bias_correction, c->opt.adam_w_mode, c->offload_cpu);
+                 (int)c->dtype, c->static_loss_scale, c->initial_scale_power, c->loss_scale_window,
+                 c->hysteresis, c->consecutive_hysteresis, c->min_loss_scale,
+                 c->bf16_check_overflow, c->gradient_clipping, c->gradient_accumulation_steps,
+                 c->allreduce_mean, c->optimizer_adamw, c->opt.lr, c->opt.beta1, c->opt.beta2,
+                 c->opt.eps, c->opt.weight_decay, c->opt.bias_correction, c->opt.adam_w_mode,
+                 c->offload_cpu);
     return XXH3_64bits(buf, (size_t)n);
 }

@@ -34,8 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       sizeof(err)) == ZS_OK) {
                 for (size_t g = 0; g < f->attach->n_groups; g++) {
                     zd_group_opts_t o;
-                    zd_group_opts_parse(f->attach->groups[g]->options_json, &cfg.opt,
-                                        (uint32_t)g, &o, err, sizeof(err));
+                    zd_group_opts_parse(f->attach->groups[g]->options_json, &cfg.opt, (uint32_t)g,
+                                        &o, err, sizeof(err));
                 }
             }
         }

@@ -122,8 +122,7 @@ static void run_vs_reference(zc_dtype_t dt, unsigned stage, unsigned G, const ch
         if (!ref.last_skipped) {
             /* the norm is a sum of squares: fp32 accumulation vs fp64, relative 1e-5 */
             cr_assert(fabs(res.grad_norm - ref.last_norm) <= 1e-5 * ref.last_norm,
-                      "step %u: grad_norm %.9g, reference %.9g", s, res.grad_norm,
-                      ref.last_norm);
+                      "step %u: grad_norm %.9g, reference %.9g", s, res.grad_norm, ref.last_norm);
             clipped += ref.last_norm > 1.0;
         } else {
             skipped++;
@@ -135,8 +134,8 @@ static void run_vs_reference(zc_dtype_t dt, unsigned stage, unsigned G, const ch
         double tol = tolerance(dt, ref.p[i], steps);
         cr_assert(fabs((double)params[i] - ref.p[i]) <= tol,
                   "%s stage %u G %u: element %lu = %.9g, reference %.9g (tolerance %.3g)",
-                  dt == ZC_DTYPE_F32 ? "fp32" : (dt == ZC_DTYPE_F16 ? "fp16" : "bf16"), stage, G,
-                  i, params[i], ref.p[i], tol);
+                  dt == ZC_DTYPE_F32 ? "fp32" : (dt == ZC_DTYPE_F16 ? "fp16" : "bf16"), stage, G, i,
+                  params[i], ref.p[i], tol);
     }
     cr_assert_gt(clipped, 0, "no step engaged clipping: the test lost its point");
     cr_log_info("%s: %u steps, %u clipped, %u skipped", job, steps, clipped, skipped);
@@ -239,8 +238,7 @@ Test(zerod_step, micro_steps_equal_one_big_batch)
     /* fp32, relative 1e-6 after 10 steps (semantics.md §4) */
     for (uint64_t i = 0; i < m.total; i++) {
         double d = fabs((double)pa[i] - pb[i]);
-        cr_assert(d <= 1e-6 * fmax(1.0, fabs(pb[i])), "element %lu: %.9g vs %.9g", i, pa[i],
-                  pb[i]);
+        cr_assert(d <= 1e-6 * fmax(1.0, fabs(pb[i])), "element %lu: %.9g vs %.9g", i, pa[i], pb[i]);
     }
     free(pa);
     free(pb);
@@ -388,8 +386,8 @@ Test(zerod_step, clipping_engages_and_reports_the_norm)
     th_submit(&ts, grads, 0);
     cr_assert_eq(th_step(&ts, &res), ZC_OK);
     cr_assert_gt(norm, 1.0, "the gradient must exceed gradient_clipping = 1");
-    cr_assert(fabs(res.grad_norm - norm) <= 1e-6 * norm, "grad_norm %.9g, want %.9g",
-              res.grad_norm, norm);
+    cr_assert(fabs(res.grad_norm - norm) <= 1e-6 * norm, "grad_norm %.9g, want %.9g", res.grad_norm,
+              norm);
     th_end(&ts);
     free(init);
     free(grads);

@@ -118,10 +118,10 @@ typedef struct zc_attach_params {
 
 typedef struct zc_attach_info {
     uint64_t layout_hash;
-    uint64_t step;      /* last completed optimizer step */
-    int resumed;        /* 1: the params region already holds the job's values */
-    double loss_scale;  /* scale for the next backward */
-    uint32_t stage;     /* 1 or 2 */
+    uint64_t step;     /* last completed optimizer step */
+    int resumed;       /* 1: the params region already holds the job's values */
+    double loss_scale; /* scale for the next backward */
+    uint32_t stage;    /* 1 or 2 */
     uint32_t gradient_accumulation_steps;
     uint32_t n_params;
     uint32_t n_buckets;
@@ -151,8 +151,7 @@ typedef struct zc_bucket_info {
     uint64_t padded; /* elements of its slot image (numel rounded up) */
 } zc_bucket_info_t;
 
-ZC_API int zc_session_bucket_info(zc_session_t *session, uint32_t bucket,
-                                  zc_bucket_info_t *info_p);
+ZC_API int zc_session_bucket_info(zc_session_t *session, uint32_t bucket, zc_bucket_info_t *info_p);
 /* The bucket a parameter belongs to, and the parameter's element offset inside that bucket's
  * slot image. */
 ZC_API int zc_session_param_bucket(zc_session_t *session, uint32_t id, uint32_t *bucket_p,
@@ -199,10 +198,10 @@ typedef struct zc_step_params {
 } zc_step_params_t;
 
 typedef struct zc_step_result {
-    uint64_t step;          /* optimizer steps completed */
-    int skipped;            /* 1: overflow, parameters unchanged */
-    double grad_norm;       /* -1 when not finite */
-    double loss_scale;      /* for the next backward */
+    uint64_t step;     /* optimizer steps completed */
+    int skipped;       /* 1: overflow, parameters unchanged */
+    double grad_norm;  /* -1 when not finite */
+    double loss_scale; /* for the next backward */
     uint64_t skipped_steps;
 } zc_step_result_t;
 

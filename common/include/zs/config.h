@@ -65,12 +65,12 @@ enum {
 };
 
 struct zs_config_row {
-    const char *name;                  /* snake_case; flag --name-with-dashes; env ZEROD_NAME */
-    const char *def;                   /* default, as a string the parser accepts */
-    const char *doc;                   /* one line */
-    size_t offset;                     /* offsetof the field in the config struct */
+    const char *name; /* snake_case; flag --name-with-dashes; env ZEROD_NAME */
+    const char *def;  /* default, as a string the parser accepts */
+    const char *doc;  /* one line */
+    size_t offset;    /* offsetof the field in the config struct */
     const zs_config_parser_t *parser;
-    const void *arg;                   /* enum names, range, ... */
+    const void *arg; /* enum names, range, ... */
     unsigned flags;
 };
 
@@ -105,8 +105,8 @@ zs_status_t zs_config_set(const zs_config_table_t *t, void *obj, const char *nam
                           const char *value, zs_config_source_t src, char *err, size_t errlen);
 /* INI file: `key = value` lines at top level or in [section]; # and ; comments. An unknown key,
  * an unknown section or a bad value fails naming file, line and key. */
-zs_status_t zs_config_load_file(const zs_config_table_t *t, void *obj, const char *path,
-                                char *err, size_t errlen);
+zs_status_t zs_config_load_file(const zs_config_table_t *t, void *obj, const char *path, char *err,
+                                size_t errlen);
 /* Every ZEROD_<NAME> variable in envp (NULL: environ) whose NAME is a key. Variables that are
  * not keys and not in `ignore` (NULL-terminated names without the prefix, e.g. "LOG_LEVEL")
  * produce one warning each through zs_warn(ZS_SUB_CFG, ...). */
@@ -122,8 +122,7 @@ typedef struct zs_config_flag {
 /* The whole rising-precedence load: defaults < file (if path != NULL) < env < flags. */
 zs_status_t zs_config_load(const zs_config_table_t *t, void *obj, const char *file_path,
                            char *const *envp, const char *const *env_ignore,
-                           const zs_config_flag_t *flags, size_t n_flags, char *err,
-                           size_t errlen);
+                           const zs_config_flag_t *flags, size_t n_flags, char *err, size_t errlen);
 
 /* Print `name = value   # doc` for every row (secrets hidden). */
 void zs_config_print(const zs_config_table_t *t, const void *obj, FILE *out);
@@ -133,9 +132,9 @@ void zs_config_format(const zs_config_table_t *t, const void *obj, const char *n
 
 /* Stand-alone parsers, also used by the JSON training config. Each returns ZS_ERR_INVALID on a
  * bad form and ZS_ERR_OVERFLOW when the value does not fit. */
-zs_status_t zs_parse_size(const char *s, uint64_t *bytes_p);       /* 512MiB, 4k, 1GB, 1e6 */
-zs_status_t zs_parse_duration(const char *s, uint64_t *ns_p);      /* 60s, 250ms, 10min, 1h */
-zs_status_t zs_parse_bool(const char *s, int *b_p); /* true/false yes/no on/off 1/0 */
+zs_status_t zs_parse_size(const char *s, uint64_t *bytes_p);  /* 512MiB, 4k, 1GB, 1e6 */
+zs_status_t zs_parse_duration(const char *s, uint64_t *ns_p); /* 60s, 250ms, 10min, 1h */
+zs_status_t zs_parse_bool(const char *s, int *b_p);           /* true/false yes/no on/off 1/0 */
 
 #ifdef __cplusplus
 }

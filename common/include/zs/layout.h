@@ -27,24 +27,24 @@
 extern "C" {
 #endif
 
-#define ZS_ELEM_ALIGN       16u
-#define ZS_LAYOUT_MAX_WORLD 65536u
+#define ZS_ELEM_ALIGN        16u
+#define ZS_LAYOUT_MAX_WORLD  65536u
 #define ZS_LAYOUT_MAX_PARAMS (1u << 24)
 #define ZS_LAYOUT_MAX_GROUPS 4096u
 
 typedef struct zs_layout_spec {
-    uint32_t world;          /* ranks, >= 1 */
-    uint64_t bucket_size;    /* elements, >= 1 */
-    uint32_t elem_align;     /* elements, power of two; 0 means ZS_ELEM_ALIGN */
-    bool round_robin;        /* reorder params of each group: i -> list i % world */
-    uint64_t max_numel;      /* limit on the padded flat size; 0 = no limit but 2^62 */
+    uint32_t world;       /* ranks, >= 1 */
+    uint64_t bucket_size; /* elements, >= 1 */
+    uint32_t elem_align;  /* elements, power of two; 0 means ZS_ELEM_ALIGN */
+    bool round_robin;     /* reorder params of each group: i -> list i % world */
+    uint64_t max_numel;   /* limit on the padded flat size; 0 = no limit but 2^62 */
     uint32_t n_groups;
     const uint32_t *group_n_params; /* [n_groups] */
     const uint64_t *numel;          /* [sum of group_n_params], group-major registration order */
 } zs_layout_spec_t;
 
 typedef struct zs_layout_param {
-    uint32_t id;     /* registration index (position in spec->numel) */
+    uint32_t id; /* registration index (position in spec->numel) */
     uint32_t group;
     uint32_t bucket;
     uint64_t numel;
@@ -63,7 +63,7 @@ typedef struct zs_layout_bucket {
 } zs_layout_bucket_t;
 
 typedef struct zs_layout_group {
-    uint32_t first_param, n_params;   /* layout order */
+    uint32_t first_param, n_params; /* layout order */
     uint32_t first_bucket, n_buckets;
     uint64_t flat_offset, flat_numel; /* padded span of its buckets */
     uint64_t shard_offset, shard_numel;
@@ -123,8 +123,7 @@ zs_status_t zs_layout_locate(const zs_layout_t *layout, uint64_t flat_index,
                              zs_layout_loc_t *loc_p);
 
 /* The parameter with registration index id. */
-static inline const zs_layout_param_t *zs_layout_param_by_id(const zs_layout_t *layout,
-                                                             uint32_t id)
+static inline const zs_layout_param_t *zs_layout_param_by_id(const zs_layout_t *layout, uint32_t id)
 {
     return &layout->params[layout->param_pos[id]];
 }

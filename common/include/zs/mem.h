@@ -38,7 +38,10 @@ typedef struct zs_region {
     zs_mem_type_t mem; /* ZS_MEM_HOST for memfd regions */
 } zs_region_t;
 
-#define ZS_REGION_INIT {.fd = -1, .addr = NULL, .size = 0, .mem = ZS_MEM_HOST}
+#define ZS_REGION_INIT                                                                             \
+    {                                                                                              \
+        .fd = -1, .addr = NULL, .size = 0, .mem = ZS_MEM_HOST                                      \
+    }
 
 /* memfd_create(MFD_CLOEXEC|MFD_ALLOW_SEALING) + ftruncate + seal size + mmap (zero-filled). */
 zs_status_t zs_region_create(const char *name, size_t size, zs_region_t *region);

@@ -41,9 +41,8 @@ static inline zs_deadline_t zs_deadline_in_ns(uint64_t timeout_ns)
 
 static inline zs_deadline_t zs_deadline_in_ms(uint64_t timeout_ms)
 {
-    return zs_deadline_in_ns(timeout_ms > UINT64_MAX / ZS_NSEC_PER_MSEC
-                                 ? UINT64_MAX
-                                 : timeout_ms * ZS_NSEC_PER_MSEC);
+    return zs_deadline_in_ns(
+        timeout_ms > UINT64_MAX / ZS_NSEC_PER_MSEC ? UINT64_MAX : timeout_ms * ZS_NSEC_PER_MSEC);
 }
 
 static inline bool zs_deadline_expired(zs_deadline_t d)

@@ -311,8 +311,8 @@ Test(zs_layout, rejects_bad_spec_naming_the_field)
 {
     const uint32_t gnp[] = {1};
     const uint64_t numel[] = {1};
-    zs_layout_spec_t spec = {.world = 0, .bucket_size = 10, .n_groups = 1,
-                             .group_n_params = gnp, .numel = numel};
+    zs_layout_spec_t spec = {
+        .world = 0, .bucket_size = 10, .n_groups = 1, .group_n_params = gnp, .numel = numel};
     zs_layout_t *l = NULL;
     char err[256];
 

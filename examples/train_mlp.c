@@ -3,22 +3,32 @@
  *
  * Model: x[16] -> h = tanh(W1 x + b1)[32] -> y = W2 h + b2[4], MSE loss, plain-C fp32
  * forward/backward. Data: a synthetic regression task whose targets come from a fixed random
- * "teacher" MLP; each rank draws different inputs (seeded with RANK).
+ * "teacher" MLP. Each micro-batch is a pure function of (seed, RANK, optimizer step index,
+ * micro-step): ranks draw different inputs, and a trainer that re-attaches to a job at step k
+ * (after a crash) recomputes exactly the batch of step k+1.
  *
  * Environment (like torchrun): ZEROD_SOCKET, ZEROD_JOB (default "train_mlp"), RANK (0),
  * WORLD_SIZE (1), MASTER_ADDR and MASTER_PORT (rank 0's daemon, "addr:port", WORLD_SIZE > 1).
  *
  * Parameters are registered in reverse order (b2, W2, b1, W1), as a PyTorch binding does.
  * Each step prints `step N loss X grad_norm Y loss_scale Z`, N being the optimizer steps the
- * daemon has completed (a step skipped on fp16 overflow repeats N and adds "skipped").
+ * daemon has completed (a step skipped on fp16 overflow repeats N and adds "skipped"; its
+ * batch is drawn again for the retry, since the step index did not move).
+ *
+ * Fault-injection and inspection options (used by tests/integration/kill_resume.sh):
+ * --die-at STEP[:BUCKET] kills the process with SIGKILL during optimizer step STEP after
+ * BUCKET bucket submissions; --keep detaches with end_job = 0 so the job lingers; --dump FILE
+ * writes every final parameter value, one "%a" line each, in registration order.
  */
 #define _GNU_SOURCE
 #include <zerod/zc.h>
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +73,10 @@ typedef struct opts {
     int accum;
     double lr;
     uint64_t seed;
+    long die_step;   /* 0: never; else raise(SIGKILL) during optimizer step die_step */
+    long die_bucket; /* ... after this many bucket submissions (stage 1: micro-steps) */
+    int keep;        /* detach with end_job = 0 */
+    const char *dump;
 } opts_t;
 
 /* ---- random numbers (splitmix64) --------------------------------------------------- */
@@ -80,6 +94,17 @@ static float rng_uniform(uint64_t *state, float a)
 {
     double u = (double)(rng_next(state) >> 11) * (1.0 / 9007199254740992.0);
     return (float)((2.0 * u - 1.0) * a);
+}
+
+/* The data stream of one micro-batch: a pure function of its coordinates. */
+static uint64_t batch_rng(uint64_t seed, uint32_t rank, uint64_t step, uint32_t micro)
+{
+    uint64_t st = 0x5eed0000ull + seed * 1000003ull;
+
+    st = rng_next(&st) ^ rank;
+    st = rng_next(&st) ^ step;
+    st = rng_next(&st) ^ micro;
+    return rng_next(&st);
 }
 
 static void mlp_init(mlp_t *m, uint64_t seed)
@@ -346,9 +371,20 @@ static void write_params(zc_session_t *s, mlp_t *m)
     }
 }
 
-/* Stage 2: every bucket into a slot, in bucket order (the order backward completes them). */
+/* --die-at: the crash of a trainer in the middle of a step, with no chance to clean up. */
+static void maybe_die(const opts_t *o, uint64_t step, long submitted)
+{
+    if (o->die_step > 0 && (uint64_t)o->die_step == step && submitted == o->die_bucket) {
+        printf("dying at step %" PRIu64 " after %ld buckets\n", step, submitted);
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+}
+
+/* Stage 2: every bucket into a slot, in bucket order (the order backward completes them).
+ * `step` (1-based, the optimizer step being computed) and *submitted serve --die-at. */
 static int send_buckets(zc_session_t *s, const zc_attach_info_t *info, mlp_t *g,
-                        uint32_t micro_step)
+                        uint32_t micro_step, const opts_t *o, uint64_t step, long *submitted)
 {
     zc_dtype_t dt = zc_session_dtype(s);
     int status;
@@ -385,6 +421,7 @@ static int send_buckets(zc_session_t *s, const zc_attach_info_t *info, mlp_t *g,
         if (status != ZC_OK) {
             return fail("slot_submit", status);
         }
+        maybe_die(o, step, ++*submitted);
     }
     return 0;
 }
@@ -422,13 +459,19 @@ static void usage(FILE *out)
             "Usage: train_mlp [OPTIONS]\n"
             "Train a 16-32-4 MLP on a synthetic regression task through zerod (libzc).\n"
             "\n"
-            "  --steps N         optimizer steps (default 50)\n"
+            "  --steps N         train until the daemon has completed N optimizer steps\n"
+            "                    (default 50; a resumed job continues from its step)\n"
             "  --stage 1|2       ZeRO stage (default 2)\n"
             "  --dtype T         fp32|fp16|bf16 param/grad dtype (default fp32)\n"
             "  --batch B         samples per micro-batch (default 32)\n"
             "  --accum G         gradient accumulation steps (default 1)\n"
             "  --lr LR           AdamW learning rate (default 1e-2)\n"
-            "  --seed S          initial weights seed (default 1)\n"
+            "  --seed S          initial weights and data seed (default 1)\n"
+            "  --die-at STEP[:BUCKET]\n"
+            "                    raise SIGKILL during optimizer step STEP (1-based) after\n"
+            "                    BUCKET bucket submissions (default 0; stage 1: micro-steps)\n"
+            "  --keep            detach with end_job = 0: the job lingers for a re-attach\n"
+            "  --dump FILE       write every final parameter, one \"%%a\" line each\n"
             "  -h, --help        print this help and exit\n"
             "\n"
             "Environment: ZEROD_SOCKET, ZEROD_JOB (default train_mlp), RANK (0), WORLD_SIZE (1),\n"
@@ -450,15 +493,12 @@ static int parse_long(const char *arg, long lo, long hi, long *v_p)
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
     static const struct option longopts[] = {
-        {"steps", required_argument, NULL, 'n'},
-        {"stage", required_argument, NULL, 'z'},
-        {"dtype", required_argument, NULL, 'd'},
-        {"batch", required_argument, NULL, 'b'},
-        {"accum", required_argument, NULL, 'g'},
-        {"lr", required_argument, NULL, 'l'},
-        {"seed", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"steps", required_argument, NULL, 'n'}, {"stage", required_argument, NULL, 'z'},
+        {"dtype", required_argument, NULL, 'd'}, {"batch", required_argument, NULL, 'b'},
+        {"accum", required_argument, NULL, 'g'}, {"lr", required_argument, NULL, 'l'},
+        {"seed", required_argument, NULL, 's'},  {"die-at", required_argument, NULL, 'k'},
+        {"keep", no_argument, NULL, 'K'},        {"dump", required_argument, NULL, 'D'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     long v;
     char *end;
@@ -521,6 +561,28 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             }
             o->seed = (uint64_t)v;
             break;
+        case 'k': {
+            char *colon = strchr(optarg, ':');
+            if (colon != NULL) {
+                *colon = '\0';
+            }
+            if (parse_long(optarg, 1, 100000000L, &o->die_step) != 0 ||
+                (colon != NULL && parse_long(colon + 1, 0, 1000000L, &o->die_bucket) != 0)) {
+                if (colon != NULL) {
+                    *colon = ':';
+                }
+                fprintf(stderr, "train_mlp: --die-at '%s' is not STEP[:BUCKET] (STEP >= 1)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
+        case 'K':
+            o->keep = 1;
+            break;
+        case 'D':
+            o->dump = optarg;
+            break;
         case 'h':
             usage(stdout);
             return -1;
@@ -555,28 +617,58 @@ static int env_u32(const char *name, uint32_t def, uint32_t *v_p)
 
 /* ---- main -------------------------------------------------------------------------- */
 
+/* --dump: every final parameter, registration order, exactly ("%a"). */
+static int dump_params(const char *path, mlp_t *m)
+{
+    FILE *f = fopen(path, "we");
+    int bad;
+
+    if (f == NULL) {
+        fprintf(stderr, "train_mlp: cannot open --dump file '%s': %s\n", path, strerror(errno));
+        return 1;
+    }
+    for (int id = 0; id < N_PARAMS; id++) {
+        const float *t = mlp_tensor(m, id);
+        for (uint64_t i = 0; i < param_numel[id]; i++) {
+            fprintf(f, "%a\n", (double)t[i]);
+        }
+    }
+    bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "train_mlp: writing --dump file '%s' failed: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 static int train(zc_session_t *s, const opts_t *o, uint32_t rank, const zc_attach_info_t *info)
 {
     static mlp_t model, teacher, grad;
-    uint64_t rng = 0x5eed0000ull + o->seed * 1000003ull + rank; /* per-rank data */
     double loss_scale = info->loss_scale > 0.0 ? info->loss_scale : 1.0;
+    uint64_t step = info->step; /* optimizer steps the daemon has completed */
     zc_step_result_t res;
     int status;
 
     mlp_init(&teacher, 0x7eac4e5ull);
-    for (int it = 0; it < o->steps; it++) {
+    while (step < (uint64_t)o->steps) {
         float scale = (o->dtype == ZC_DTYPE_F16) ? (float)loss_scale : 1.0f;
         double loss = 0.0;
+        long submitted = 0;
 
         read_params(s, &model);
+        maybe_die(o, step + 1, submitted);
         for (int micro = 0; micro < o->accum; micro++) {
+            uint64_t rng = batch_rng(o->seed, rank, step, (uint32_t)micro);
+
             loss += mlp_loss_grad(&model, &teacher, &rng, o->batch, scale, &grad);
             if (o->stage == 2) {
-                if (send_buckets(s, info, &grad, (uint32_t)micro) != 0) {
+                if (send_buckets(s, info, &grad, (uint32_t)micro, o, step + 1, &submitted) != 0) {
                     return 1;
                 }
             } else if (add_grads(s, &grad) != 0) {
                 return 1;
+            } else {
+                maybe_die(o, step + 1, ++submitted);
             }
         }
         status = zc_session_step(s, NULL, &res);
@@ -586,6 +678,7 @@ static int train(zc_session_t *s, const opts_t *o, uint32_t rank, const zc_attac
         if (res.loss_scale > 0.0) {
             loss_scale = res.loss_scale;
         }
+        step = res.step;
         printf("step %" PRIu64 " loss %.6f grad_norm %.6f loss_scale %g%s\n", res.step,
                loss / o->accum, res.grad_norm, res.loss_scale, res.skipped ? " skipped" : "");
         fflush(stdout);
@@ -593,6 +686,9 @@ static int train(zc_session_t *s, const opts_t *o, uint32_t rank, const zc_attac
 
     /* The params region holds the final values: report them. */
     read_params(s, &model);
+    if (o->dump != NULL && dump_params(o->dump, &model) != 0) {
+        return 1;
+    }
     {
         uint64_t eval_rng = 0xe7a1ull;
         float l = mlp_loss_grad(&model, &teacher, &eval_rng, 256, 1.0f, &grad);
@@ -616,7 +712,11 @@ int main(int argc, char **argv)
                 .batch = 32,
                 .accum = 1,
                 .lr = 1e-2,
-                .seed = 1};
+                .seed = 1,
+                .die_step = 0,
+                .die_bucket = 0,
+                .keep = 0,
+                .dump = NULL};
     uint32_t rank, world;
     const char *job, *addr, *port;
     char coordinator[256] = "";
@@ -710,7 +810,7 @@ int main(int argc, char **argv)
     }
     rc = train(s, &o, rank, &info);
     if (rc == 0) {
-        status = zc_session_detach(s, 1);
+        status = zc_session_detach(s, o.keep ? 0 : 1);
         if (status != ZC_OK) {
             rc = fail("detach", status);
         }

@@ -1,0 +1,396 @@
+"""ctypes bindings of libzc (client/include/zerod/zc.h) and a thin Python session over them.
+
+Nothing here needs torch. The structs mirror zc.h field by field (ctypes lays them out with the
+platform C ABI, the same as the compiler). Every failing call raises ZerodError with the status
+name (zc_status_name) and libzc's message (zc_last_error, read on the calling thread right away).
+"""
+import ctypes
+import ctypes.util
+import os
+
+__all__ = [
+    "ZerodError",
+    "Session",
+    "load_libzc",
+    "libzc_path",
+    "DTYPE_F32",
+    "DTYPE_F16",
+    "DTYPE_BF16",
+]
+
+DTYPE_F32 = 0
+DTYPE_F16 = 1
+DTYPE_BF16 = 2
+
+ZC_OK = 0
+ZC_ERR_BUSY = -6
+
+_OPEN_FIELD_SOCKET_PATH = 1 << 0
+_OPEN_FIELD_TIMEOUT_MS = 1 << 1
+
+_ATTACH_FIELD_JOB_ID = 1 << 0
+_ATTACH_FIELD_RANK = 1 << 1
+_ATTACH_FIELD_WORLD = 1 << 2
+_ATTACH_FIELD_COORDINATOR = 1 << 3
+_ATTACH_FIELD_DTYPE = 1 << 4
+_ATTACH_FIELD_GROUPS = 1 << 5
+_ATTACH_FIELD_CONFIG_JSON = 1 << 6
+
+_STEP_FIELD_GROUP_LR = 1 << 0
+_STEP_FIELD_TIMEOUT_MS = 1 << 1
+
+
+class ZerodError(RuntimeError):
+    """A libzc call failed. `status` is the (negative) status code, `name` its name
+    (e.g. "ERR_BUSY"), `message` libzc's explanation."""
+
+    def __init__(self, status, name, message):
+        self.status = status
+        self.name = name
+        self.message = message
+        super().__init__("%s: %s" % (name, message) if message else name)
+
+
+# ---- structs (zc.h) ----------------------------------------------------------------------
+
+c_u32 = ctypes.c_uint32
+c_u64 = ctypes.c_uint64
+
+
+class _OpenParams(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", c_u64),
+        ("socket_path", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_int),
+        ("control", ctypes.c_int),
+    ]
+
+
+class _Group(ctypes.Structure):
+    _fields_ = [
+        ("n_params", c_u32),
+        ("numel", ctypes.POINTER(c_u64)),
+        ("options_json", ctypes.c_char_p),
+    ]
+
+
+class _AttachParams(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", c_u64),
+        ("job_id", ctypes.c_char_p),
+        ("rank", c_u32),
+        ("world", c_u32),
+        ("coordinator", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("n_groups", c_u32),
+        ("groups", ctypes.POINTER(_Group)),
+        ("config_json", ctypes.c_char_p),
+    ]
+
+
+class _AttachInfo(ctypes.Structure):
+    _fields_ = [
+        ("layout_hash", c_u64),
+        ("step", c_u64),
+        ("resumed", ctypes.c_int),
+        ("loss_scale", ctypes.c_double),
+        ("stage", c_u32),
+        ("gradient_accumulation_steps", c_u32),
+        ("n_params", c_u32),
+        ("n_buckets", c_u32),
+        ("n_slots", c_u32),
+        ("total_numel", c_u64),
+    ]
+
+
+class _BucketInfo(ctypes.Structure):
+    _fields_ = [
+        ("group", c_u32),
+        ("n_params", c_u32),
+        ("numel", c_u64),
+        ("padded", c_u64),
+    ]
+
+
+class Slot(ctypes.Structure):
+    """zc_slot_t: `data` is the address of bucket.padded elements of the session dtype."""
+
+    _fields_ = [
+        ("index", c_u32),
+        ("bucket", c_u32),
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+    ]
+
+
+class _StepParams(ctypes.Structure):
+    _fields_ = [
+        ("field_mask", c_u64),
+        ("n_group_lr", c_u32),
+        ("group_lr", ctypes.POINTER(ctypes.c_double)),
+        ("timeout_ms", ctypes.c_int),
+    ]
+
+
+class _StepResult(ctypes.Structure):
+    _fields_ = [
+        ("step", c_u64),
+        ("skipped", ctypes.c_int),
+        ("grad_norm", ctypes.c_double),
+        ("loss_scale", ctypes.c_double),
+        ("skipped_steps", c_u64),
+    ]
+
+
+# ---- loading -----------------------------------------------------------------------------
+
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    """Where libzc is looked for, in order: $ZEROD_LIBZC, next to this package (a wheel or an
+    install that copied it in), the build tree of the repository this file sits in
+    (client/python/zerod -> build/client), then the system loader's search path."""
+    env = os.environ.get("ZEROD_LIBZC")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for name in ("libzc.so", "libzc.so.0"):
+        out.append(os.path.join(here, name))
+    repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    out.append(os.path.join(repo, "build", "client", "libzc.so"))
+    found = ctypes.util.find_library("zc")
+    out.append(found if found else "libzc.so.0")
+    return out, False
+
+
+def _bind(lib):
+    def fn(name, restype, argtypes):
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = argtypes
+
+    vp = ctypes.c_void_p
+    fn("zc_session_open", ctypes.c_int, [ctypes.POINTER(_OpenParams), ctypes.POINTER(vp)])
+    fn("zc_session_close", None, [vp])
+    fn("zc_session_attach", ctypes.c_int,
+       [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
+    fn("zc_session_params_ready", ctypes.c_int, [vp])
+    fn("zc_session_param_ptr", vp, [vp, c_u32])
+    fn("zc_session_param_numel", c_u64, [vp, c_u32])
+    fn("zc_session_dtype", ctypes.c_int, [vp])
+    fn("zc_dtype_size", ctypes.c_size_t, [ctypes.c_int])
+    fn("zc_session_bucket_info", ctypes.c_int, [vp, c_u32, ctypes.POINTER(_BucketInfo)])
+    fn("zc_session_param_bucket", ctypes.c_int,
+       [vp, c_u32, ctypes.POINTER(c_u32), ctypes.POINTER(c_u64)])
+    fn("zc_session_bucket_param", ctypes.c_int, [vp, c_u32, c_u32, ctypes.POINTER(c_u32)])
+    fn("zc_session_slot_acquire", ctypes.c_int, [vp, c_u32, ctypes.c_int, ctypes.POINTER(Slot)])
+    fn("zc_session_slot_submit", ctypes.c_int, [vp, ctypes.POINTER(Slot), c_u32])
+    fn("zc_session_grads_ptr", vp, [vp])
+    fn("zc_session_param_grad_ptr", vp, [vp, c_u32])
+    fn("zc_session_step", ctypes.c_int,
+       [vp, ctypes.POINTER(_StepParams), ctypes.POINTER(_StepResult)])
+    fn("zc_session_detach", ctypes.c_int, [vp, ctypes.c_int])
+    fn("zc_last_error", ctypes.c_char_p, [])
+    fn("zc_status_name", ctypes.c_char_p, [ctypes.c_int])
+    fn("zc_version", ctypes.c_char_p, [])
+
+
+def load_libzc():
+    """Load libzc once (see _candidates for where) and return the ctypes library."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    paths, explicit = _candidates()
+    errors = []
+    for path in paths:
+        if os.sep in path and not os.path.exists(path):
+            errors.append("%s: no such file" % path)
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+            continue
+        _bind(lib)
+        _lib, _lib_path = lib, path
+        return lib
+    hint = ("ZEROD_LIBZC=%s does not load" % paths[0]) if explicit else (
+        "build it (cmake --build build) or set ZEROD_LIBZC to its path")
+    raise ImportError("zerod: cannot load libzc (%s); tried: %s" % (hint, "; ".join(errors)))
+
+
+def libzc_path():
+    """The path libzc was loaded from (loading it if needed)."""
+    load_libzc()
+    return _lib_path
+
+
+def _raise(lib, status, what=None):
+    name = lib.zc_status_name(status)
+    msg = lib.zc_last_error()
+    name = name.decode() if name else str(status)
+    msg = msg.decode(errors="replace") if msg else ""
+    if what and not msg:
+        msg = what
+    raise ZerodError(status, name, msg)
+
+
+def _check(lib, status, what=None):
+    if status != ZC_OK:
+        _raise(lib, status, what)
+
+
+def _bytes(s):
+    return None if s is None else (s.encode() if isinstance(s, str) else bytes(s))
+
+
+class Session:
+    """One libzc session (zc_session_t). Not thread-safe, like the C handle: callers serialize.
+
+    The attached regions stay mapped until detach() or close(); memory views made from
+    param_ptr()/slot data must not be used after that."""
+
+    def __init__(self, socket_path=None, timeout_ms=None):
+        self._lib = load_libzc()
+        p = _OpenParams()
+        if socket_path is not None:
+            p.field_mask |= _OPEN_FIELD_SOCKET_PATH
+            p.socket_path = _bytes(socket_path)
+        if timeout_ms is not None:
+            p.field_mask |= _OPEN_FIELD_TIMEOUT_MS
+            p.timeout_ms = int(timeout_ms)
+        h = ctypes.c_void_p()
+        _check(self._lib, self._lib.zc_session_open(ctypes.byref(p), ctypes.byref(h)), "open")
+        self._h = h
+        self.info = None
+        self.buckets = []  # [{group, n_params, numel, padded, params: [(id, offset)]}]
+
+    # ---- attach -------------------------------------------------------------------------
+
+    def attach(self, job_id, groups, config_json="{}", dtype=DTYPE_F32, rank=0, world=1,
+               coordinator=None):
+        """groups: list of (numels, options_json or None). Returns the attach info as a dict
+        (keys of zc_attach_info_t) and fills self.buckets with the layout."""
+        lib = self._lib
+        keep = []  # keep the ctypes arrays alive during the call
+        garr = (_Group * len(groups))()
+        for i, (numels, opts) in enumerate(groups):
+            arr = (c_u64 * max(1, len(numels)))(*[int(n) for n in numels])
+            keep.append(arr)
+            garr[i].n_params = len(numels)
+            garr[i].numel = arr
+            garr[i].options_json = _bytes(opts)
+        ap = _AttachParams()
+        ap.field_mask = (_ATTACH_FIELD_JOB_ID | _ATTACH_FIELD_RANK | _ATTACH_FIELD_WORLD
+                         | _ATTACH_FIELD_DTYPE | _ATTACH_FIELD_GROUPS | _ATTACH_FIELD_CONFIG_JSON)
+        ap.job_id = _bytes(job_id)
+        ap.rank = int(rank)
+        ap.world = int(world)
+        if coordinator:
+            ap.field_mask |= _ATTACH_FIELD_COORDINATOR
+            ap.coordinator = _bytes(coordinator)
+        ap.dtype = int(dtype)
+        ap.n_groups = len(groups)
+        ap.groups = garr
+        ap.config_json = _bytes(config_json)
+        info = _AttachInfo()
+        _check(lib, lib.zc_session_attach(self._h, ctypes.byref(ap), ctypes.byref(info)),
+               "attach")
+        self.info = {name: getattr(info, name) for name, _ in _AttachInfo._fields_}
+        self.info["resumed"] = bool(info.resumed)
+        self.buckets = []
+        for b in range(info.n_buckets):
+            bi = _BucketInfo()
+            _check(lib, lib.zc_session_bucket_info(self._h, b, ctypes.byref(bi)))
+            params = []
+            for i in range(bi.n_params):
+                pid = c_u32()
+                off = c_u64()
+                _check(lib, lib.zc_session_bucket_param(self._h, b, i, ctypes.byref(pid)))
+                _check(lib, lib.zc_session_param_bucket(self._h, pid.value, None,
+                                                        ctypes.byref(off)))
+                params.append((pid.value, off.value))
+            self.buckets.append({"group": bi.group, "n_params": bi.n_params,
+                                 "numel": bi.numel, "padded": bi.padded, "params": params})
+        return dict(self.info)
+
+    def params_ready(self):
+        _check(self._lib, self._lib.zc_session_params_ready(self._h), "params_ready")
+
+    @property
+    def dtype(self):
+        return self._lib.zc_session_dtype(self._h)
+
+    @property
+    def dtype_size(self):
+        return self._lib.zc_dtype_size(self.dtype)
+
+    def param_ptr(self, pid):
+        addr = self._lib.zc_session_param_ptr(self._h, pid)
+        if not addr:
+            _raise(self._lib, -2, "param_ptr(%d) failed" % pid)
+        return addr
+
+    def param_numel(self, pid):
+        return self._lib.zc_session_param_numel(self._h, pid)
+
+    def param_grad_ptr(self, pid):
+        """Stage 1: parameter pid's place in the full-gradient region."""
+        addr = self._lib.zc_session_param_grad_ptr(self._h, pid)
+        if not addr:
+            _raise(self._lib, -32, "param_grad_ptr(%d) failed" % pid)
+        return addr
+
+    # ---- stage 2 slots ------------------------------------------------------------------
+
+    def slot_acquire(self, bucket, timeout_ms=-1):
+        slot = Slot()
+        _check(self._lib, self._lib.zc_session_slot_acquire(self._h, bucket, int(timeout_ms),
+                                                            ctypes.byref(slot)), "slot_acquire")
+        return slot
+
+    def slot_submit(self, slot, micro_step):
+        _check(self._lib, self._lib.zc_session_slot_submit(self._h, ctypes.byref(slot),
+                                                           int(micro_step)), "slot_submit")
+
+    # ---- step / detach ------------------------------------------------------------------
+
+    def step(self, group_lr=None, timeout_ms=None):
+        """Returns a dict with step, skipped, grad_norm, loss_scale, skipped_steps."""
+        sp = _StepParams()
+        keep = None
+        if group_lr is not None:
+            keep = (ctypes.c_double * len(group_lr))(*[float(x) for x in group_lr])
+            sp.field_mask |= _STEP_FIELD_GROUP_LR
+            sp.n_group_lr = len(group_lr)
+            sp.group_lr = keep
+        if timeout_ms is not None:
+            sp.field_mask |= _STEP_FIELD_TIMEOUT_MS
+            sp.timeout_ms = int(timeout_ms)
+        res = _StepResult()
+        _check(self._lib, self._lib.zc_session_step(self._h, ctypes.byref(sp), ctypes.byref(res)),
+               "step")
+        del keep
+        return {"step": res.step, "skipped": bool(res.skipped), "grad_norm": res.grad_norm,
+                "loss_scale": res.loss_scale, "skipped_steps": res.skipped_steps}
+
+    def detach(self, end_job=True):
+        _check(self._lib, self._lib.zc_session_detach(self._h, 1 if end_job else 0), "detach")
+
+    def close(self):
+        if self._h is not None:
+            self._lib.zc_session_close(self._h)
+            self._h = None
+
+    @property
+    def closed(self):
+        return self._h is None
+
+
+def version():
+    """libzc's version string."""
+    v = load_libzc().zc_version()
+    return v.decode() if v else ""

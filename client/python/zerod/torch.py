@@ -1,0 +1,654 @@
+"""PyTorch binding of zerod: a DeepSpeed-like engine over libzc (design.md §2-3).
+
+    import zerod.torch
+    engine, optimizer, _, _ = zerod.torch.initialize(model=model, config=ds_config)
+    for batch in data:
+        loss = loss_fn(engine(batch.x), batch.y)
+        engine.backward(loss)   # gradients stream to the daemon bucket by bucket
+        engine.step()           # optimizer step at the accumulation boundary
+    engine.close()
+
+The daemon owns the fp32 master weights and the Adam state; the model's parameters become
+views of the shared params region, so after a step the model already holds the new values.
+Works with torch 1.13 and newer (CPU parameters: the daemon's regions are host memory).
+"""
+import functools
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+import ctypes
+
+import torch
+
+from ._libzc import (
+    DTYPE_BF16,
+    DTYPE_F16,
+    DTYPE_F32,
+    ZC_ERR_BUSY,
+    Session,
+    ZerodError,
+)
+
+__all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError"]
+
+_TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
+
+# Per-group optimizer options the daemon accepts in a group's options_json (semantics.md §1).
+_GROUP_OPTION_KEYS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
+_OPT_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+# Options the daemon fixes at attach time (only lr may change afterwards, with each Step).
+_FIXED_KEYS = ("betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
+
+
+# ---- configuration and environment --------------------------------------------------------
+
+def _load_config(config):
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        return json.loads(json.dumps(config))  # a private deep copy, and JSON-able
+    if isinstance(config, (str, bytes, os.PathLike)):
+        with open(config, "r") as f:
+            cfg = json.load(f)
+        if not isinstance(cfg, dict):
+            raise ValueError("zerod: config file %s does not hold a JSON object" % config)
+        return cfg
+    raise TypeError("zerod: config must be a dict or the path of a JSON file, not %s"
+                    % type(config).__name__)
+
+
+def _section_enabled(cfg, name):
+    sec = cfg.get(name)
+    return isinstance(sec, dict) and bool(sec.get("enabled", False))
+
+
+def _config_dtype(cfg):
+    fp16, bf16 = _section_enabled(cfg, "fp16"), _section_enabled(cfg, "bf16")
+    if fp16 and bf16:
+        raise ValueError("zerod: config enables both fp16 and bf16")
+    return DTYPE_F16 if fp16 else (DTYPE_BF16 if bf16 else DTYPE_F32)
+
+
+def _config_defaults(cfg):
+    d = dict(_OPT_DEFAULTS)
+    opt = cfg.get("optimizer")
+    if isinstance(opt, dict) and isinstance(opt.get("params"), dict):
+        for k in ("lr", "betas", "eps", "weight_decay"):
+            if k in opt["params"]:
+                d[k] = opt["params"][k]
+    d["betas"] = tuple(d["betas"])
+    return d
+
+
+def _env_int(name, default):
+    v = os.environ.get(name, "")
+    if v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError("zerod: %s=%r is not an integer" % (name, v)) from None
+
+
+def _default_job():
+    stem = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else ""))[0]
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "python"
+    return "torch-" + stem
+
+
+def _read_env(job=None, socket_path=None):
+    """The torchrun / zerorun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+    MASTER_PORT, ZEROD_SOCKET, ZEROD_JOB."""
+    rank = _env_int("RANK", 0)
+    world = _env_int("WORLD_SIZE", 1)
+    local_rank = _env_int("LOCAL_RANK", rank if world > 1 else 0)
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError("zerod: RANK %d is not below WORLD_SIZE %d" % (rank, world))
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    coordinator = "%s:%s" % (addr, port) if addr and port else None
+    if world > 1 and coordinator is None:
+        raise ValueError("zerod: WORLD_SIZE %d needs MASTER_ADDR and MASTER_PORT (rank 0's "
+                         "daemon coordinator)" % world)
+    sock = socket_path or os.environ.get("ZEROD_SOCKET") or (
+        "/run/zerod/zerod-cpu%d.sock" % local_rank)
+    job = job or os.environ.get("ZEROD_JOB") or _default_job()
+    return {"rank": rank, "world": world, "local_rank": local_rank,
+            "coordinator": coordinator if world > 1 else None, "socket": sock, "job": job}
+
+
+# ---- parameter groups ---------------------------------------------------------------------
+
+def _collect_groups(model, model_parameters):
+    """[{"params": [tensors in the caller's order], other keys...}], deduplicated."""
+    if model_parameters is None:
+        groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    else:
+        if isinstance(model_parameters, torch.Tensor):
+            model_parameters = [model_parameters]
+        mp = list(model_parameters)
+        if mp and all(isinstance(g, dict) for g in mp):
+            groups = []
+            for g in mp:
+                g = dict(g)
+                if "params" not in g:
+                    raise ValueError("zerod: a parameter group dict needs a 'params' entry")
+                ps = g["params"]
+                g["params"] = [ps] if isinstance(ps, torch.Tensor) else list(ps)
+                groups.append(g)
+        elif any(isinstance(g, dict) for g in mp):
+            raise TypeError("zerod: model_parameters mixes tensors and group dicts")
+        else:
+            groups = [{"params": mp}]
+    seen = set()
+    for gi, g in enumerate(groups):
+        if not g["params"]:
+            raise ValueError("zerod: parameter group %d is empty" % gi)
+        for p in g["params"]:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError("zerod: group %d holds a %s, not a tensor" % (gi, type(p).__name__))
+            if not p.requires_grad:
+                raise ValueError("zerod: group %d holds a parameter that does not require grad "
+                                 "(pass model_parameters=[p for p in model.parameters() "
+                                 "if p.requires_grad])" % gi)
+            if id(p) in seen:
+                raise ValueError("zerod: a parameter appears twice in model_parameters")
+            seen.add(id(p))
+    return groups
+
+
+def _registration_order(model, params):
+    """Reverse parameters() order (the order backward produces gradients; design.md §2).
+    Tensors that are not the model's own keep their reverse list order, after the model's."""
+    pos = {id(p): i for i, p in enumerate(model.parameters())}
+    n = len(pos)
+    keyed = [(pos.get(id(p), n + k), p) for k, p in enumerate(params)]
+    keyed.sort(key=lambda kp: kp[0], reverse=True)
+    return [p for _, p in keyed]
+
+
+def _options_json(group):
+    opts = {}
+    for k in _GROUP_OPTION_KEYS:
+        if k in group:
+            v = group[k]
+            opts[k] = [float(x) for x in v] if k == "betas" else v
+    return json.dumps(opts) if opts else None
+
+
+def _tensor_at(addr, numel, dtype):
+    """A tensor over `numel` elements of `dtype` at address `addr` (no copy). The ctypes array
+    the tensor keeps alive does not own the memory: the mapping must outlive the tensor."""
+    if numel == 0:
+        return torch.empty(0, dtype=dtype)
+    esize = torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_uint8 * (numel * esize)).from_address(addr)
+    return torch.frombuffer(buf, dtype=dtype)
+
+
+# ---- optimizer facade ---------------------------------------------------------------------
+
+class ZerodOptimizer(torch.optim.Optimizer):
+    """The optimizer half of initialize()'s result. The Adam math runs in the daemon; this
+    object holds the param groups (lr changes reach the daemon with the next step, so
+    torch.optim.lr_scheduler works) and saves/loads the hyper-parameters."""
+
+    def __init__(self, engine, groups, defaults):
+        self._engine = engine
+        self._frozen = False
+        super().__init__(groups, defaults)
+        self._frozen = True
+
+    def add_param_group(self, param_group):
+        if self._frozen:
+            raise RuntimeError("zerod: the parameter layout is fixed at attach; "
+                               "add_param_group is not supported")
+        super().add_param_group(param_group)
+
+    def step(self, closure=None):
+        """Run the optimizer step now on the gradients submitted so far. Training loops call
+        engine.step() instead, which steps at the accumulation boundary only."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._engine._optimizer_step()
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        self._engine.zero_grad()
+
+    def state_dict(self):
+        groups = []
+        start = 0
+        for g in self.param_groups:
+            d = {k: v for k, v in g.items() if k != "params"}
+            d["params"] = list(range(start, start + len(g["params"])))
+            start += len(g["params"])
+            groups.append(d)
+        return {"state": {}, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups):
+            raise ValueError("zerod: the state dict has %d param groups, the optimizer %d"
+                             % (len(saved), len(self.param_groups)))
+        for i, (mine, theirs) in enumerate(zip(self.param_groups, saved)):
+            if len(theirs.get("params", mine["params"])) != len(mine["params"]):
+                raise ValueError("zerod: param group %d sizes differ in the state dict" % i)
+            for k in _FIXED_KEYS:
+                if k in theirs and k in mine and _norm_opt(theirs[k]) != _norm_opt(mine[k]):
+                    raise ValueError(
+                        "zerod: param group %d: %s=%r differs from the attached job's %r; only "
+                        "lr can change after initialize()" % (i, k, theirs[k], mine[k]))
+        for mine, theirs in zip(self.param_groups, saved):
+            for k, v in theirs.items():
+                if k != "params" and k not in _FIXED_KEYS:
+                    mine[k] = v
+
+
+def _norm_opt(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(float(x) for x in v)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
+# ---- engine -------------------------------------------------------------------------------
+
+class ZerodEngine(torch.nn.Module):
+    """Runs the module and streams its gradients to the local zerod.
+
+    Attributes: module, global_steps (optimizer steps the daemon has completed; a step skipped
+    on fp16 overflow does not count), skipped_steps, micro_steps (engine.step() calls), rank,
+    world_size, stage, dtype, resumed (the attach found the job's state on the daemon)."""
+
+    def __init__(self, model, groups, cfg, env, timeout_ms=None, attach_wait_s=5.0):
+        super().__init__()
+        self.module = model
+        self.config = cfg
+        self.rank = env["rank"]
+        self.world_size = env["world"]
+        self.local_rank = env["local_rank"]
+        self.job = env["job"]
+        self.socket_path = env["socket"]
+        self._closed = True
+        self._lock = threading.RLock()
+        self._in_backward = False
+        self._hook_error = None
+        self._handles = []
+        self._grad_accs = []
+
+        zdtype = _config_dtype(cfg)
+        self.dtype = _TORCH_DTYPE[zdtype]
+        self._convert(groups)
+
+        # Registration: per group, reverse parameters() order; ids are group-major.
+        reg_groups = [_registration_order(model, g["params"]) for g in groups]
+        self._params = [p for g in reg_groups for p in g]
+        zc_groups = [([p.numel() for p in ps], _options_json(g))
+                     for ps, g in zip(reg_groups, groups)]
+
+        self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
+                                  attach_wait_s)
+        self._closed = False
+        try:
+            info = self._sess.info
+            self.resumed = info["resumed"]
+            self.stage = info["stage"]
+            self._gas = max(1, info["gradient_accumulation_steps"])
+            self.global_steps = info["step"]
+            self.skipped_steps = 0  # the daemon reports its count with every step
+            self.micro_steps = 0
+            self._loss_scale = info["loss_scale"] if info["loss_scale"] > 0 else 1.0
+            self._grad_norm = None
+            self.was_step_applied = None
+            self._bind_params()
+            self._build_buckets()
+            self._install_hooks()
+        except BaseException:
+            self._sess.close()
+            self._closed = True
+            raise
+        self.optimizer = None  # set by initialize()
+
+    # ---- attach -------------------------------------------------------------------------
+
+    def _convert(self, groups):
+        """The model in the config's dtype, on the CPU (the regions are host memory)."""
+        params = [p for g in groups for p in g["params"]]
+        for p in params:
+            if p.device.type != "cpu":
+                raise ValueError("zerod: parameter on %s; the Python binding maps the daemon's "
+                                 "host-memory regions, so parameters must be on the CPU"
+                                 % p.device)
+        if any(p.dtype != self.dtype for p in params) or any(
+                t.is_floating_point() and t.dtype != self.dtype
+                for t in self.module.parameters()):
+            self.module.to(self.dtype)
+        with torch.no_grad():
+            for p in params:  # tensors that are not the module's own
+                if p.dtype != self.dtype:
+                    p.data = p.data.to(self.dtype)
+
+    def _attach(self, env, zdtype, zc_groups, config_json, timeout_ms, attach_wait_s):
+        deadline = time.monotonic() + max(0.0, attach_wait_s)
+        while True:
+            sess = Session(env["socket"], timeout_ms)
+            try:
+                sess.attach(env["job"], zc_groups, config_json, zdtype, env["rank"], env["world"],
+                            env["coordinator"])
+                return sess
+            except ZerodError as e:
+                sess.close()
+                # A trainer that just died may still hold the job for a moment.
+                if e.status != ZC_ERR_BUSY or time.monotonic() >= deadline:
+                    raise
+            except BaseException:
+                sess.close()
+                raise
+            time.sleep(0.1)
+
+    def _bind_params(self):
+        """Every parameter becomes a view of its place in the params region."""
+        s = self._sess
+        fresh = not self.resumed
+        with torch.no_grad():
+            for pid, p in enumerate(self._params):
+                n = s.param_numel(pid)
+                if n != p.numel():
+                    raise ZerodError(-31, "ERR_LAYOUT_MISMATCH",
+                                     "parameter %d has %d elements, the layout %d"
+                                     % (pid, p.numel(), n))
+                view = _tensor_at(s.param_ptr(pid), n, self.dtype).view(p.shape)
+                if fresh:
+                    view.copy_(p.data)
+                p.data = view
+        if fresh:
+            s.params_ready()
+
+    def _build_buckets(self):
+        s = self._sess
+        self._bucket_of = [0] * len(self._params)
+        self._bucket_ids = []     # [bucket] -> [(pid, offset)]
+        self._bucket_padded = []
+        for b, bk in enumerate(s.buckets):
+            self._bucket_ids.append(bk["params"])
+            self._bucket_padded.append(bk["padded"])
+            for pid, _ in bk["params"]:
+                self._bucket_of[pid] = b
+        self._slot_views = {}     # (slot index, bucket) -> [views, in bucket order]
+        self._grad_views = None
+        if self.stage == 1:
+            self._grad_views = [
+                _tensor_at(s.param_grad_ptr(pid), p.numel(), self.dtype).view(p.shape)
+                for pid, p in enumerate(self._params)]
+        self._reset_micro()
+
+    def _reset_micro(self):
+        self._pending = {}
+        self._done = [0] * len(self._bucket_ids)
+        self._sent = [False] * len(self._bucket_ids)
+
+    def _install_hooks(self):
+        post = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")  # torch >= 2.1
+        for pid, p in enumerate(self._params):
+            if post:
+                h = p.register_post_accumulate_grad_hook(
+                    functools.partial(_post_accumulate_hook, self, pid))
+            else:
+                # torch < 2.1: a hook on the parameter's AccumulateGrad node runs after p.grad
+                # holds the gradient of this backward (as DDP and DeepSpeed do there).
+                with torch.enable_grad():
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                h = acc.register_hook(functools.partial(_accumulate_node_hook, self, pid))
+                self._grad_accs.append(acc)
+            self._handles.append(h)
+
+    # ---- gradients ----------------------------------------------------------------------
+
+    def _grad_ready(self, pid):
+        if not self._in_backward or self._hook_error is not None:
+            return  # a backward outside engine.backward(): p.grad stays for the caller
+        p = self._params[pid]
+        g = p.grad
+        p.grad = None  # the gradient now lives in a slot / the grads region
+        if g is None:
+            return
+        try:
+            with self._lock, torch.no_grad():
+                if g.is_sparse:
+                    g = g.to_dense()
+                if self.stage == 1:
+                    self._grad_views[pid].add_(g)
+                    return
+                b = self._bucket_of[pid]
+                if self._sent[b]:
+                    raise RuntimeError("zerod: parameter %d got a gradient after its bucket %d "
+                                       "was sent" % (pid, b))
+                prev = self._pending.get(pid)
+                if prev is not None:
+                    self._pending[pid] = prev + g
+                    return
+                self._pending[pid] = g
+                self._done[b] += 1
+                if self._done[b] == len(self._bucket_ids[b]):
+                    self._send_bucket(b)
+        except BaseException as e:
+            self._hook_error = e
+            raise
+
+    def _send_bucket(self, b):
+        """Copy bucket b's gradients into a free slot and submit it (zeros for parameters that
+        got none this micro-step). Called with the lock held."""
+        slot = self._sess.slot_acquire(b)
+        key = (slot.index, b)
+        views = self._slot_views.get(key)
+        if views is None:
+            flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype)
+            views = [flat[off:off + self._params[pid].numel()].view(self._params[pid].shape)
+                     for pid, off in self._bucket_ids[b]]
+            self._slot_views[key] = views
+        for (pid, _), dst in zip(self._bucket_ids[b], views):
+            g = self._pending.pop(pid, None)
+            if g is None:
+                dst.zero_()
+            else:
+                dst.copy_(g)
+        self._sess.slot_submit(slot, self.micro_steps % self._gas)
+        self._sent[b] = True
+
+    def _check_open(self, what):
+        if self._closed:
+            raise RuntimeError("zerod: %s on a closed engine" % what)
+
+    # ---- public API ---------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def backward(self, loss, retain_graph=False):
+        """Backward of loss × loss scale; buckets go to the daemon as they complete (stage 2)
+        or are added into the full-gradient region (stage 1). The gradient is not divided by
+        gradient_accumulation_steps here: the daemon does it. Returns loss."""
+        self._check_open("backward")
+        if loss.numel() != 1:
+            raise ValueError("zerod: backward needs a scalar loss, got shape %s"
+                             % tuple(loss.shape))
+        scaled = loss.float() * self._loss_scale if self._loss_scale != 1.0 else loss
+        self._reset_micro()
+        self._hook_error = None
+        for p in self._params:
+            p.grad = None
+        self._in_backward = True
+        try:
+            try:
+                scaled.backward(retain_graph=retain_graph)
+            except BaseException as e:
+                if self._hook_error is not None and e is not self._hook_error:
+                    raise self._hook_error from e
+                raise
+            if self._hook_error is not None:
+                raise self._hook_error
+            if self.stage == 2:
+                with self._lock, torch.no_grad():
+                    for b in range(len(self._bucket_ids)):
+                        if not self._sent[b]:
+                            self._send_bucket(b)
+        finally:
+            self._in_backward = False
+            self._pending = {}
+        return loss
+
+    def is_gradient_accumulation_boundary(self):
+        """True when the next engine.step() steps the optimizer."""
+        return (self.micro_steps + 1) % self._gas == 0
+
+    def step(self):
+        """Counts one micro-batch; at every gradient_accumulation_steps-th call, runs the
+        optimizer step on the daemon (no-op otherwise)."""
+        self._check_open("step")
+        boundary = self.is_gradient_accumulation_boundary()
+        self.micro_steps += 1
+        if boundary:
+            self.optimizer.step()
+
+    def _optimizer_step(self):
+        self._check_open("step")
+        lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
+        with self._lock:
+            res = self._sess.step(group_lr=lrs)
+        self.global_steps = res["step"]
+        self.skipped_steps = res["skipped_steps"]
+        self.was_step_applied = not res["skipped"]
+        if res["loss_scale"] > 0:
+            self._loss_scale = res["loss_scale"]
+        self._grad_norm = res["grad_norm"]
+        return res
+
+    def get_loss_scale(self):
+        """The scale the next backward multiplies the loss by (1 unless fp16)."""
+        return self._loss_scale
+
+    @property
+    def loss_scale(self):
+        return self._loss_scale
+
+    def get_global_grad_norm(self):
+        """The last step's global gradient norm (unscaled, averaged, before clipping); inf when
+        it was not finite; None before the first step."""
+        if self._grad_norm is None:
+            return None
+        return float("inf") if self._grad_norm < 0 else self._grad_norm
+
+    def gradient_accumulation_steps(self):
+        return self._gas
+
+    def get_lr(self):
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    def zero_grad(self, set_to_none=True):
+        """Harmless: gradients live in the daemon's slots, never in p.grad across calls."""
+        for p in self._params:
+            p.grad = None
+
+    def train(self, mode=True):
+        self.module.train(mode)
+        self.training = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def close(self, end_job=True):
+        """Give the parameters private storage again (their last values), then detach:
+        end_job=True ends the job on the daemon, False keeps it for job_linger (a later
+        initialize() with the same job resumes it)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with torch.no_grad():
+                for p in self._params:
+                    p.data = p.data.clone()
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self._grad_accs = []
+            self._slot_views = {}
+            self._grad_views = None
+            try:
+                self._sess.detach(end_job)
+            finally:
+                self._sess.close()
+
+    destroy = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # The parameters are the module's; nn.Module bookkeeping must not duplicate them.
+    def __repr__(self):
+        return "ZerodEngine(job=%r, rank=%d/%d, stage=%d, dtype=%s, step=%d)\n  module: %r" % (
+            self.job, self.rank, self.world_size, getattr(self, "stage", 0), self.dtype,
+            getattr(self, "global_steps", 0), self.module)
+
+
+def _post_accumulate_hook(engine, pid, param):
+    engine._grad_ready(pid)
+
+
+def _accumulate_node_hook(engine, pid, grad_inputs, grad_outputs):
+    engine._grad_ready(pid)
+
+
+# ---- entry point --------------------------------------------------------------------------
+
+def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
+               lr_scheduler=None, config=None, config_params=None, job=None, socket_path=None,
+               timeout_ms=None, **unused):
+    """Attach `model` to the local zerod, like deepspeed.initialize.
+
+    config: a DeepSpeed config dict or the path of a JSON file (semantics.md §1); fp16/bf16
+    convert the model to that dtype. model_parameters: None (every parameter that requires
+    grad), an iterable of tensors, or of group dicts {"params": [...], "lr", "weight_decay",
+    "betas", "eps"}. The daemon and job come from the environment (ZEROD_SOCKET, ZEROD_JOB,
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR:MASTER_PORT) unless job/socket_path are given.
+    Returns (engine, optimizer, None, None)."""
+    if model is None:
+        raise ValueError("zerod: initialize needs model=")
+    if optimizer is not None:
+        raise ValueError("zerod: the optimizer runs in the daemon; configure it in the config's "
+                         "'optimizer' section instead of passing optimizer=")
+    if lr_scheduler is not None:
+        raise ValueError("zerod: pass lr_scheduler=None and build the scheduler on the "
+                         "returned optimizer")
+    if training_data is not None:
+        raise ValueError("zerod: training_data is not supported; build your own DataLoader")
+    if config is None:
+        config = config_params
+    if config is None and args is not None:
+        config = getattr(args, "deepspeed_config", None)
+    cfg = _load_config(config)
+    env = _read_env(job, socket_path)
+    groups = _collect_groups(model, model_parameters)
+    engine = ZerodEngine(model, groups, cfg, env, timeout_ms)
+    defaults = _config_defaults(cfg)
+    opt_groups = []
+    for g in groups:
+        d = dict(g)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        opt_groups.append(d)
+    try:
+        engine.optimizer = ZerodOptimizer(engine, opt_groups, defaults)
+    except BaseException:
+        engine.close(end_job=False)
+        raise
+    return engine, engine.optimizer, None, None

@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include "job.h"
+#include "mesh.h"
 #include "zk/kernels.h"
 #include "zs/log.h"
 #include "zs/time.h"
@@ -8,11 +9,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #ifndef ZEROD_VERSION
@@ -35,7 +38,7 @@ struct zd_engine {
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC */
+    int wake_fd; /* eventfd: work queued or shutdown */
     zd_work_t *head, *tail;
     zd_reply_t *rhead, *rtail;
     bool shutdown;
@@ -46,6 +49,10 @@ struct zd_engine {
     uint64_t job_linger_ns;
     char device[64];
     char socket_path[256];
+    char token_file[512];
+    uint64_t mesh_timeout_ns;
+    uint64_t collective_timeout_ns;
+    uint64_t heartbeat_interval_ns;
     void (*notify)(void *arg);
     void *notify_arg;
     /* engine-thread state */
@@ -150,12 +157,100 @@ static void zd_result_set(zd_result_t *r, zs_status_t st, const char *fmt, ...)
 
 /* ---- request handlers (engine thread) -------------------------------------------------- */
 
+/* The mesh aborted (a peer lost, a collective timed out, a trainer gone): tear it down and
+ * drop the partial micro-step. The shard stays at the last completed step; every rank's
+ * trainer gets ERR_PEER_LOST until it re-attaches, which forms a new mesh. */
+static void zd_engine_mesh_failed(zd_engine_t *e)
+{
+    zd_job_t *job = e->job;
+
+    if (job == NULL || job->mesh == NULL) {
+        return;
+    }
+    zd_mesh_aborted(job->mesh, job->mesh_why, sizeof(job->mesh_why));
+    zd_coll_destroy(job->coll);
+    job->coll = NULL;
+    zd_mesh_destroy(job->mesh);
+    job->mesh = NULL;
+    job->mesh_lost = true;
+    zd_job_drop_partial(job);
+    zs_warn(ZS_SUB_ENGINE, "job '%s' keeps step %llu; its trainers must re-attach (%s)", job->id,
+            (unsigned long long)job->step, job->mesh_why);
+}
+
+/* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and,
+ * when the job already has parameters, redo the all-gather from the master shards. */
+static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char *coordinator,
+                                       char *err, size_t errlen)
+{
+    zd_mesh_params_t mp;
+    uint8_t token[ZD_TOKEN_MAX];
+    size_t token_len = 0;
+    zs_status_t st;
+
+    if (job->world == 1) {
+        if (job->coll == NULL) {
+            st = zd_coll_local_create(&e->exec, &job->coll);
+            if (st != ZS_OK) {
+                snprintf(err, errlen, "attach: out of memory");
+            }
+            return st;
+        }
+        return ZS_OK;
+    }
+    st = zd_mesh_read_token(e->token_file, token, &token_len, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    memset(&mp, 0, sizeof(mp));
+    mp.job_id = job->id;
+    mp.rank = job->rank;
+    mp.world = job->world;
+    mp.coordinator = coordinator;
+    mp.layout_hash = job->layout->hash;
+    mp.config_hash = job->config_hash;
+    mp.step = job->step;
+    mp.params_loaded = job->params_loaded;
+    mp.token = token;
+    mp.token_len = token_len;
+    mp.mesh_timeout_ns = e->mesh_timeout_ns;
+    mp.collective_timeout_ns = e->collective_timeout_ns;
+    mp.heartbeat_interval_ns = e->heartbeat_interval_ns;
+    st = zd_mesh_create(&mp, &job->mesh, err, errlen);
+    explicit_bzero(token, sizeof(token));
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_coll_ucx_create(job->mesh, &e->exec, &job->coll);
+    if (st != ZS_OK) {
+        snprintf(err, errlen, "attach: cannot create the UCX collectives");
+        zd_mesh_destroy(job->mesh);
+        job->mesh = NULL;
+        return st;
+    }
+    job->mesh_lost = false;
+    job->mesh_why[0] = '\0';
+    if (job->params_loaded) {
+        st = zd_job_refresh_params(job, &e->exec, err, errlen);
+        if (st != ZS_OK) {
+            zd_engine_mesh_failed(e);
+        }
+    }
+    return st;
+}
+
 static zs_status_t zd_engine_require_trainer(zd_engine_t *e, uint64_t conn_id, bool loaded,
                                              zd_result_t *r)
 {
     if (e->job == NULL || e->job->attached_conn != conn_id) {
         zd_result_set(r, ZS_ERR_STATE, "no job attached on this connection (send Attach first)");
         return ZS_ERR_STATE;
+    }
+    if (e->job->mesh_lost) {
+        zd_result_set(r, ZS_ERR_PEER_LOST,
+                      "%s; job '%s' is at step %llu: re-attach every rank to continue",
+                      e->job->mesh_why, e->job->id, (unsigned long long)e->job->step);
+        return ZS_ERR_PEER_LOST;
     }
     if (loaded && !e->job->params_loaded) {
         zd_result_set(r, ZS_ERR_STATE,
@@ -255,8 +350,8 @@ static void zd_engine_drop_job(zd_engine_t *e, const char *why)
 }
 
 /* Re-attach of the live job: layout, config and identity must match. */
-static zs_status_t zd_engine_check_reattach(zd_engine_t *e, const zd_attach_spec_t *a,
-                                            zd_result_t *r)
+static zs_status_t zd_engine_check_reattach(zd_engine_t *e, uint64_t conn_id,
+                                            const zd_attach_spec_t *a, zd_result_t *r)
 {
     zd_job_t *job = e->job;
     zd_job_t *probe = NULL;
@@ -264,7 +359,7 @@ static zs_status_t zd_engine_check_reattach(zd_engine_t *e, const zd_attach_spec
     zd_job_spec_t spec = a->spec;
     zs_status_t st;
 
-    if (job->attached_conn != 0) {
+    if (job->attached_conn != 0 && !(job->mesh_lost && job->attached_conn == conn_id)) {
         zd_result_set(r, ZS_ERR_BUSY, "busy: job '%s' is attached by another trainer", job->id);
         return ZS_ERR_BUSY;
     }
@@ -334,7 +429,7 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         goto out;
     }
     if (e->job != NULL && strcmp(e->job->id, at->job_id) != 0) {
-        if (e->job->attached_conn != 0) {
+        if (e->job->attached_conn != 0 && e->job->attached_conn != conn_id) {
             zd_result_set(&r, ZS_ERR_BUSY, "busy: this daemon serves job '%s' (attached)",
                           e->job->id);
         } else {
@@ -347,11 +442,17 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         goto out;
     }
     if (e->job != NULL) {
-        st = zd_engine_check_reattach(e, &a, &r);
+        st = zd_engine_check_reattach(e, conn_id, &a, &r);
         if (st != ZS_OK) {
             goto out;
         }
         resumed = true;
+        st = zd_engine_form_mesh(e, e->job, at->coordinator, err, sizeof(err));
+        if (st != ZS_OK) {
+            zd_result_set(&r, st, "%s", err);
+            zs_warn(ZS_SUB_ENGINE, "re-attach of job '%s' failed: %s", at->job_id, err);
+            goto out;
+        }
         zs_info(ZS_SUB_ENGINE, "job '%s' re-attached at step %llu", e->job->id,
                 (unsigned long long)e->job->step);
     } else {
@@ -362,6 +463,15 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
             goto out;
         }
         zs_log_set_rank((int)e->job->rank);
+        st = zd_engine_form_mesh(e, e->job, at->coordinator, err, sizeof(err));
+        if (st != ZS_OK) {
+            zd_result_set(&r, st, "%s", err);
+            zs_warn(ZS_SUB_ENGINE, "attach of job '%s' failed: %s", at->job_id, err);
+            zd_job_destroy(e->job);
+            e->job = NULL;
+            zs_log_set_rank(-1);
+            goto out;
+        }
         zs_info(ZS_SUB_ENGINE,
                 "job '%s' attached: rank %u/%u, %s, stage %u, %llu params in %u buckets, shard "
                 "%llu elements, layout 0x%016llx",
@@ -421,9 +531,10 @@ static void zd_engine_params_ready(zd_engine_t *e, uint64_t conn_id, uint64_t se
                           "job '%s' already has its parameters (a resumed job keeps them)",
                           e->job->id);
         } else {
-            zs_status_t st = zd_job_load_params(e->job, &e->exec);
+            char err[ZD_MAX_MSG] = "";
+            zs_status_t st = zd_job_load_params(e->job, &e->exec, err, sizeof(err));
             if (st != ZS_OK) {
-                zd_result_set(&r, st, "loading parameters failed: %s", zk_last_error());
+                zd_result_set(&r, st, "%s", err);
             }
         }
     }
@@ -462,9 +573,11 @@ static void zd_engine_bucket_ready(zd_engine_t *e, uint64_t conn_id, uint64_t se
                       "%u)",
                       br->micro_step, job->cfg.gradient_accumulation_steps);
     } else {
-        zs_status_t st = zd_job_accumulate_slot(job, &e->exec, br->slot, br->bucket);
+        char err[ZD_MAX_MSG] = "";
+        zs_status_t st =
+            zd_job_accumulate_slot(job, &e->exec, br->slot, br->bucket, err, sizeof(err));
         if (st != ZS_OK) {
-            zd_result_set(&r, st, "accumulate failed: %s", zk_last_error());
+            zd_result_set(&r, st, "bucket %u: %s", br->bucket, err);
         }
     }
 out:
@@ -488,7 +601,7 @@ static void zd_engine_step(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
     Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
     zd_result_t r;
     zd_step_out_t out = {false, 0};
-    char err[ZD_MAX_MSG];
+    char err[ZD_MAX_MSG] = "";
     zd_job_t *job = e->job;
     zs_status_t st;
 
@@ -543,6 +656,11 @@ static void zd_engine_detach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         if (d->end_job) {
             zd_engine_drop_job(e, "trainer detached");
         } else {
+            if (e->job->mesh != NULL) {
+                zd_mesh_abort(e->job->mesh, e->job->rank, "rank %u: its trainer detached",
+                              e->job->rank);
+                zd_engine_mesh_failed(e);
+            }
             zd_job_drop_partial(e->job);
             e->job->attached_conn = 0;
             pthread_mutex_lock(&e->lock);
@@ -689,6 +807,11 @@ static void zd_engine_handle(zd_engine_t *e, zd_work_t *w)
 
     if (w->type == ZD_WORK_DISCONNECT) {
         if (e->job != NULL && e->job->attached_conn == w->conn_id) {
+            if (e->job->mesh != NULL) {
+                zd_mesh_abort(e->job->mesh, e->job->rank, "rank %u: its trainer disconnected",
+                              e->job->rank);
+                zd_engine_mesh_failed(e);
+            }
             zd_job_drop_partial(e->job);
             e->job->attached_conn = 0;
             pthread_mutex_lock(&e->lock);
@@ -756,43 +879,90 @@ static void zd_work_free(zd_work_t *w)
     free(w);
 }
 
+static void zd_engine_wake(zd_engine_t *e)
+{
+    uint64_t one = 1;
+    ssize_t n = write(e->wake_fd, &one, sizeof(one));
+    (void)n;
+}
+
+/* Idle: sleep until work arrives, the next heartbeat is due, a mesh event, or the linger
+ * deadline of a job without trainer. */
+static void zd_engine_idle(zd_engine_t *e)
+{
+    struct pollfd fds[2];
+    nfds_t n = 1;
+    uint64_t timeout_ns = UINT64_MAX;
+    zd_job_t *job = e->job;
+    uint64_t drain;
+
+    fds[0].fd = e->wake_fd;
+    fds[0].events = POLLIN;
+    if (job != NULL && job->mesh != NULL) {
+        int fd;
+        timeout_ns = zd_mesh_tick(job->mesh);
+        fd = zd_mesh_arm(job->mesh);
+        if (fd == -2) {
+            timeout_ns = 0;
+        } else if (fd >= 0) {
+            fds[1].fd = fd;
+            fds[1].events = POLLIN;
+            n = 2;
+        }
+    }
+    if (job != NULL && job->attached_conn == 0) {
+        uint64_t now = zs_time_now_ns();
+        uint64_t left = job->linger_until_ns > now ? job->linger_until_ns - now : 0;
+        timeout_ns = left < timeout_ns ? left : timeout_ns;
+    }
+    poll(fds, n, timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
+    if (read(e->wake_fd, &drain, sizeof(drain)) < 0) {
+        drain = 0;
+    }
+}
+
 static void *zd_engine_main(void *arg)
 {
     zd_engine_t *e = arg;
 
-    pthread_mutex_lock(&e->lock);
     for (;;) {
         zd_work_t *w;
 
-        while (e->head == NULL && !e->shutdown) {
-            if (e->job != NULL && e->job->attached_conn == 0) {
-                zs_deadline_t d = {e->job->linger_until_ns};
-                struct timespec ts = zs_deadline_timespec(d);
-                if (zs_deadline_expired(d)) {
-                    pthread_mutex_unlock(&e->lock);
-                    zd_engine_drop_job(e, "job_linger passed with no trainer");
-                    pthread_mutex_lock(&e->lock);
-                    continue;
-                }
-                pthread_cond_timedwait(&e->cond, &e->lock, &ts);
-            } else {
-                pthread_cond_wait(&e->cond, &e->lock);
-            }
-        }
+        pthread_mutex_lock(&e->lock);
         if (e->shutdown) {
+            pthread_mutex_unlock(&e->lock);
             break;
         }
         w = e->head;
-        e->head = w->next;
-        if (e->head == NULL) {
-            e->tail = NULL;
+        if (w != NULL) {
+            e->head = w->next;
+            if (e->head == NULL) {
+                e->tail = NULL;
+            }
         }
         pthread_mutex_unlock(&e->lock);
-        zd_engine_handle(e, w);
-        zd_work_free(w);
-        pthread_mutex_lock(&e->lock);
+        if (w != NULL) {
+            zd_engine_handle(e, w);
+            zd_work_free(w);
+            if (e->job != NULL && e->job->mesh != NULL && zd_mesh_aborted(e->job->mesh, NULL, 0)) {
+                zd_engine_mesh_failed(e);
+            }
+            continue;
+        }
+        zd_engine_idle(e);
+        if (e->job != NULL && e->job->mesh != NULL) {
+            zd_mesh_tick(e->job->mesh);
+            if (zd_mesh_aborted(e->job->mesh, NULL, 0)) {
+                zd_engine_mesh_failed(e);
+            }
+        }
+        if (e->job != NULL && e->job->attached_conn == 0 &&
+            zs_time_now_ns() >= e->job->linger_until_ns) {
+            zd_engine_drop_job(e, "job_linger passed with no trainer");
+        }
     }
     /* shutdown: fail what is queued */
+    pthread_mutex_lock(&e->lock);
     while (e->head != NULL) {
         zd_work_t *w = e->head;
         e->head = w->next;
@@ -823,8 +993,8 @@ static void zd_engine_enqueue(zd_engine_t *e, zd_work_t *w)
         e->head = w;
     }
     e->tail = w;
-    pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);
+    zd_engine_wake(e);
 }
 
 void zd_engine_submit(zd_engine_t *e, uint64_t conn_id, zd_frame_t *request)
@@ -859,8 +1029,8 @@ void zd_engine_shutdown(zd_engine_t *e)
 {
     pthread_mutex_lock(&e->lock);
     e->shutdown = true;
-    pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);
+    zd_engine_wake(e);
 }
 
 bool zd_engine_stopped(zd_engine_t *e)
@@ -878,13 +1048,12 @@ void zd_engine_set_limits(zd_engine_t *e, uint64_t max_shard_bytes, uint64_t job
     pthread_mutex_lock(&e->lock);
     e->max_shard_bytes = max_shard_bytes;
     e->job_linger_ns = job_linger_ns;
-    pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->lock);
+    zd_engine_wake(e);
 }
 
 zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p)
 {
-    pthread_condattr_t ca;
     zd_engine_t *e;
     zs_status_t st;
 
@@ -894,15 +1063,23 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
         goto err;
     }
     pthread_mutex_init(&e->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->wake_fd < 0) {
+        zs_error(ZS_SUB_ENGINE, "eventfd: %m");
+        pthread_mutex_destroy(&e->lock);
+        free(e);
+        st = ZS_ERR_IO;
+        goto err;
+    }
     e->bucket_slots = p->bucket_slots;
     e->max_shard_bytes = p->max_shard_bytes;
     e->job_linger_ns = p->job_linger_ns;
     snprintf(e->device, sizeof(e->device), "%s", p->device);
     snprintf(e->socket_path, sizeof(e->socket_path), "%s", p->socket_path);
+    snprintf(e->token_file, sizeof(e->token_file), "%s", p->token_file ? p->token_file : "");
+    e->mesh_timeout_ns = p->mesh_timeout_ns;
+    e->collective_timeout_ns = p->collective_timeout_ns;
+    e->heartbeat_interval_ns = p->heartbeat_interval_ns;
     e->notify = p->notify;
     e->notify_arg = p->notify_arg;
     e->start_ns = zs_time_now_ns();
@@ -928,7 +1105,7 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
 err_pool:
     zk_pool_destroy(e->pool);
 err_free:
-    pthread_cond_destroy(&e->cond);
+    close(e->wake_fd);
     pthread_mutex_destroy(&e->lock);
     free(e);
 err:
@@ -954,7 +1131,7 @@ void zd_engine_destroy(zd_engine_t *e)
         r = next;
     }
     zk_pool_destroy(e->pool);
-    pthread_cond_destroy(&e->cond);
+    close(e->wake_fd);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }

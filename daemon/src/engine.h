@@ -42,6 +42,10 @@ typedef struct zd_engine_params {
     unsigned threads;
     const char *device;
     const char *socket_path;
+    const char *token_file; /* mesh authentication (world > 1) */
+    uint64_t mesh_timeout_ns;
+    uint64_t collective_timeout_ns;
+    uint64_t heartbeat_interval_ns;
     void (*notify)(void *arg); /* replies are ready (called from the engine thread) */
     void *notify_arg;
 } zd_engine_params_t;

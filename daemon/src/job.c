@@ -1,5 +1,7 @@
 #include "job.h"
 
+#include "mesh.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -47,13 +49,6 @@ static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_
     if (spec->rank >= spec->world) {
         zd_job_err(err, errlen, "attach: rank %u is not below world %u", spec->rank, spec->world);
         return ZS_ERR_INVALID;
-    }
-    if (spec->world > 1) {
-        zd_job_err(err, errlen,
-                   "attach: world %u needs the daemon mesh, which this build does not have yet "
-                   "(world 1 only)",
-                   spec->world);
-        return ZS_ERR_UNSUPPORTED;
     }
     if (spec->n_groups == 0) {
         zd_job_err(err, errlen, "attach: groups is empty (at least one param group is needed)");
@@ -266,6 +261,8 @@ void zd_job_destroy(zd_job_t *job)
     if (job == NULL) {
         return;
     }
+    zd_coll_destroy(job->coll);
+    zd_mesh_destroy(job->mesh);
     zs_region_cleanup(&job->params);
     zs_region_cleanup(&job->slots);
     zs_region_cleanup(&job->grads);
@@ -287,7 +284,36 @@ static void *zd_job_slice_ptr(const zd_job_t *job, const zs_region_t *region, ui
     return (char *)region->addr + elem * zd_dtype_size(job->dtype);
 }
 
-zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec)
+/* This rank's whole bucket b inside a full-layout region. */
+static void *zd_job_bucket_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b)
+{
+    return (char *)region->addr + job->layout->buckets[b].offset * zd_dtype_size(job->dtype);
+}
+
+zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+    zs_status_t st = ZS_OK;
+
+    job->params_stale = true;
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+        const zs_layout_bucket_t *bk = &l->buckets[b];
+        st = zk_cast(exec, zd_job_slice_ptr(job, &job->params, b), (zk_dtype_t)job->dtype,
+                     job->master + bk->shard_offset, ZK_DTYPE_F32, bk->slice);
+        if (st != ZS_OK) {
+            zd_job_err(err, errlen, "cast: %s", zk_last_error());
+            break;
+        }
+        st = job->coll->ops->all_gather(job->coll, zd_job_bucket_ptr(job, &job->params, b),
+                                        (zk_dtype_t)job->dtype, bk->slice, err, errlen);
+    }
+    if (st == ZS_OK) {
+        job->params_stale = false;
+    }
+    return st;
+}
+
+zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     zs_status_t st = ZS_OK;
@@ -297,21 +323,26 @@ zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec)
         st = zk_cast(exec, job->master + bk->shard_offset, ZK_DTYPE_F32,
                      zd_job_slice_ptr(job, &job->params, b), (zk_dtype_t)job->dtype, bk->slice);
     }
-    if (st == ZS_OK) {
-        job->params_loaded = true;
+    if (st != ZS_OK) {
+        zd_job_err(err, errlen, "loading parameters: %s", zk_last_error());
+        return st;
+    }
+    job->params_loaded = true;
+    if (job->world > 1) {
+        st = zd_job_refresh_params(job, exec, err, errlen);
     }
     return st;
 }
 
 zs_status_t zd_job_accumulate_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
-                                   uint32_t bucket)
+                                   uint32_t bucket, char *err, size_t errlen)
 {
     const zs_layout_bucket_t *bk = &job->layout->buckets[bucket];
-    const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes +
-                      (uint64_t)job->rank * bk->slice * zd_dtype_size(job->dtype);
+    const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
-    return zk_accumulate(exec, job->acc + bk->shard_offset, src, (zk_dtype_t)job->dtype, 1.0f,
-                         bk->slice);
+    (void)exec;
+    return job->coll->ops->reduce_scatter(job->coll, src, (zk_dtype_t)job->dtype, bk->slice,
+                                          job->acc + bk->shard_offset, err, errlen);
 }
 
 void zd_job_drop_partial(zd_job_t *job)
@@ -322,17 +353,18 @@ void zd_job_drop_partial(zd_job_t *job)
     }
 }
 
-/* Stage 1 at the boundary: move the full-gradient region into the accumulator, zero it. */
-static zs_status_t zd_job_consume_grads(zd_job_t *job, const zk_exec_t *exec)
+/* Stage 1 at the boundary: reduce-scatter the full-gradient region into the accumulator and
+ * zero it for the next accumulation. */
+static zs_status_t zd_job_consume_grads(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     size_t dsize = zd_dtype_size(job->dtype);
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        zs_status_t st =
-            zk_accumulate(exec, job->acc + bk->shard_offset, zd_job_slice_ptr(job, &job->grads, b),
-                          (zk_dtype_t)job->dtype, 1.0f, bk->slice);
+        zs_status_t st = job->coll->ops->reduce_scatter(
+            job->coll, zd_job_bucket_ptr(job, &job->grads, b), (zk_dtype_t)job->dtype, bk->slice,
+            job->acc + bk->shard_offset, err, errlen);
         if (st != ZS_OK) {
             return st;
         }
@@ -354,15 +386,25 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
     zs_status_t st;
 
     if (cfg->stage == 1) {
-        st = zd_job_consume_grads(job, exec);
+        st = zd_job_consume_grads(job, err, errlen);
         if (st != ZS_OK) {
-            goto err_kernel;
+            return st;
         }
     }
-    /* 1. overflow flag and sum of squares in one pass */
+    /* 1. overflow flag and sum of squares in one pass; global: SUM and MAX over ranks */
     st = zk_sumsq(exec, job->acc, l->shard_numel, &sumsq, &nonfinite);
     if (st != ZS_OK) {
         goto err_kernel;
+    }
+    {
+        double vals[2] = {sumsq, nonfinite ? 1.0 : 0.0};
+        static const zd_reduce_op_t ops[2] = {ZD_REDUCE_SUM, ZD_REDUCE_MAX};
+        st = job->coll->ops->all_reduce(job->coll, vals, ops, 2, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        sumsq = vals[0];
+        nonfinite = vals[1] != 0.0 || !isfinite(sumsq);
     }
     check = job->dtype == ZD_DTYPE_F16 || (job->dtype == ZD_DTYPE_BF16 && cfg->bf16_check_overflow);
     overflow = check && nonfinite;
@@ -429,10 +471,24 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
             }
         }
     }
+    /* Adam ran on every rank (it cannot fail for want of a peer): the step is committed. An
+     * interrupted all-gather below is redone from the master on re-attach. */
     job->step = t;
     job->last_grad_norm = grad_norm;
     out->skipped = false;
     out->grad_norm = grad_norm;
+    if (job->world > 1) {
+        job->params_stale = true;
+        for (uint32_t b = 0; b < l->n_buckets; b++) {
+            st = job->coll->ops->all_gather(job->coll, zd_job_bucket_ptr(job, &job->params, b),
+                                            (zk_dtype_t)job->dtype, l->buckets[b].slice, err,
+                                            errlen);
+            if (st != ZS_OK) {
+                return st;
+            }
+        }
+        job->params_stale = false;
+    }
     return ZS_OK;
 
 err_kernel:

@@ -6,6 +6,7 @@
 #ifndef ZD_JOB_H
 #define ZD_JOB_H
 
+#include "coll.h"
 #include "scaler.h"
 #include "train_config.h"
 #include "zk/kernels.h"
@@ -65,6 +66,11 @@ typedef struct zd_job {
     bool params_loaded;       /* master initialized from the params region */
     uint64_t attached_conn;   /* connection of the attached trainer, 0 when none */
     uint64_t linger_until_ns; /* monotonic; job dropped then if no trainer re-attached */
+    zd_coll_t *coll;          /* NULL while the mesh is down (world > 1) */
+    zd_mesh_t *mesh;          /* world > 1 */
+    bool mesh_lost;           /* the mesh aborted: trainers must re-attach */
+    char mesh_why[512];
+    bool params_stale; /* an all-gather was interrupted: redo it from the master */
     uint64_t step;
     uint64_t skipped_steps;
     double last_grad_norm;
@@ -78,12 +84,17 @@ extern const char *const zd_mem_term_names[ZD_MEM_COUNT];
 zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err, size_t errlen);
 void zd_job_destroy(zd_job_t *job);
 
-/* Fresh job: load the fp32 master from this rank's slices of the params region. */
-zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec);
+/* Fresh job: load the fp32 master from this rank's slices of the params region, then
+ * all-gather so every rank starts from the owners' values. */
+zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
 
-/* Stage 2, world 1: acc[bucket slice] += slot. */
+/* Recast this rank's slices from the master and all-gather every bucket (after a re-formed
+ * mesh, or an interrupted all-gather). */
+zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+
+/* Stage 2: reduce-scatter the slot into the accumulator slice. */
 zs_status_t zd_job_accumulate_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
-                                   uint32_t bucket);
+                                   uint32_t bucket, char *err, size_t errlen);
 
 typedef struct zd_step_out {
     bool skipped;

@@ -737,6 +737,10 @@ int zd_server_run(const zd_server_params_t *params)
     ep.job_linger_ns = cfg->job_linger_ns;
     ep.threads = (unsigned)cfg->threads;
     ep.device = params->device;
+    ep.token_file = cfg->token_file;
+    ep.mesh_timeout_ns = cfg->mesh_timeout_ns;
+    ep.collective_timeout_ns = cfg->collective_timeout_ns;
+    ep.heartbeat_interval_ns = cfg->heartbeat_interval_ns;
     ep.socket_path = params->socket_path;
     ep.notify = zd_engine_notify;
     ep.notify_arg = &srv->async;

@@ -1,0 +1,61 @@
+/*
+ * Collectives between the daemons of one job (design.md §4): one interface, several
+ * implementations: `local` (world 1: the accumulate kernel, nothing to exchange), `ucx` (host
+ * memory: ring algorithms over ucp tagged messages, pipelined in segments), `nccl` (device
+ * memory; built whenever CUDA is found). Every operation is bounded by collective_timeout and
+ * fails with ZS_ERR_PEER_LOST naming the rank when a peer is lost or the job was aborted.
+ * Every rank must call the same collectives in the same order.
+ */
+#ifndef ZD_COLL_H
+#define ZD_COLL_H
+
+#include "zk/kernels.h"
+#include "zs/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zd_mesh zd_mesh_t;
+typedef struct zd_coll zd_coll_t;
+
+typedef enum zd_reduce_op {
+    ZD_REDUCE_SUM = 0,
+    ZD_REDUCE_MAX = 1,
+} zd_reduce_op_t;
+
+typedef struct zd_coll_ops {
+    const char *name;
+    /* acc[0..slice) += Σ over ranks of src_q[rank * slice .. + slice), src of `dtype` holding
+     * world * slice elements (this rank's whole bucket), summed in fp32. */
+    zs_status_t (*reduce_scatter)(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
+                                  uint64_t slice, float *acc, char *err, size_t errlen);
+    /* buf holds world * slice elements of dtype; this rank's slice (at rank * slice) goes to
+     * every rank and the others arrive in place. */
+    zs_status_t (*all_gather)(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
+                              char *err, size_t errlen);
+    /* vals[i] = op[i] over ranks of vals[i], combined in rank order so every rank gets the
+     * bit-identical result. */
+    zs_status_t (*all_reduce)(zd_coll_t *coll, double *vals, const zd_reduce_op_t *ops, unsigned n,
+                              char *err, size_t errlen);
+    zs_status_t (*barrier)(zd_coll_t *coll, char *err, size_t errlen);
+    void (*destroy)(zd_coll_t *coll);
+} zd_coll_ops_t;
+
+struct zd_coll {
+    const zd_coll_ops_t *ops;
+    uint32_t rank, world;
+};
+
+/* World 1: reduce-scatter is an accumulate, the rest are no-ops. */
+zs_status_t zd_coll_local_create(const zk_exec_t *exec, zd_coll_t **coll_p);
+/* Host memory over the mesh's UCX worker. */
+zs_status_t zd_coll_ucx_create(zd_mesh_t *mesh, const zk_exec_t *exec, zd_coll_t **coll_p);
+
+static inline void zd_coll_destroy(zd_coll_t *coll)
+{
+    if (coll != NULL) {
+        coll->ops->destroy(coll);
+    }
+}
+
+#endif

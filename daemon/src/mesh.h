@@ -1,0 +1,78 @@
+/*
+ * The daemon mesh of one job (design.md §4): UCX bootstrap through rank 0's ucp_listener,
+ * HMAC authentication, roster exchange, data endpoints from worker addresses, heartbeats and
+ * aborts as active messages. Used only from the engine thread (UCX single-thread mode); the
+ * engine progresses the worker, both inside collectives and when idle (it polls the worker's
+ * event fd next to its queue), so the libuv loop never touches UCX.
+ */
+#ifndef ZD_MESH_H
+#define ZD_MESH_H
+
+#include "zs/status.h"
+#include "zs/time.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#define ZD_MESH_PROTOCOL 1
+#define ZD_TOKEN_MAX     4096
+
+typedef struct zd_mesh zd_mesh_t;
+
+typedef struct zd_mesh_params {
+    const char *job_id;
+    uint32_t rank, world;
+    const char *coordinator; /* host:port of rank 0's listener */
+    uint64_t layout_hash, config_hash;
+    uint64_t step;
+    bool params_loaded;
+    const uint8_t *token;
+    size_t token_len;
+    uint64_t mesh_timeout_ns;
+    uint64_t collective_timeout_ns;
+    uint64_t heartbeat_interval_ns;
+} zd_mesh_params_t;
+
+/* Form the mesh; blocks (bounded by mesh_timeout) until every rank joined, or fails naming
+ * what differs (ZS_ERR_AUTH, ZS_ERR_LAYOUT_MISMATCH, ZS_ERR_CONFIG, ZS_ERR_UNREACHABLE,
+ * ZS_ERR_TIMEOUT, ZS_ERR_INVALID). */
+zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, char *err,
+                           size_t errlen);
+/* Closes endpoints and the worker; NULL is a no-op. */
+void zd_mesh_destroy(zd_mesh_t *mesh);
+
+uint32_t zd_mesh_rank(const zd_mesh_t *mesh);
+uint32_t zd_mesh_world(const zd_mesh_t *mesh);
+ucp_worker_h zd_mesh_worker(zd_mesh_t *mesh);
+ucp_ep_h zd_mesh_ep(zd_mesh_t *mesh, uint32_t rank);
+uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh);
+
+/* The worker's event fd, armed: poll it for POLLIN while idle. -1 when unavailable. */
+int zd_mesh_arm(zd_mesh_t *mesh);
+/* Progress the worker, send due heartbeats, check peers' liveness. Returns the number of
+ * nanoseconds until the next heartbeat is due. */
+uint64_t zd_mesh_tick(zd_mesh_t *mesh);
+
+/* Aborted (a peer was lost, or some rank broadcast an abort)? Fills why with a message that
+ * names the lost rank. */
+bool zd_mesh_aborted(const zd_mesh_t *mesh, char *why, size_t len);
+/* Abort the job on every daemon: broadcast (best effort) and mark locally. */
+void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Barrier over control messages, bounded by the collective timeout. */
+zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen);
+
+/* Wait for one UCX request (NULL or an error pointer is immediate) until the deadline,
+ * progressing the worker and watching for aborts. */
+zs_status_t zd_mesh_wait(zd_mesh_t *mesh, void *request, zs_deadline_t deadline, const char *what,
+                         uint32_t peer, char *err, size_t errlen);
+
+/* Read the job token: the file must be a regular file, owned by this user, mode 0600 or
+ * stricter, 16..4096 bytes. */
+zs_status_t zd_mesh_read_token(const char *path, uint8_t *buf, size_t *len_p, char *err,
+                               size_t errlen);
+
+#endif

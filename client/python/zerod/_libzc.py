@@ -48,7 +48,14 @@ class ZerodError(RuntimeError):
         self.status = status
         self.name = name
         self.message = message
-        super().__init__("%s: %s" % (name, message) if message else name)
+        # libzc's messages for daemon replies already name the status ("step: ERR_X: ...")
+        if not message:
+            text = name
+        elif name in message:
+            text = message
+        else:
+            text = "%s: %s" % (name, message)
+        super().__init__(text)
 
 
 # ---- structs (zc.h) ----------------------------------------------------------------------
@@ -151,7 +158,7 @@ _lib_path = None
 def _candidates():
     """Where libzc is looked for, in order: $ZEROD_LIBZC, next to this package (a wheel or an
     install that copied it in), the build tree of the repository this file sits in
-    (client/python/zerod -> build/client), then the system loader's search path."""
+    (client/python/zerod -> build/client), ./build/client, then the system loader's path."""
     env = os.environ.get("ZEROD_LIBZC")
     if env:
         return [env], True
@@ -161,6 +168,9 @@ def _candidates():
         out.append(os.path.join(here, name))
     repo = os.path.normpath(os.path.join(here, "..", "..", ".."))
     out.append(os.path.join(repo, "build", "client", "libzc.so"))
+    cwd_build = os.path.join(os.getcwd(), "build", "client", "libzc.so")
+    if cwd_build not in out:
+        out.append(cwd_build)  # an installed package run from the repository's root
     found = ctypes.util.find_library("zc")
     out.append(found if found else "libzc.so.0")
     return out, False

@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# Multi-rank integration tests (issue [4 of 5]): real daemons on this host (or in two network
+# namespaces), N test trainers at once. Usage: mesh_test.sh MODE ZEROD MESH_TRAINER
+# Every wait is bounded; every process started here is stopped on exit.
+set -uo pipefail
+mode=$1 zerod=$2 trainer=$3
+work=$(mktemp -d /tmp/zd-mesh-XXXXXX)
+declare -a dpids=() tpids=()
+ns_made=()
+
+cleanup() {
+    for p in "${tpids[@]}" "${dpids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for n in "${ns_made[@]}"; do ip netns del "$n" 2>/dev/null; done
+    if [ "${keep:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL ($mode): $*"
+    for f in "$work"/*.log "$work"/*.out; do
+        [ -f "$f" ] && { echo "--- $f"; tail -n 25 "$f"; }
+    done
+    keep=1
+    exit 1
+}
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+chmod 600 "$work/token"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/badtoken"
+chmod 600 "$work/badtoken"
+port=$(free_port)
+export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ZEROD_JOB="mesh-$mode-$$"
+
+# start_daemon I [NETNS] [flags...]
+start_daemon() {
+    local i=$1 ns=$2
+    shift 2
+    local pre=()
+    [ -n "$ns" ] && pre=(ip netns exec "$ns")
+    "${pre[@]}" "$zerod" --socket "$work/z$i.sock" --device "cpu:$i" --token-file "$work/token" \
+        --mesh-timeout 20s --collective-timeout 2s --heartbeat-interval 500ms "$@" \
+        >"$work/d$i.out" 2>"$work/d$i.log" </dev/null &
+    dpids[$i]=$!
+    for _ in $(seq 1 100); do
+        grep -q '^READY' "$work/d$i.out" 2>/dev/null && return 0
+        kill -0 "${dpids[$i]}" 2>/dev/null || fail "daemon $i exited at start"
+        sleep 0.1
+    done
+    fail "daemon $i not ready within 10 s"
+}
+
+# start_trainer I RANK WORLD [NETNS] [args...]
+start_trainer() {
+    local i=$1 rank=$2 world=$3 ns=$4
+    shift 4
+    local pre=()
+    [ -n "$ns" ] && pre=(ip netns exec "$ns")
+    RANK=$rank WORLD_SIZE=$world ZEROD_SOCKET="$work/z$i.sock" \
+        "${pre[@]}" env RANK=$rank WORLD_SIZE=$world ZEROD_SOCKET="$work/z$i.sock" \
+        MASTER_ADDR="$MASTER_ADDR" MASTER_PORT="$MASTER_PORT" ZEROD_JOB="$ZEROD_JOB" \
+        "$trainer" "$@" >"$work/t$i.out" 2>&1 </dev/null &
+    tpids[$i]=$!
+}
+
+# wait_trainer I SECONDS -> sets rc
+wait_trainer() {
+    local i=$1 limit=$2
+    for _ in $(seq 1 $((limit * 10))); do
+        if ! kill -0 "${tpids[$i]}" 2>/dev/null; then
+            wait "${tpids[$i]}"
+            rc=$?
+            return 0
+        fi
+        sleep 0.1
+    done
+    fail "trainer $i still running after ${limit} s"
+}
+
+wait_for_line() { # FILE REGEX SECONDS
+    for _ in $(seq 1 $(($3 * 10))); do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    fail "no line matching '$2' in $1 within $3 s"
+}
+
+stop_daemons() {
+    for i in "${!dpids[@]}"; do
+        local p=${dpids[$i]}
+        kill -0 "$p" 2>/dev/null || continue
+        kill -TERM "$p"
+        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$p" 2>/dev/null && fail "daemon $i ignored SIGTERM for 5 s"
+        wait "$p"
+        local drc=$?
+        [ "$drc" = 0 ] || fail "daemon $i exited $drc after SIGTERM"
+        [ -e "$work/z$i.sock" ] && fail "daemon $i left its socket"
+    done
+    dpids=()
+}
+
+run_world() { # WORLD [trainer args...]: every rank trains and verifies
+    local world=$1
+    shift
+    for ((i = 0; i < world; i++)); do start_daemon $i ""; done
+    for ((i = 0; i < world; i++)); do start_trainer $i $i "$world" "" --verify "$@"; done
+    for ((i = 0; i < world; i++)); do
+        wait_trainer $i 120
+        [ "$rc" = 0 ] || fail "rank $i exited $rc"
+        grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
+    done
+    grep -h "verify ok" "$work"/t*.out
+    stop_daemons
+}
+
+case "$mode" in
+world2) run_world 2 --steps 10 ;;
+world3) run_world 3 --steps 10 ;;
+world4) run_world 4 --steps 10 ;;
+world2-stage1) run_world 2 --steps 10 --stage 1 ;;
+world2-accum) run_world 2 --steps 6 --accum 3 ;;
+world2-bf16) run_world 2 --steps 10 --bf16 ;;
+world3-tiny) run_world 3 --steps 10 --model tiny ;;
+kill-daemon)
+    world=3
+    for ((i = 0; i < world; i++)); do start_daemon $i ""; done
+    for ((i = 0; i < world; i++)); do start_trainer $i $i $world "" --steps 100000 --sleep-ms 20; done
+    wait_for_line "$work/t0.out" "step 3 " 30
+    kill -KILL "${dpids[1]}"
+    t0=$(date +%s.%N)
+    for i in 0 1 2; do wait_trainer $i 10; codes[$i]=$rc; done
+    elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
+    unset 'dpids[1]'
+    for i in 0 2; do
+        [ "${codes[$i]}" = 4 ] || fail "rank $i exited ${codes[$i]}, expected 4 (libzc error)"
+        grep -q "ERR_PEER_LOST" "$work/t$i.out" || fail "rank $i did not report ERR_PEER_LOST"
+        grep -q "rank 1" "$work/t$i.out" || fail "rank $i's error does not name rank 1"
+    done
+    grep -qE "ERR_CLOSED|ERR_PEER_LOST" "$work/t1.out" || fail "rank 1's trainer saw no error"
+    echo "all trainers failed within ${elapsed} s of the kill (collective_timeout 2 s):"
+    grep -h "ERR_" "$work"/t*.out
+    (($(echo "$elapsed < 6" | bc))) || fail "took ${elapsed} s"
+    stop_daemons
+    ;;
+kill-trainer)
+    world=3
+    for ((i = 0; i < world; i++)); do start_daemon $i "" --job-linger 60s; done
+    start_trainer 0 0 $world "" --steps 8
+    start_trainer 1 1 $world "" --steps 8 --hang-at 4
+    start_trainer 2 2 $world "" --steps 8
+    wait_for_line "$work/t1.out" "hanging in step 4" 60
+    sleep 0.3
+    kill -KILL "${tpids[1]}"
+    for i in 0 1 2; do wait_trainer $i 10; codes[$i]=$rc; done
+    [ "${codes[1]}" = 137 ] || fail "trainer 1 was not killed by SIGKILL (rc ${codes[1]})"
+    for i in 0 2; do
+        [ "${codes[$i]}" = 4 ] || fail "rank $i exited ${codes[$i]}, expected a clean libzc error"
+        grep -q "ERR_PEER_LOST" "$work/t$i.out" || fail "rank $i did not report ERR_PEER_LOST"
+        grep -q "rank 1" "$work/t$i.out" || fail "rank $i's error does not name rank 1"
+    done
+    grep -h "ERR_" "$work"/t0.out "$work"/t2.out
+    for i in 0 1 2; do mv "$work/t$i.out" "$work/t$i.first.out"; done
+    for i in 0 1 2; do start_trainer $i $i $world "" --steps 8 --verify; done
+    for i in 0 1 2; do
+        wait_trainer $i 60
+        [ "$rc" = 0 ] || fail "rank $i exited $rc after re-attach"
+        grep -q "(resumed)" "$work/t$i.out" || fail "rank $i did not resume"
+        grep -q "verify ok" "$work/t$i.out" || fail "rank $i: wrong values after re-attach"
+    done
+    grep -h "attached\|verify" "$work"/t*.out | grep -v first
+    stop_daemons
+    ;;
+wrong-token | wrong-layout | duplicate-rank | unreachable)
+    world=2
+    [ "$mode" = duplicate-rank ] && world=3
+    case "$mode" in
+    wrong-token)
+        start_daemon 0 "" --mesh-timeout 3s
+        start_daemon 1 "" --mesh-timeout 3s --token-file "$work/badtoken"
+        start_trainer 0 0 2 "" --steps 2
+        start_trainer 1 1 2 "" --steps 2
+        ;;
+    wrong-layout)
+        start_daemon 0 "" --mesh-timeout 5s
+        start_daemon 1 "" --mesh-timeout 5s
+        start_trainer 0 0 2 "" --steps 2
+        start_trainer 1 1 2 "" --steps 2 --model other
+        ;;
+    duplicate-rank)
+        for i in 0 1 2; do start_daemon $i "" --mesh-timeout 5s; done
+        start_trainer 0 0 3 "" --steps 2
+        start_trainer 1 1 3 "" --steps 2
+        sleep 0.5
+        start_trainer 2 1 3 "" --steps 2
+        ;;
+    unreachable)
+        start_daemon 1 "" --mesh-timeout 2s
+        start_trainer 1 1 2 "" --steps 2
+        ;;
+    esac
+    for i in "${!tpids[@]}"; do wait_trainer "$i" 20; codes[$i]=$rc; done
+    for i in "${!tpids[@]}"; do
+        [ "${codes[$i]}" = 4 ] || fail "trainer $i exited ${codes[$i]}, expected a refused attach"
+    done
+    case "$mode" in
+    wrong-token)
+        grep -q "wrong token" "$work/t1.out" || fail "rank 1 not told about the token"
+        grep -q "did not join" "$work/t0.out" || fail "rank 0 did not name the missing rank"
+        grep -q "wrong token" "$work/d0.log" || fail "rank 0's daemon did not log the refusal"
+        ;;
+    wrong-layout)
+        for i in 0 1; do grep -q "layout hash" "$work/t$i.out" || fail "rank $i: no layout message"; done
+        ;;
+    duplicate-rank)
+        grep -q "duplicate rank 1" "$work/t0.out" || fail "rank 0 did not name the duplicate"
+        grep -qh "duplicate rank 1" "$work/t1.out" "$work/t2.out" || fail "the duplicate was not told"
+        ;;
+    unreachable)
+        grep -q "unreachable" "$work/t1.out" || fail "no 'unreachable' in rank 1's error"
+        ;;
+    esac
+    grep -h "ERR_" "$work"/t*.out
+    stop_daemons
+    ;;
+netns)
+    if [ "$(id -u)" != 0 ] || ! ip netns add "zdA$$" 2>/dev/null; then
+        echo "SKIP: two-host test needs root and 'ip netns' (network namespaces)"
+        exit 77
+    fi
+    ns_made+=("zdA$$")
+    ip netns add "zdB$$" || fail "ip netns add"
+    ns_made+=("zdB$$")
+    ip link add "zdva$$" type veth peer name "zdvb$$" || fail "veth"
+    ip link set "zdva$$" netns "zdA$$"
+    ip link set "zdvb$$" netns "zdB$$"
+    ip -n "zdA$$" addr add 198.18.0.1/24 dev "zdva$$"
+    ip -n "zdB$$" addr add 198.18.0.2/24 dev "zdvb$$"
+    for n in "zdA$$" "zdB$$"; do ip -n "$n" link set lo up; done
+    ip -n "zdA$$" link set "zdva$$" up
+    ip -n "zdB$$" link set "zdvb$$" up
+    export MASTER_ADDR=198.18.0.1 UCX_TLS=tcp
+    start_daemon 0 "zdA$$"
+    start_daemon 1 "zdB$$"
+    start_trainer 0 0 2 "zdA$$" --verify --steps 10
+    start_trainer 1 1 2 "zdB$$" --verify --steps 10
+    for i in 0 1; do
+        wait_trainer $i 120
+        [ "$rc" = 0 ] || fail "rank $i exited $rc"
+        grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
+    done
+    grep -h "verify ok" "$work"/t*.out
+    stop_daemons
+    ;;
+*)
+    echo "unknown mode $mode" >&2
+    exit 2
+    ;;
+esac
+echo "PASS ($mode)"

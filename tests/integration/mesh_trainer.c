@@ -1,0 +1,336 @@
+/*
+ * A test trainer for multi-rank jobs (no Criterion: the mesh tests run N of these at once
+ * from mesh_test.sh). Each rank feeds its own deterministic gradients (a function of seed,
+ * rank, step, micro-step only, so a restarted trainer recomputes the same ones) and, with
+ * --verify, checks its final parameters against a single-process fp64 reference that sums the
+ * gradients of every rank (semantics.md §3, §4: relative error <= 1e-6 in fp32).
+ *
+ * Exit codes: 0 ok; 3 verification failed; 4 a libzc call failed (the line
+ * "rank R: ERR_NAME: message" is printed first); 2 usage.
+ */
+#include "reference.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct opts {
+    unsigned steps, stage, accum, hang_at, sleep_ms;
+    int verify;
+    const char *model;
+    zc_dtype_t dtype;
+    double tol;
+} opts_t;
+
+static int rank_;
+
+static int fail(const char *what, int st)
+{
+    printf("rank %d: %s: %s: %s\n", rank_, what, zc_status_name(st), zc_last_error());
+    fflush(stdout);
+    return 4;
+}
+
+static th_model_t model_by_name(const char *name)
+{
+    th_model_t m;
+    memset(&m, 0, sizeof(m));
+    if (strcmp(name, "tiny") == 0) {
+        /* 5 elements: smaller than one slice at world 3 (16 elements): empty slices */
+        m.n_groups = 1;
+        m.gnp[0] = 2;
+        m.numel[0] = 3;
+        m.numel[1] = 2;
+        m.n_params = 2;
+    } else if (strcmp(name, "other") == 0) {
+        m.n_groups = 1;
+        m.gnp[0] = 1;
+        m.numel[0] = 99;
+        m.n_params = 1;
+    } else {
+        /* two groups, sizes that divide nothing, several buckets at reduce_bucket_size 64 */
+        m.n_groups = 2;
+        m.gnp[0] = 3;
+        m.gnp[1] = 2;
+        m.numel[0] = 37;
+        m.numel[1] = 100;
+        m.numel[2] = 5;
+        m.numel[3] = 64;
+        m.numel[4] = 3;
+        m.n_params = 5;
+        m.group_json[1] = "{\"lr\": 0.005, \"weight_decay\": 0.1}";
+    }
+    for (uint32_t i = 0; i < m.n_params; i++) {
+        m.total += m.numel[i];
+    }
+    return m;
+}
+
+static void grads_for(uint32_t rank, uint64_t step, uint32_t micro, const th_model_t *m,
+                      zc_dtype_t dt, float *out)
+{
+    uint64_t st = 0x5eed + rank * 1000003ull + step * 7919ull + micro * 104729ull;
+    double mag = (step % 3 == 2) ? 0.4 : 0.03; /* some steps clip */
+    for (uint64_t i = 0; i < m->total; i++) {
+        out[i] = th_round(dt, (float)(th_rand_unit(&st) * mag));
+    }
+}
+
+static void init_for(const th_model_t *m, float *out)
+{
+    uint64_t st = 42;
+    for (uint64_t i = 0; i < m->total; i++) {
+        out[i] = (float)th_rand_unit(&st);
+    }
+}
+
+static int submit(zc_session_t *s, const zc_attach_info_t *info, const th_model_t *m, zc_dtype_t dt,
+                  const float *g, uint32_t micro, unsigned max_buckets)
+{
+    uint64_t starts[TH_MAX_PARAMS], k = 0;
+    int st;
+
+    for (uint32_t id = 0; id < m->n_params; id++) {
+        starts[id] = k;
+        k += m->numel[id];
+    }
+    if (info->stage == 1) {
+        for (uint32_t id = 0; id < m->n_params; id++) {
+            void *gp = zc_session_param_grad_ptr(s, id);
+            if (gp == NULL) {
+                return fail("param_grad_ptr", ZC_ERR_STATE);
+            }
+            for (uint64_t i = 0; i < m->numel[id]; i++) {
+                th_store(dt, gp, i, th_load(dt, gp, i) + g[starts[id] + i]);
+            }
+        }
+        return 0;
+    }
+    for (uint32_t b = 0; b < info->n_buckets && b < max_buckets; b++) {
+        zc_bucket_info_t bi;
+        zc_slot_t slot;
+        if ((st = zc_session_bucket_info(s, b, &bi)) != ZC_OK) {
+            return fail("bucket_info", st);
+        }
+        if ((st = zc_session_slot_acquire(s, b, -1, &slot)) != ZC_OK) {
+            return fail("slot_acquire", st);
+        }
+        for (uint32_t i = 0; i < bi.n_params; i++) {
+            uint32_t id, b2;
+            uint64_t in_b;
+            zc_session_bucket_param(s, b, i, &id);
+            zc_session_param_bucket(s, id, &b2, &in_b);
+            for (uint64_t e = 0; e < m->numel[id]; e++) {
+                th_store(dt, slot.data, in_b + e, g[starts[id] + e]);
+            }
+        }
+        if ((st = zc_session_slot_submit(s, &slot, micro)) != ZC_OK) {
+            return fail("slot_submit", st);
+        }
+    }
+    return 0;
+}
+
+static const char *config_json(const opts_t *o)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof(buf),
+             "{\"zero_optimization\": {\"stage\": %u, \"reduce_bucket_size\": 64},"
+             " \"bf16\": {\"enabled\": %s}, \"gradient_accumulation_steps\": %u,"
+             " \"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\","
+             " \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}}",
+             o->stage, o->dtype == ZC_DTYPE_BF16 ? "true" : "false", o->accum);
+    return buf;
+}
+
+static int verify(const opts_t *o, const th_model_t *m, uint32_t world, zc_session_t *s)
+{
+    th_ref_t ref;
+    float *init = calloc(m->total, sizeof(float));
+    float *g = calloc(m->total, sizeof(float));
+    double worst = 0;
+    uint64_t k = 0;
+    int bad = 0;
+
+    init_for(m, init);
+    th_ref_init(&ref, m, o->dtype, init);
+    ref.G = o->accum;
+    ref.world = world;
+    ref.opts[0] = (th_opts_t){1e-2, 0.9, 0.999, 1e-8, 0.01, true, true};
+    ref.opts[1] = (th_opts_t){5e-3, 0.9, 0.999, 1e-8, 0.1, true, true};
+    for (unsigned step = 0; step < o->steps; step++) {
+        for (uint32_t micro = 0; micro < o->accum; micro++) {
+            for (uint32_t q = 0; q < world; q++) {
+                grads_for(q, step, micro, m, o->dtype, g);
+                th_ref_accumulate(&ref, g);
+            }
+        }
+        th_ref_step(&ref);
+    }
+    for (uint32_t id = 0; id < m->n_params; id++) {
+        const void *p = zc_session_param_ptr(s, id);
+        for (uint64_t i = 0; i < m->numel[id]; i++, k++) {
+            double v = th_load(o->dtype, p, i);
+            double d = fabs(v - ref.p[k]);
+            double tol = o->tol * fmax(1.0, fabs(ref.p[k]));
+            if (o->dtype != ZC_DTYPE_F32) {
+                tol += th_ulp(o->dtype, ref.p[k]);
+            }
+            worst = fmax(worst, d / fmax(1.0, fabs(ref.p[k])));
+            if (d > tol && bad++ < 5) {
+                printf("rank %d: param %u[%lu] = %.9g, reference %.9g\n", rank_, id, i, v,
+                       ref.p[k]);
+            }
+        }
+    }
+    printf("rank %d: verify %s: worst relative difference %.3g over %lu elements (tolerance "
+           "%.1g)\n",
+           rank_, bad ? "FAILED" : "ok", worst, (unsigned long)m->total, o->tol);
+    th_ref_free(&ref);
+    free(init);
+    free(g);
+    return bad ? 3 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"steps", required_argument, NULL, 's'},    {"stage", required_argument, NULL, 'S'},
+        {"accum", required_argument, NULL, 'a'},    {"hang-at", required_argument, NULL, 'H'},
+        {"sleep-ms", required_argument, NULL, 'z'}, {"verify", no_argument, NULL, 'v'},
+        {"model", required_argument, NULL, 'm'},    {"bf16", no_argument, NULL, 'b'},
+        {"tol", required_argument, NULL, 't'},      {NULL, 0, NULL, 0}};
+    opts_t o = {.steps = 10, .stage = 2, .accum = 1, .model = "mixed", .tol = 1e-6};
+    const char *env;
+    char coord[300] = "";
+    uint32_t world;
+    th_model_t m;
+    zc_open_params_t op = {0};
+    zc_attach_params_t ap = {0};
+    zc_attach_info_t info;
+    zc_group_t groups[TH_MAX_GROUPS];
+    zc_session_t *s = NULL;
+    float *g;
+    int c, st;
+
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            o.steps = (unsigned)atoi(optarg);
+            break;
+        case 'S':
+            o.stage = (unsigned)atoi(optarg);
+            break;
+        case 'a':
+            o.accum = (unsigned)atoi(optarg);
+            break;
+        case 'H':
+            o.hang_at = (unsigned)atoi(optarg);
+            break;
+        case 'z':
+            o.sleep_ms = (unsigned)atoi(optarg);
+            break;
+        case 'v':
+            o.verify = 1;
+            break;
+        case 'm':
+            o.model = optarg;
+            break;
+        case 'b':
+            o.dtype = ZC_DTYPE_BF16;
+            break;
+        case 't':
+            o.tol = atof(optarg);
+            break;
+        default:
+            return 2;
+        }
+    }
+    rank_ = atoi(getenv("RANK") ? getenv("RANK") : "0");
+    world = (uint32_t)atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
+    if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
+        snprintf(coord, sizeof(coord), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
+    }
+    m = model_by_name(o.model);
+    g = calloc(m.total, sizeof(float));
+
+    op.field_mask = ZC_OPEN_FIELD_TIMEOUT_MS;
+    op.timeout_ms = 30000;
+    if ((st = zc_session_open(&op, &s)) != ZC_OK) {
+        return fail("open", st);
+    }
+    for (uint32_t gi = 0, k = 0; gi < m.n_groups; k += m.gnp[gi], gi++) {
+        groups[gi].n_params = m.gnp[gi];
+        groups[gi].numel = &m.numel[k];
+        groups[gi].options_json = m.group_json[gi];
+    }
+    env = getenv("ZEROD_JOB");
+    ap.field_mask = ZC_ATTACH_FIELD_JOB_ID | ZC_ATTACH_FIELD_RANK | ZC_ATTACH_FIELD_WORLD |
+                    ZC_ATTACH_FIELD_COORDINATOR | ZC_ATTACH_FIELD_DTYPE | ZC_ATTACH_FIELD_GROUPS |
+                    ZC_ATTACH_FIELD_CONFIG_JSON;
+    ap.job_id = env ? env : "mesh-test";
+    ap.rank = (uint32_t)rank_;
+    ap.world = world;
+    ap.coordinator = coord;
+    ap.dtype = o.dtype;
+    ap.n_groups = m.n_groups;
+    ap.groups = groups;
+    ap.config_json = config_json(&o);
+    if ((st = zc_session_attach(s, &ap, &info)) != ZC_OK) {
+        return fail("attach", st);
+    }
+    printf("rank %d: attached at step %lu%s\n", rank_, (unsigned long)info.step,
+           info.resumed ? " (resumed)" : "");
+    fflush(stdout);
+    if (!info.resumed) {
+        float *init = calloc(m.total, sizeof(float));
+        uint64_t k = 0;
+        init_for(&m, init);
+        for (uint32_t id = 0; id < m.n_params; id++) {
+            void *p = zc_session_param_ptr(s, id);
+            for (uint64_t i = 0; i < m.numel[id]; i++) {
+                th_store(o.dtype, p, i, init[k++]);
+            }
+        }
+        free(init);
+        if ((st = zc_session_params_ready(s)) != ZC_OK) {
+            return fail("params_ready", st);
+        }
+    }
+    for (uint64_t step = info.step; step < o.steps; step++) {
+        zc_step_result_t res;
+        for (uint32_t micro = 0; micro < o.accum; micro++) {
+            unsigned max_b = UINT32_MAX;
+            grads_for((uint32_t)rank_, step, micro, &m, o.dtype, g);
+            if (o.hang_at && step + 1 == o.hang_at) {
+                max_b = 1; /* mid-step: one bucket out, then wait to be killed */
+                printf("rank %d: hanging in step %lu\n", rank_, (unsigned long)step + 1);
+                fflush(stdout);
+            }
+            if ((st = submit(s, &info, &m, o.dtype, g, micro, max_b)) != 0) {
+                return st;
+            }
+            if (max_b == 1) {
+                for (;;) {
+                    pause();
+                }
+            }
+        }
+        if ((st = zc_session_step(s, NULL, &res)) != ZC_OK) {
+            return fail("step", st);
+        }
+        printf("rank %d: step %lu grad_norm %.9g\n", rank_, (unsigned long)res.step, res.grad_norm);
+        fflush(stdout);
+        if (o.sleep_ms) {
+            usleep(o.sleep_ms * 1000);
+        }
+    }
+    st = o.verify ? verify(&o, &m, world, s) : 0;
+    zc_session_detach(s, 1);
+    zc_session_close(s);
+    free(g);
+    return st;
+}

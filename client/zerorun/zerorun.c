@@ -1,0 +1,596 @@
+/*
+ * zerorun: the local launcher, like torchrun --standalone. Starts N trainers with the job's
+ * environment, optionally N private zerod daemons first, prefixes every output line with the
+ * rank, stops the job on the first failure or on a signal, and never leaves a process behind.
+ *
+ *   zerorun --nproc N [--spawn-daemons] [OPTIONS] -- CMD [ARGS...]
+ *
+ * Exit status: 0 every rank exited 0; 1 a rank or a daemon failed (the first failure is
+ * named), or a system error; 2 usage; 128+signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP) when
+ * stopped by a signal.
+ */
+#define _GNU_SOURCE
+#include "zr_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef ZEROD_VERSION
+#define ZEROD_VERSION "0.0.0"
+#endif
+
+#define ZR_DEFAULT_SOCKET_DIR "/run/zerod"
+#define ZR_DEFAULT_TIMEOUT_S  30.0
+#define ZR_TOKEN_BYTES        32
+
+enum {
+    OPT_SPAWN = 1000,
+    OPT_ADDR,
+    OPT_PORT,
+    OPT_JOB,
+    OPT_SOCKET_DIR,
+    OPT_DAEMON,
+    OPT_TIMEOUT,
+    OPT_KEEP_LOGS,
+    OPT_VERSION,
+};
+
+typedef struct zr_opts {
+    int nproc;
+    bool spawn_daemons;
+    bool keep_logs;
+    const char *master_addr;
+    const char *master_port; /* NULL: find a free one */
+    const char *job;         /* NULL: zerorun-<pid>-<time> */
+    const char *socket_dir;
+    const char *daemon;
+    double timeout_s;
+    char **cmd;
+} zr_opts_t;
+
+static void zr_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "Usage: zerorun --nproc N [OPTIONS] -- CMD [ARGS...]\n"
+        "Run N ranks of a training command on this host (like torchrun), optionally with a\n"
+        "private zerod per rank.\n"
+        "\n"
+        "Options:\n"
+        "  -n, --nproc N          number of ranks (1..%d)\n"
+        "      --spawn-daemons    start one zerod per rank (--device cpu:<rank>) in a private\n"
+        "                         directory, wait for each to be ready, stop them at the end\n"
+        "      --master-addr A    MASTER_ADDR (default 127.0.0.1)\n"
+        "      --master-port P    MASTER_PORT (default: a free TCP port on MASTER_ADDR)\n"
+        "      --job ID           ZEROD_JOB (default: zerorun-<pid>-<unix time>)\n"
+        "      --socket-dir DIR   without --spawn-daemons: where the daemons' sockets are\n"
+        "                         (default $ZEROD_SOCKET_DIR, else %s); with it: where the\n"
+        "                         private directory is made (default $XDG_RUNTIME_DIR, else /tmp)\n"
+        "      --daemon PATH      zerod binary (default: zerod next to zerorun, then\n"
+        "                         ../daemon/zerod from a build tree, then $PATH)\n"
+        "      --timeout SEC      deadline for the daemons to be ready (default %g)\n"
+        "      --keep-logs        keep the private directory (daemon logs) after a good run\n"
+        "  -h, --help             print this help and exit\n"
+        "      --version          print the version and exit\n"
+        "\n"
+        "Each rank i gets RANK=i, LOCAL_RANK=i, WORLD_SIZE=N, LOCAL_WORLD_SIZE=N, MASTER_ADDR,\n"
+        "MASTER_PORT, ZEROD_JOB and ZEROD_SOCKET: the socket of daemon i with --spawn-daemons,\n"
+        "else DIR/zerod-cpu<i>.sock (DIR as for --socket-dir), the name zerod gives itself\n"
+        "with --device cpu:<i> --socket auto. Trainers read /dev/null as stdin; every line they\n"
+        "write to stdout or stderr comes out on zerorun's stdout or stderr as \"[rank i] line\".\n"
+        "\n"
+        "With --spawn-daemons, the private directory (mode 0700) holds the sockets, a random\n"
+        "job token (token, mode 0600, given to each zerod as --token-file) and each daemon's\n"
+        "output (zerod-<i>.log). It is removed at the end, unless the job failed or --keep-logs\n"
+        "is given: then its path is printed.\n"
+        "\n"
+        "On the first rank that fails, zerorun prints its rank and exit code or signal, sends\n"
+        "SIGTERM to the others (SIGKILL %d s later) and exits 1. SIGINT, SIGTERM or SIGHUP stop\n"
+        "the trainers, then the daemons, the same way (a second signal kills at once); zerorun\n"
+        "then exits 128+signal. Each child runs in a process group of its own, which is killed\n"
+        "with it, and dies with zerorun even if zerorun is killed.\n"
+        "\n"
+        "Exit status: 0 every rank succeeded, 1 a rank or daemon failed, 2 usage error,\n"
+        "130/143/129 stopped by SIGINT/SIGTERM/SIGHUP.\n",
+        ZR_MAX_NPROC, ZR_DEFAULT_SOCKET_DIR, ZR_DEFAULT_TIMEOUT_S, ZR_GRACE_MS / 1000);
+}
+
+static int zr_usage_error(void)
+{
+    fprintf(stderr, "Try 'zerorun --help'.\n");
+    return ZR_EXIT_USAGE;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
+{
+    static const struct option longopts[] = {
+        {"nproc", required_argument, NULL, 'n'},
+        {"spawn-daemons", no_argument, NULL, OPT_SPAWN},
+        {"master-addr", required_argument, NULL, OPT_ADDR},
+        {"master-port", required_argument, NULL, OPT_PORT},
+        {"job", required_argument, NULL, OPT_JOB},
+        {"socket-dir", required_argument, NULL, OPT_SOCKET_DIR},
+        {"daemon", required_argument, NULL, OPT_DAEMON},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"keep-logs", no_argument, NULL, OPT_KEEP_LOGS},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    char *end;
+    long v;
+    int c;
+
+    memset(o, 0, sizeof(*o));
+    o->master_addr = "127.0.0.1";
+    o->timeout_s = ZR_DEFAULT_TIMEOUT_S;
+    /* '+': stop at CMD, so that its own options are not ours even without "--" */
+    while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            v = strtol(optarg, &end, 10);
+            if (optarg[0] == '\0' || *end != '\0' || v < 1 || v > ZR_MAX_NPROC) {
+                fprintf(stderr, "zerorun: --nproc '%s' is not an integer in 1..%d\n", optarg,
+                        ZR_MAX_NPROC);
+                return zr_usage_error();
+            }
+            o->nproc = (int)v;
+            break;
+        case OPT_SPAWN:
+            o->spawn_daemons = true;
+            break;
+        case OPT_ADDR:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "zerorun: --master-addr is empty\n");
+                return zr_usage_error();
+            }
+            o->master_addr = optarg;
+            break;
+        case OPT_PORT:
+            v = strtol(optarg, &end, 10);
+            if (optarg[0] == '\0' || *end != '\0' || v < 1 || v > 65535) {
+                fprintf(stderr, "zerorun: --master-port '%s' is not a port in 1..65535\n", optarg);
+                return zr_usage_error();
+            }
+            o->master_port = optarg;
+            break;
+        case OPT_JOB:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "zerorun: --job is empty\n");
+                return zr_usage_error();
+            }
+            o->job = optarg;
+            break;
+        case OPT_SOCKET_DIR:
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "zerorun: --socket-dir is empty\n");
+                return zr_usage_error();
+            }
+            o->socket_dir = optarg;
+            break;
+        case OPT_DAEMON:
+            if (strchr(optarg, '/') != NULL && access(optarg, X_OK) != 0) {
+                fprintf(stderr, "zerorun: --daemon '%s': %s\n", optarg, strerror(errno));
+                return zr_usage_error();
+            }
+            o->daemon = optarg;
+            break;
+        case OPT_TIMEOUT:
+            o->timeout_s = strtod(optarg, &end);
+            if (optarg[0] == '\0' || *end != '\0' || !isfinite(o->timeout_s) ||
+                o->timeout_s <= 0.0 || o->timeout_s > 86400.0) {
+                fprintf(stderr,
+                        "zerorun: --timeout '%s' is not a number of seconds in (0, 86400]\n",
+                        optarg);
+                return zr_usage_error();
+            }
+            break;
+        case OPT_KEEP_LOGS:
+            o->keep_logs = true;
+            break;
+        case 'h':
+            zr_usage(stdout);
+            return ZR_EXIT_OK;
+        case OPT_VERSION:
+            printf("zerorun %s\n", ZEROD_VERSION);
+            return ZR_EXIT_OK;
+        default:
+            return zr_usage_error();
+        }
+    }
+    if (o->nproc == 0) {
+        fprintf(stderr, "zerorun: --nproc is required\n");
+        return zr_usage_error();
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "zerorun: no command to run (zerorun --nproc N -- CMD [ARGS...])\n");
+        return zr_usage_error();
+    }
+    o->cmd = argv + optind;
+    return -1;
+}
+
+/* ---- job setup --------------------------------------------------------------------------- */
+
+/* MASTER_PORT: bind port 0 on MASTER_ADDR and keep the port the kernel chose. */
+static int zr_free_port(const char *addr, char *port, size_t len)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int rc, err = 0;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    rc = getaddrinfo(addr, "0", &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "zerorun: --master-addr '%s': %s\n", addr, gai_strerror(rc));
+        return -1;
+    }
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        sl = sizeof(ss);
+        if (fd >= 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+            unsigned p = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                                  : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            snprintf(port, len, "%u", p);
+            close(fd);
+            freeaddrinfo(res);
+            return 0;
+        }
+        err = errno;
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    freeaddrinfo(res);
+    fprintf(stderr, "zerorun: cannot bind a TCP port on MASTER_ADDR '%s': %s\n", addr,
+            strerror(err));
+    return -1;
+}
+
+/* The private runtime directory: mkdtemp makes it mode 0700. */
+static int zr_make_dir(const zr_opts_t *o, char *dir, size_t len)
+{
+    const char *base = o->socket_dir;
+
+    if (base == NULL) {
+        base = getenv("XDG_RUNTIME_DIR");
+    }
+    if (base == NULL || base[0] == '\0') {
+        base = "/tmp";
+    }
+    if ((size_t)snprintf(dir, len, "%s/zerorun-XXXXXX", base) >= len) {
+        fprintf(stderr, "zerorun: directory name under '%s' is too long\n", base);
+        return -1;
+    }
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "zerorun: cannot create a private directory under '%s': %s\n", base,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A fresh random job token, hex, in a file only we can read. */
+static int zr_write_token(const char *path)
+{
+    unsigned char raw[ZR_TOKEN_BYTES];
+    char hex[2 * ZR_TOKEN_BYTES + 2];
+    size_t got = 0;
+    int fd, rc = 0;
+
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            fprintf(stderr, "zerorun: getrandom: %s\n", strerror(errno));
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    }
+    hex[2 * ZR_TOKEN_BYTES] = '\n';
+    hex[2 * ZR_TOKEN_BYTES + 1] = '\0';
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || fchmod(fd, 0600) != 0 ||
+        write(fd, hex, 2 * ZR_TOKEN_BYTES + 1) != 2 * ZR_TOKEN_BYTES + 1) {
+        fprintf(stderr, "zerorun: cannot write the job token '%s': %s\n", path, strerror(errno));
+        rc = -1;
+    }
+    if (fd >= 0 && close(fd) != 0 && rc == 0) {
+        fprintf(stderr, "zerorun: cannot write the job token '%s': %s\n", path, strerror(errno));
+        rc = -1;
+    }
+    explicit_bzero(raw, sizeof(raw));
+    explicit_bzero(hex, sizeof(hex));
+    return rc;
+}
+
+/* Remove the (flat) private directory: logs, token, sockets a killed daemon left. */
+static void zr_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (d != NULL) {
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+                (void)unlinkat(dirfd(d), e->d_name, 0);
+            }
+        }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0) {
+        fprintf(stderr, "zerorun: cannot remove '%s': %s\n", dir, strerror(errno));
+    }
+}
+
+/* The zerod binary: --daemon, else next to us (installed), else ../daemon (build tree). */
+static void zr_find_daemon(const char *opt, char *buf, size_t len)
+{
+    static const char *const rel[] = {"zerod", "../daemon/zerod"};
+    char exe[PATH_MAX];
+    ssize_t n;
+    char *slash;
+
+    if (opt != NULL) {
+        snprintf(buf, len, "%s", opt);
+        return;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        slash = strrchr(exe, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+                if ((size_t)snprintf(buf, len, "%s/%s", exe, rel[i]) < len &&
+                    access(buf, X_OK) == 0) {
+                    return;
+                }
+            }
+        }
+    }
+    snprintf(buf, len, "zerod"); /* $PATH */
+}
+
+/* Per-rank socket paths, checked against the sockaddr_un limit. */
+static int zr_socket_paths(zr_run_t *r, const zr_opts_t *o, const char *dir)
+{
+    const char *base = dir;
+    struct sockaddr_un sun;
+
+    if (base == NULL) {
+        base = o->socket_dir != NULL ? o->socket_dir : getenv("ZEROD_SOCKET_DIR");
+    }
+    if (base == NULL || base[0] == '\0') {
+        base = ZR_DEFAULT_SOCKET_DIR;
+    }
+    for (int i = 0; i < r->nproc; i++) {
+        char *path;
+        if (asprintf(&path, "%s/zerod-cpu%d.sock", base, i) < 0) {
+            fprintf(stderr, "zerorun: out of memory\n");
+            return -1;
+        }
+        r->trainers[i].socket_path = path;
+        if (strlen(path) >= sizeof(sun.sun_path)) {
+            fprintf(stderr, "zerorun: socket path '%s' is longer than %zu bytes\n", path,
+                    sizeof(sun.sun_path) - 1);
+            return -1;
+        }
+        if (r->daemons != NULL) {
+            r->daemons[i].socket_path = path;
+            if (asprintf(&r->daemons[i].log_path, "%s/zerod-%d.log", dir, i) < 0) {
+                r->daemons[i].log_path = NULL;
+                fprintf(stderr, "zerorun: out of memory\n");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Block the signals we take through the signalfd; SIGHUP only if not ignored (nohup). */
+static int zr_signals_init(zr_run_t *r)
+{
+    struct sigaction sa;
+    sigset_t mask;
+
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    if (sigaction(SIGHUP, NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
+        sigaddset(&mask, SIGHUP);
+    }
+    /* A shell starts background jobs with SIGINT ignored; children get the default back. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher */
+    if (sigprocmask(SIG_BLOCK, &mask, &r->old_mask) != 0) {
+        fprintf(stderr, "zerorun: sigprocmask: %s\n", strerror(errno));
+        return -1;
+    }
+    r->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (r->sfd < 0) {
+        fprintf(stderr, "zerorun: signalfd: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Children's fds 0-2 must not land on our pipes: make sure ours are open. */
+static void zr_std_fds_open(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0) {
+            int n = open("/dev/null", O_RDWR);
+            if (n >= 0 && n != fd) {
+                close(n);
+            }
+        }
+    }
+}
+
+static zr_child_t *zr_children_alloc(int n)
+{
+    zr_child_t *c = calloc((size_t)n, sizeof(*c));
+
+    for (int i = 0; c != NULL && i < n; i++) {
+        c[i].rank = i;
+        c[i].out.fd = -1;
+        c[i].err.fd = -1;
+    }
+    return c;
+}
+
+/* ---- the job ------------------------------------------------------------------------------ */
+
+/* Start the daemons; ZR_EXIT_OK once all are ready, else the exit status. */
+static int zr_daemons_up(zr_run_t *r, const zr_opts_t *o, const char *dir)
+{
+    char zerod[PATH_MAX], token[PATH_MAX];
+
+    snprintf(token, sizeof(token), "%s/token", dir);
+    if (zr_write_token(token) != 0) {
+        return ZR_EXIT_FAIL;
+    }
+    zr_find_daemon(o->daemon, zerod, sizeof(zerod));
+    for (int i = 0; i < r->nproc; i++) {
+        if (zr_daemon_start(r, i, zerod, token) != 0) {
+            return ZR_EXIT_FAIL;
+        }
+    }
+    return zr_daemons_wait_ready(r);
+}
+
+/* Start every trainer with its environment, then supervise them. */
+static int zr_trainers_run(zr_run_t *r, const zr_opts_t *o, const char *job, const char *port)
+{
+    char world[16], rank[16];
+    int started = 0;
+
+    snprintf(world, sizeof(world), "%d", r->nproc);
+    for (; started < r->nproc && r->stop_signal == 0; started++) {
+        const zr_env_t env[] = {
+            {"RANK", rank},
+            {"LOCAL_RANK", rank},
+            {"WORLD_SIZE", world},
+            {"LOCAL_WORLD_SIZE", world},
+            {"MASTER_ADDR", o->master_addr},
+            {"MASTER_PORT", port},
+            {"ZEROD_JOB", job},
+            {"ZEROD_SOCKET", r->trainers[started].socket_path},
+        };
+        snprintf(rank, sizeof(rank), "%d", started);
+        if (zr_trainer_start(r, started, o->cmd, env, ZR_ARRAY_SIZE(env)) != 0) {
+            break;
+        }
+        zr_handle_signals(r); /* an early exit shows up in the loop below */
+    }
+    return zr_trainers_supervise(r, started);
+}
+
+int main(int argc, char **argv)
+{
+    zr_opts_t o;
+    zr_run_t r;
+    char job[128], port[16], dir[PATH_MAX] = "";
+    size_t cap;
+    int rc, stop_rc;
+
+    rc = zr_parse_opts(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    zr_std_fds_open();
+    memset(&r, 0, sizeof(r));
+    r.nproc = o.nproc;
+    r.timeout_s = o.timeout_s;
+    r.sfd = -1;
+    cap = 1 + 2 * (size_t)o.nproc;
+    r.trainers = zr_children_alloc(o.nproc);
+    r.daemons = o.spawn_daemons ? zr_children_alloc(o.nproc) : NULL;
+    r.pfd = calloc(cap, sizeof(*r.pfd));
+    r.streams = calloc(cap, sizeof(*r.streams));
+    r.ranks = calloc(cap, sizeof(*r.ranks));
+    if (r.trainers == NULL || (o.spawn_daemons && r.daemons == NULL) || r.pfd == NULL ||
+        r.streams == NULL || r.ranks == NULL) {
+        fprintf(stderr, "zerorun: out of memory\n");
+        return ZR_EXIT_FAIL;
+    }
+    if (o.job != NULL) {
+        snprintf(job, sizeof(job), "%s", o.job);
+    } else {
+        snprintf(job, sizeof(job), "zerorun-%d-%lld", (int)getpid(), (long long)time(NULL));
+    }
+    if (o.master_port != NULL) {
+        snprintf(port, sizeof(port), "%s", o.master_port);
+    } else if (zr_free_port(o.master_addr, port, sizeof(port)) != 0) {
+        return ZR_EXIT_FAIL;
+    }
+    if (zr_signals_init(&r) != 0) {
+        return ZR_EXIT_FAIL;
+    }
+    if (o.spawn_daemons && zr_make_dir(&o, dir, sizeof(dir)) != 0) {
+        return ZR_EXIT_FAIL;
+    }
+    rc = zr_socket_paths(&r, &o, o.spawn_daemons ? dir : NULL) != 0 ? ZR_EXIT_FAIL : ZR_EXIT_OK;
+    if (rc == ZR_EXIT_OK && o.spawn_daemons) {
+        rc = zr_daemons_up(&r, &o, dir);
+    }
+    if (rc == ZR_EXIT_OK) {
+        rc = zr_trainers_run(&r, &o, job, port);
+    }
+    stop_rc = zr_daemons_stop(&r);
+    if (rc == ZR_EXIT_OK) {
+        rc = stop_rc;
+    }
+    if (rc == ZR_EXIT_OK && r.stop_signal != 0) {
+        rc = 128 + r.stop_signal; /* a signal while the daemons stopped */
+    }
+    if (dir[0] != '\0') {
+        if (rc == ZR_EXIT_FAIL || o.keep_logs) {
+            fprintf(stderr, "zerorun: daemon logs kept in %s\n", dir);
+        } else {
+            zr_remove_dir(dir);
+        }
+    }
+    for (int i = 0; i < r.nproc; i++) {
+        free(r.trainers[i].socket_path);
+        if (r.daemons != NULL) {
+            free(r.daemons[i].log_path);
+        }
+    }
+    free(r.trainers);
+    free(r.daemons);
+    free(r.pfd);
+    free(r.streams);
+    free(r.ranks);
+    close(r.sfd);
+    return rc;
+}

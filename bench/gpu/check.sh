@@ -21,5 +21,6 @@ if ! cmake -S "$root" -B "$build" -DZEROD_WITH_CUDA=ON -DZEROD_TESTS=OFF \
     tail -20 "$build.configure.log" >&2
     exit 1
 fi
-cmake --build "$build" --target zk_gpu_check -j"$(nproc)"
-exec "$build/bench/zk_gpu_check"
+cmake --build "$build" --target zk_gpu_check zd_nccl_check -j"$(nproc)"
+"$build/bench/zk_gpu_check"
+exec "$build/bench/zd_nccl_check"

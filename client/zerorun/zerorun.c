@@ -103,8 +103,9 @@ static void zr_usage(FILE *out)
         "On the first rank that fails, zerorun prints its rank and exit code or signal, sends\n"
         "SIGTERM to the others (SIGKILL %d s later) and exits 1. SIGINT, SIGTERM or SIGHUP stop\n"
         "the trainers, then the daemons, the same way (a second signal kills at once); zerorun\n"
-        "then exits 128+signal. Each child runs in a process group of its own, which is killed\n"
-        "with it, and dies with zerorun even if zerorun is killed.\n"
+        "then exits 128+signal. Each child runs in a process group of its own, killed when the\n"
+        "child exits. Children die with zerorun even if it is SIGKILLed (their own children\n"
+        "and the private directory then outlive it).\n"
         "\n"
         "Exit status: 0 every rank succeeded, 1 a rank or daemon failed, 2 usage error,\n"
         "130/143/129 stopped by SIGINT/SIGTERM/SIGHUP.\n",
@@ -263,7 +264,8 @@ static int zr_free_port(const char *addr, char *port, size_t len)
         }
     }
     freeaddrinfo(res);
-    fprintf(stderr, "zerorun: cannot bind a TCP port on MASTER_ADDR '%s': %s\n", addr,
+    fprintf(stderr,
+            "zerorun: cannot bind a TCP port on MASTER_ADDR '%s' (%s); give --master-port\n", addr,
             strerror(err));
     return -1;
 }

@@ -2,6 +2,7 @@
 #   make deps    install the Debian packages (deploy/install-deps.sh)
 #   make         configure + build into build/
 #   make test    deps + build + ctest
+#   make demo    build + a local 2-rank ZeRO job on the CPU backend (zerorun, train_mlp)
 #   make bench   build + run the benchmarks in bench/
 #   make lint    clang-format check + cppcheck
 #   make install PREFIX=/usr/local
@@ -37,9 +38,8 @@ test: deps
 bench: build
 	cmake --build $(BUILD) --target bench
 
-demo:
-	@echo "make demo: not there yet -- the local multi-rank job arrives with the mesh (issue [4 of 5])." >&2
-	@exit 2
+demo: build
+	ZEROD_BUILD=$(BUILD) $(BUILD)/client/zerorun --nproc 2 --spawn-daemons -- sh examples/demo.sh
 
 lint:
 	@echo "clang-format: $(words $(SOURCES)) files"

@@ -188,6 +188,9 @@ static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char
     size_t token_len = 0;
     zs_status_t st;
 
+    if (job->mesh != NULL && !job->mesh_lost) {
+        return ZS_OK; /* re-attach after a detach that kept the job: the mesh is still up */
+    }
     if (job->world == 1) {
         if (job->coll == NULL) {
             st = zd_coll_local_create(&e->exec, &job->coll);
@@ -656,11 +659,8 @@ static void zd_engine_detach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         if (d->end_job) {
             zd_engine_drop_job(e, "trainer detached");
         } else {
-            if (e->job->mesh != NULL) {
-                zd_mesh_abort(e->job->mesh, e->job->rank, "rank %u: its trainer detached",
-                              e->job->rank);
-                zd_engine_mesh_failed(e);
-            }
+            /* the mesh stays up (heartbeats go on while idle): the trainers of every rank
+             * detach between steps and a later re-attach continues on the same mesh */
             zd_job_drop_partial(e->job);
             e->job->attached_conn = 0;
             pthread_mutex_lock(&e->lock);

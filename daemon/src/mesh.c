@@ -597,6 +597,25 @@ static void zd_boot_refuse(ucp_ep_h ep, zs_status_t st, const char *why)
     zd_send_msg(ep, ZD_AM_BOOT, &msg, false);
 }
 
+/* Let the clients close their bootstrap connections first (bounded): the side that closes
+ * first keeps the TCP port in TIME_WAIT, and rank 0's port must stay free for the next mesh
+ * of the job. */
+static void zd_boot_wait_closed(zd_boot_t *b)
+{
+    zs_deadline_t d = zs_deadline_in_ms(2000);
+
+    while (!zs_deadline_expired(d)) {
+        bool open = false;
+        for (size_t i = 0; i < b->n_conns; i++) {
+            open |= b->conns[i].joined && !b->conns[i].failed;
+        }
+        if (!open) {
+            return;
+        }
+        zd_boot_progress(b);
+    }
+}
+
 static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roster,
                                   size_t *roster_len, char *err, size_t errlen)
 {
@@ -619,11 +638,19 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
     lp.sockaddr.addrlen = sslen;
     lp.conn_handler.cb = zd_boot_conn_request_cb;
     lp.conn_handler.arg = b;
-    us = ucp_listener_create(b->worker, &lp, &b->listener);
-    if (us != UCS_OK) {
-        zd_mesh_fail(err, errlen, "rank 0 cannot listen on coordinator %s: %s", p->coordinator,
-                     ucs_status_string(us));
-        return ZS_ERR_UNREACHABLE;
+    /* UCX does not set SO_REUSEADDR: a bootstrap connection of an earlier mesh may still hold
+     * the port in TIME_WAIT, so retry until mesh_timeout. */
+    for (;;) {
+        us = ucp_listener_create(b->worker, &lp, &b->listener);
+        if (us == UCS_OK) {
+            break;
+        }
+        if (us != UCS_ERR_BUSY || zs_deadline_expired(deadline)) {
+            zd_mesh_fail(err, errlen, "rank 0 cannot listen on coordinator %s: %s", p->coordinator,
+                         ucs_status_string(us));
+            return ZS_ERR_UNREACHABLE;
+        }
+        usleep(250000);
     }
     zs_info(ZS_SUB_MESH, "rank 0 listening on %s for %u ranks of job '%s'", p->coordinator,
             p->world - 1, p->job_id);
@@ -723,11 +750,9 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
                 zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
                 zd_boot_msg_free(m);
                 if (fatal) {
-                    /* let the refusal reach the peer before failing */
-                    for (int i = 0; i < 200; i++) {
-                        ucp_worker_progress(b->worker);
-                        usleep(500);
-                    }
+                    /* let the refusal reach the peer (it closes on it) before failing */
+                    c->joined = true;
+                    zd_boot_wait_closed(b);
                     zd_mesh_fail(err, errlen, "%s", why);
                     return st;
                 }
@@ -791,6 +816,7 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
         }
         free(rb);
     }
+    zd_boot_wait_closed(b);
     return ZS_OK;
 }
 

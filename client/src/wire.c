@@ -363,44 +363,14 @@ uint32_t zc_conn_take_fds(zc_conn_t *conn, int *fds, uint32_t max)
 
 const char *zc_body_name(zc_body_case_t body)
 {
-    switch (body) {
-    case ZEROD__IPC__V1__FRAME__BODY__NOT_SET:
+    /* the oneof member's name from the generated descriptor: never out of step with the
+     * .proto */
+    const ProtobufCFieldDescriptor *fd;
+
+    if (body == ZEROD__IPC__V1__FRAME__BODY__NOT_SET) {
         return "empty";
-    case ZEROD__IPC__V1__FRAME__BODY_HELLO:
-        return "hello";
-    case ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY:
-        return "hello_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
-        return "attach";
-    case ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY:
-        return "attach_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
-        return "params_ready";
-    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY:
-        return "params_ready_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
-        return "bucket_ready";
-    case ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE:
-        return "slot_free";
-    case ZEROD__IPC__V1__FRAME__BODY_STEP:
-        return "step";
-    case ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY:
-        return "step_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_DETACH:
-        return "detach";
-    case ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY:
-        return "detach_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_STATUS:
-        return "status";
-    case ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY:
-        return "status_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO:
-        return "shard_info";
-    case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY:
-        return "shard_info_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_ERROR:
-        return "error";
-    default:
-        return "unknown";
     }
+    fd =
+        protobuf_c_message_descriptor_get_field(&zerod__ipc__v1__frame__descriptor, (unsigned)body);
+    return fd != NULL ? fd->name : "unknown";
 }

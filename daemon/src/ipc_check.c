@@ -8,44 +8,16 @@
 
 const char *zd_ipc_body_name(int body_case)
 {
-    switch (body_case) {
-    case ZEROD__IPC__V1__FRAME__BODY_HELLO:
-        return "hello";
-    case ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY:
-        return "hello_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
-        return "attach";
-    case ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY:
-        return "attach_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
-        return "params_ready";
-    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY:
-        return "params_ready_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
-        return "bucket_ready";
-    case ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE:
-        return "slot_free";
-    case ZEROD__IPC__V1__FRAME__BODY_STEP:
-        return "step";
-    case ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY:
-        return "step_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_DETACH:
-        return "detach";
-    case ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY:
-        return "detach_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_STATUS:
-        return "status";
-    case ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY:
-        return "status_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO:
-        return "shard_info";
-    case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY:
-        return "shard_info_reply";
-    case ZEROD__IPC__V1__FRAME__BODY_ERROR:
-        return "error";
-    default:
-        return "unknown";
+    /* the oneof member's name from the generated descriptor: never out of step with the
+     * .proto */
+    const ProtobufCFieldDescriptor *fd;
+
+    if (body_case == ZEROD__IPC__V1__FRAME__BODY__NOT_SET) {
+        return "empty";
     }
+    fd = protobuf_c_message_descriptor_get_field(&zerod__ipc__v1__frame__descriptor,
+                                                 (unsigned)body_case);
+    return fd != NULL ? fd->name : "unknown";
 }
 
 zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p, size_t *consumed_p,

@@ -17,6 +17,7 @@ PACKAGES=(
     libcriterion-dev iproute2 procps
     # Python binding, PyTorch parity tests and benchmark peers
     python3 python3-numpy python3-torch
+    openmpi-bin libopenmpi-dev
 )
 
 SUDO=()

@@ -10,7 +10,7 @@ optimizers do not clip, except in "clip"):
   lr_schedule    + a LambdaLR on the returned optimizer (lr reaches the daemon with each step)
   adam_l2        optimizer "Adam", adam_w_mode false == torch.optim.Adam(weight_decay=...)
   clip           gradient_clipping 0.05 == clip_grad_norm_(0.05) before torch's AdamW
-  stage1         stage 1 == stage 2, bit for bit (gradient_accumulation_steps 2)
+  stage1         stage 1 == stage 2 (gradient_accumulation_steps 1 and 2; see run_stage1)
 
 Tolerance: max over tensors of max|zerod - torch| / max|torch| <= 1e-5. Both sides apply the
 same fp32 Adam to the same data; they differ only in rounding (the daemon's fused kernel
@@ -70,19 +70,32 @@ def _train(cfg, steps, kwargs):
 
 
 def run_stage1(world):
-    out = {}
-    for stage in (1, 2):
-        cfg = zr.config(stage=stage, gas=2)
-        with zf.Cluster(world) as c:
-            out[stage] = c.run(_train, (cfg, STEPS, {}))
-    for r in range(world):
-        for i, (a, b) in enumerate(zip(out[1][r]["params"], out[2][r]["params"])):
-            assert torch.equal(a, b), ("rank %d tensor %d: stage 1 and stage 2 differ (max %g)"
-                                       % (r, i, (a - b).abs().max().item()))
-    ref = zr.reference_train(STEPS, world=world, gas=2)
-    d = zr.max_rel_diff(out[1][0]["params"], ref)
-    print("stage1 world %d: stage 1 == stage 2 bit for bit; %.3g from torch" % (world, d))
-    assert d <= TOL
+    """Stage 1 == stage 2. Bit for bit when the reduction adds the same numbers in the same
+    order: world 1 (any accumulation) or gradient_accumulation_steps 1 (any world). With N > 1
+    ranks and G > 1 micro-steps stage 2 sums (g_0,r0 + g_0,r1) + (g_1,r0 + g_1,r1) while stage 1
+    sums (g_0,r0 + g_1,r0) + (g_0,r1 + g_1,r1): fp32 addition is not associative, so there the
+    bound is 1e-6 relative (a few ulps per step over 20 steps)."""
+    for gas in (1, 2):
+        out = {}
+        for stage in (1, 2):
+            cfg = zr.config(stage=stage, gas=gas)
+            with zf.Cluster(world) as c:
+                out[stage] = c.run(_train, (cfg, STEPS, {}))
+        exact = world == 1 or gas == 1
+        for r in range(world):
+            if exact:
+                for i, (a, b) in enumerate(zip(out[1][r]["params"], out[2][r]["params"])):
+                    assert torch.equal(a, b), (
+                        "gas %d rank %d tensor %d: stage 1 and stage 2 differ (max %g)"
+                        % (gas, r, i, (a - b).abs().max().item()))
+            else:
+                d = zr.max_rel_diff(out[1][r]["params"], out[2][r]["params"])
+                assert d <= 1e-6, "gas %d rank %d: stage 1 vs 2 differ by %.3g" % (gas, r, d)
+        ref = zr.reference_train(STEPS, world=world, gas=gas)
+        d = zr.max_rel_diff(out[1][0]["params"], ref)
+        print("stage1 world %d gas %d: stage 1 == stage 2 %s; %.3g from torch"
+              % (world, gas, "bit for bit" if exact else "within 1e-6", d))
+        assert d <= TOL
 
 
 def main():

@@ -29,6 +29,7 @@ from ._libzc import (
     DTYPE_F16,
     DTYPE_F32,
     ZC_ERR_BUSY,
+    ZC_ERR_PEER_LOST,
     Session,
     ZerodError,
 )
@@ -265,7 +266,7 @@ class ZerodEngine(torch.nn.Module):
     on fp16 overflow does not count), skipped_steps, micro_steps (engine.step() calls), rank,
     world_size, stage, dtype, resumed (the attach found the job's state on the daemon)."""
 
-    def __init__(self, model, groups, cfg, env, timeout_ms=None, attach_wait_s=5.0):
+    def __init__(self, model, groups, cfg, env, timeout_ms=None, attach_wait_s=2.0):
         super().__init__()
         self.module = model
         self.config = cfg
@@ -581,6 +582,11 @@ class ZerodEngine(torch.nn.Module):
             self._grad_views = None
             try:
                 self._sess.detach(end_job)
+            except ZerodError as e:
+                # Ending a multi-rank job: a peer that ended it first is not a failure (the
+                # last step is complete on every rank, and the values are in the model).
+                if not (end_job and self.world_size > 1 and e.status == ZC_ERR_PEER_LOST):
+                    raise
             finally:
                 self._sess.close()
 
@@ -612,7 +618,8 @@ def _accumulate_node_hook(engine, pid, grad_inputs, grad_outputs):
 
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
                lr_scheduler=None, config=None, config_params=None, job=None, socket_path=None,
-               timeout_ms=None, **unused):
+               timeout_ms=None, attach_wait_s=2.0, mpu=None, dist_init_required=None,
+               collate_fn=None):
     """Attach `model` to the local zerod, like deepspeed.initialize.
 
     config: a DeepSpeed config dict or the path of a JSON file (semantics.md §1); fp16/bf16
@@ -620,7 +627,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     grad), an iterable of tensors, or of group dicts {"params": [...], "lr", "weight_decay",
     "betas", "eps"}. The daemon and job come from the environment (ZEROD_SOCKET, ZEROD_JOB,
     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR:MASTER_PORT) unless job/socket_path are given.
-    Returns (engine, optimizer, None, None)."""
+    timeout_ms: libzc's deadline of every call (default 60 s); attach_wait_s: how long a
+    busy daemon is retried (a restarted trainer may find its dead predecessor still attached
+    for a moment). Returns (engine, optimizer, None, None)."""
     if model is None:
         raise ValueError("zerod: initialize needs model=")
     if optimizer is not None:
@@ -629,6 +638,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if lr_scheduler is not None:
         raise ValueError("zerod: pass lr_scheduler=None and build the scheduler on the "
                          "returned optimizer")
+    if mpu is not None:
+        raise ValueError("zerod: model parallelism (mpu=) is not supported")
     if training_data is not None:
         raise ValueError("zerod: training_data is not supported; build your own DataLoader")
     if config is None:
@@ -638,7 +649,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     cfg = _load_config(config)
     env = _read_env(job, socket_path)
     groups = _collect_groups(model, model_parameters)
-    engine = ZerodEngine(model, groups, cfg, env, timeout_ms)
+    engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s)
     defaults = _config_defaults(cfg)
     opt_groups = []
     for g in groups:

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""zerod.torch API behaviour at world 1 (one daemon, several jobs one after the other).
+
+  - initialize returns (engine, optimizer, None, None); the optimizer is a torch Optimizer
+    with the groups' hyper-parameters; registration is reverse parameters() order per group;
+  - parameters are views of the params region: their storage never moves, and a step changes
+    them in place (no copy);
+  - engine.step() is a no-op off the accumulation boundary; zero_grad() anywhere is harmless;
+  - a parameter that gets no gradient contributes zeros (AdamW still decays it);
+  - get_loss_scale() is 1 in fp32, get_global_grad_norm() is torch's norm of the gradient;
+  - optimizer.state_dict()/load_state_dict() round-trip; a changed lr is applied; a changed
+    fixed hyper-parameter is refused;
+  - close(end_job=False) then initialize() again resumes the job: resumed, global_steps and
+    the parameter values come from the daemon, not from the new model;
+  - errors from the daemon raise zerod.ZerodError with the status name (bad config, busy
+    daemon) and an unreachable socket raises ERR_UNREACHABLE;
+  - close() leaves the model with private tensors holding the last values.
+"""
+import os
+import sys
+
+import zd_fixture as zf
+
+torch = zf.require_torch()
+import zerod  # noqa: E402
+import zerod.torch as zt  # noqa: E402
+import zd_ref as zr  # noqa: E402
+
+
+class WithUnused(zr.MLP):
+    def __init__(self, seed=1):
+        super().__init__(seed)
+        self.unused = torch.nn.Parameter(torch.full((5,), 0.5))
+
+
+def test_basics(sock):
+    model = zr.MLP(1)
+    cfg = zr.config(gas=2)
+    engine, opt, a, b = zt.initialize(model=model, model_parameters=zr.param_groups(model),
+                                      config=cfg, job="api-basics", socket_path=sock)
+    assert a is None and b is None
+    assert isinstance(opt, torch.optim.Optimizer)
+    assert engine.module is model and engine.stage == 2 and not engine.resumed
+    assert [g["lr"] for g in opt.param_groups] == [zr.GROUPS[0]["lr"], zr.GROUPS[1]["lr"]]
+    assert opt.param_groups[1]["weight_decay"] == zr.GROUPS[1]["weight_decay"]
+    assert opt.param_groups[0]["betas"] == zr.BETAS
+    # registration: per group, reverse parameters() order
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert [names[id(p)] for p in engine._params] == [
+        "l3.weight", "l2.weight", "l1.weight", "l3.bias", "l2.bias", "l1.bias"]
+    # parameters live in the params region
+    for pid, p in enumerate(engine._params):
+        assert p.data_ptr() == engine._sess.param_ptr(pid)
+    ptrs = [p.data_ptr() for p in model.parameters()]
+    assert engine.get_loss_scale() == 1.0 and engine.get_global_grad_norm() is None
+
+    # gradient the reference sees at the initial parameters
+    ref = zr.MLP(1)
+    for k in range(2):
+        x, t = zr.batch(0, k, 0)
+        (zr.loss_fn(ref(x), t) / 2).backward()
+    ref_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in ref.parameters())).item()
+
+    before = zr.params_of(model)
+    x, t = zr.batch(0, 0, 0)
+    engine.backward(zr.loss_fn(engine(x), t))
+    engine.zero_grad()
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    assert engine.is_gradient_accumulation_boundary() is False
+    engine.step()  # micro-step 1 of 2: no optimizer step
+    assert engine.global_steps == 0 and engine.micro_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, zr.params_of(model)))
+    x, t = zr.batch(0, 1, 0)
+    engine.backward(zr.loss_fn(engine(x), t))
+    engine.step()
+    assert engine.global_steps == 1 and engine.skipped_steps == 0 and engine.was_step_applied
+    assert [p.data_ptr() for p in model.parameters()] == ptrs, "parameter storage moved"
+    assert not any(torch.equal(a, b) for a, b in zip(before, zr.params_of(model)))
+    norm = engine.get_global_grad_norm()
+    assert abs(norm - ref_norm) <= 1e-5 * ref_norm, (norm, ref_norm)
+
+    # train/eval reach the module
+    assert engine.eval() is engine and not model.training
+    engine.train()
+    assert model.training
+
+    # optimizer hyper-parameters: round trip, lr applied, fixed keys refused
+    sd = opt.state_dict()
+    assert sd["state"] == {} and len(sd["param_groups"]) == 2
+    assert sd["param_groups"][0]["params"] == [0, 1, 2]
+    sd["param_groups"][0]["lr"] = 0.0
+    sd["param_groups"][1]["lr"] = 0.0
+    opt.load_state_dict(sd)
+    assert opt.param_groups[0]["lr"] == 0.0
+    bad = opt.state_dict()
+    bad["param_groups"][0]["betas"] = (0.5, 0.5)
+    try:
+        opt.load_state_dict(bad)
+    except ValueError as e:
+        assert "betas" in str(e)
+    else:
+        raise AssertionError("a changed betas was accepted")
+    try:
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("add_param_group after attach was accepted")
+    # lr 0: AdamW with lr 0 leaves the parameters bit-identical
+    held = zr.params_of(model)
+    for k in range(2):
+        x, t = zr.batch(1, k, 0)
+        engine.backward(zr.loss_fn(engine(x), t))
+        engine.step()
+    assert engine.global_steps == 2
+    assert all(torch.equal(a, b) for a, b in zip(held, zr.params_of(model))), \
+        "lr 0 from load_state_dict did not reach the daemon"
+
+    # keep the job, resume it from a differently initialized model
+    engine.close(end_job=False)
+    assert all(torch.equal(a, b) for a, b in zip(held, zr.params_of(model)))
+    assert [p.data_ptr() for p in model.parameters()] != ptrs, "close() kept region views"
+    other = zr.MLP(7)
+    engine2, opt2, _, _ = zt.initialize(model=other, model_parameters=zr.param_groups(other),
+                                        config=cfg, job="api-basics", socket_path=sock)
+    assert engine2.resumed and engine2.global_steps == 2
+    assert all(torch.equal(a, b) for a, b in zip(held, zr.params_of(other))), \
+        "a resumed attach did not take the job's values"
+    # a second trainer on the same daemon: busy
+    try:
+        zt.initialize(model=zr.MLP(1), config=cfg, job="api-other", socket_path=sock)
+    except zerod.ZerodError as e:
+        assert e.name == "ERR_BUSY", e
+        print("busy daemon: %s" % e)
+    else:
+        raise AssertionError("a second job attached to a busy daemon")
+    engine2.close()
+
+
+def test_unused(sock):
+    """A parameter with no gradient contributes zeros: AdamW decays it and nothing else."""
+    model = WithUnused(1)
+    cfg = zr.config(lr=0.1, extra={"optimizer": {"params": {"lr": 0.1, "weight_decay": 0.2,
+                                                            "betas": list(zr.BETAS)}}})
+    engine, opt, _, _ = zt.initialize(model=model, config=cfg, job="api-unused", socket_path=sock)
+    ref = WithUnused(1)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=0.1, weight_decay=0.2, betas=zr.BETAS)
+    for s in range(5):
+        x, t = zr.batch(s, 0, 0)
+        engine.backward(zr.loss_fn(engine(x), t))
+        engine.step()
+        ropt.zero_grad()
+        zr.loss_fn(ref(x), t).backward()
+        ref.unused.grad = torch.zeros_like(ref.unused)
+        ropt.step()
+    d = zr.max_rel_diff(zr.params_of(model), zr.params_of(ref))
+    assert d <= 1e-5, d
+    want = 0.5 * (1 - 0.1 * 0.2) ** 5
+    assert torch.allclose(model.unused.detach(), torch.full((5,), want), rtol=1e-6), model.unused
+    engine.close()
+
+
+def test_errors(sock):
+    model = zr.MLP(1)
+    try:
+        zt.initialize(model=model, config={"zero_optimization": {"stage": 3}}, job="api-bad",
+                      socket_path=sock)
+    except zerod.ZerodError as e:
+        assert e.name == "ERR_CONFIG" and "stage" in e.message, e
+        print("bad config: %s" % e)
+    else:
+        raise AssertionError("stage 3 was accepted")
+    # the failed attach left the model untouched (no region views)
+    assert all(p.grad is None for p in model.parameters())
+    try:
+        zt.initialize(model=model, config={}, job="api-bad",
+                      socket_path=os.path.join(os.path.dirname(sock), "nobody.sock"))
+    except zerod.ZerodError as e:
+        assert e.name == "ERR_UNREACHABLE", e
+    else:
+        raise AssertionError("an absent socket did not fail")
+    try:
+        zt.initialize(model=model, config={}, optimizer=torch.optim.SGD(model.parameters(), 1.0))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("optimizer= was accepted")
+
+
+def main():
+    with zf.Cluster(1, allowed_errors=None) as c:
+        sock = c.daemons[0].socket
+        test_basics(sock)
+        test_unused(sock)
+        test_errors(sock)
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

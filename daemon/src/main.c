@@ -113,9 +113,6 @@ int main(int argc, char **argv)
     int c, rc;
 
     zs_log_init_from_env();
-    /* zerod reports UCX failures in its own log with context; UCX's own log (to stdout) only
-     * when asked for */
-    setenv("UCX_LOG_LEVEL", "fatal", 0);
     opts = calloc(n_keys + 8, sizeof(*opts));
     names = calloc(n_keys, sizeof(*names));
     flags = calloc((size_t)argc + 1, sizeof(*flags));

@@ -1214,7 +1214,11 @@ static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, uint8_t **roster, size_t *ro
         ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
         ep.address = (const ucp_address_t *)roster[r];
-        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        /* UCX 1.13 refuses the shared-memory transports (posix, sysv, cma) under
+         * UCP_ERR_HANDLING_MODE_PEER, which would push same-host traffic onto TCP loopback at a
+         * fraction of memory bandwidth. A lost peer is caught by the heartbeats and the
+         * collective deadline instead (and TCP still reports a reset through the handler). */
+        ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
         ep.err_handler.cb = zd_data_ep_err_cb;
         ep.err_handler.arg = &mesh->refs[r];
         (void)roster_len;

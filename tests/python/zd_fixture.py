@@ -286,12 +286,12 @@ def require_world(world):
                 except zerod.ZerodError:
                     pass
             s.close()
-        refused = [e for e in errors if e is not None]
-        if refused:
-            e = refused[0]
-            if e.name in ("ERR_UNSUPPORTED",):
-                skip("world %d: zerod refuses it for now (%s)" % (world, e))
-            raise AssertionError("world %d probe failed: %s" % (world, e))
+    refused = [e for e in errors if e is not None]
+    if refused:
+        e = refused[0]
+        if e.name in ("ERR_UNSUPPORTED",):
+            skip("world %d: zerod refuses it for now (%s)" % (world, e))
+        raise AssertionError("world %d probe failed: %s" % (world, e))
 
 
 def parse_world(argv=None):

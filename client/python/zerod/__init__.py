@@ -20,4 +20,5 @@ from ._libzc import (  # noqa: F401
 
 __version__ = "0.1.0"
 
-__all__ = ["ZerodError", "Session", "libzc_path", "load_libzc", "version", "__version__"]
+__all__ = ["ZerodError", "Session", "libzc_path", "load_libzc", "version", "__version__",
+           "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16"]

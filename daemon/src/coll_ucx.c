@@ -141,6 +141,9 @@ static zs_status_t zd_pump(zd_coll_ucx_t *c, unsigned *idle, zs_deadline_t deadl
     }
     *idle = 0;
     zd_mesh_tick(c->mesh);
+    if (zd_mesh_cancelled(c->mesh)) {
+        zd_mesh_abort(c->mesh, c->base.rank, "rank %u: its daemon is shutting down", c->base.rank);
+    }
     if (zd_mesh_aborted(c->mesh, why, sizeof(why))) {
         snprintf(err, errlen, "%s: %s", what, why);
         return ZS_ERR_PEER_LOST;

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ struct zd_engine {
     zd_work_t *head, *tail;
     zd_reply_t *rhead, *rtail;
     bool shutdown;
+    atomic_bool cancel; /* shutdown, readable without the lock (mesh waits poll it) */
     bool stopped;
     /* settings (under lock) */
     uint32_t bucket_slots;
@@ -219,6 +221,7 @@ static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char
     mp.mesh_timeout_ns = e->mesh_timeout_ns;
     mp.collective_timeout_ns = e->collective_timeout_ns;
     mp.heartbeat_interval_ns = e->heartbeat_interval_ns;
+    mp.cancel = &e->cancel;
     st = zd_mesh_create(&mp, &job->mesh, err, errlen);
     explicit_bzero(token, sizeof(token));
     if (st != ZS_OK) {
@@ -347,6 +350,7 @@ static void zd_engine_drop_job(zd_engine_t *e, const char *why)
     }
     zs_info(ZS_SUB_ENGINE, "job '%s' ends (%s) at step %llu", e->job->id, why,
             (unsigned long long)e->job->step);
+    zd_mesh_leave(e->job->mesh);
     zd_job_destroy(e->job);
     e->job = NULL;
     zs_log_set_rank(-1);
@@ -655,7 +659,10 @@ static void zd_engine_detach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
     zd_reply_t *reply;
 
     zd_result_set(&r, ZS_OK, NULL);
-    if (zd_engine_require_trainer(e, conn_id, false, &r) == ZS_OK) {
+    /* a detach works on a job whose mesh was lost too: that is how a job ends after a fault */
+    if (e->job == NULL || e->job->attached_conn != conn_id) {
+        zd_result_set(&r, ZS_ERR_STATE, "no job attached on this connection (send Attach first)");
+    } else {
         if (d->end_job) {
             zd_engine_drop_job(e, "trainer detached");
         } else {
@@ -1029,6 +1036,7 @@ void zd_engine_shutdown(zd_engine_t *e)
 {
     pthread_mutex_lock(&e->lock);
     e->shutdown = true;
+    atomic_store(&e->cancel, true);
     pthread_mutex_unlock(&e->lock);
     zd_engine_wake(e);
 }

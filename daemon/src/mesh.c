@@ -82,6 +82,7 @@ struct zd_mesh {
     zd_peer_ref_t *refs;
     uint64_t *last_seen_ns;
     uint64_t *barrier_seen;
+    bool *left; /* ranks whose job ended normally (LEAVE) */
     uint64_t barrier_seq;
     uint64_t next_beat_ns;
     uint64_t miss_ns;
@@ -658,6 +659,10 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
     while (joined < p->world - 1) {
         zd_boot_msg_t *m;
 
+        if (zd_mesh_cancelled(mesh)) {
+            zd_mesh_fail(err, errlen, "mesh formation stopped: the daemon is shutting down");
+            return ZS_ERR_ABORTED;
+        }
         if (zs_deadline_expired(deadline)) {
             char missing[256] = "";
             size_t used = 0;
@@ -840,6 +845,11 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***rost
     for (;;) {
         zd_boot_msg_t *m;
 
+        if (zd_mesh_cancelled(mesh)) {
+            zd_mesh_fail(err, errlen, "mesh formation stopped: the daemon is shutting down");
+            zd_ep_close(b->worker, ep, true);
+            return ZS_ERR_ABORTED;
+        }
         if (zs_deadline_expired(deadline)) {
             zd_mesh_fail(err, errlen,
                          "coordinator %s unreachable: no mesh after %.1f s (mesh_timeout, %u "
@@ -973,6 +983,9 @@ static void zd_data_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     zd_peer_ref_t *ref = arg;
     char why[256];
 
+    if (ref->mesh->left[ref->rank]) {
+        return; /* it said goodbye: its endpoint closing is expected */
+    }
     snprintf(why, sizeof(why), "rank %u lost: endpoint error (%s)", ref->rank,
              ucs_status_string(status));
     zd_mesh_mark_lost(ref->mesh, ref->rank, why);
@@ -1004,6 +1017,9 @@ static ucs_status_t zd_ctrl_am_cb(void *arg, const void *header, size_t header_l
             zd_mesh_mark_lost(mesh, c->lost_rank, why);
             break;
         }
+        case ZEROD__MESH__V1__CONTROL__TYPE__LEAVE:
+            mesh->left[c->origin] = true;
+            break;
         case ZEROD__MESH__V1__CONTROL__TYPE__BARRIER:
             if (c->seq > mesh->barrier_seen[c->origin]) {
                 mesh->barrier_seen[c->origin] = c->seq;
@@ -1053,7 +1069,8 @@ uint64_t zd_mesh_tick(zd_mesh_t *mesh)
     }
     if (!mesh->aborted) {
         for (uint32_t r = 0; r < mesh->p.world; r++) {
-            if (r != mesh->p.rank && now > mesh->last_seen_ns[r] + mesh->miss_ns) {
+            if (r != mesh->p.rank && !mesh->left[r] &&
+                now > mesh->last_seen_ns[r] + mesh->miss_ns) {
                 zd_mesh_abort(mesh, r, "rank %u lost: no heartbeat for %.1f s", r,
                               (double)(now - mesh->last_seen_ns[r]) * 1e-9);
                 break;
@@ -1061,6 +1078,28 @@ uint64_t zd_mesh_tick(zd_mesh_t *mesh)
         }
     }
     return mesh->next_beat_ns > now ? mesh->next_beat_ns - now : 0;
+}
+
+void zd_mesh_leave(zd_mesh_t *mesh)
+{
+    if (mesh == NULL || mesh->aborted) {
+        return;
+    }
+    for (uint32_t r = 0; r < mesh->p.world; r++) {
+        if (r != mesh->p.rank) {
+            zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__LEAVE, 0, 0, NULL);
+        }
+    }
+    for (int i = 0; i < 100; i++) {
+        if (ucp_worker_progress(mesh->worker) == 0) {
+            usleep(100);
+        }
+    }
+}
+
+bool zd_mesh_cancelled(const zd_mesh_t *mesh)
+{
+    return mesh->p.cancel != NULL && atomic_load(mesh->p.cancel);
 }
 
 void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
@@ -1136,6 +1175,10 @@ zs_status_t zd_mesh_wait(zd_mesh_t *mesh, void *request, zs_deadline_t deadline,
                 zd_mesh_fail(err, errlen, "%s: %s", what, mesh->why);
                 return ZS_ERR_PEER_LOST;
             }
+            if (zd_mesh_cancelled(mesh)) {
+                zd_mesh_abort(mesh, mesh->p.rank, "rank %u: its daemon is shutting down",
+                              mesh->p.rank);
+            }
             if (zs_deadline_expired(deadline)) {
                 ucp_request_cancel(mesh->worker, request);
                 while (ucp_request_check_status(request) == UCS_INPROGRESS) {
@@ -1184,6 +1227,9 @@ zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen)
             return ZS_OK;
         }
         zd_mesh_tick(mesh);
+        if (zd_mesh_cancelled(mesh)) {
+            zd_mesh_abort(mesh, mesh->p.rank, "rank %u: its daemon is shutting down", mesh->p.rank);
+        }
         if (mesh->aborted) {
             zd_mesh_fail(err, errlen, "barrier: %s", mesh->why);
             return ZS_ERR_PEER_LOST;
@@ -1258,8 +1304,9 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
     mesh->refs = calloc(params->world, sizeof(*mesh->refs));
     mesh->last_seen_ns = calloc(params->world, sizeof(uint64_t));
     mesh->barrier_seen = calloc(params->world, sizeof(uint64_t));
+    mesh->left = calloc(params->world, sizeof(bool));
     if (mesh->eps == NULL || mesh->refs == NULL || mesh->last_seen_ns == NULL ||
-        mesh->barrier_seen == NULL) {
+        mesh->barrier_seen == NULL || mesh->left == NULL) {
         st = ZS_ERR_NO_MEMORY;
         goto err_destroy;
     }
@@ -1377,6 +1424,7 @@ void zd_mesh_destroy(zd_mesh_t *mesh)
     free(mesh->refs);
     free(mesh->last_seen_ns);
     free(mesh->barrier_seen);
+    free(mesh->left);
     free(mesh);
 }
 

@@ -11,6 +11,7 @@
 #include "zs/status.h"
 #include "zs/time.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,7 @@ typedef struct zd_mesh_params {
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
+    const atomic_bool *cancel; /* set when the daemon shuts down: formation and waits stop */
 } zd_mesh_params_t;
 
 /* Form the mesh; blocks (bounded by mesh_timeout) until every rank joined, or fails naming
@@ -61,6 +63,13 @@ bool zd_mesh_aborted(const zd_mesh_t *mesh, char *why, size_t len);
 /* Abort the job on every daemon: broadcast (best effort) and mark locally. */
 void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The job ends normally on this rank: tell the peers, so that closing the endpoints is not
+ * taken for a lost rank. */
+void zd_mesh_leave(zd_mesh_t *mesh);
+
+/* Was the wait cut short because the daemon is shutting down? */
+bool zd_mesh_cancelled(const zd_mesh_t *mesh);
 
 /* Barrier over control messages, bounded by the collective timeout. */
 zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen);

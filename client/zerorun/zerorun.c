@@ -228,14 +228,17 @@ static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
     return -1;
 }
 
+#define ZR_PORT_LO 20000u
+#define ZR_PORT_HI 32768u
+
 /* ---- job setup --------------------------------------------------------------------------- */
 
-/* MASTER_PORT: bind port 0 on MASTER_ADDR and keep the port the kernel chose. */
+/* MASTER_PORT: a port below the kernel's ephemeral range (32768+) that binds on MASTER_ADDR
+ * now. Not port 0: an ephemeral port is handed out again to any socket that binds one, such as
+ * the TCP transport of a UCX worker, and rank 0's listener would then find it taken. */
 static int zr_free_port(const char *addr, char *port, size_t len)
 {
-    struct addrinfo hints, *res = NULL, *ai;
-    struct sockaddr_storage ss;
-    socklen_t sl;
+    struct addrinfo hints, *res = NULL;
     int rc, err = 0;
 
     memset(&hints, 0, sizeof(hints));
@@ -246,21 +249,37 @@ static int zr_free_port(const char *addr, char *port, size_t len)
         fprintf(stderr, "zerorun: --master-addr '%s': %s\n", addr, gai_strerror(rc));
         return -1;
     }
-    for (ai = res; ai != NULL; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        sl = sizeof(ss);
-        if (fd >= 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-            getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-            unsigned p = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                                  : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            snprintf(port, len, "%u", p);
+    for (int attempt = 0; attempt < 256; attempt++) {
+        struct sockaddr_storage ss;
+        uint16_t r = 0;
+        unsigned p;
+        int fd;
+
+        if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+            r = (uint16_t)(getpid() + attempt * 7919);
+        }
+        p = ZR_PORT_LO + r % (ZR_PORT_HI - ZR_PORT_LO);
+        memcpy(&ss, res->ai_addr, res->ai_addrlen);
+        if (ss.ss_family == AF_INET6) {
+            ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)p);
+        } else {
+            ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)p);
+        }
+        fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            break;
+        }
+        if (bind(fd, (struct sockaddr *)&ss, res->ai_addrlen) == 0) {
             close(fd);
+            snprintf(port, len, "%u", p);
             freeaddrinfo(res);
             return 0;
         }
         err = errno;
-        if (fd >= 0) {
-            close(fd);
+        close(fd);
+        if (err != EADDRINUSE) {
+            break;
         }
     }
     freeaddrinfo(res);

@@ -24,8 +24,18 @@ fail() {
     exit 1
 }
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+free_port() { # below the ephemeral range, which UCX's own TCP listeners draw from
+    /usr/bin/python3 -c '
+import random, socket
+for _ in range(256):
+    p = random.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    print(p)
+    break'
 }
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"

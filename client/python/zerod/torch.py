@@ -582,11 +582,6 @@ class ZerodEngine(torch.nn.Module):
             self._grad_views = None
             try:
                 self._sess.detach(end_job)
-            except ZerodError as e:
-                # Ending a multi-rank job: a peer that ended it first is not a failure (the
-                # last step is complete on every rank, and the values are in the model).
-                if not (end_job and self.world_size > 1 and e.status == ZC_ERR_PEER_LOST):
-                    raise
             finally:
                 self._sess.close()
 

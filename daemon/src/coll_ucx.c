@@ -226,7 +226,7 @@ static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zk_dt
         uint32_t idx = (r + N - 1) % N;
         const float *from;
         if (dtype == ZK_DTYPE_F32) {
-            from = (const float *)(base + (uint64_t)idx * slice * dsz);
+            from = (const float *)(const void *)(base + (uint64_t)idx * slice * dsz);
         } else {
             st = zk_cast(&c->exec, c->part[1], ZK_DTYPE_F32, base + (uint64_t)idx * slice * dsz,
                          dtype, slice);

@@ -23,25 +23,20 @@
  *   coll_bench [--sizes 1,4,16,64,256] [--iters N] [--peer FILE]... [--json]
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
 #include "coll.h"
 #include "mesh.h"
 #include "zk/kernels.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define CB_WORLD        2u
@@ -82,27 +77,6 @@ typedef struct cb_peer_row {
 static cb_peer_row_t cb_peer_rows[CB_MAX_PEER_ROW];
 static unsigned cb_n_peer_rows;
 
-static double cb_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cb_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double cb_median(double *v, unsigned n)
-{
-    qsort(v, n, sizeof(double), cb_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static unsigned cb_iters_for(const cb_opts_t *o, uint64_t bytes)
 {
     uint64_t n = CB_BYTES_PER_OP / bytes;
@@ -111,42 +85,6 @@ static unsigned cb_iters_for(const cb_opts_t *o, uint64_t bytes)
         return o->iters;
     }
     return n < 8 ? 8 : n > 40 ? 40 : (unsigned)n;
-}
-
-static int cb_write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-static int cb_read_all(int fd, void *buf, size_t len)
-{
-    char *p = buf;
-
-    while (len > 0) {
-        ssize_t r = read(fd, p, len);
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            return -1;
-        }
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
 }
 
 /* ---- one rank -------------------------------------------------------------------------- */
@@ -233,7 +171,7 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
                 rc = cb_rank_fail(R, "barrier", st);
                 goto out;
             }
-            t0 = cb_now();
+            t0 = zs_time_now_s();
             if (op == CB_OP_RS) {
                 st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, R->err,
                                                   sizeof(R->err));
@@ -246,10 +184,10 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
                 goto out;
             }
             if (it >= warm) {
-                rec.t[it - warm] = cb_now() - t0;
+                rec.t[it - warm] = zs_time_now_s() - t0;
             }
         }
-        if (cb_write_all(R->out_fd, &rec, sizeof(rec)) != 0) {
+        if (zb_write_all(R->out_fd, &rec, sizeof(rec)) != 0) {
             fprintf(stderr, "coll_bench: rank %u: lost the parent: %s\n", r, strerror(errno));
             goto out;
         }
@@ -321,64 +259,6 @@ out_mesh:
 
 /* ---- the parent ------------------------------------------------------------------------ */
 
-static int cb_free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-
-    if (fd < 0) {
-        return -1;
-    }
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
-        port = ntohs(a.sin_port);
-    }
-    close(fd);
-    return port;
-}
-
-/* A 64-hex-digit token in a mkstemp file (mode 0600). */
-static int cb_write_token(char *path, size_t len)
-{
-    unsigned char raw[32];
-    char hex[65];
-    FILE *f;
-    int fd;
-
-    snprintf(path, len, "/tmp/coll_bench.token.XXXXXX");
-    fd = mkstemp(path);
-    if (fd < 0) {
-        fprintf(stderr, "coll_bench: mkstemp: %s\n", strerror(errno));
-        return -1;
-    }
-    f = fopen("/dev/urandom", "rb");
-    if (f == NULL || fread(raw, 1, sizeof(raw), f) != sizeof(raw)) {
-        fprintf(stderr, "coll_bench: /dev/urandom: %s\n", strerror(errno));
-        if (f != NULL) {
-            fclose(f);
-        }
-        close(fd);
-        unlink(path);
-        return -1;
-    }
-    fclose(f);
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-    }
-    if (fchmod(fd, 0600) != 0 || cb_write_all(fd, hex, 64) != 0) {
-        fprintf(stderr, "coll_bench: writing %s: %s\n", path, strerror(errno));
-        close(fd);
-        unlink(path);
-        return -1;
-    }
-    close(fd);
-    return 0;
-}
-
 /* memcpy of `bytes`: median of repetitions, GB/s = bytes / t. */
 static double cb_memcpy_gbps(uint64_t bytes, unsigned reps)
 {
@@ -395,12 +275,12 @@ static double cb_memcpy_gbps(uint64_t bytes, unsigned reps)
     memcpy(b, a, bytes); /* warm-up */
     reps = reps > CB_MAX_ITERS ? CB_MAX_ITERS : reps;
     for (unsigned i = 0; i < reps; i++) {
-        double t0 = cb_now();
+        double t0 = zs_time_now_s();
         a[i % bytes] = (char)i; /* keep the copies from being folded */
         memcpy(b, a, bytes);
-        t[i] = cb_now() - t0;
+        t[i] = zs_time_now_s() - t0;
     }
-    med = cb_median(t, reps);
+    med = zb_median(t, reps);
     if (b[0] == 3) {
         fprintf(stderr, "coll_bench: (impossible memcpy result)\n");
     }
@@ -492,7 +372,7 @@ static void cb_report(const cb_opts_t *o, const cb_rec_t *r0, const cb_rec_t *r1
     for (unsigned i = 0; i < r0->n; i++) {
         t[i] = r0->t[i] > r1->t[i] ? r0->t[i] : r1->t[i];
     }
-    time_s = cb_median(t, r0->n);
+    time_s = zb_median(t, r0->n);
     algbw = (double)r0->bytes / time_s / 1e9;
     busbw = algbw * (double)(CB_WORLD - 1) / (double)CB_WORLD;
     ratio_mem = busbw / mem_gbps;
@@ -666,47 +546,32 @@ int main(int argc, char **argv)
         uint64_t bytes = (uint64_t)o.sizes_mib[i] << 20;
         mem[i] = cb_memcpy_gbps(bytes, cb_iters_for(&o, bytes));
     }
-    port = cb_free_port();
-    if (port < 0 || cb_write_token(token, sizeof(token)) != 0) {
+    port = zb_free_port();
+    if (port < 0 || zb_token_create("coll_bench", NULL, token, sizeof(token)) != 0) {
         fprintf(stderr, "coll_bench: no free port or token file\n");
         free(recs);
         return 1;
     }
     snprintf(coord, sizeof(coord), "127.0.0.1:%d", port);
-    fflush(NULL);
     for (uint32_t r = 0; r < CB_WORLD; r++) {
-        int p[2];
+        int out_fd = -1;
 
-        if (pipe2(p, O_CLOEXEC) != 0) {
-            fprintf(stderr, "coll_bench: pipe: %s\n", strerror(errno));
-            failed = 1;
-            break;
+        pid[r] = zb_child_fork("coll_bench", fds, r, &out_fd);
+        if (pid[r] == 0) {
+            _exit(cb_rank_main(r, coord, token, &o, out_fd));
         }
-        pid[r] = fork();
         if (pid[r] < 0) {
-            fprintf(stderr, "coll_bench: fork: %s\n", strerror(errno));
-            close(p[0]);
-            close(p[1]);
             pid[r] = 0;
             failed = 1;
             break;
         }
-        if (pid[r] == 0) {
-            close(p[0]);
-            for (uint32_t q = 0; q < r; q++) {
-                close(fds[q]);
-            }
-            _exit(cb_rank_main(r, coord, token, &o, p[1]));
-        }
-        close(p[1]);
-        fds[r] = p[0];
     }
 
     for (unsigned i = 0; i < o.n_sizes && !failed; i++) {
         for (int op = 0; op < CB_N_OPS && !failed; op++) {
             for (uint32_t r = 0; r < CB_WORLD; r++) {
                 cb_rec_t *x = &recs[i][op][r];
-                if (cb_read_all(fds[r], x, sizeof(*x)) != 0 || x->n == 0 || x->n > CB_MAX_ITERS ||
+                if (zb_read_all(fds[r], x, sizeof(*x)) != 0 || x->n == 0 || x->n > CB_MAX_ITERS ||
                     x->op != (uint32_t)op || x->bytes != (uint64_t)o.sizes_mib[i] << 20) {
                     fprintf(stderr, "coll_bench: rank %u stopped early\n", r);
                     failed = 1;
@@ -715,24 +580,7 @@ int main(int argc, char **argv)
             }
         }
     }
-    for (uint32_t r = 0; r < CB_WORLD; r++) {
-        int wst = 0;
-
-        if (fds[r] >= 0) {
-            close(fds[r]);
-        }
-        if (pid[r] > 0) {
-            if (failed) {
-                kill(pid[r], SIGTERM);
-            }
-            if (waitpid(pid[r], &wst, 0) != pid[r] || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-                if (!failed) {
-                    fprintf(stderr, "coll_bench: rank %u exited with status 0x%x\n", r, wst);
-                }
-                failed = 1;
-            }
-        }
-    }
+    failed = zb_children_reap("coll_bench", "rank", pid, fds, CB_WORLD, failed);
     unlink(token);
     if (failed) {
         free(recs);
@@ -745,14 +593,9 @@ int main(int argc, char **argv)
     }
 
     if (!o.json) {
-        char load[64] = "?";
-        FILE *f = fopen("/proc/loadavg", "r");
-        if (f != NULL) {
-            if (fgets(load, sizeof(load), f) != NULL) {
-                load[strcspn(load, "\n")] = '\0';
-            }
-            fclose(f);
-        }
+        char load[64];
+
+        zb_loadavg(load, sizeof(load));
         printf("coll_bench: zd_coll_ucx (ring over UCX %s, UCX_TLS=%s), %u ranks forked on this "
                "host, 1 thread each, fp32; %ld CPUs, load average %s\n",
                ucp_get_version_string(), getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)",

@@ -15,23 +15,19 @@
  *   ipc_bench [--zerod PATH] [--threads T] [--iters N] [--sizes 16,64,256] [--json]
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
 #include "zk/kernels.h"
 
 #include <zerod/zc.h>
 
-#include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define IB_MAX_SIZES    8
@@ -51,115 +47,52 @@ typedef struct ib_opts {
 } ib_opts_t;
 
 typedef struct ib_daemon {
-    pid_t pid;
     char dir[64];
-    char sock[128];
-    char log[128];
+    zb_zerod_t z;
 } ib_daemon_t;
-
-static double ib_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int ib_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
 
 /* ---- the daemon ---------------------------------------------------------------------- */
 
-static void ib_daemon_log_tail(const ib_daemon_t *d)
-{
-    char cmd[256];
-
-    snprintf(cmd, sizeof(cmd), "tail -n 20 '%s' >&2", d->log);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "ipc_bench: (no daemon log at %s)\n", d->log);
-    }
-}
-
-/* Start zerod with `slots` gradient slots; returns once it accepts a session. */
+/* Start zerod with `slots` gradient slots in a fresh temp directory; returns once it is
+ * ready. */
 static int ib_daemon_start(const ib_opts_t *o, unsigned slots, ib_daemon_t *d)
 {
     char slots_s[16], threads_s[16];
-    zc_open_params_t op;
-    double deadline;
+    /* clang-format off */
+    const char *const args[] = {
+        "--device", "cpu",
+        "--bucket-slots", slots_s,
+        "--threads", threads_s,
+        "--max-shard-bytes", "8GiB",
+        "--job-linger", "5s",
+        NULL,
+    };
+    /* clang-format on */
 
     memset(d, 0, sizeof(*d));
-    snprintf(d->dir, sizeof(d->dir), "/tmp/ipc_bench.XXXXXX");
-    if (mkdtemp(d->dir) == NULL) {
-        fprintf(stderr, "ipc_bench: mkdtemp: %s\n", strerror(errno));
+    if (zb_tmpdir_create("ipc_bench", d->dir, sizeof(d->dir)) != 0) {
         return -1;
     }
-    snprintf(d->sock, sizeof(d->sock), "%s/zerod.sock", d->dir);
-    snprintf(d->log, sizeof(d->log), "%s/zerod.log", d->dir);
+    d->z.prog = "ipc_bench";
+    snprintf(d->z.name, sizeof(d->z.name), "zerod");
+    snprintf(d->z.sock, sizeof(d->z.sock), "%s/zerod.sock", d->dir);
+    snprintf(d->z.log, sizeof(d->z.log), "%s/zerod.log", d->dir);
+    d->z.tail_lines = 20;
     snprintf(slots_s, sizeof(slots_s), "%u", slots);
     snprintf(threads_s, sizeof(threads_s), "%u", o->threads);
-    fflush(NULL);
-    d->pid = fork();
-    if (d->pid < 0) {
-        fprintf(stderr, "ipc_bench: fork: %s\n", strerror(errno));
+    if (zb_zerod_start(&d->z, o->zerod, args) != 0) {
+        zb_zerod_stop(&d->z);
+        rmdir(d->dir);
         return -1;
     }
-    if (d->pid == 0) {
-        FILE *log = freopen(d->log, "w", stdout);
-        if (log == NULL || dup2(fileno(stdout), STDERR_FILENO) < 0) {
-            _exit(127);
-        }
-        execl(o->zerod, o->zerod, "--socket", d->sock, "--device", "cpu", "--bucket-slots", slots_s,
-              "--threads", threads_s, "--max-shard-bytes", "8GiB", "--job-linger", "5s",
-              (char *)NULL);
-        fprintf(stderr, "ipc_bench: exec %s: %s\n", o->zerod, strerror(errno));
-        _exit(127);
-    }
-    memset(&op, 0, sizeof(op));
-    op.field_mask = ZC_OPEN_FIELD_SOCKET_PATH | ZC_OPEN_FIELD_TIMEOUT_MS;
-    op.socket_path = d->sock;
-    op.timeout_ms = 5000;
-    deadline = ib_now() + 10.0;
-    while (ib_now() < deadline) {
-        zc_session_t *s = NULL;
-        int wst;
-
-        if (zc_session_open(&op, &s) == ZC_OK) {
-            zc_session_close(s);
-            return 0;
-        }
-        if (waitpid(d->pid, &wst, WNOHANG) == d->pid) {
-            fprintf(stderr, "ipc_bench: zerod exited before it was ready:\n");
-            ib_daemon_log_tail(d);
-            d->pid = 0;
-            return -1;
-        }
-        usleep(10000);
-    }
-    fprintf(stderr, "ipc_bench: zerod not ready within 10 s\n");
-    ib_daemon_log_tail(d);
-    return -1;
+    return 0;
 }
 
 /* SIGTERM; the daemon must exit 0. Removes the directory. */
 static int ib_daemon_stop(ib_daemon_t *d)
 {
-    int wst = 0, rc = 0;
+    int rc = zb_zerod_stop(&d->z);
 
-    if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        if (waitpid(d->pid, &wst, 0) != d->pid || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-            fprintf(stderr, "ipc_bench: zerod did not exit cleanly (status 0x%x):\n", wst);
-            ib_daemon_log_tail(d);
-            rc = -1;
-        }
-        d->pid = 0;
-    }
-    unlink(d->sock);
-    unlink(d->log);
     rmdir(d->dir);
     return rc;
 }
@@ -185,7 +118,7 @@ static int ib_attach(const ib_daemon_t *d, const char *job, uint64_t n, zc_sessi
 
     memset(&op, 0, sizeof(op));
     op.field_mask = ZC_OPEN_FIELD_SOCKET_PATH | ZC_OPEN_FIELD_TIMEOUT_MS;
-    op.socket_path = d->sock;
+    op.socket_path = d->z.sock;
     op.timeout_ms = 60000;
     st = zc_session_open(&op, &s);
     if (st != ZC_OK) {
@@ -260,7 +193,7 @@ static int ib_measure_rtt(const ib_opts_t *o, const ib_daemon_t *d, ib_rtt_t *ou
         ((float *)slot.data)[i] = 1e-3f;
     }
     for (unsigned i = 0; i < warm + o->iters; i++) {
-        double t0 = ib_now();
+        double t0 = zs_time_now_s();
 
         st = zc_session_slot_submit(s, &slot, 0);
         if (st == ZC_OK) {
@@ -272,11 +205,11 @@ static int ib_measure_rtt(const ib_opts_t *o, const ib_daemon_t *d, ib_rtt_t *ou
             goto out_detach;
         }
         if (i >= warm) {
-            t[i - warm] = ib_now() - t0;
+            t[i - warm] = zs_time_now_s() - t0;
         }
     }
     /* the last acquired slot is never submitted: detach does not need it */
-    qsort(t, o->iters, sizeof(double), ib_cmp_double);
+    zb_sort(t, o->iters);
     for (unsigned i = 0; i < o->iters; i++) {
         sum += t[i];
     }
@@ -313,18 +246,18 @@ typedef struct ib_size_ctx {
 
 static double ib_round_local(ib_size_ctx_t *c, double *memcpy_gbps_p)
 {
-    double t0 = ib_now(), acc_gbps;
+    double t0 = zs_time_now_s(), acc_gbps;
 
     for (unsigned r = 0; r < c->reps; r++) {
         zk_accumulate(&c->ex, c->acc, c->src, ZK_DTYPE_F32, 1.0f, c->n);
     }
-    acc_gbps = (double)c->bytes * c->reps / (ib_now() - t0) / 1e9;
-    t0 = ib_now();
+    acc_gbps = (double)c->bytes * c->reps / (zs_time_now_s() - t0) / 1e9;
+    t0 = zs_time_now_s();
     for (unsigned r = 0; r < c->reps; r++) {
         c->src[r % c->n] = (float)r; /* keep the copies from being folded */
         memcpy(c->dst, c->src, c->bytes);
     }
-    *memcpy_gbps_p = (double)c->bytes * c->reps / (ib_now() - t0) / 1e9;
+    *memcpy_gbps_p = (double)c->bytes * c->reps / (zs_time_now_s() - t0) / 1e9;
     return acc_gbps;
 }
 
@@ -332,7 +265,7 @@ static double ib_round_local(ib_size_ctx_t *c, double *memcpy_gbps_p)
 static int ib_round_ipc(ib_size_ctx_t *c, double *gbps_p)
 {
     zc_slot_t slot;
-    double t0 = ib_now();
+    double t0 = zs_time_now_s();
     int st = ZC_OK;
 
     for (unsigned r = 0; r < c->reps && st == ZC_OK; r++) {
@@ -353,7 +286,7 @@ static int ib_round_ipc(ib_size_ctx_t *c, double *gbps_p)
     if (st != ZC_OK) {
         return ib_fail("bucket round", st);
     }
-    *gbps_p = (double)c->bytes * c->reps / (ib_now() - t0) / 1e9;
+    *gbps_p = (double)c->bytes * c->reps / (zs_time_now_s() - t0) / 1e9;
     return 0;
 }
 
@@ -487,7 +420,6 @@ static int ib_parse(int argc, char **argv, ib_opts_t *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    static char self_zerod[PATH_MAX];
     char *end;
     long v;
     int c;
@@ -535,22 +467,7 @@ static int ib_parse(int argc, char **argv, ib_opts_t *o)
         fprintf(stderr, "ipc_bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (o->zerod == NULL) {
-        ssize_t len = readlink("/proc/self/exe", self_zerod, sizeof(self_zerod) - 1);
-        char *slash;
-
-        if (len > 0) {
-            self_zerod[len] = '\0';
-            slash = strrchr(self_zerod, '/');
-            if (slash != NULL && (size_t)(slash - self_zerod) + 20 < sizeof(self_zerod)) {
-                strcpy(slash, "/../daemon/zerod");
-                o->zerod = self_zerod;
-            }
-        }
-    }
-    if (o->zerod == NULL || access(o->zerod, X_OK) != 0) {
-        fprintf(stderr, "ipc_bench: no zerod binary at '%s' (use --zerod PATH)\n",
-                o->zerod ? o->zerod : "?");
+    if (zb_zerod_locate("ipc_bench", &o->zerod) != 0) {
         return 2;
     }
     return 0;

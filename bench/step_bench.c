@@ -15,23 +15,18 @@
  *   step_bench [--zerod PATH] [--steps N] [--warmup N] [--json]
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
+
 #include <zerod/zc.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SB_WORLD     2u
@@ -54,166 +49,37 @@ typedef struct sb_step {
 typedef struct sb_env {
     char dir[64];
     char token[128];
-    char sock[SB_WORLD][128];
-    char log[SB_WORLD][128];
     char coord[32];
-    pid_t daemon[SB_WORLD];
+    zb_zerod_t daemon[SB_WORLD];
 } sb_env_t;
 
-static double sb_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int sb_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double sb_median(double *v, unsigned n)
-{
-    qsort(v, n, sizeof(double), sb_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int sb_io_all(int fd, void *buf, size_t len, int writing)
-{
-    char *p = buf;
-
-    while (len > 0) {
-        ssize_t n = writing ? write(fd, p, len) : read(fd, p, len);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int sb_free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-
-    if (fd < 0) {
-        return -1;
-    }
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
-        port = ntohs(a.sin_port);
-    }
-    close(fd);
-    return port;
-}
-
-static void sb_log_tail(const char *path)
-{
-    char cmd[256];
-
-    snprintf(cmd, sizeof(cmd), "tail -n 15 '%s' >&2", path);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "step_bench: (no log at %s)\n", path);
-    }
-}
-
 /* ---- the daemons ----------------------------------------------------------------------- */
-
-static int sb_write_token(sb_env_t *e)
-{
-    unsigned char raw[32];
-    char hex[65];
-    FILE *f = fopen("/dev/urandom", "rb");
-    int fd;
-
-    if (f == NULL || fread(raw, 1, sizeof(raw), f) != sizeof(raw)) {
-        fprintf(stderr, "step_bench: /dev/urandom: %s\n", strerror(errno));
-        if (f != NULL) {
-            fclose(f);
-        }
-        return -1;
-    }
-    fclose(f);
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-    }
-    snprintf(e->token, sizeof(e->token), "%s/token", e->dir);
-    fd = open(e->token, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || sb_io_all(fd, hex, 64, 1) != 0) {
-        fprintf(stderr, "step_bench: writing %s: %s\n", e->token, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-        }
-        return -1;
-    }
-    close(fd);
-    return 0;
-}
 
 static int sb_daemon_start(const sb_opts_t *o, sb_env_t *e, unsigned i)
 {
     char device[16];
-    zc_open_params_t op;
-    double deadline;
+    zb_zerod_t *z = &e->daemon[i];
+    /* clang-format off */
+    const char *const args[] = {
+        "--device", device,
+        "--token-file", e->token,
+        "--mesh-timeout", "20s",
+        "--collective-timeout", "60s",
+        "--heartbeat-interval", "1s",
+        "--threads", "1",
+        "--max-shard-bytes", "8GiB",
+        "--job-linger", "5s",
+        NULL,
+    };
+    /* clang-format on */
 
-    snprintf(e->sock[i], sizeof(e->sock[i]), "%s/z%u.sock", e->dir, i);
-    snprintf(e->log[i], sizeof(e->log[i]), "%s/d%u.log", e->dir, i);
+    z->prog = "step_bench";
+    snprintf(z->name, sizeof(z->name), "zerod %u", i);
+    snprintf(z->sock, sizeof(z->sock), "%s/z%u.sock", e->dir, i);
+    snprintf(z->log, sizeof(z->log), "%s/d%u.log", e->dir, i);
+    z->tail_lines = 15;
     snprintf(device, sizeof(device), "cpu:%u", i);
-    fflush(NULL);
-    e->daemon[i] = fork();
-    if (e->daemon[i] < 0) {
-        fprintf(stderr, "step_bench: fork: %s\n", strerror(errno));
-        e->daemon[i] = 0;
-        return -1;
-    }
-    if (e->daemon[i] == 0) {
-        FILE *log = freopen(e->log[i], "w", stdout);
-        if (log == NULL || dup2(fileno(stdout), STDERR_FILENO) < 0) {
-            _exit(127);
-        }
-        execl(o->zerod, o->zerod, "--socket", e->sock[i], "--device", device, "--token-file",
-              e->token, "--mesh-timeout", "20s", "--collective-timeout", "60s",
-              "--heartbeat-interval", "1s", "--threads", "1", "--max-shard-bytes", "8GiB",
-              "--job-linger", "5s", (char *)NULL);
-        fprintf(stderr, "step_bench: exec %s: %s\n", o->zerod, strerror(errno));
-        _exit(127);
-    }
-    memset(&op, 0, sizeof(op));
-    op.field_mask = ZC_OPEN_FIELD_SOCKET_PATH | ZC_OPEN_FIELD_TIMEOUT_MS;
-    op.socket_path = e->sock[i];
-    op.timeout_ms = 5000;
-    deadline = sb_now() + 10.0;
-    while (sb_now() < deadline) {
-        zc_session_t *s = NULL;
-        int wst;
-
-        if (zc_session_open(&op, &s) == ZC_OK) {
-            zc_session_close(s);
-            return 0;
-        }
-        if (waitpid(e->daemon[i], &wst, WNOHANG) == e->daemon[i]) {
-            fprintf(stderr, "step_bench: zerod %u exited before it was ready:\n", i);
-            sb_log_tail(e->log[i]);
-            e->daemon[i] = 0;
-            return -1;
-        }
-        usleep(10000);
-    }
-    fprintf(stderr, "step_bench: zerod %u not ready within 10 s\n", i);
-    sb_log_tail(e->log[i]);
-    return -1;
+    return zb_zerod_start(z, o->zerod, args);
 }
 
 /* SIGTERM each; every daemon must exit 0. Removes the directory. */
@@ -222,23 +88,9 @@ static int sb_daemons_stop(sb_env_t *e)
     int rc = 0;
 
     for (unsigned i = 0; i < SB_WORLD; i++) {
-        int wst = 0;
-
-        if (e->daemon[i] <= 0) {
-            continue;
-        }
-        kill(e->daemon[i], SIGTERM);
-        if (waitpid(e->daemon[i], &wst, 0) != e->daemon[i] || !WIFEXITED(wst) ||
-            WEXITSTATUS(wst) != 0) {
-            fprintf(stderr, "step_bench: zerod %u did not exit cleanly (status 0x%x):\n", i, wst);
-            sb_log_tail(e->log[i]);
+        if (e->daemon[i].prog != NULL && zb_zerod_stop(&e->daemon[i]) != 0) {
             rc = -1;
         }
-        e->daemon[i] = 0;
-    }
-    for (unsigned i = 0; i < SB_WORLD; i++) {
-        unlink(e->sock[i]);
-        unlink(e->log[i]);
     }
     unlink(e->token);
     rmdir(e->dir);
@@ -279,7 +131,7 @@ static int sb_trainer(const sb_opts_t *o, const sb_env_t *e, unsigned rank, int 
     }
     memset(&op, 0, sizeof(op));
     op.field_mask = ZC_OPEN_FIELD_SOCKET_PATH | ZC_OPEN_FIELD_TIMEOUT_MS;
-    op.socket_path = e->sock[rank];
+    op.socket_path = e->daemon[rank].sock;
     op.timeout_ms = 120000;
     st = zc_session_open(&op, &s);
     if (st != ZC_OK) {
@@ -331,12 +183,12 @@ static int sb_trainer(const sb_opts_t *o, const sb_env_t *e, unsigned rank, int 
     for (unsigned it = 0; it < o->warmup + o->steps; it++) {
         sb_step_t t = {0, 0, 0, 0};
         zc_step_result_t res;
-        double t0 = sb_now(), t1;
+        double t0 = zs_time_now_s(), t1;
 
         for (uint32_t b = 0; b < info.n_buckets; b++) {
             zc_bucket_info_t bi;
             zc_slot_t slot;
-            double ta = sb_now(), tb;
+            double ta = zs_time_now_s(), tb;
 
             st = zc_session_bucket_info(s, b, &bi);
             if (st == ZC_OK) {
@@ -346,7 +198,7 @@ static int sb_trainer(const sb_opts_t *o, const sb_env_t *e, unsigned rank, int 
                 rc = sb_fail(rank, "slot_acquire", st);
                 goto out_detach;
             }
-            tb = sb_now();
+            tb = zs_time_now_s();
             for (uint32_t i = 0; i < bi.n_params && st == ZC_OK; i++) {
                 uint32_t id, pb;
                 uint64_t off;
@@ -360,7 +212,7 @@ static int sb_trainer(const sb_opts_t *o, const sb_env_t *e, unsigned rank, int 
                            zc_session_param_numel(s, id) * sizeof(float));
                 }
             }
-            t1 = sb_now();
+            t1 = zs_time_now_s();
             if (st == ZC_OK) {
                 st = zc_session_slot_submit(s, &slot, 0);
             }
@@ -371,15 +223,15 @@ static int sb_trainer(const sb_opts_t *o, const sb_env_t *e, unsigned rank, int 
             t.acquire += tb - ta;
             t.fill += t1 - tb;
         }
-        t1 = sb_now();
+        t1 = zs_time_now_s();
         st = zc_session_step(s, NULL, &res);
         if (st != ZC_OK || res.skipped) {
             rc = sb_fail(rank, res.skipped ? "step skipped" : "step", st);
             goto out_detach;
         }
-        t.step = sb_now() - t1;
-        t.total = sb_now() - t0;
-        if (it >= o->warmup && sb_io_all(out_fd, &t, sizeof(t), 1) != 0) {
+        t.step = zs_time_now_s() - t1;
+        t.total = zs_time_now_s() - t0;
+        if (it >= o->warmup && zb_write_all(out_fd, &t, sizeof(t)) != 0) {
             fprintf(stderr, "step_bench: trainer %u: lost the parent\n", rank);
             goto out_detach;
         }
@@ -420,7 +272,6 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
         {"warmup", required_argument, NULL, 'w'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    static char self_zerod[PATH_MAX];
     char *end;
     long v;
     int c;
@@ -455,22 +306,7 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
         fprintf(stderr, "step_bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (o->zerod == NULL) {
-        ssize_t len = readlink("/proc/self/exe", self_zerod, sizeof(self_zerod) - 1);
-        char *slash;
-
-        if (len > 0) {
-            self_zerod[len] = '\0';
-            slash = strrchr(self_zerod, '/');
-            if (slash != NULL && (size_t)(slash - self_zerod) + 20 < sizeof(self_zerod)) {
-                strcpy(slash, "/../daemon/zerod");
-                o->zerod = self_zerod;
-            }
-        }
-    }
-    if (o->zerod == NULL || access(o->zerod, X_OK) != 0) {
-        fprintf(stderr, "step_bench: no zerod binary at '%s' (use --zerod PATH)\n",
-                o->zerod ? o->zerod : "?");
+    if (zb_zerod_locate("step_bench", &o->zerod) != 0) {
         return 2;
     }
     return 0;
@@ -484,7 +320,7 @@ static void sb_report(const sb_opts_t *o, sb_step_t (*t)[SB_MAX_STEPS])
     for (unsigned i = 0; i < o->steps; i++) {
         total[i] = t[0][i].total > t[1][i].total ? t[0][i].total : t[1][i].total;
     }
-    step_s = sb_median(total, o->steps);
+    step_s = zb_median(total, o->steps);
     min_s = total[0];
     for (unsigned r = 0; r < SB_WORLD; r++) {
         for (int k = 0; k < 4; k++) {
@@ -492,7 +328,7 @@ static void sb_report(const sb_opts_t *o, sb_step_t (*t)[SB_MAX_STEPS])
                 const sb_step_t *x = &t[r][i];
                 part[i] = k == 0 ? x->total : k == 1 ? x->acquire : k == 2 ? x->fill : x->step;
             }
-            med[r][k] = sb_median(part, o->steps);
+            med[r][k] = zb_median(part, o->steps);
         }
     }
     if (o->json) {
@@ -540,28 +376,25 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     memset(&e, 0, sizeof(e));
-    snprintf(e.dir, sizeof(e.dir), "/tmp/step_bench.XXXXXX");
-    port = sb_free_port();
-    if (port < 0 || mkdtemp(e.dir) == NULL) {
-        fprintf(stderr, "step_bench: no free port or temp directory: %s\n", strerror(errno));
+    port = zb_free_port();
+    if (port < 0) {
+        fprintf(stderr, "step_bench: no free port: %s\n", strerror(errno));
+        return 1;
+    }
+    if (zb_tmpdir_create("step_bench", e.dir, sizeof(e.dir)) != 0) {
         return 1;
     }
     snprintf(e.coord, sizeof(e.coord), "127.0.0.1:%d", port);
     t = calloc(SB_WORLD, sizeof(*t));
-    if (t == NULL || sb_write_token(&e) != 0) {
+    if (t == NULL || zb_token_create("step_bench", e.dir, e.token, sizeof(e.token)) != 0) {
         free(t);
         rmdir(e.dir);
         return 1;
     }
     if (!o.json) {
-        char load[64] = "?";
-        FILE *f = fopen("/proc/loadavg", "r");
-        if (f != NULL) {
-            if (fgets(load, sizeof(load), f) != NULL) {
-                load[strcspn(load, "\n")] = '\0';
-            }
-            fclose(f);
-        }
+        char load[64];
+
+        zb_loadavg(load, sizeof(load));
         printf("step_bench: zerod %s, world %u on this host (cpu:0, cpu:1), 1 kernel thread "
                "each; %u params x %llu fp32 elements, AdamW, stage 2, reduce_bucket_size %llu; "
                "load average %s\n",
@@ -572,55 +405,33 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < SB_WORLD && !failed; i++) {
         failed = sb_daemon_start(&o, &e, i) != 0;
     }
-    fflush(NULL);
     for (unsigned r = 0; r < SB_WORLD && !failed; r++) {
-        int p[2];
+        int out_fd = -1;
 
-        if (pipe2(p, O_CLOEXEC) != 0 || (tp[r] = fork()) < 0) {
-            fprintf(stderr, "step_bench: pipe/fork: %s\n", strerror(errno));
+        tp[r] = zb_child_fork("step_bench", fds, r, &out_fd);
+        if (tp[r] == 0) {
+            _exit(sb_trainer(&o, &e, r, out_fd));
+        }
+        if (tp[r] < 0) {
             tp[r] = 0;
             failed = 1;
-            break;
         }
-        if (tp[r] == 0) {
-            close(p[0]);
-            for (unsigned q = 0; q < r; q++) {
-                close(fds[q]);
-            }
-            _exit(sb_trainer(&o, &e, r, p[1]));
-        }
-        close(p[1]);
-        fds[r] = p[0];
     }
     for (unsigned i = 0; i < o.steps && !failed; i++) {
         for (unsigned r = 0; r < SB_WORLD; r++) {
-            if (sb_io_all(fds[r], &t[r][i], sizeof(sb_step_t), 0) != 0) {
+            if (zb_read_all(fds[r], &t[r][i], sizeof(sb_step_t)) != 0) {
                 fprintf(stderr, "step_bench: trainer %u stopped early\n", r);
                 failed = 1;
                 break;
             }
         }
     }
-    for (unsigned r = 0; r < SB_WORLD; r++) {
-        int wst = 0;
-
-        if (fds[r] >= 0) {
-            close(fds[r]);
-        }
-        if (tp[r] > 0) {
-            if (failed) {
-                kill(tp[r], SIGTERM);
-            }
-            if (waitpid(tp[r], &wst, 0) != tp[r] || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-                failed = 1;
-            }
-        }
-    }
+    failed = zb_children_reap("step_bench", NULL, tp, fds, SB_WORLD, failed);
     if (failed) {
         for (unsigned i = 0; i < SB_WORLD; i++) {
-            if (e.log[i][0] != '\0') {
+            if (e.daemon[i].log[0] != '\0') {
                 fprintf(stderr, "--- zerod %u log\n", i);
-                sb_log_tail(e.log[i]);
+                zb_log_tail("step_bench", e.daemon[i].log, 15);
             }
         }
     }

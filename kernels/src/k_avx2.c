@@ -21,50 +21,6 @@ typedef struct zk_k256 {
         step_size, decay;
 } zk_k256_t;
 
-static size_t zk_head(const void *p, size_t align, size_t esize, size_t n)
-{
-    uintptr_t a = (uintptr_t)p;
-    size_t h;
-
-    if (a % esize != 0) {
-        return 0;
-    }
-    h = ((align - a % align) % align) / esize;
-    return h < n ? h : n;
-}
-
-static int zk_aligned(const void *p, size_t align)
-{
-    return ((uintptr_t)p % align) == 0;
-}
-
-static inline float zk_ld1(const void *p, zk_dtype_t dt, size_t i)
-{
-    switch (dt) {
-    case ZK_DTYPE_F16:
-        return zk_f16_to_f32(((const uint16_t *)p)[i]);
-    case ZK_DTYPE_BF16:
-        return zk_bf16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const float *)p)[i];
-    }
-}
-
-static inline void zk_st1(void *p, zk_dtype_t dt, size_t i, float x)
-{
-    switch (dt) {
-    case ZK_DTYPE_F16:
-        ((uint16_t *)p)[i] = zk_f32_to_f16(x);
-        break;
-    case ZK_DTYPE_BF16:
-        ((uint16_t *)p)[i] = zk_f32_to_bf16(x);
-        break;
-    default:
-        ((float *)p)[i] = x;
-        break;
-    }
-}
-
 /* fp32 -> bf16 RNE, the integer formula of zk_f32_to_bf16 on 8 lanes. */
 ZK_ALWAYS_INLINE __m128i zk256_bf16(__m256 x)
 {
@@ -138,7 +94,7 @@ static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v
         p[i] = x;
         a[i] = 0.0f;
         if (dst != NULL) {
-            zk_st1(dst, dt, i, x);
+            zk_store_elem(dst, dt, i, x);
         }
     }
 }
@@ -247,7 +203,7 @@ static void zk256_accumulate(float *acc, const void *src, zk_dtype_t dt, float s
     size_t i = zk_head(acc, 32, 4, n);
 
     for (size_t j = 0; j < i; j++) {
-        acc[j] += zk_ld1(src, dt, j) * s;
+        acc[j] += zk_load_elem(src, dt, j) * s;
     }
     nt = nt && zk_aligned(acc + i, 32);
     for (; i + 8 <= n; i += 8) {
@@ -255,7 +211,7 @@ static void zk256_accumulate(float *acc, const void *src, zk_dtype_t dt, float s
         zk256_st_f32(acc + i, x, nt);
     }
     for (; i < n; i++) {
-        acc[i] += zk_ld1(src, dt, i) * s;
+        acc[i] += zk_load_elem(src, dt, i) * s;
     }
     if (nt) {
         _mm_sfence();
@@ -270,14 +226,14 @@ static void zk256_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt,
     size_t i = zk_head(dst, 8 * es, es, n);
 
     for (size_t j = 0; j < i; j++) {
-        zk_st1(dst, dt, j, zk_ld1(a, dt, j) + zk_ld1(b, dt, j));
+        zk_store_elem(dst, dt, j, zk_load_elem(a, dt, j) + zk_load_elem(b, dt, j));
     }
     nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
     for (; i + 8 <= n; i += 8) {
         zk256_st(dst, dt, i, _mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i)), nt);
     }
     for (; i < n; i++) {
-        zk_st1(dst, dt, i, zk_ld1(a, dt, i) + zk_ld1(b, dt, i));
+        zk_store_elem(dst, dt, i, zk_load_elem(a, dt, i) + zk_load_elem(b, dt, i));
     }
     if (nt) {
         _mm_sfence();
@@ -290,14 +246,14 @@ static void zk256_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sd
     size_t i = zk_head(dst, 8 * es, es, n);
 
     for (size_t j = 0; j < i; j++) {
-        zk_st1(dst, ddt, j, zk_ld1(src, sdt, j));
+        zk_store_elem(dst, ddt, j, zk_load_elem(src, sdt, j));
     }
     nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
     for (; i + 8 <= n; i += 8) {
         zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
     }
     for (; i < n; i++) {
-        zk_st1(dst, ddt, i, zk_ld1(src, sdt, i));
+        zk_store_elem(dst, ddt, i, zk_load_elem(src, sdt, i));
     }
     if (nt) {
         _mm_sfence();

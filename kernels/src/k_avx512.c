@@ -24,23 +24,6 @@ typedef struct zk_k512 {
 } zk_k512_t;
 
 /* Elements before p reaches an `align`-byte boundary (0 when p is not element aligned). */
-static size_t zk_head(const void *p, size_t align, size_t esize, size_t n)
-{
-    uintptr_t a = (uintptr_t)p;
-    size_t h;
-
-    if (a % esize != 0) {
-        return 0;
-    }
-    h = ((align - a % align) % align) / esize;
-    return h < n ? h : n;
-}
-
-static int zk_aligned(const void *p, size_t align)
-{
-    return ((uintptr_t)p % align) == 0;
-}
-
 static __mmask16 zk_mask(size_t n)
 {
     return (__mmask16)((1u << n) - 1u);

@@ -1,33 +1,6 @@
 /* zk scalar variant: the portable reference, one element at a time through zk/elem.h. */
 #include "zk_int.h"
 
-static inline float zk_ld(const void *p, zk_dtype_t dt, size_t i)
-{
-    switch (dt) {
-    case ZK_DTYPE_F16:
-        return zk_f16_to_f32(((const uint16_t *)p)[i]);
-    case ZK_DTYPE_BF16:
-        return zk_bf16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const float *)p)[i];
-    }
-}
-
-static inline void zk_st(void *p, zk_dtype_t dt, size_t i, float x)
-{
-    switch (dt) {
-    case ZK_DTYPE_F16:
-        ((uint16_t *)p)[i] = zk_f32_to_f16(x);
-        break;
-    case ZK_DTYPE_BF16:
-        ((uint16_t *)p)[i] = zk_f32_to_bf16(x);
-        break;
-    default:
-        ((float *)p)[i] = x;
-        break;
-    }
-}
-
 static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc,
                            void *dst, zk_dtype_t dt, size_t n, int nt)
 {
@@ -36,7 +9,7 @@ static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float 
         master[i] = p;
         acc[i] = 0.0f;
         if (dst != NULL) {
-            zk_st(dst, dt, i, p);
+            zk_store_elem(dst, dt, i, p);
         }
     }
 }
@@ -55,7 +28,7 @@ static void zk_scalar_accumulate(float *acc, const void *src, zk_dtype_t dt, flo
                                  int nt)
 {
     for (size_t i = 0; i < n; i++) {
-        acc[i] += zk_ld(src, dt, i) * s;
+        acc[i] += zk_load_elem(src, dt, i) * s;
     }
 }
 
@@ -63,7 +36,7 @@ static void zk_scalar_reduce(void *dst, const void *a, const void *b, zk_dtype_t
                              int nt)
 {
     for (size_t i = 0; i < n; i++) {
-        zk_st(dst, dt, i, zk_ld(a, dt, i) + zk_ld(b, dt, i));
+        zk_store_elem(dst, dt, i, zk_load_elem(a, dt, i) + zk_load_elem(b, dt, i));
     }
 }
 
@@ -71,7 +44,7 @@ static void zk_scalar_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_
                            int nt)
 {
     for (size_t i = 0; i < n; i++) {
-        zk_st(dst, ddt, i, zk_ld(src, sdt, i));
+        zk_store_elem(dst, ddt, i, zk_load_elem(src, sdt, i));
     }
 }
 

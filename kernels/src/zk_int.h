@@ -6,6 +6,55 @@
 #include "zk/kernels.h"
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* One element of a `dt` array as a float, and back (RNE): the scalar path of every variant,
+ * including the heads and tails of the SIMD loops. */
+static inline float zk_load_elem(const void *p, zk_dtype_t dt, size_t i)
+{
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        return zk_f16_to_f32(((const uint16_t *)p)[i]);
+    case ZK_DTYPE_BF16:
+        return zk_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+static inline void zk_store_elem(void *p, zk_dtype_t dt, size_t i, float x)
+{
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        ((uint16_t *)p)[i] = zk_f32_to_f16(x);
+        break;
+    case ZK_DTYPE_BF16:
+        ((uint16_t *)p)[i] = zk_f32_to_bf16(x);
+        break;
+    default:
+        ((float *)p)[i] = x;
+        break;
+    }
+}
+
+/* Elements of size `esize` before p reaches an `align`-byte boundary (at most n; 0 when p is
+ * not even element-aligned, so that the SIMD loop takes unaligned loads from the start). */
+static inline size_t zk_head(const void *p, size_t align, size_t esize, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    size_t h;
+
+    if (a % esize != 0) {
+        return 0;
+    }
+    h = ((align - a % align) % align) / esize;
+    return h < n ? h : n;
+}
+
+static inline int zk_aligned(const void *p, size_t align)
+{
+    return ((uintptr_t)p % align) == 0;
+}
 
 /* Each operation runs on one contiguous range on the calling thread. `nt` asks for
  * non-temporal stores where the pointers allow it (the range is large, beyond cache). */

@@ -154,7 +154,7 @@ int main(int argc, char **argv)
             return 0;
         default:
             if (c >= OPT_KEY_BASE && c < OPT_KEY_BASE + (int)n_keys) {
-                flags[n_flags].name = zd_config_table.rows[c - OPT_KEY_BASE].name;
+                flags[n_flags].name = names[c - OPT_KEY_BASE]; /* as typed: --job-linger */
                 flags[n_flags].value = optarg;
                 n_flags++;
                 break;

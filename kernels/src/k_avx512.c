@@ -227,6 +227,19 @@ static double zk512_sumsq(const float *x, size_t n)
     if (i > 0) {
         zk512_sq(_mm512_maskz_loadu_ps(zk_mask(i), x), &s0, &s1);
     }
+    {
+        __m512d s4 = _mm512_setzero_pd(), s5 = s4, s6 = s4, s7 = s4;
+        for (; i + 64 <= n; i += 64) {
+            zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
+            zk512_sq(_mm512_loadu_ps(x + i + 16), &s2, &s3);
+            zk512_sq(_mm512_loadu_ps(x + i + 32), &s4, &s5);
+            zk512_sq(_mm512_loadu_ps(x + i + 48), &s6, &s7);
+        }
+        s0 = _mm512_add_pd(s0, s4);
+        s1 = _mm512_add_pd(s1, s5);
+        s2 = _mm512_add_pd(s2, s6);
+        s3 = _mm512_add_pd(s3, s7);
+    }
     for (; i + 32 <= n; i += 32) {
         zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
         zk512_sq(_mm512_loadu_ps(x + i + 16), &s2, &s3);

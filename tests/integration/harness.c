@@ -16,8 +16,8 @@ const char *th_socket(void)
     return s;
 }
 
-static int th_try_attach_once(th_session_t *ts, const char *job, const th_model_t *model,
-                              zc_dtype_t dtype, const char *config_json)
+int th_try_attach_once(th_session_t *ts, const char *job, const th_model_t *model, zc_dtype_t dtype,
+                       const char *config_json)
 {
     zc_open_params_t op = {0};
     zc_attach_params_t ap = {0};

@@ -24,7 +24,10 @@ const char *th_socket(void);
 /* Open + attach; asserts success. */
 void th_attach(th_session_t *ts, const char *job, const th_model_t *model, zc_dtype_t dtype,
                const char *config_json);
-/* Same, returning the status instead of asserting. */
+/* One attempt, returning the status (no retry while the daemon is busy). */
+int th_try_attach_once(th_session_t *ts, const char *job, const th_model_t *model, zc_dtype_t dtype,
+                       const char *config_json);
+/* Same, returning the status instead of asserting; retries ERR_BUSY for up to 10 s. */
 int th_try_attach(th_session_t *ts, const char *job, const th_model_t *model, zc_dtype_t dtype,
                   const char *config_json);
 /* Write initial params (flat array over all params in registration order) and confirm. */

@@ -210,6 +210,25 @@ int zc_session_request(zc_session_t *s, zc_frame_t *request, zc_body_case_t repl
     }
     request->seq = zc_conn_next_seq(&s->conn);
     status = zc_conn_send(&s->conn, request, deadline);
+    if (status == ZC_ERR_CLOSED) {
+        /* The daemon may have said why before it closed (an ErrorReply, e.g. permission
+         * denied): report that rather than the broken pipe. */
+        zc_frame_t *f = NULL;
+        zs_deadline_t soon = zs_deadline_in_ms(1000);
+        int why;
+
+        if (soon.at_ns > deadline.at_ns) {
+            soon = deadline;
+        }
+        why = zc_session_read(s, soon, &f);
+        if (f != NULL) {
+            zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        }
+        if (why != ZC_OK && why != ZC_ERR_CLOSED && why != ZC_ERR_TIMEOUT) {
+            return zc_session_broken(s, why);
+        }
+        status = zc_fail(ZC_ERR_CLOSED, "the daemon closed the connection");
+    }
     if (status != ZC_OK) {
         return zc_session_broken(s, status);
     }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Socket security (issue [3 of 5]): the socket is created mode 0660; SO_PEERCRED admits the
+# daemon's uid, root and members of allowed_group; anyone else is refused with an error naming
+# the peer, and logged. Usage: peercred.sh ZEROD ZEROCTL
+set -uo pipefail
+zerod=$1 zeroctl=$2
+if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
+    echo "SKIP: needs root and setpriv to connect as another user"
+    exit 77
+fi
+work=$(mktemp -d /tmp/zd-cred-XXXXXX)
+chmod 755 "$work"
+pid=
+trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; cat "$work/d.log"; exit 1; }
+
+start() { # flags...
+    "$zerod" --socket "$work/z.sock" --device cpu "$@" >"$work/d.out" 2>"$work/d.log" </dev/null &
+    pid=$!
+    for _ in $(seq 1 100); do grep -q '^READY' "$work/d.out" 2>/dev/null && return; sleep 0.1; done
+    fail "zerod not ready"
+}
+stop() {
+    kill -TERM $pid
+    wait $pid || fail "zerod exited $? after SIGTERM"
+    pid=
+}
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+start
+mode=$(stat -c %a "$work/z.sock")
+[ "$mode" = 660 ] || fail "socket mode is $mode, not 660"
+"$zeroctl" -s "$work/z.sock" status >/dev/null || fail "root was refused"
+as_nobody "$zeroctl" -s "$work/z.sock" status >"$work/o1" 2>&1
+rc=$?
+[ $rc = 7 ] || fail "nobody reached a 0660 root socket (zeroctl exit $rc)"
+# open the file mode: SO_PEERCRED must still refuse
+chmod 666 "$work/z.sock"
+as_nobody "$zeroctl" -s "$work/z.sock" status >"$work/o2" 2>&1
+rc=$?
+[ $rc = 7 ] || fail "nobody got exit $rc, expected 7 (refused by the daemon): $(cat "$work/o2")"
+grep -q "permission denied" "$work/o2" || fail "no 'permission denied' for nobody: $(cat "$work/o2")"
+grep -q "uid 65534" "$work/d.log" || fail "the refusal is not logged with the peer's uid"
+cat "$work/o2"
+stop
+# allowed_group admits its members
+group=$(getent group 65534 | cut -d: -f1)
+start --allowed-group "$group"
+chmod 666 "$work/z.sock"
+as_nobody "$zeroctl" -s "$work/z.sock" status >"$work/o3" 2>&1 || fail "group $group member refused: $(cat "$work/o3")"
+stop
+echo "PASS: 0660 socket, SO_PEERCRED refusal logged, allowed_group '$group' admitted"

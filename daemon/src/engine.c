@@ -159,6 +159,17 @@ static void zd_result_set(zd_result_t *r, zs_status_t st, const char *fmt, ...)
 
 /* ---- request handlers (engine thread) -------------------------------------------------- */
 
+/* The trainer is gone (disconnected or detached keeping the job): drop its partial
+ * micro-step and keep the job for job_linger. */
+static void zd_engine_release_trainer(zd_engine_t *e)
+{
+    zd_job_drop_partial(e->job);
+    e->job->attached_conn = 0;
+    pthread_mutex_lock(&e->lock);
+    e->job->linger_until_ns = zs_time_now_ns() + e->job_linger_ns;
+    pthread_mutex_unlock(&e->lock);
+}
+
 /* The mesh aborted (a peer lost, a collective timed out, a trainer gone): tear it down and
  * drop the partial micro-step. The shard stays at the last completed step; every rank's
  * trainer gets ERR_PEER_LOST until it re-attaches, which forms a new mesh. */
@@ -361,7 +372,6 @@ static zs_status_t zd_engine_check_reattach(zd_engine_t *e, uint64_t conn_id,
                                             const zd_attach_spec_t *a, zd_result_t *r)
 {
     zd_job_t *job = e->job;
-    zd_job_t *probe = NULL;
     char err[ZD_MAX_MSG];
     zd_job_spec_t spec = a->spec;
     zs_status_t st;
@@ -376,8 +386,7 @@ static zs_status_t zd_engine_check_reattach(zd_engine_t *e, uint64_t conn_id,
                       job->id, spec.rank, spec.world, job->rank, job->world);
         return ZS_ERR_LAYOUT_MISMATCH;
     }
-    /* Build the requested job's layout without allocating regions: max_shard_bytes 0 and a
-     * probe that is destroyed right away would allocate; compute the hash from the spec. */
+    /* compare hashes computed from the request, without allocating a second job */
     {
         zd_train_config_t cfg;
         zs_layout_spec_t ls;
@@ -414,7 +423,6 @@ static zs_status_t zd_engine_check_reattach(zd_engine_t *e, uint64_t conn_id,
             return ZS_ERR_CONFIG;
         }
     }
-    (void)probe;
     return ZS_OK;
 }
 
@@ -668,11 +676,7 @@ static void zd_engine_detach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         } else {
             /* the mesh stays up (heartbeats go on while idle): the trainers of every rank
              * detach between steps and a later re-attach continues on the same mesh */
-            zd_job_drop_partial(e->job);
-            e->job->attached_conn = 0;
-            pthread_mutex_lock(&e->lock);
-            e->job->linger_until_ns = zs_time_now_ns() + e->job_linger_ns;
-            pthread_mutex_unlock(&e->lock);
+            zd_engine_release_trainer(e);
         }
     }
     dr.result = &r.pb;
@@ -819,11 +823,7 @@ static void zd_engine_handle(zd_engine_t *e, zd_work_t *w)
                               e->job->rank);
                 zd_engine_mesh_failed(e);
             }
-            zd_job_drop_partial(e->job);
-            e->job->attached_conn = 0;
-            pthread_mutex_lock(&e->lock);
-            e->job->linger_until_ns = zs_time_now_ns() + e->job_linger_ns;
-            pthread_mutex_unlock(&e->lock);
+            zd_engine_release_trainer(e);
             zs_warn(ZS_SUB_ENGINE,
                     "trainer of job '%s' disconnected at step %llu; partial micro-step "
                     "dropped; keeping the job %.0f s for a re-attach",

@@ -1385,13 +1385,8 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
 
 err_boot:
     zd_boot_cleanup(&boot);
-    if (params->rank == 0) {
-        free(roster);
-        free(roster_len);
-    } else {
-        free(roster);
-        free(roster_len);
-    }
+    free(roster);
+    free(roster_len);
     if (welcome != NULL) {
         zerod__mesh__v1__mesh_msg__free_unpacked(welcome, NULL);
     }

@@ -542,11 +542,10 @@ static void zd_server_close_all(zd_server_t *srv)
     uv_close((uv_handle_t *)&srv->sig_hup, NULL);
 }
 
-static void zd_async_cb(uv_async_t *a)
+/* Hand engine replies to their connections (a reply for a closed connection is dropped),
+ * keeping the connection's slot bookkeeping in step. */
+static void zd_server_deliver(zd_server_t *srv, zd_reply_t *r)
 {
-    zd_server_t *srv = a->data;
-    zd_reply_t *r = zd_engine_take_replies(srv->engine);
-
     while (r != NULL) {
         zd_reply_t *next = r->next;
         zd_conn_t *c = zd_server_find_conn(srv, r->conn_id);
@@ -558,36 +557,29 @@ static void zd_async_cb(uv_async_t *a)
             if (r->slot_freed >= 0 && r->slot_freed < 64) {
                 c->slot_busy &= ~(1ull << r->slot_freed);
             }
-            if (r->n_slots > 0) {
-                c->n_slots = r->n_slots;
-                c->slot_busy = 0;
-            }
-            if (r->detached) {
-                c->n_slots = 0;
+            if (r->n_slots > 0 || r->detached) {
+                c->n_slots = r->detached ? 0 : r->n_slots;
                 c->slot_busy = 0;
             }
             zd_conn_send(c, r);
         }
         r = next;
     }
+}
+
+static void zd_async_cb(uv_async_t *a)
+{
+    zd_server_t *srv = a->data;
+
+    zd_server_deliver(srv, zd_engine_take_replies(srv->engine));
     if (srv->stopping && zd_engine_stopped(srv->engine) && !uv_is_closing((uv_handle_t *)a)) {
         /* every reply is out (or queued in libuv): close connections after their writes */
-        r = zd_engine_take_replies(srv->engine);
-        if (r == NULL) {
+        zd_reply_t *late = zd_engine_take_replies(srv->engine);
+        if (late == NULL) {
             zd_server_close_all(srv);
         } else {
-            uv_async_send(a); /* more came in between: go round again */
-            while (r != NULL) {
-                zd_reply_t *next = r->next;
-                zd_conn_t *c = zd_server_find_conn(srv, r->conn_id);
-                r->next = NULL;
-                if (c != NULL) {
-                    zd_conn_send(c, r);
-                } else {
-                    zd_reply_free(r);
-                }
-                r = next;
-            }
+            zd_server_deliver(srv, late);
+            uv_async_send(a); /* go round again to close */
         }
     }
 }

@@ -107,8 +107,7 @@ zd_reply_t *zd_reply_pack(uint64_t conn_id, const zd_frame_t *frame)
 static void zd_engine_push_reply(zd_engine_t *e, zd_reply_t *reply)
 {
     if (reply == NULL) {
-        zs_error(ZS_SUB_ENGINE, "out of memory packing a reply for connection %llu",
-                 (unsigned long long)0);
+        zs_error(ZS_SUB_ENGINE, "out of memory packing a reply; the client's call will time out");
         return;
     }
     pthread_mutex_lock(&e->lock);

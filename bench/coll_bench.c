@@ -4,10 +4,13 @@
  * same run (bench/ prints ratios, never asserts wall time).
  *
  * It forks 2 ranks; each forms a real mesh (zd_mesh_create: rank 0 listens on
- * 127.0.0.1:<free port>, token from a 0600 temp file) and a zd_coll_ucx, and times, for each
- * size S: reduce_scatter (fp32 bucket of world x slice elements -> fp32 accumulator slice +=)
+ * 127.0.0.1:<free port>, token from a 0600 temp file) and a zd_coll_ucx, offers its buffers as
+ * shared memfd regions (as a daemon offers its params and slots), and times, for each size S:
+ * reduce_scatter (fp32 bucket of world x slice elements -> fp32 accumulator slice =, as
+ * nccl-tests' ReduceScatter and the first contribution of an accumulation window in zerod)
  * and all_gather (fp32, in place, world x slice elements). fp32 everywhere, as the MPI and
- * gloo peers.
+ * gloo peers. --algo ring times the ring (the algorithm between hosts) instead of the direct
+ * path between co-located daemons.
  *
  * Conventions of nccl-tests (doc/PERFORMANCE.md): S = total bytes of the collective:
  * reduce_scatter: the whole input (world x slice x 4 B); all_gather: the whole output
@@ -20,7 +23,8 @@
  * Targets at S >= 16 MiB: busbw >= 0.5 x memcpy bandwidth, and busbw >= the best peer's busbw
  * for the same operation (gloo has no reduce_scatter: its all_reduce stands in).
  *
- *   coll_bench [--sizes 1,4,16,64,256] [--iters N] [--peer FILE]... [--json]
+ *   coll_bench [--sizes 1,4,16,64,256] [--iters N] [--algo direct|ring] [--peer FILE]...
+ *              [--json]
  */
 #define _GNU_SOURCE
 #include "bench_util.h"
@@ -58,6 +62,7 @@ typedef struct cb_opts {
     const char *peers[CB_MAX_PEERS];
     unsigned n_peers;
     int json;
+    int ring; /* --algo ring */
 } cb_opts_t;
 
 /* What a rank sends to the parent for one (size, op). */
@@ -65,6 +70,7 @@ typedef struct cb_rec {
     uint32_t op, n;
     uint64_t bytes;
     double t[CB_MAX_ITERS];
+    char algo[160]; /* zd_coll_t.algo */
 } cb_rec_t;
 
 /* One peer measurement (a JSON line of bench/peers/). */
@@ -110,15 +116,26 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
     const uint64_t total = bytes / sizeof(float), slice = total / CB_WORLD;
     const uint32_t r = R->rank;
     unsigned iters = cb_iters_for(o, bytes), warm = bytes >= (64u << 20) ? 2 : 5;
+    zs_region_t src_region = ZS_REGION_INIT, gbuf_region = ZS_REGION_INIT;
+    const zs_region_t *regions[2] = {&src_region, &gbuf_region};
     float *src = NULL, *acc = NULL, *gbuf = NULL;
     zs_status_t st = ZS_OK;
     int rc = 1;
 
-    if (posix_memalign((void **)&src, 64, bytes) != 0 ||
-        posix_memalign((void **)&acc, 64, slice * sizeof(float)) != 0 ||
-        posix_memalign((void **)&gbuf, 64, bytes) != 0) {
+    /* the buffers a daemon would hand over: memfd regions shared with its trainer */
+    if (zs_region_create("coll_bench-src", bytes, &src_region) != ZS_OK ||
+        zs_region_create("coll_bench-gather", bytes, &gbuf_region) != ZS_OK ||
+        posix_memalign((void **)&acc, 64, slice * sizeof(float)) != 0) {
         fprintf(stderr, "coll_bench: rank %u: out of memory at %llu bytes\n", r,
                 (unsigned long long)bytes);
+        goto out;
+    }
+    src = src_region.addr;
+    gbuf = gbuf_region.addr;
+    R->err[0] = '\0';
+    st = zd_coll_share(R->coll, regions, 2, R->err, sizeof(R->err));
+    if (st != ZS_OK) {
+        rc = cb_rank_fail(R, "share", st);
         goto out;
     }
     /* values exact in fp32, so that the sums are exact */
@@ -126,10 +143,16 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
         src[i] = (float)(r + 1) * (float)((i % 7) + 1) * 0.25f;
         gbuf[i] = i / slice == r ? (float)(r + 1) + (float)(i % 5) : -1.0f;
     }
-    memset(acc, 0, slice * sizeof(float));
+    for (uint64_t j = 0; j < slice; j++) {
+        acc[j] = 1e30f; /* overwritten, not added to */
+    }
     R->err[0] = '\0';
-    st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, R->err,
-                                      sizeof(R->err));
+    st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, ZD_COLL_OVERWRITE,
+                                      R->err, sizeof(R->err));
+    if (st == ZS_OK) { /* and once accumulating: acc = 2 x the sum */
+        st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, 0, R->err,
+                                          sizeof(R->err));
+    }
     if (st != ZS_OK) {
         rc = cb_rank_fail(R, "reduce_scatter", st);
         goto out;
@@ -140,7 +163,7 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
         goto out;
     }
     for (uint64_t j = 0; j < slice; j++) {
-        float want = 3.0f * (float)(((r * slice + j) % 7) + 1) * 0.25f;
+        float want = 6.0f * (float)(((r * slice + j) % 7) + 1) * 0.25f;
         if (acc[j] != want) {
             fprintf(stderr, "coll_bench: rank %u: reduce_scatter element %llu is %g, not %g\n", r,
                     (unsigned long long)j, (double)acc[j], (double)want);
@@ -163,6 +186,7 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
         rec.op = (uint32_t)op;
         rec.n = iters;
         rec.bytes = bytes;
+        snprintf(rec.algo, sizeof(rec.algo), "%s", R->coll->algo);
         for (unsigned it = 0; it < warm + iters; it++) {
             double t0;
 
@@ -173,8 +197,8 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
             }
             t0 = zs_time_now_s();
             if (op == CB_OP_RS) {
-                st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, R->err,
-                                                  sizeof(R->err));
+                st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc,
+                                                  ZD_COLL_OVERWRITE, R->err, sizeof(R->err));
             } else {
                 st = R->coll->ops->all_gather(R->coll, gbuf, ZK_DTYPE_F32, slice, R->err,
                                               sizeof(R->err));
@@ -194,9 +218,9 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
     }
     rc = 0;
 out:
-    free(src);
+    zs_region_cleanup(&src_region);
+    zs_region_cleanup(&gbuf_region);
     free(acc);
-    free(gbuf);
     return rc;
 }
 
@@ -232,7 +256,7 @@ static int cb_rank_main(uint32_t rank, const char *coordinator, const char *toke
     if (st != ZS_OK) {
         return cb_rank_fail(&R, "zd_mesh_create", st);
     }
-    st = zd_coll_ucx_create(R.mesh, &exec, &R.coll);
+    st = zd_coll_ucx_create(R.mesh, &exec, !o->ring, &R.coll);
     if (st != ZS_OK) {
         snprintf(R.err, sizeof(R.err), "cannot create the collectives");
         cb_rank_fail(&R, "zd_coll_ucx_create", st);
@@ -411,6 +435,7 @@ static void cb_report(const cb_opts_t *o, const cb_rec_t *r0, const cb_rec_t *r1
         cb_json_num(j_best, sizeof(j_best), best);
         cb_json_num(j_rp, sizeof(j_rp), ratio_peer);
         printf("{\"bench\": \"coll\", \"schema_version\": 1, \"impl\": \"zd_coll_ucx\", "
+               "\"algo\": \"%s\", "
                "\"op\": \"%s\", \"world\": %u, \"dtype\": \"fp32\", \"bytes\": %llu, "
                "\"bytes_convention\": \"nccl-tests: total bytes (%s)\", \"iters\": %u, "
                "\"time_us\": %.1f, \"algbw_gbps\": %.3f, \"busbw_gbps\": %.3f, "
@@ -419,7 +444,7 @@ static void cb_report(const cb_opts_t *o, const cb_rec_t *r0, const cb_rec_t *r1
                "\"best_peer_busbw_gbps\": %s, \"ratio_busbw_best_peer\": %s, "
                "\"target_checked\": %s, \"target_memcpy_ratio\": %.1f, "
                "\"target_memcpy_met\": %s, \"target_peer_met\": %s}\n",
-               op, CB_WORLD, (unsigned long long)r0->bytes,
+               r0->algo[0] == 'd' ? "direct" : "ring", op, CB_WORLD, (unsigned long long)r0->bytes,
                r0->op == CB_OP_RS ? "the whole input bucket" : "the whole output buffer", r0->n,
                time_s * 1e6, algbw, busbw, mem_gbps, ratio_mem, j_mpi, j_gloo, gloo_op, j_best,
                j_rp, checked ? "true" : "false", CB_TARGET_MEM, ok_mem ? "true" : "false",
@@ -448,6 +473,8 @@ static void cb_usage(FILE *out)
             "\n"
             "  --sizes LIST   total sizes S in MiB (default 1,4,16,64,256)\n"
             "  --iters N      timed iterations per op and size (default by size, 8..40)\n"
+            "  --algo A       direct (default: co-located ranks read each other's regions)\n"
+            "                 or ring (the algorithm between hosts)\n"
             "  --peer FILE    JSON lines of a peer (bench/peers/mpi_coll.c, gloo_coll.py);\n"
             "                 repeatable\n"
             "  --json         one JSON object per line instead of the table\n"
@@ -459,7 +486,8 @@ static int cb_parse(int argc, char **argv, cb_opts_t *o)
     static const struct option longopts[] = {
         {"sizes", required_argument, NULL, 's'}, {"iters", required_argument, NULL, 'n'},
         {"peer", required_argument, NULL, 'p'},  {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},        {"algo", required_argument, NULL, 'a'},
+        {NULL, 0, NULL, 0},
     };
     char *end, *save = NULL;
     long v;
@@ -500,6 +528,13 @@ static int cb_parse(int argc, char **argv, cb_opts_t *o)
             break;
         case 'j':
             o->json = 1;
+            break;
+        case 'a':
+            if (strcmp(optarg, "direct") != 0 && strcmp(optarg, "ring") != 0) {
+                fprintf(stderr, "coll_bench: --algo '%s' is not direct or ring\n", optarg);
+                return 2;
+            }
+            o->ring = strcmp(optarg, "ring") == 0;
             break;
         case 'h':
             cb_usage(stdout);
@@ -596,12 +631,14 @@ int main(int argc, char **argv)
         char load[64];
 
         zb_loadavg(load, sizeof(load));
-        printf("coll_bench: zd_coll_ucx (ring over UCX %s, UCX_TLS=%s), %u ranks forked on this "
+        printf("coll_bench: zd_coll_ucx: %s; UCX %s, UCX_TLS=%s; %u ranks forked on this "
                "host, 1 thread each, fp32; %ld CPUs, load average %s\n",
-               ucp_get_version_string(), getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)",
-               CB_WORLD, sysconf(_SC_NPROCESSORS_ONLN), load);
+               recs[0][0][0].algo, ucp_get_version_string(),
+               getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)", CB_WORLD,
+               sysconf(_SC_NPROCESSORS_ONLN), load);
         printf("nccl-tests conventions: bytes = S = total bytes (reduce_scatter: the whole input "
-               "bucket, world x slice fp32; all_gather: the whole output buffer);\nalgbw = S/time; "
+               "bucket, world x slice fp32, out = sum; all_gather: the whole output buffer);\n"
+               "algbw = S/time; "
                "busbw = algbw x (n-1)/n; GB = 1e9 B. time = median over iterations of the "
                "slowest rank, each started after a barrier.\nmemcpy = one memcpy of S bytes in "
                "this process (median; best of before and after the ranks ran). Peers time the "

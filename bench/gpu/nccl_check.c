@@ -51,7 +51,8 @@ int main(void)
     cudaMemcpy(d_acc, h_acc, n * sizeof(float), cudaMemcpyHostToDevice);
 
     /* world 1: acc += src */
-    if (coll->ops->reduce_scatter(coll, d_src, ZK_DTYPE_F32, n, d_acc, err, sizeof(err)) != ZS_OK) {
+    if (coll->ops->reduce_scatter(coll, d_src, ZK_DTYPE_F32, n, d_acc, 0, err, sizeof(err)) !=
+        ZS_OK) {
         return fail("reduce_scatter", err);
     }
     {
@@ -66,6 +67,24 @@ int main(void)
     if (worst > 1e-6) {
         printf("nccl_check: reduce_scatter differs by %g\n", worst);
         return 1;
+    }
+    /* world 1, ZD_COLL_OVERWRITE: acc = src */
+    if (coll->ops->reduce_scatter(coll, d_src, ZK_DTYPE_F32, n, d_acc, ZD_COLL_OVERWRITE, err,
+                                  sizeof(err)) != ZS_OK) {
+        return fail("reduce_scatter (overwrite)", err);
+    }
+    {
+        float *back = malloc(n * sizeof(float));
+        cudaMemcpy(back, d_acc, n * sizeof(float), cudaMemcpyDeviceToHost);
+        for (uint64_t i = 0; i < n; i++) {
+            if (back[i] != h_src[i]) {
+                printf("nccl_check: reduce_scatter (overwrite) element %lu is %g, not %g\n",
+                       (unsigned long)i, (double)back[i], (double)h_src[i]);
+                free(back);
+                return 1;
+            }
+        }
+        free(back);
     }
     if (coll->ops->all_gather(coll, d_src, ZK_DTYPE_F32, n, err, sizeof(err)) != ZS_OK) {
         return fail("all_gather", err);

@@ -5,13 +5,20 @@
  * memory; built whenever CUDA is found). Every operation is bounded by collective_timeout and
  * fails with ZS_ERR_PEER_LOST naming the rank when a peer is lost or the job was aborted.
  * Every rank must call the same collectives in the same order.
+ *
+ * `ucx` has two algorithms for reduce-scatter and all-gather: when every rank of the job runs
+ * on this host (same boot, network and pid namespaces) and each could map the others' shared
+ * regions (`share`), a rank reads its peers' buffers in place (one copy, no staging); otherwise
+ * the ring. All ranks agree on one of them at `share` time (docs/design-notes.md).
  */
 #ifndef ZD_COLL_H
 #define ZD_COLL_H
 
 #include "zk/kernels.h"
+#include "zs/mem.h"
 #include "zs/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,12 +30,20 @@ typedef enum zd_reduce_op {
     ZD_REDUCE_MAX = 1,
 } zd_reduce_op_t;
 
+/* reduce_scatter flags */
+#define ZD_COLL_OVERWRITE 1u /* acc = Σ (the accumulator holds nothing yet), not acc += Σ */
+
+/* Most shared regions one rank offers to `share`. */
+#define ZD_COLL_MAX_REGIONS 4u
+
 typedef struct zd_coll_ops {
     const char *name;
     /* acc[0..slice) += Σ over ranks of src_q[rank * slice .. + slice), src of `dtype` holding
-     * world * slice elements (this rank's whole bucket), summed in fp32. */
+     * world * slice elements (this rank's whole bucket), summed in fp32 (ZD_COLL_OVERWRITE:
+     * acc = Σ). */
     zs_status_t (*reduce_scatter)(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
-                                  uint64_t slice, float *acc, char *err, size_t errlen);
+                                  uint64_t slice, float *acc, unsigned flags, char *err,
+                                  size_t errlen);
     /* buf holds world * slice elements of dtype; this rank's slice (at rank * slice) goes to
      * every rank and the others arrive in place. */
     zs_status_t (*all_gather)(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
@@ -38,18 +53,33 @@ typedef struct zd_coll_ops {
     zs_status_t (*all_reduce)(zd_coll_t *coll, double *vals, const zd_reduce_op_t *ops, unsigned n,
                               char *err, size_t errlen);
     zs_status_t (*barrier)(zd_coll_t *coll, char *err, size_t errlen);
+    /* Optional (NULL: nothing to share). Offer this rank's shared memfd regions (the buffers
+     * later passed to reduce_scatter and all_gather) to co-located peers; replaces an earlier
+     * offer. A collective: every rank calls it with its own regions. Afterwards `algo` says
+     * which algorithm the ranks agreed on. */
+    zs_status_t (*share)(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,
+                         char *err, size_t errlen);
     void (*destroy)(zd_coll_t *coll);
 } zd_coll_ops_t;
 
 struct zd_coll {
     const zd_coll_ops_t *ops;
     uint32_t rank, world;
+    char algo[160]; /* the algorithm in use and why, for logs and benchmarks */
 };
+
+static inline zs_status_t zd_coll_share(zd_coll_t *coll, const zs_region_t *const *regions,
+                                        unsigned n, char *err, size_t errlen)
+{
+    return coll->ops->share != NULL ? coll->ops->share(coll, regions, n, err, errlen) : ZS_OK;
+}
 
 /* World 1: reduce-scatter is an accumulate, the rest are no-ops. */
 zs_status_t zd_coll_local_create(const zk_exec_t *exec, zd_coll_t **coll_p);
-/* Host memory over the mesh's UCX worker. */
-zs_status_t zd_coll_ucx_create(zd_mesh_t *mesh, const zk_exec_t *exec, zd_coll_t **coll_p);
+/* Host memory over the mesh's UCX worker. direct: allow the in-place algorithm between
+ * co-located ranks (config key direct_collectives); the ring otherwise. */
+zs_status_t zd_coll_ucx_create(zd_mesh_t *mesh, const zk_exec_t *exec, bool direct,
+                               zd_coll_t **coll_p);
 
 static inline void zd_coll_destroy(zd_coll_t *coll)
 {

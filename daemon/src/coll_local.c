@@ -10,10 +10,13 @@ typedef struct zd_coll_local {
 } zd_coll_local_t;
 
 static zs_status_t zd_local_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
-                                           uint64_t slice, float *acc, char *err, size_t errlen)
+                                           uint64_t slice, float *acc, unsigned flags, char *err,
+                                           size_t errlen)
 {
     zd_coll_local_t *c = (zd_coll_local_t *)coll;
-    zs_status_t st = zk_accumulate(&c->exec, acc, src, dtype, 1.0f, slice);
+    zs_status_t st = (flags & ZD_COLL_OVERWRITE)
+                         ? zk_cast(&c->exec, acc, ZK_DTYPE_F32, src, dtype, slice)
+                         : zk_accumulate(&c->exec, acc, src, dtype, 1.0f, slice);
 
     if (st != ZS_OK) {
         snprintf(err, errlen, "accumulate: %s", zk_last_error());
@@ -63,6 +66,7 @@ zs_status_t zd_coll_local_create(const zk_exec_t *exec, zd_coll_t **coll_p)
     c->base.rank = 0;
     c->base.world = 1;
     c->exec = *exec;
+    snprintf(c->base.algo, sizeof(c->base.algo), "local (world 1)");
     *coll_p = &c->base;
     return ZS_OK;
 }

@@ -94,7 +94,8 @@ static zs_status_t zd_nccl_check(zd_coll_nccl_t *c, ncclResult_t r, const char *
 }
 
 static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
-                                          uint64_t slice, float *acc, char *err, size_t errlen)
+                                          uint64_t slice, float *acc, unsigned flags, char *err,
+                                          size_t errlen)
 {
     zd_coll_nccl_t *c = (zd_coll_nccl_t *)coll;
     size_t bytes = slice * zk_dtype_size(dtype);
@@ -102,6 +103,18 @@ static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zk_d
 
     if (slice == 0) {
         return ZS_OK;
+    }
+    if ((flags & ZD_COLL_OVERWRITE) && dtype == ZK_DTYPE_F32) {
+        /* the sum lands straight in the accumulator */
+        st = zd_nccl_check(
+            c, ncclReduceScatter(src, acc, slice, ncclFloat32, ncclSum, c->comm, c->stream),
+            "ncclReduceScatter", err, errlen);
+        return st == ZS_OK ? zd_nccl_wait(c, "reduce_scatter", err, errlen) : st;
+    }
+    if ((flags & ZD_COLL_OVERWRITE) &&
+        cudaMemsetAsync(acc, 0, slice * sizeof(float), c->stream) != cudaSuccess) {
+        snprintf(err, errlen, "reduce_scatter: cudaMemsetAsync failed");
+        return ZS_ERR_CUDA;
     }
     if (bytes > c->tmp_bytes) {
         cudaFree(c->tmp);
@@ -237,6 +250,7 @@ zs_status_t zd_coll_nccl_create(uint32_t rank, uint32_t world, const uint8_t id[
     c->base.ops = &zd_coll_nccl_ops;
     c->base.rank = rank;
     c->base.world = world;
+    snprintf(c->base.algo, sizeof(c->base.algo), "NCCL");
     c->timeout_ns = timeout_ns;
     c->device = device;
     if (cudaSetDevice(device) != cudaSuccess ||

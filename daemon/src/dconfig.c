@@ -30,6 +30,10 @@ static const zs_config_row_t zd_config_rows[] = {
     {"heartbeat_interval", "1s",
      "mesh heartbeat period; a peer silent for max(3 beats, collective_timeout) is lost",
      offsetof(zd_config_t, heartbeat_interval_ns), &zs_config_duration, NULL, 0},
+    {"direct_collectives", "true",
+     "co-located daemons reduce-scatter and all-gather by reading each other's shared regions in "
+     "place; false: always the UCX ring",
+     offsetof(zd_config_t, direct_collectives), &zs_config_bool, NULL, 0},
     {"token_file", "", "file (mode 0600) holding the shared job token for mesh authentication",
      offsetof(zd_config_t, token_file), &zs_config_string, NULL, 0},
 };

@@ -20,6 +20,7 @@ typedef struct zd_config {
     uint64_t mesh_timeout_ns;
     uint64_t heartbeat_interval_ns;
     char *token_file;
+    int direct_collectives;
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;

@@ -55,6 +55,7 @@ struct zd_engine {
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
+    bool direct_collectives;
     void (*notify)(void *arg);
     void *notify_arg;
     /* engine-thread state */
@@ -237,7 +238,7 @@ static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char
     if (st != ZS_OK) {
         return st;
     }
-    st = zd_coll_ucx_create(job->mesh, &e->exec, &job->coll);
+    st = zd_coll_ucx_create(job->mesh, &e->exec, e->direct_collectives, &job->coll);
     if (st != ZS_OK) {
         snprintf(err, errlen, "attach: cannot create the UCX collectives");
         zd_mesh_destroy(job->mesh);
@@ -246,6 +247,11 @@ static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char
     }
     job->mesh_lost = false;
     job->mesh_why[0] = '\0';
+    st = zd_job_share_regions(job, err, errlen);
+    if (st != ZS_OK) {
+        zd_engine_mesh_failed(e);
+        return st;
+    }
     if (job->params_loaded) {
         st = zd_job_refresh_params(job, &e->exec, err, errlen);
         if (st != ZS_OK) {
@@ -1087,6 +1093,7 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
     e->mesh_timeout_ns = p->mesh_timeout_ns;
     e->collective_timeout_ns = p->collective_timeout_ns;
     e->heartbeat_interval_ns = p->heartbeat_interval_ns;
+    e->direct_collectives = p->direct_collectives;
     e->notify = p->notify;
     e->notify_arg = p->notify_arg;
     e->start_ns = zs_time_now_ns();

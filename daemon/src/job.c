@@ -245,6 +245,13 @@ zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err
     if (st != ZS_OK) {
         goto err_destroy;
     }
+    job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
+    if (job->acc_clean == NULL) {
+        zd_job_err(err, errlen, "attach: out of memory");
+        st = ZS_ERR_NO_MEMORY;
+        goto err_destroy;
+    }
+    memset(job->acc_clean, 1, job->layout->n_buckets); /* zd_job_alloc zero-fills acc */
     zd_scaler_init(&job->scaler, &job->cfg);
     job->last_grad_norm = 0;
     *job_p = job;
@@ -272,6 +279,7 @@ void zd_job_destroy(zd_job_t *job)
     zs_aligned_free(job->acc);
     zs_layout_destroy(job->layout);
     free(job->group_opts);
+    free(job->acc_clean);
     free(job);
 }
 
@@ -334,20 +342,39 @@ zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, 
     return st;
 }
 
+zs_status_t zd_job_share_regions(zd_job_t *job, char *err, size_t errlen)
+{
+    const zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
+
+    return zd_coll_share(job->coll, regions, 3, err, errlen);
+}
+
+/* Reduce-scatter `src` (bucket b of this rank) into the accumulator: the first contribution of
+ * an accumulation window overwrites (no read of a zero accumulator), later ones add. */
+static zs_status_t zd_job_reduce_bucket(zd_job_t *job, const void *src, uint32_t b, char *err,
+                                        size_t errlen)
+{
+    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
+    unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
+
+    job->acc_clean[b] = 0;
+    return job->coll->ops->reduce_scatter(job->coll, src, (zk_dtype_t)job->dtype, bk->slice,
+                                          job->acc + bk->shard_offset, flags, err, errlen);
+}
+
 zs_status_t zd_job_accumulate_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
                                    uint32_t bucket, char *err, size_t errlen)
 {
-    const zs_layout_bucket_t *bk = &job->layout->buckets[bucket];
     const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
     (void)exec;
-    return job->coll->ops->reduce_scatter(job->coll, src, (zk_dtype_t)job->dtype, bk->slice,
-                                          job->acc + bk->shard_offset, err, errlen);
+    return zd_job_reduce_bucket(job, src, bucket, err, errlen);
 }
 
 void zd_job_drop_partial(zd_job_t *job)
 {
     memset(job->acc, 0, (size_t)job->mem_bytes[ZD_MEM_ACC]);
+    memset(job->acc_clean, 1, job->layout->n_buckets);
     if (job->grads.addr != NULL) {
         memset(job->grads.addr, 0, job->grads.size);
     }
@@ -362,9 +389,8 @@ static zs_status_t zd_job_consume_grads(zd_job_t *job, char *err, size_t errlen)
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        zs_status_t st = job->coll->ops->reduce_scatter(
-            job->coll, zd_job_bucket_ptr(job, &job->grads, b), (zk_dtype_t)job->dtype, bk->slice,
-            job->acc + bk->shard_offset, err, errlen);
+        zs_status_t st = zd_job_reduce_bucket(job, zd_job_bucket_ptr(job, &job->grads, b), b, err,
+                                              errlen);
         if (st != ZS_OK) {
             return st;
         }
@@ -471,6 +497,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
             }
         }
     }
+    memset(job->acc_clean, 1, l->n_buckets); /* Adam zeroed every accumulator slice */
     /* Adam ran on every rank (it cannot fail for want of a peer): the step is committed. An
      * interrupted all-gather below is redone from the master on re-attach. */
     job->step = t;

@@ -57,6 +57,7 @@ typedef struct zd_job {
     zs_layout_t *layout;
     zd_group_opts_t *group_opts; /* [n_groups] */
     float *master, *m, *v, *acc; /* [layout->shard_numel] each */
+    uint8_t *acc_clean;          /* [n_buckets]: the bucket's accumulator slice is all zero */
     zs_region_t params;          /* total_numel x dtype */
     zs_region_t slots;           /* n_slots x slot_bytes */
     zs_region_t grads;           /* stage 1: total_numel x dtype */
@@ -91,6 +92,10 @@ zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, 
 /* Recast this rank's slices from the master and all-gather every bucket (after a re-formed
  * mesh, or an interrupted all-gather). */
 zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+
+/* Offer the job's shared regions (params, slots, grads) to the collectives (after the mesh
+ * formed): co-located daemons then read them in place. A collective: every rank calls it. */
+zs_status_t zd_job_share_regions(zd_job_t *job, char *err, size_t errlen);
 
 /* Stage 2: reduce-scatter the slot into the accumulator slice. */
 zs_status_t zd_job_accumulate_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,

@@ -113,10 +113,29 @@ stop_daemons() {
     dpids=()
 }
 
-run_world() { # WORLD [trainer args...]: every rank trains and verifies
+# expect_algo REGEX: every daemon logged the collectives algorithm it agreed on, matching REGEX
+expect_algo() {
+    for i in "${!dpids[@]}"; do
+        wait_for_line "$work/d$i.log" "collectives: " 10
+        grep -qE "collectives: $1" "$work/d$i.log" ||
+            fail "daemon $i: collectives not '$1': $(grep -h 'collectives: ' "$work/d$i.log")"
+    done
+    grep -h "collectives: " "$work/d0.log" | head -n 1
+}
+
+# run_world WORLD [trainer args...]: every rank trains and verifies. DFLAGS: more daemon flags
+# (an array of "I:flag value" per daemon, or "*:flag value" for all); ALGO: expected algorithm.
+run_world() {
     local world=$1
     shift
-    for ((i = 0; i < world; i++)); do start_daemon $i ""; done
+    for ((i = 0; i < world; i++)); do
+        local extra=()
+        for f in "${DFLAGS[@]}"; do
+            [ "${f%%:*}" = "*" ] || [ "${f%%:*}" = "$i" ] && read -ra more <<<"${f#*:}" &&
+                extra+=("${more[@]}")
+        done
+        start_daemon $i "" "${extra[@]}"
+    done
     for ((i = 0; i < world; i++)); do start_trainer $i $i "$world" "" --verify "$@"; done
     for ((i = 0; i < world; i++)); do
         wait_trainer $i 120
@@ -124,8 +143,10 @@ run_world() { # WORLD [trainer args...]: every rank trains and verifies
         grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
     done
     grep -h "verify ok" "$work"/t*.out
+    expect_algo "${ALGO:-direct}"
     stop_daemons
 }
+DFLAGS=()
 
 case "$mode" in
 world2) run_world 2 --steps 10 ;;
@@ -135,6 +156,12 @@ world2-stage1) run_world 2 --steps 10 --stage 1 ;;
 world2-accum) run_world 2 --steps 6 --accum 3 ;;
 world2-bf16) run_world 2 --steps 10 --bf16 ;;
 world3-tiny) run_world 3 --steps 10 --model tiny ;;
+world3-ring) # the ring algorithm (between hosts) on one host
+    DFLAGS=("*:--direct-collectives false") ALGO="ring over UCX .*direct_collectives = false"
+    run_world 3 --steps 10 ;;
+world2-mixed) # one daemon without the direct path: both agree on the ring
+    DFLAGS=("1:--direct-collectives false") ALGO="ring over UCX .*direct_collectives = false"
+    run_world 2 --steps 10 --accum 2 ;;
 kill-daemon)
     world=3
     for ((i = 0; i < world; i++)); do start_daemon $i ""; done
@@ -263,6 +290,7 @@ netns)
         grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
     done
     grep -h "verify ok" "$work"/t*.out
+    expect_algo "ring over UCX .*another host or in other namespaces"
     stop_daemons
     ;;
 *)

@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,9 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* a barrier polls without sleeping this long, then sleeps 50 us between polls */
+#define ZD_BARRIER_SPIN_NS (2u * 1000u * 1000u)
 
 #ifndef ZEROD_VERSION
 #define ZEROD_VERSION "0.0.0"
@@ -1209,6 +1213,7 @@ zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen)
 {
     zs_deadline_t deadline = zs_deadline_in_ns(mesh->p.collective_timeout_ns);
     uint64_t seq = ++mesh->barrier_seq;
+    uint64_t spin_until = zs_time_now_ns() + ZD_BARRIER_SPIN_NS;
 
     for (uint32_t r = 0; r < mesh->p.world; r++) {
         if (r != mesh->p.rank) {
@@ -1240,7 +1245,12 @@ zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen)
             zd_mesh_fail(err, errlen, "%s", mesh->why);
             return ZS_ERR_PEER_LOST;
         }
-        usleep(50);
+        /* spin first (ranks leave within microseconds of each other), then sleep */
+        if (zs_time_now_ns() < spin_until) {
+            sched_yield();
+        } else {
+            usleep(50);
+        }
     }
 }
 

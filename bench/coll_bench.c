@@ -484,9 +484,12 @@ static void cb_usage(FILE *out)
 static int cb_parse(int argc, char **argv, cb_opts_t *o)
 {
     static const struct option longopts[] = {
-        {"sizes", required_argument, NULL, 's'}, {"iters", required_argument, NULL, 'n'},
-        {"peer", required_argument, NULL, 'p'},  {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},        {"algo", required_argument, NULL, 'a'},
+        {"sizes", required_argument, NULL, 's'},
+        {"iters", required_argument, NULL, 'n'},
+        {"peer", required_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {"algo", required_argument, NULL, 'a'},
         {NULL, 0, NULL, 0},
     };
     char *end, *save = NULL;

@@ -57,8 +57,8 @@ typedef struct zd_coll_ops {
      * later passed to reduce_scatter and all_gather) to co-located peers; replaces an earlier
      * offer. A collective: every rank calls it with its own regions. Afterwards `algo` says
      * which algorithm the ranks agreed on. */
-    zs_status_t (*share)(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,
-                         char *err, size_t errlen);
+    zs_status_t (*share)(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n, char *err,
+                         size_t errlen);
     void (*destroy)(zd_coll_t *coll);
 } zd_coll_ops_t;
 

@@ -64,14 +64,14 @@ typedef struct zd_coll_ucx {
     void **reqs; /* request slots */
     size_t n_reqs;
     /* direct algorithm */
-    bool direct_allowed;                  /* config key direct_collectives */
-    bool direct;                          /* agreed by every rank at the last share */
-    zd_map_t local[ZD_COLL_MAX_REGIONS];  /* this rank's offered regions */
+    bool direct_allowed;                 /* config key direct_collectives */
+    bool direct;                         /* agreed by every rank at the last share */
+    zd_map_t local[ZD_COLL_MAX_REGIONS]; /* this rank's offered regions */
     unsigned n_local;
-    zd_map_t *peer;                       /* [world][ZD_COLL_MAX_REGIONS] read-only mappings */
-    const char **peer_buf;                /* [world] this collective's buffer of each peer */
-    uint8_t *in;                          /* [world][ZD_MSG_MAX] small-message landing */
-    ucp_tag_recv_info_t *in_info;         /* [world] */
+    zd_map_t *peer;               /* [world][ZD_COLL_MAX_REGIONS] read-only mappings */
+    const char **peer_buf;        /* [world] this collective's buffer of each peer */
+    uint8_t *in;                  /* [world][ZD_MSG_MAX] small-message landing */
+    ucp_tag_recv_info_t *in_info; /* [world] */
     uint8_t out[ZD_MSG_MAX];
 } zd_coll_ucx_t;
 
@@ -89,7 +89,6 @@ static void zd_ucx_nop_recv_cb(void *request, ucs_status_t status, const ucp_tag
                                void *user_data)
 {
 }
-
 
 static void *zd_post_send(zd_coll_ucx_t *c, uint32_t to, const void *buf, size_t bytes,
                           uint64_t tag)
@@ -336,8 +335,8 @@ static zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_
     return st;
 }
 
-static zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zk_dtype_t dtype,
-                                      uint64_t slice, uint64_t seq, char *err, size_t errlen)
+static zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zk_dtype_t dtype, uint64_t slice,
+                                      uint64_t seq, char *err, size_t errlen)
 {
     const uint32_t N = c->base.world, r = c->base.rank;
     const uint32_t left = (r + N - 1) % N, right = (r + 1) % N;
@@ -475,8 +474,7 @@ static zs_status_t zd_ucx_all_reduce(zd_coll_t *coll, double *vals, const zd_red
 /* Send `len` bytes of c->out to every other rank and receive one message of at most
  * ZD_MSG_MAX bytes from each into c->in (lengths in c->in_info), within the deadline. */
 static zs_status_t zd_exchange(zd_coll_ucx_t *c, size_t len, uint64_t seq, uint32_t segno,
-                               zs_deadline_t deadline, const char *what, char *err,
-                               size_t errlen)
+                               zs_deadline_t deadline, const char *what, char *err, size_t errlen)
 {
     const uint32_t N = c->base.world, r = c->base.rank;
     unsigned idle = 0;
@@ -576,14 +574,16 @@ static bool zd_direct_map(zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i
     snprintf(path, sizeof(path), "/proc/%u/fd/%d", pid, sr->fd);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(why, whylen, "rank %u cannot open rank %u's region %u (%s): %s", c->base.rank,
-                 q, i, path, strerror(errno));
+        snprintf(why, whylen, "rank %u cannot open rank %u's region %u (%s): %s", c->base.rank, q,
+                 i, path, strerror(errno));
         return false;
     }
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_dev != sr->dev || (uint64_t)sb.st_ino != sr->ino ||
         (uint64_t)sb.st_size < sr->size || sr->size > SIZE_MAX) {
-        snprintf(why, whylen, "rank %u: %s is not the region rank %u offered (device, inode or "
-                 "size differ)", c->base.rank, path, q);
+        snprintf(why, whylen,
+                 "rank %u: %s is not the region rank %u offered (device, inode or "
+                 "size differ)",
+                 c->base.rank, path, q);
         close(fd);
         return false;
     }
@@ -668,15 +668,17 @@ static zs_status_t zd_ucx_share(zd_coll_t *coll, const zs_region_t *const *regio
             continue;
         }
         po = zerod__mesh__v1__region_offer__unpack(NULL, c->in_info[q].length,
-                                                    c->in + (size_t)q * ZD_MSG_MAX);
+                                                   c->in + (size_t)q * ZD_MSG_MAX);
         if (po == NULL) {
             snprintf(why, sizeof(why), "rank %u sent an unreadable region offer", q);
             ok = false;
             continue;
         }
         if (ok && !po->enabled) {
-            snprintf(why, sizeof(why), "rank %u cannot take part (direct_collectives = false or "
-                     "no /proc)", q);
+            snprintf(why, sizeof(why),
+                     "rank %u cannot take part (direct_collectives = false or "
+                     "no /proc)",
+                     q);
             ok = false;
         }
         if (ok && (po->host == NULL || strcmp(po->host->boot_id, boot_id) != 0 ||
@@ -685,8 +687,8 @@ static zs_status_t zd_ucx_share(zd_coll_t *coll, const zs_region_t *const *regio
             ok = false;
         }
         if (ok && po->n_regions > ZD_COLL_MAX_REGIONS) {
-            snprintf(why, sizeof(why), "rank %u offered %zu regions (at most %u)", q,
-                     po->n_regions, ZD_COLL_MAX_REGIONS);
+            snprintf(why, sizeof(why), "rank %u offered %zu regions (at most %u)", q, po->n_regions,
+                     ZD_COLL_MAX_REGIONS);
             ok = false;
         }
         for (unsigned i = 0; ok && i < po->n_regions; i++) {
@@ -761,7 +763,7 @@ static zs_status_t zd_direct_begin(zd_coll_ucx_t *c, const void *buf, size_t byt
             continue;
         }
         pr = zerod__mesh__v1__coll_ready__unpack(NULL, c->in_info[q].length,
-                                                  c->in + (size_t)q * ZD_MSG_MAX);
+                                                 c->in + (size_t)q * ZD_MSG_MAX);
         if (pr == NULL) {
             zd_mesh_abort(c->mesh, q, "rank %u sent an unreadable CollReady", q);
             snprintf(err, errlen, "%s: rank %u sent an unreadable CollReady", what, q);
@@ -770,14 +772,15 @@ static zs_status_t zd_direct_begin(zd_coll_ucx_t *c, const void *buf, size_t byt
         if (!pr->direct) {
             *direct = false;
         }
-        m = pr->region < ZD_COLL_MAX_REGIONS ? &c->peer[(size_t)q * ZD_COLL_MAX_REGIONS +
-                                                        pr->region]
-                                             : NULL;
-        if (pr->direct && (m == NULL || m->addr == NULL || bytes > m->size ||
-                           pr->offset > m->size - bytes)) {
+        m = pr->region < ZD_COLL_MAX_REGIONS
+                ? &c->peer[(size_t)q * ZD_COLL_MAX_REGIONS + pr->region]
+                : NULL;
+        if (pr->direct &&
+            (m == NULL || m->addr == NULL || bytes > m->size || pr->offset > m->size - bytes)) {
             zd_mesh_abort(c->mesh, q,
                           "rank %u announced %zu bytes at offset %llu of its region %u, outside "
-                          "what it offered", q, bytes, (unsigned long long)pr->offset, pr->region);
+                          "what it offered",
+                          q, bytes, (unsigned long long)pr->offset, pr->region);
             snprintf(err, errlen, "%s: rank %u announced a buffer outside its regions", what, q);
             zerod__mesh__v1__coll_ready__free_unpacked(pr, NULL);
             return ZS_ERR_PEER_LOST;
@@ -831,9 +834,8 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
             size_t n = e - lo < ZD_RS_BLOCK ? e - lo : ZD_RS_BLOCK;
             for (uint32_t q = 0; q < N && st == ZS_OK; q++) {
                 const char *s = src[q] + (at + lo) * j->dsz;
-                st = q == 0 && overwrite
-                         ? zk_cast(&one, j->acc + lo, ZK_DTYPE_F32, s, j->dtype, n)
-                         : zk_accumulate(&one, j->acc + lo, s, j->dtype, 1.0f, n);
+                st = q == 0 && overwrite ? zk_cast(&one, j->acc + lo, ZK_DTYPE_F32, s, j->dtype, n)
+                                         : zk_accumulate(&one, j->acc + lo, s, j->dtype, 1.0f, n);
             }
         }
     }
@@ -843,8 +845,8 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
 }
 
 static zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_dtype_t dtype,
-                                            uint64_t slice, float *acc, unsigned flags,
-                                            char *err, size_t errlen)
+                                            uint64_t slice, float *acc, unsigned flags, char *err,
+                                            size_t errlen)
 {
     zd_rs_job_t job;
     zs_status_t st;
@@ -904,9 +906,9 @@ static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zk_dt
         st = zd_direct_begin(c, src, slice * coll->world * zk_dtype_size(dtype), seq, deadline,
                              &direct, "reduce_scatter", err, errlen);
         if (st != ZS_OK || !direct) {
-            return st != ZS_OK ? st
-                               : zd_ring_reduce_scatter(c, src, dtype, slice, acc, flags, seq, err,
-                                                        errlen);
+            return st != ZS_OK
+                       ? st
+                       : zd_ring_reduce_scatter(c, src, dtype, slice, acc, flags, seq, err, errlen);
         }
         st = zd_direct_reduce_scatter(c, src, dtype, slice, acc, flags, err, errlen);
         if (st != ZS_OK) {

@@ -389,8 +389,8 @@ static zs_status_t zd_job_consume_grads(zd_job_t *job, char *err, size_t errlen)
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        zs_status_t st = zd_job_reduce_bucket(job, zd_job_bucket_ptr(job, &job->grads, b), b, err,
-                                              errlen);
+        zs_status_t st =
+            zd_job_reduce_bucket(job, zd_job_bucket_ptr(job, &job->grads, b), b, err, errlen);
         if (st != ZS_OK) {
             return st;
         }

@@ -123,8 +123,8 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
     int rc = 1;
 
     /* the buffers a daemon would hand over: memfd regions shared with its trainer */
-    if (zs_region_create("coll_bench-src", bytes, &src_region) != ZS_OK ||
-        zs_region_create("coll_bench-gather", bytes, &gbuf_region) != ZS_OK ||
+    if (zs_region_create("zerod-bench-src", bytes, &src_region) != ZS_OK ||
+        zs_region_create("zerod-bench-gather", bytes, &gbuf_region) != ZS_OK ||
         posix_memalign((void **)&acc, 64, slice * sizeof(float)) != 0) {
         fprintf(stderr, "coll_bench: rank %u: out of memory at %llu bytes\n", r,
                 (unsigned long long)bytes);

@@ -563,7 +563,7 @@ static bool zd_host_identity(char *boot_id, size_t len, uint64_t *net_ns, uint64
 static bool zd_direct_map(zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i,
                           const Zerod__Mesh__V1__SharedRegion *sr, char *why, size_t whylen)
 {
-    char path[64];
+    char path[64], target[64] = "";
     struct stat sb;
     void *addr;
     int fd;
@@ -576,6 +576,13 @@ static bool zd_direct_map(zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i
     if (fd < 0) {
         snprintf(why, whylen, "rank %u cannot open rank %u's region %u (%s): %s", c->base.rank, q,
                  i, path, strerror(errno));
+        return false;
+    }
+    /* only a size-sealed zerod memfd: it cannot shrink under the mapping (no SIGBUS) */
+    if (readlink(path, target, sizeof(target) - 1) < 0 ||
+        strncmp(target, "/memfd:zerod", 12) != 0 || (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {
+        snprintf(why, whylen, "rank %u: %s is not a size-sealed zerod memfd", c->base.rank, path);
+        close(fd);
         return false;
     }
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_dev != sr->dev || (uint64_t)sb.st_ino != sr->ino ||

@@ -156,9 +156,13 @@ world2-stage1) run_world 2 --steps 10 --stage 1 ;;
 world2-accum) run_world 2 --steps 6 --accum 3 ;;
 world2-bf16) run_world 2 --steps 10 --bf16 ;;
 world3-tiny) run_world 3 --steps 10 --model tiny ;;
+world2-large) # slices of MiBs: streaming stores in the direct reduce-scatter and all-gather
+    run_world 2 --steps 6 --model large ;;
+world3-threads) # the direct path split over 2 kernel threads per daemon
+    DFLAGS=("*:--threads 2") run_world 3 --steps 6 --accum 2 --model large ;;
 world3-ring) # the ring algorithm (between hosts) on one host
     DFLAGS=("*:--direct-collectives false") ALGO="ring over UCX .*direct_collectives = false"
-    run_world 3 --steps 10 ;;
+    run_world 3 --steps 6 --accum 2 --model large ;;
 world2-mixed) # one daemon without the direct path: both agree on the ring
     DFLAGS=("1:--direct-collectives false") ALGO="ring over UCX .*direct_collectives = false"
     run_world 2 --steps 10 --accum 2 ;;

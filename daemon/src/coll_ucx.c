@@ -637,7 +637,6 @@ static zs_status_t zd_ucx_share(zd_coll_t *coll, const zs_region_t *const *regio
         snprintf(why, sizeof(why), "rank %u cannot read its boot id and namespaces from /proc", r);
     }
     host.boot_id = boot_id;
-    host.uid = (uint32_t)geteuid();
     offer.enabled = ok;
     offer.host = &host;
     offer.pid = (uint32_t)getpid();

@@ -41,7 +41,7 @@ static void zeroctl_usage(FILE *out)
             "Inspect a zerod daemon.\n"
             "\n"
             "Commands:\n"
-            "  status             daemon, job, step and memory by category\n"
+            "  status             daemon, job, step, collectives and memory by category\n"
             "  shard              this rank's shard ranges per parameter group\n"
             "\n"
             "Options:\n"
@@ -126,6 +126,7 @@ static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
         /* a 64-bit identifier: a string, since JSON numbers are doubles */
         zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
         cJSON_AddStringToObject(job, "layout_hash", hash);
+        cJSON_AddStringToObject(job, "collectives", r->collectives);
     } else {
         cJSON_AddNullToObject(root, "job");
     }
@@ -172,6 +173,7 @@ static void zeroctl_status_table(const Zerod__Ipc__V1__StatusReply *r)
         }
         printf("%-20s %" PRIu64 "\n", "params (elements)", r->param_numel);
         printf("%-20s %s\n", "layout hash", hash);
+        printf("%-20s %s\n", "collectives", r->collectives);
     }
     if (r->n_memory == 0) {
         return;

@@ -727,6 +727,10 @@ static void zd_engine_status(zd_engine_t *e, uint64_t conn_id, uint64_t seq)
         s.param_numel = job->layout->param_numel;
         s.layout_hash = job->layout->hash;
         s.dtype = (Zerod__Ipc__V1__DType)job->dtype;
+        s.collectives = job->coll != NULL ? job->coll->algo
+                        : job->mesh_lost
+                            ? (char *)"none (the mesh was lost: trainers must re-attach)"
+                            : (char *)"none (no mesh yet)";
         for (int t = 0; t < ZD_MEM_COUNT; t++) {
             zerod__ipc__v1__memory_term__init(&terms[t]);
             terms[t].name = (char *)zd_mem_term_names[t];

@@ -101,6 +101,7 @@ check(job["param_numel"] == PSI, "status param_numel %r" % job["param_numel"])
 check(re.fullmatch(r"0x[0-9a-f]{16}", job["layout_hash"]) is not None, "layout_hash format")
 check(job["layout_hash"] == sh["layout_hash"], "layout_hash status vs shard")
 check(job["grad_norm"] > 0 and job["loss_scale"] == 1, "grad_norm / loss_scale")
+check(job["collectives"] == "local (world 1)", "collectives %r" % job["collectives"])
 
 check(sh["job_id"] == "ctl_json" and sh["rank"] == 0 and sh["world"] == 1, "shard job")
 check(sh["param_numel"] == PSI, "shard param_numel")

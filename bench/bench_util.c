@@ -35,6 +35,37 @@ double zb_median(double *v, unsigned n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps)
+{
+    char *a = NULL, *b = NULL;
+    double t[ZB_MAX_REPS] = {0}, med;
+
+    if (bytes == 0 || posix_memalign((void **)&a, 64, bytes) != 0) {
+        return 0.0;
+    }
+    if (posix_memalign((void **)&b, 64, bytes) != 0) {
+        free(a);
+        return 0.0;
+    }
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    memcpy(b, a, bytes); /* warm-up */
+    reps = reps == 0 ? 1 : reps > ZB_MAX_REPS ? ZB_MAX_REPS : reps;
+    for (unsigned i = 0; i < reps; i++) {
+        double t0 = zs_time_now_s();
+        a[i % bytes] = (char)i; /* keep the copies from being folded */
+        memcpy(b, a, bytes);
+        t[i] = zs_time_now_s() - t0;
+    }
+    med = zb_median(t, reps);
+    if (b[0] == 3) {
+        fprintf(stderr, "%s: (impossible memcpy result)\n", prog);
+    }
+    free(a);
+    free(b);
+    return (double)bytes / med / 1e9;
+}
+
 int zb_write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;

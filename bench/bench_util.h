@@ -24,6 +24,11 @@ void zb_sort(double *v, unsigned n);
 /* Sorts v[0..n) and returns its median (n >= 1). */
 double zb_median(double *v, unsigned n);
 
+/* Bandwidth of one memcpy of `bytes` in this process: the median of `reps` (at most
+ * ZB_MAX_REPS) copies after a warm-up, GB/s = bytes / t (GB = 1e9 B); 0 when out of memory. */
+#define ZB_MAX_REPS 64u
+double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps);
+
 /* All of len bytes, retrying on EINTR: 0, or -1 on an error or end of file. */
 int zb_write_all(int fd, const void *buf, size_t len);
 int zb_read_all(int fd, void *buf, size_t len);

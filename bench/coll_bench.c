@@ -283,36 +283,6 @@ out_mesh:
 
 /* ---- the parent ------------------------------------------------------------------------ */
 
-/* memcpy of `bytes`: median of repetitions, GB/s = bytes / t. */
-static double cb_memcpy_gbps(uint64_t bytes, unsigned reps)
-{
-    char *a = NULL, *b = NULL;
-    double t[CB_MAX_ITERS] = {0}, med;
-
-    if (posix_memalign((void **)&a, 64, bytes) != 0 ||
-        posix_memalign((void **)&b, 64, bytes) != 0) {
-        free(a);
-        return 0.0;
-    }
-    memset(a, 1, bytes);
-    memset(b, 2, bytes);
-    memcpy(b, a, bytes); /* warm-up */
-    reps = reps > CB_MAX_ITERS ? CB_MAX_ITERS : reps;
-    for (unsigned i = 0; i < reps; i++) {
-        double t0 = zs_time_now_s();
-        a[i % bytes] = (char)i; /* keep the copies from being folded */
-        memcpy(b, a, bytes);
-        t[i] = zs_time_now_s() - t0;
-    }
-    med = zb_median(t, reps);
-    if (b[0] == 3) {
-        fprintf(stderr, "coll_bench: (impossible memcpy result)\n");
-    }
-    free(a);
-    free(b);
-    return (double)bytes / med / 1e9;
-}
-
 static int cb_load_peer(const char *path)
 {
     char line[1024];
@@ -582,7 +552,7 @@ int main(int argc, char **argv)
     /* memcpy before the ranks exist; again after they are gone (the best of both) */
     for (unsigned i = 0; i < o.n_sizes; i++) {
         uint64_t bytes = (uint64_t)o.sizes_mib[i] << 20;
-        mem[i] = cb_memcpy_gbps(bytes, cb_iters_for(&o, bytes));
+        mem[i] = zb_memcpy_gbps("coll_bench", bytes, cb_iters_for(&o, bytes));
     }
     port = zb_free_port();
     if (port < 0 || zb_token_create("coll_bench", NULL, token, sizeof(token)) != 0) {
@@ -626,7 +596,7 @@ int main(int argc, char **argv)
     }
     for (unsigned i = 0; i < o.n_sizes; i++) {
         uint64_t bytes = (uint64_t)o.sizes_mib[i] << 20;
-        double again = cb_memcpy_gbps(bytes, cb_iters_for(&o, bytes));
+        double again = zb_memcpy_gbps("coll_bench", bytes, cb_iters_for(&o, bytes));
         mem[i] = again > mem[i] ? again : mem[i];
     }
 

@@ -66,6 +66,31 @@ double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps)
     return (double)bytes / med / 1e9;
 }
 
+unsigned zb_parse_sizes(const char *prog, char *arg, unsigned *sizes, unsigned max)
+{
+    char *save = NULL;
+    unsigned n = 0;
+
+    for (char *tok = strtok_r(arg, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        long v = strtol(tok, &end, 10);
+
+        if (end == tok || *end != '\0' || v < 1 || v > 1024) {
+            fprintf(stderr, "%s: --sizes: '%s' is not in 1..1024 MiB\n", prog, tok);
+            return 0;
+        }
+        if (n == max) {
+            fprintf(stderr, "%s: --sizes: more than %u sizes\n", prog, max);
+            return 0;
+        }
+        sizes[n++] = (unsigned)v;
+    }
+    if (n == 0) {
+        fprintf(stderr, "%s: --sizes is empty\n", prog);
+    }
+    return n;
+}
+
 int zb_write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;

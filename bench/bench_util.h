@@ -29,6 +29,11 @@ double zb_median(double *v, unsigned n);
 #define ZB_MAX_REPS 64u
 double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps);
 
+/* A comma-separated list of sizes in MiB, each in 1..1024, at most `max` of them, into
+ * sizes[]: their count, or 0 after printing what is wrong (prog: --sizes: ...). arg is
+ * modified (strtok_r). */
+unsigned zb_parse_sizes(const char *prog, char *arg, unsigned *sizes, unsigned max);
+
 /* All of len bytes, retrying on EINTR: 0, or -1 on an error or end of file. */
 int zb_write_all(int fd, const void *buf, size_t len);
 int zb_read_all(int fd, void *buf, size_t len);

@@ -462,25 +462,15 @@ static int cb_parse(int argc, char **argv, cb_opts_t *o)
         {"algo", required_argument, NULL, 'a'},
         {NULL, 0, NULL, 0},
     };
-    char *end, *save = NULL;
+    char *end;
     long v;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
-            o->n_sizes = 0;
-            for (char *tok = strtok_r(optarg, ",", &save); tok != NULL;
-                 tok = strtok_r(NULL, ",", &save)) {
-                v = strtol(tok, &end, 10);
-                if (end == tok || *end != '\0' || v < 1 || v > 1024 || o->n_sizes == CB_MAX_SIZES) {
-                    fprintf(stderr, "coll_bench: --sizes: '%s' is not in 1..1024 MiB\n", tok);
-                    return 2;
-                }
-                o->sizes_mib[o->n_sizes++] = (unsigned)v;
-            }
+            o->n_sizes = zb_parse_sizes("coll_bench", optarg, o->sizes_mib, CB_MAX_SIZES);
             if (o->n_sizes == 0) {
-                fprintf(stderr, "coll_bench: --sizes is empty\n");
                 return 2;
             }
             break;

@@ -177,25 +177,15 @@ int main(int argc, char **argv)
     };
     unsigned sizes[CC_MAX_SIZES] = {16, 64, 256}, n_sizes = 3, iters = 0;
     double mem[CC_MAX_SIZES], times[CC_MAX_SIZES][CC_N_OPS];
-    char *end, *save = NULL;
+    char *end;
     int c;
     long v;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
-            n_sizes = 0;
-            for (char *tok = strtok_r(optarg, ",", &save); tok != NULL;
-                 tok = strtok_r(NULL, ",", &save)) {
-                v = strtol(tok, &end, 10);
-                if (end == tok || *end != '\0' || v < 1 || v > 1024 || n_sizes == CC_MAX_SIZES) {
-                    fprintf(stderr, "coll_ceiling: --sizes: '%s' is not in 1..1024 MiB\n", tok);
-                    return 2;
-                }
-                sizes[n_sizes++] = (unsigned)v;
-            }
+            n_sizes = zb_parse_sizes("coll_ceiling", optarg, sizes, CC_MAX_SIZES);
             if (n_sizes == 0) {
-                fprintf(stderr, "coll_ceiling: --sizes is empty\n");
                 return 2;
             }
             break;

@@ -392,23 +392,6 @@ static void ib_usage(FILE *out)
             "  -h, --help        print this help and exit\n");
 }
 
-static int ib_parse_sizes(char *arg, ib_opts_t *o)
-{
-    char *save = NULL;
-
-    o->n_sizes = 0;
-    for (char *tok = strtok_r(arg, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        char *end = NULL;
-        long v = strtol(tok, &end, 10);
-
-        if (end == tok || *end != '\0' || v < 1 || v > 1024 || o->n_sizes == IB_MAX_SIZES) {
-            return -1;
-        }
-        o->sizes_mib[o->n_sizes++] = (unsigned)v;
-    }
-    return o->n_sizes > 0 ? 0 : -1;
-}
-
 static int ib_parse(int argc, char **argv, ib_opts_t *o)
 {
     static const struct option longopts[] = {
@@ -446,9 +429,8 @@ static int ib_parse(int argc, char **argv, ib_opts_t *o)
             o->iters = (unsigned)v;
             break;
         case 's':
-            if (ib_parse_sizes(optarg, o) != 0) {
-                fprintf(stderr, "ipc_bench: --sizes '%s' is not a list of 1..%d MiB values\n",
-                        optarg, 1024);
+            o->n_sizes = zb_parse_sizes("ipc_bench", optarg, o->sizes_mib, IB_MAX_SIZES);
+            if (o->n_sizes == 0) {
                 return 2;
             }
             break;

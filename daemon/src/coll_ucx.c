@@ -894,65 +894,68 @@ static zs_status_t zd_direct_all_gather(zd_coll_ucx_t *c, void *buf, zk_dtype_t 
 
 /* ---- the interface ---------------------------------------------------------------------- */
 
-static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
-                                         uint64_t slice, float *acc, unsigned flags, char *err,
-                                         size_t errlen)
+/* The arguments of one reduce-scatter or all-gather, for zd_ucx_run. */
+typedef struct zd_coll_call {
+    bool rs;   /* reduce-scatter, else all-gather */
+    void *buf; /* reduce-scatter: the source bucket; all-gather: the buffer gathered into */
+    zk_dtype_t dtype;
+    uint64_t slice;
+    float *acc;
+    unsigned flags;
+} zd_coll_call_t;
+
+/* One reduce-scatter or all-gather: on the direct path a ready round, the copy and a done
+ * round; the ring when the ranks agreed on it, or when some rank's buffer is outside its
+ * regions for this call. */
+static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *err, size_t errlen)
 {
-    zd_coll_ucx_t *c = (zd_coll_ucx_t *)coll;
+    const char *what = k->rs ? "reduce_scatter" : "all_gather";
     uint64_t seq;
     bool direct = false;
-    zs_status_t st;
+    zs_status_t st = ZS_OK;
 
-    if (slice == 0) {
+    if (k->slice == 0) {
         return ZS_OK;
     }
     seq = ++c->seq;
     if (c->direct) {
         zs_deadline_t deadline = zs_deadline_in_ns(zd_mesh_collective_timeout_ns(c->mesh));
-        st = zd_direct_begin(c, src, slice * coll->world * zk_dtype_size(dtype), seq, deadline,
-                             &direct, "reduce_scatter", err, errlen);
-        if (st != ZS_OK || !direct) {
-            return st != ZS_OK
-                       ? st
-                       : zd_ring_reduce_scatter(c, src, dtype, slice, acc, flags, seq, err, errlen);
+        st = zd_direct_begin(c, k->buf, k->slice * c->base.world * zk_dtype_size(k->dtype), seq,
+                             deadline, &direct, what, err, errlen);
+        if (st == ZS_OK && direct) {
+            st = k->rs ? zd_direct_reduce_scatter(c, k->buf, k->dtype, k->slice, k->acc, k->flags,
+                                                  err, errlen)
+                       : zd_direct_all_gather(c, k->buf, k->dtype, k->slice, err, errlen);
+            if (st != ZS_OK) {
+                zd_mesh_abort(c->mesh, c->base.rank, "rank %u: %s", c->base.rank, err);
+                return st;
+            }
+            return zd_direct_end(c, seq, deadline, what, err, errlen);
         }
-        st = zd_direct_reduce_scatter(c, src, dtype, slice, acc, flags, err, errlen);
-        if (st != ZS_OK) {
-            zd_mesh_abort(c->mesh, coll->rank, "rank %u: %s", coll->rank, err);
-            return st;
-        }
-        return zd_direct_end(c, seq, deadline, "reduce_scatter", err, errlen);
     }
-    return zd_ring_reduce_scatter(c, src, dtype, slice, acc, flags, seq, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    return k->rs ? zd_ring_reduce_scatter(c, k->buf, k->dtype, k->slice, k->acc, k->flags, seq, err,
+                                          errlen)
+                 : zd_ring_all_gather(c, k->buf, k->dtype, k->slice, seq, err, errlen);
+}
+
+static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
+                                         uint64_t slice, float *acc, unsigned flags, char *err,
+                                         size_t errlen)
+{
+    const zd_coll_call_t k = {true, (void *)src, dtype, slice, acc, flags};
+
+    return zd_ucx_run((zd_coll_ucx_t *)coll, &k, err, errlen);
 }
 
 static zs_status_t zd_ucx_all_gather(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
                                      char *err, size_t errlen)
 {
-    zd_coll_ucx_t *c = (zd_coll_ucx_t *)coll;
-    uint64_t seq;
-    bool direct = false;
-    zs_status_t st;
+    const zd_coll_call_t k = {false, buf, dtype, slice, NULL, 0};
 
-    if (slice == 0) {
-        return ZS_OK;
-    }
-    seq = ++c->seq;
-    if (c->direct) {
-        zs_deadline_t deadline = zs_deadline_in_ns(zd_mesh_collective_timeout_ns(c->mesh));
-        st = zd_direct_begin(c, buf, slice * coll->world * zk_dtype_size(dtype), seq, deadline,
-                             &direct, "all_gather", err, errlen);
-        if (st != ZS_OK || !direct) {
-            return st != ZS_OK ? st : zd_ring_all_gather(c, buf, dtype, slice, seq, err, errlen);
-        }
-        st = zd_direct_all_gather(c, buf, dtype, slice, err, errlen);
-        if (st != ZS_OK) {
-            zd_mesh_abort(c->mesh, coll->rank, "rank %u: %s", coll->rank, err);
-            return st;
-        }
-        return zd_direct_end(c, seq, deadline, "all_gather", err, errlen);
-    }
-    return zd_ring_all_gather(c, buf, dtype, slice, seq, err, errlen);
+    return zd_ucx_run((zd_coll_ucx_t *)coll, &k, err, errlen);
 }
 
 static zs_status_t zd_ucx_barrier(zd_coll_t *coll, char *err, size_t errlen)

@@ -66,6 +66,20 @@ double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps)
     return (double)bytes / med / 1e9;
 }
 
+int zb_parse_uint(const char *prog, const char *opt, const char *arg, unsigned lo, unsigned hi,
+                  unsigned *out)
+{
+    char *end = NULL;
+    long v = strtol(arg, &end, 10);
+
+    if (end == arg || *end != '\0' || v < (long)lo || v > (long)hi) {
+        fprintf(stderr, "%s: --%s '%s' is not in %u..%u\n", prog, opt, arg, lo, hi);
+        return -1;
+    }
+    *out = (unsigned)v;
+    return 0;
+}
+
 unsigned zb_parse_sizes(const char *prog, char *arg, unsigned *sizes, unsigned max)
 {
     char *save = NULL;

@@ -29,6 +29,11 @@ double zb_median(double *v, unsigned n);
 #define ZB_MAX_REPS 64u
 double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps);
 
+/* An integer option value in lo..hi into *out: 0, or -1 after printing
+ * "prog: --opt 'arg' is not in lo..hi". */
+int zb_parse_uint(const char *prog, const char *opt, const char *arg, unsigned lo, unsigned hi,
+                  unsigned *out);
+
 /* A comma-separated list of sizes in MiB, each in 1..1024, at most `max` of them, into
  * sizes[]: their count, or 0 after printing what is wrong (prog: --sizes: ...). arg is
  * modified (strtok_r). */

@@ -462,8 +462,6 @@ static int cb_parse(int argc, char **argv, cb_opts_t *o)
         {"algo", required_argument, NULL, 'a'},
         {NULL, 0, NULL, 0},
     };
-    char *end;
-    long v;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -475,12 +473,9 @@ static int cb_parse(int argc, char **argv, cb_opts_t *o)
             }
             break;
         case 'n':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < 1 || v > (long)CB_MAX_ITERS) {
-                fprintf(stderr, "coll_bench: --iters '%s' is not in 1..%u\n", optarg, CB_MAX_ITERS);
+            if (zb_parse_uint("coll_bench", "iters", optarg, 1, CB_MAX_ITERS, &o->iters) != 0) {
                 return 2;
             }
-            o->iters = (unsigned)v;
             break;
         case 'p':
             if (o->n_peers == CB_MAX_PEERS) {

@@ -177,9 +177,7 @@ int main(int argc, char **argv)
     };
     unsigned sizes[CC_MAX_SIZES] = {16, 64, 256}, n_sizes = 3, iters = 0;
     double mem[CC_MAX_SIZES], times[CC_MAX_SIZES][CC_N_OPS];
-    char *end;
     int c;
-    long v;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -190,13 +188,9 @@ int main(int argc, char **argv)
             }
             break;
         case 'n':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < 1 || v > (long)CC_MAX_ITERS) {
-                fprintf(stderr, "coll_ceiling: --iters '%s' is not in 1..%u\n", optarg,
-                        CC_MAX_ITERS);
+            if (zb_parse_uint("coll_ceiling", "iters", optarg, 1, CC_MAX_ITERS, &iters) != 0) {
                 return 2;
             }
-            iters = (unsigned)v;
             break;
         case 'h':
             printf("Usage: coll_ceiling [--sizes 16,64,256] [--iters N]\n"

@@ -403,8 +403,6 @@ static int ib_parse(int argc, char **argv, ib_opts_t *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    char *end;
-    long v;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -413,20 +411,14 @@ static int ib_parse(int argc, char **argv, ib_opts_t *o)
             o->zerod = optarg;
             break;
         case 't':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < 1 || v > 256) {
-                fprintf(stderr, "ipc_bench: --threads '%s' is not in 1..256\n", optarg);
+            if (zb_parse_uint("ipc_bench", "threads", optarg, 1, 256, &o->threads) != 0) {
                 return 2;
             }
-            o->threads = (unsigned)v;
             break;
         case 'n':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < 100 || v > 10000000) {
-                fprintf(stderr, "ipc_bench: --iters '%s' is not in 100..10000000\n", optarg);
+            if (zb_parse_uint("ipc_bench", "iters", optarg, 100, 10000000, &o->iters) != 0) {
                 return 2;
             }
-            o->iters = (unsigned)v;
             break;
         case 's':
             o->n_sizes = zb_parse_sizes("ipc_bench", optarg, o->sizes_mib, IB_MAX_SIZES);

@@ -272,8 +272,6 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
         {"warmup", required_argument, NULL, 'w'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    char *end;
-    long v;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -283,13 +281,10 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
             break;
         case 'n':
         case 'w':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || v < (c == 'n') || v > (long)SB_MAX_STEPS) {
-                fprintf(stderr, "step_bench: --%s '%s' is not in %d..%u\n",
-                        c == 'n' ? "steps" : "warmup", optarg, c == 'n', SB_MAX_STEPS);
+            if (zb_parse_uint("step_bench", c == 'n' ? "steps" : "warmup", optarg, c == 'n',
+                              SB_MAX_STEPS, c == 'n' ? &o->steps : &o->warmup) != 0) {
                 return 2;
             }
-            *(c == 'n' ? &o->steps : &o->warmup) = (unsigned)v;
             break;
         case 'j':
             o->json = 1;

@@ -6,6 +6,7 @@
 #include "zs/log.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,16 @@ int main(int argc, char **argv)
     int c, rc;
 
     zs_log_init_from_env();
+    /* A client or peer that closes its end while a reply is being written must cost that
+     * connection, never the daemon (libuv writes streams with write(2), which has no
+     * MSG_NOSIGNAL): EPIPE comes back as an ordinary write error instead. */
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = SIG_IGN;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGPIPE, &sa, NULL);
+    }
     opts = calloc(n_keys + 8, sizeof(*opts));
     names = calloc(n_keys, sizeof(*names));
     flags = calloc((size_t)argc + 1, sizeof(*flags));

@@ -359,6 +359,26 @@ static int zs_is_empty(const char *value)
     return *value == '\0';
 }
 
+/* A size or a duration against the row's optional range, the bounds printed in the row's own
+ * form ("out of range [100ms, 1h]"). */
+static zs_status_t zs_cfg_u64_range_check(const zs_config_row_t *row, uint64_t v, char *err,
+                                          size_t errlen)
+{
+    const zs_config_range_t *range = row->arg;
+    char lo[64], hi[64];
+    uint64_t b;
+
+    if (range == NULL || ((double)v >= range->min && (double)v <= range->max)) {
+        return ZS_OK;
+    }
+    b = (uint64_t)range->min;
+    row->parser->format(row, &b, lo, sizeof(lo));
+    b = (uint64_t)range->max;
+    row->parser->format(row, &b, hi, sizeof(hi));
+    zs_config_err(err, errlen, "out of range [%s, %s]", lo, hi);
+    return ZS_ERR_INVALID;
+}
+
 static zs_status_t zs_cfg_size_parse(const zs_config_row_t *row, const char *value, void *field,
                                      char *err, size_t errlen)
 {
@@ -369,6 +389,10 @@ static zs_status_t zs_cfg_size_parse(const zs_config_row_t *row, const char *val
         status = zs_parse_size(value, &v);
     }
     if (status == ZS_OK) {
+        status = zs_cfg_u64_range_check(row, v, err, errlen);
+        if (status != ZS_OK) {
+            return status;
+        }
         *(uint64_t *)field = v;
     } else if (status == ZS_ERR_OVERFLOW) {
         zs_config_err(err, errlen, "a size must be below 16EiB (2^64 bytes)");
@@ -405,6 +429,10 @@ static zs_status_t zs_cfg_duration_parse(const zs_config_row_t *row, const char 
         status = zs_parse_duration(value, &v);
     }
     if (status == ZS_OK) {
+        status = zs_cfg_u64_range_check(row, v, err, errlen);
+        if (status != ZS_OK) {
+            return status;
+        }
         *(uint64_t *)field = v;
     } else if (status == ZS_ERR_OVERFLOW) {
         zs_config_err(err, errlen, "a duration must be below 2^64 ns (about 584 years)");

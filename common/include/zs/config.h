@@ -44,7 +44,8 @@ typedef struct zs_config_parser {
 
 /* Storage types: size -> uint64_t bytes; duration -> uint64_t nanoseconds; bool -> int;
  * enum -> int (index into arg's NULL-terminated const char *[]); path/string -> char *;
- * int -> int64_t (arg: optional const zs_config_range_t *); double -> double (same). */
+ * int -> int64_t, double -> double, size, duration: arg is an optional const
+ * zs_config_range_t * (bytes and nanoseconds for sizes and durations). */
 extern const zs_config_parser_t zs_config_size;
 extern const zs_config_parser_t zs_config_duration;
 extern const zs_config_parser_t zs_config_bool;

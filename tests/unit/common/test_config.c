@@ -827,3 +827,52 @@ Test(zs_config, custom_parser_keeps_old_value_on_failure)
     cr_assert_str_eq(buf, "xyz");
     zs_config_cleanup(&t, field);
 }
+
+/* Sizes and durations take a range too; the message prints its bounds in the row's form. */
+typedef struct rcfg {
+    uint64_t bytes;
+    uint64_t timeout_ns;
+} rcfg_t;
+
+static const zs_config_range_t bytes_range = {1 << 20, 1ull << 40};
+static const zs_config_range_t timeout_range = {100e6, 3600e9};
+static const zs_config_row_t ranged_rows[] = {
+    {"bytes", "1GiB", "a bounded size", offsetof(rcfg_t, bytes), &zs_config_size, &bytes_range, 0},
+    {"timeout", "10s", "a bounded duration", offsetof(rcfg_t, timeout_ns), &zs_config_duration,
+     &timeout_range, 0},
+};
+static const zs_config_table_t ranged_table = {NULL, ranged_rows, ZS_ARRAY_SIZE(ranged_rows)};
+
+Test(zs_config, size_and_duration_ranges_name_their_bounds)
+{
+    char err[ZS_CONFIG_ERRLEN] = "";
+    rcfg_t c;
+
+    cr_assert_eq(zs_config_init(&ranged_table, &c, err, sizeof(err)), ZS_OK, "%s", err);
+    cr_assert_eq(
+        zs_config_set(&ranged_table, &c, "bytes", "0", ZS_CONFIG_SRC_FLAG, err, sizeof(err)),
+        ZS_ERR_INVALID);
+    cr_assert_str_eq(err, "config key 'bytes' (from --bytes): invalid value '0': out of range "
+                          "[1MiB, 1TiB]");
+    cr_assert_eq(c.bytes, 1ull << 30, "a refused value keeps the old one");
+    cr_assert_eq(
+        zs_config_set(&ranged_table, &c, "bytes", "2TiB", ZS_CONFIG_SRC_FLAG, err, sizeof(err)),
+        ZS_ERR_INVALID);
+    cr_assert_eq(
+        zs_config_set(&ranged_table, &c, "bytes", "1MiB", ZS_CONFIG_SRC_FLAG, err, sizeof(err)),
+        ZS_OK, "%s", err);
+    cr_assert_eq(c.bytes, 1u << 20);
+    cr_assert_eq(
+        zs_config_set(&ranged_table, &c, "timeout", "0", ZS_CONFIG_SRC_ENV, err, sizeof(err)),
+        ZS_ERR_INVALID);
+    cr_assert_str_eq(err, "config key 'timeout' (from ZEROD_TIMEOUT): invalid value '0': out of "
+                          "range [100ms, 1h]");
+    cr_assert_eq(
+        zs_config_set(&ranged_table, &c, "timeout", "99ms", ZS_CONFIG_SRC_FLAG, err, sizeof(err)),
+        ZS_ERR_INVALID);
+    cr_assert_eq(
+        zs_config_set(&ranged_table, &c, "timeout", "1h", ZS_CONFIG_SRC_FLAG, err, sizeof(err)),
+        ZS_OK, "%s", err);
+    cr_assert_eq(c.timeout_ns, 3600ull * 1000000000ull);
+    zs_config_cleanup(&ranged_table, &c);
+}

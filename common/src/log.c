@@ -167,13 +167,55 @@ int zs_log_enabled(zs_log_level_t level, zs_log_subsys_t sub)
     return (atomic_load(&zs_log.subsys_mask) >> sub) & 1u;
 }
 
+bool zs_ratelimit_ok(zs_ratelimit_t *rl, uint64_t *missed_p)
+{
+    struct timespec ts;
+    uint64_t now;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    *missed_p = 0;
+    if (rl->begin_ns == 0 || now - rl->begin_ns >= rl->interval_ns) {
+        rl->begin_ns = now;
+        rl->printed = 0;
+    }
+    if (rl->printed >= rl->burst) {
+        rl->missed++;
+        return false;
+    }
+    rl->printed++;
+    *missed_p = rl->missed;
+    rl->missed = 0;
+    return true;
+}
+
+/* Copy src into dst (size len) with control characters escaped: one message, one line. */
+static void zs_log_escape(char *dst, size_t len, const char *src)
+{
+    size_t o = 0;
+
+    for (; *src != '\0' && o + 5 < len; src++) {
+        unsigned char c = (unsigned char)*src;
+        if (c >= 0x20 && c != 0x7f) {
+            dst[o++] = (char)c;
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            dst[o++] = '\\';
+            dst[o++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else {
+            o += (size_t)snprintf(dst + o, len - o, "\\x%02x", c);
+        }
+    }
+    dst[o] = '\0';
+}
+
 void zs_log_emit(zs_log_level_t level, zs_log_subsys_t sub, const char *file, int line,
                  const char *fmt, ...)
 {
     int saved_errno = errno;
     char host[64];
     char prefix[192];
-    char msg[2048];
+    char raw[2048];
+    char msg[4096];
     char rank_buf[24] = "";
     const char *base = strrchr(file, '/');
     int rank = atomic_load(&zs_log.rank);
@@ -204,13 +246,14 @@ void zs_log_emit(zs_log_level_t level, zs_log_subsys_t sub, const char *file, in
 
     errno = saved_errno; /* for %m */
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    zs_log_escape(msg, sizeof(msg), raw);
 
     atomic_fetch_add(&zs_log.counts[level], 1);
     pthread_mutex_lock(&zs_log.lock);
     if (zs_log.sink != NULL) {
-        char full[2560];
+        char full[4608];
         snprintf(full, sizeof(full), "%s%s %s %s:%d %s", prefix, rank_buf,
                  zs_log_level_names[level], base, line, msg);
         zs_log.sink(level, sub, full, zs_log.sink_arg);

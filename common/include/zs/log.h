@@ -9,11 +9,19 @@
  * subsystems from ZEROD_LOG_SUBSYS (comma list of ipc,mesh,coll,engine,mem,cfg,kern,main or
  * "all"). Errors are always printed whatever the subsystem filter. Thread-safe.
  * Libraries (libzc, kernels/) never call these.
+ *
+ * A message is one line whatever it quotes: control characters in it (a newline in a job id a
+ * client sent, say) are written as \n, \r, \t or \xNN, so no input can forge a log line.
+ * Warnings a client or peer can cause at will go through a rate limiter (zs_warn_limited):
+ * a burst, then silence for the rest of the interval, then one line counting what was
+ * suppressed.
  */
 #ifndef ZS_LOG_H
 #define ZS_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -74,6 +82,41 @@ void zs_log_emit(zs_log_level_t level, zs_log_subsys_t sub, const char *file, in
     do {                                                                                           \
         if (zs_log_enabled((level), (sub))) {                                                      \
             zs_log_emit((level), (sub), __FILE__, __LINE__, __VA_ARGS__);                          \
+        }                                                                                          \
+    } while (0)
+
+/* At most `burst` messages per `interval_ns`; the rest are counted. One limiter belongs to one
+ * thread (or is used under the caller's lock). */
+typedef struct zs_ratelimit {
+    uint64_t interval_ns;
+    uint32_t burst;
+    uint32_t printed;  /* in the current interval */
+    uint64_t begin_ns; /* start of the current interval; 0 before the first message */
+    uint64_t missed;   /* refused since the last message printed */
+} zs_ratelimit_t;
+
+#define ZS_RATELIMIT_INIT(interval_ns, burst)                                                      \
+    {                                                                                              \
+        (interval_ns), (burst), 0, 0, 0                                                            \
+    }
+
+/* May a message go out now? When it may and some were refused before it, *missed_p is how
+ * many (and the count restarts); otherwise *missed_p is 0. */
+bool zs_ratelimit_ok(zs_ratelimit_t *rl, uint64_t *missed_p);
+
+/* zs_warn through a limiter; a line "N similar warnings suppressed" precedes the next one let
+ * through after a refusal. */
+#define zs_warn_limited(rl, sub, ...)                                                              \
+    do {                                                                                           \
+        uint64_t zs_missed_;                                                                       \
+        if (zs_log_enabled(ZS_LOG_WARN, (sub)) && zs_ratelimit_ok((rl), &zs_missed_)) {            \
+            if (zs_missed_ != 0) {                                                                 \
+                zs_log_emit(ZS_LOG_WARN, (sub), __FILE__, __LINE__,                                \
+                            "%llu similar warnings suppressed (at most %u per %.0f s)",            \
+                            (unsigned long long)zs_missed_, (rl)->burst,                           \
+                            (double)(rl)->interval_ns * 1e-9);                                     \
+            }                                                                                      \
+            zs_log_emit(ZS_LOG_WARN, (sub), __FILE__, __LINE__, __VA_ARGS__);                      \
         }                                                                                          \
     } while (0)
 

@@ -104,3 +104,66 @@ Test(zs_log, reads_level_and_subsystems_from_env)
     unsetenv("ZEROD_LOG_LEVEL");
     unsetenv("ZEROD_LOG_SUBSYS");
 }
+
+Test(zs_log, control_characters_cannot_forge_a_line)
+{
+    const char *job = "a\nINFO forged line\r\x01\x7f\tz";
+
+    zs_warn(ZS_SUB_ENGINE, "attach of job '%s' refused", job);
+    cr_assert_eq(n_lines, 1);
+    cr_assert_null(strchr(last_line, '\n'), "%s", last_line);
+    cr_assert_null(strchr(last_line, '\r'), "%s", last_line);
+    cr_assert(strstr(last_line, "job 'a\\nINFO forged line\\r\\x01\\x7f\\tz' refused") != NULL,
+              "%s", last_line);
+}
+
+Test(zs_log, rate_limited_warnings_count_what_was_suppressed)
+{
+    zs_ratelimit_t rl = ZS_RATELIMIT_INIT(60ull * 1000000000ull, 3);
+
+    for (int i = 0; i < 10; i++) {
+        zs_warn_limited(&rl, ZS_SUB_IPC, "bad frame %d", i);
+    }
+    cr_assert_eq(n_lines, 3, "a burst of 3, then silence: %d lines", n_lines);
+    cr_assert(strstr(last_line, "bad frame 2") != NULL, "%s", last_line);
+    /* the next interval: first a line counting the 7 suppressed, then the message */
+    rl.begin_ns -= rl.interval_ns;
+    zs_warn_limited(&rl, ZS_SUB_IPC, "bad frame %d", 10);
+    cr_assert_eq(n_lines, 5);
+    cr_assert(strstr(last_line, "bad frame 10") != NULL, "%s", last_line);
+    rl.begin_ns -= rl.interval_ns;
+    n_lines = 0;
+    zs_warn_limited(&rl, ZS_SUB_IPC, "bad frame %d", 11);
+    cr_assert_eq(n_lines, 1, "nothing was suppressed: no count line");
+}
+
+static char all_lines[8][4096];
+static int n_all;
+
+static void capture_all(zs_log_level_t level, zs_log_subsys_t sub, const char *line, void *arg)
+{
+    if (n_all < 8) {
+        snprintf(all_lines[n_all], sizeof(all_lines[0]), "%s", line);
+    }
+    n_all++;
+}
+
+Test(zs_log, suppressed_count_line_names_the_number)
+{
+    zs_ratelimit_t rl = ZS_RATELIMIT_INIT(60ull * 1000000000ull, 1);
+
+    zs_warn_limited(&rl, ZS_SUB_IPC, "first");
+    for (int i = 0; i < 41; i++) {
+        zs_warn_limited(&rl, ZS_SUB_IPC, "again");
+    }
+    cr_assert_eq(n_lines, 1);
+    rl.begin_ns -= rl.interval_ns;
+    n_all = 0;
+    zs_log_set_sink(capture_all, NULL);
+    zs_warn_limited(&rl, ZS_SUB_IPC, "later");
+    cr_assert_eq(n_all, 2);
+    cr_assert(strstr(all_lines[0], "WARN test_log.c:") != NULL, "%s", all_lines[0]);
+    cr_assert(strstr(all_lines[0], "41 similar warnings suppressed (at most 1 per 60 s)") != NULL,
+              "%s", all_lines[0]);
+    cr_assert(strstr(all_lines[1], "later") != NULL, "%s", all_lines[1]);
+}

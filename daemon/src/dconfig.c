@@ -1,20 +1,35 @@
 #include "dconfig.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
+#define ZD_MS  1e6
+#define ZD_S   1e9
+#define ZD_MIN (60 * ZD_S)
+#define ZD_H   (60 * ZD_MIN)
+#define ZD_D   (24 * ZD_H)
+
+/* Bounds: zero and nonsensical values are refused at start-up (zerod -t) naming the key. */
 static const zs_config_range_t zd_slots_range = {1, 64};
 static const zs_config_range_t zd_threads_range = {1, 256};
+static const zs_config_range_t zd_linger_range = {0, 30 * ZD_D};
+static const zs_config_range_t zd_shard_range = {1 << 20, 1125899906842624.0}; /* 1MiB..1PiB */
+static const zs_config_range_t zd_frame_timeout_range = {100 * ZD_MS, ZD_H};
+static const zs_config_range_t zd_collective_timeout_range = {100 * ZD_MS, ZD_D};
+static const zs_config_range_t zd_mesh_timeout_range = {ZD_S, ZD_D};
+static const zs_config_range_t zd_hb_interval_range = {10 * ZD_MS, ZD_MIN};
+static const zs_config_range_t zd_hb_timeout_range = {100 * ZD_MS, ZD_H};
 
 static const zs_config_row_t zd_config_rows[] = {
     {"socket", "auto", "Unix socket path; auto = /run/zerod/zerod-<device>.sock",
-     offsetof(zd_config_t, socket), &zs_config_string, NULL, 0},
+     offsetof(zd_config_t, socket), &zs_config_path, NULL, 0},
     {"device", "auto",
      "cpu, cpu:N, cuda:N or auto (auto is cpu:0: the CUDA backend is not in this build)",
      offsetof(zd_config_t, device), &zs_config_string, NULL, 0},
     {"job_linger", "10min", "keep a job this long after its trainer is gone, for a re-attach",
-     offsetof(zd_config_t, job_linger_ns), &zs_config_duration, NULL, ZS_CONFIG_RELOAD},
+     offsetof(zd_config_t, job_linger_ns), &zs_config_duration, &zd_linger_range, ZS_CONFIG_RELOAD},
     {"max_shard_bytes", "64GiB", "largest model state one job may allocate on this daemon",
-     offsetof(zd_config_t, max_shard_bytes), &zs_config_size, NULL, ZS_CONFIG_RELOAD},
+     offsetof(zd_config_t, max_shard_bytes), &zs_config_size, &zd_shard_range, ZS_CONFIG_RELOAD},
     {"bucket_slots", "4", "gradient slots a trainer can fill ahead of the daemon (1..64)",
      offsetof(zd_config_t, bucket_slots), &zs_config_int, &zd_slots_range, 0},
     {"allowed_group", "", "group whose members may connect besides root and the daemon's user",
@@ -22,14 +37,18 @@ static const zs_config_row_t zd_config_rows[] = {
     {"threads", "1", "kernel worker threads for the shard update", offsetof(zd_config_t, threads),
      &zs_config_int, &zd_threads_range, 0},
     {"frame_timeout", "10s", "a started frame must arrive whole within this time",
-     offsetof(zd_config_t, frame_timeout_ns), &zs_config_duration, NULL, ZS_CONFIG_RELOAD},
+     offsetof(zd_config_t, frame_timeout_ns), &zs_config_duration, &zd_frame_timeout_range,
+     ZS_CONFIG_RELOAD},
     {"collective_timeout", "60s", "deadline of every collective between daemons",
-     offsetof(zd_config_t, collective_timeout_ns), &zs_config_duration, NULL, 0},
+     offsetof(zd_config_t, collective_timeout_ns), &zs_config_duration,
+     &zd_collective_timeout_range, 0},
     {"mesh_timeout", "60s", "how long non-zero ranks retry reaching the coordinator",
-     offsetof(zd_config_t, mesh_timeout_ns), &zs_config_duration, NULL, 0},
-    {"heartbeat_interval", "1s",
-     "mesh heartbeat period; a peer silent for max(3 beats, collective_timeout) is lost",
-     offsetof(zd_config_t, heartbeat_interval_ns), &zs_config_duration, NULL, 0},
+     offsetof(zd_config_t, mesh_timeout_ns), &zs_config_duration, &zd_mesh_timeout_range, 0},
+    {"heartbeat_interval", "1s", "period of the heartbeats every daemon of a job sends its peers",
+     offsetof(zd_config_t, heartbeat_interval_ns), &zs_config_duration, &zd_hb_interval_range, 0},
+    {"heartbeat_timeout", "5s",
+     "a peer silent this long is lost (a killed daemon is noticed at once, by its endpoint)",
+     offsetof(zd_config_t, heartbeat_timeout_ns), &zs_config_duration, &zd_hb_timeout_range, 0},
     {"direct_collectives", "true",
      "co-located daemons reduce-scatter and all-gather by reading each other's shared regions in "
      "place; false: always the UCX ring",
@@ -42,3 +61,16 @@ const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZ
 
 const char *const zd_config_env_ignore[] = {"LOG_LEVEL", "LOG_SUBSYS", "KERNELS", "JOB",
                                             "LIBZC",     "CONFIG",     NULL};
+
+zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->heartbeat_timeout_ns < 2 * cfg->heartbeat_interval_ns) {
+        snprintf(err, errlen,
+                 "config key 'heartbeat_timeout' (%.3g s) must be at least twice "
+                 "'heartbeat_interval' (%.3g s): a peer would be lost after one late beat",
+                 (double)cfg->heartbeat_timeout_ns * 1e-9,
+                 (double)cfg->heartbeat_interval_ns * 1e-9);
+        return ZS_ERR_CONFIG;
+    }
+    return ZS_OK;
+}

@@ -19,11 +19,15 @@ typedef struct zd_config {
     uint64_t collective_timeout_ns;
     uint64_t mesh_timeout_ns;
     uint64_t heartbeat_interval_ns;
+    uint64_t heartbeat_timeout_ns;
     char *token_file;
     int direct_collectives;
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;
+
+/* Rules between keys (one key's range is checked by its row). err names the keys. */
+zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen);
 /* ZEROD_* variables that are not daemon keys but are read elsewhere (no warning). */
 extern const char *const zd_config_env_ignore[];
 

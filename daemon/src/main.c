@@ -1,6 +1,7 @@
 /* zerod: the ZeRO optimizer-state daemon (design.md §1). Runs in the foreground. */
 #define _GNU_SOURCE
 #include "dconfig.h"
+#include "mesh.h"
 #include "server.h"
 #include "zk/kernels.h"
 #include "zs/log.h"
@@ -216,6 +217,25 @@ int main(int argc, char **argv)
         zs_config_cleanup(&zd_config_table, &cfg);
         return 0;
     }
+    if (zd_config_check(&cfg, err, sizeof(err)) != ZS_OK) {
+        fprintf(stderr, "zerod: %s\n", err);
+        zs_config_cleanup(&zd_config_table, &cfg);
+        return ZD_EXIT_USAGE;
+    }
+    if (cfg.token_file[0] != '\0') {
+        /* a job of world > 1 may be attached any time: a token that cannot be used fails now,
+         * not at the first multi-rank attach */
+        uint8_t token[ZD_TOKEN_MAX];
+        size_t token_len = 0;
+        zs_status_t st = zd_mesh_read_token(cfg.token_file, token, &token_len, err, sizeof(err));
+
+        explicit_bzero(token, sizeof(token));
+        if (st != ZS_OK) {
+            fprintf(stderr, "zerod: config key %s\n", err);
+            zs_config_cleanup(&zd_config_table, &cfg);
+            return ZD_EXIT_USAGE;
+        }
+    }
     if (zk_init() != ZS_OK) {
         fprintf(stderr, "zerod: kernels: %s\n", zk_last_error());
         zs_config_cleanup(&zd_config_table, &cfg);
@@ -228,6 +248,9 @@ int main(int argc, char **argv)
         return 0;
     }
     zs_info(ZS_SUB_MAIN, "kernels: %s", zk_variant_name(zk_default_variant()));
+    if (cfg.token_file[0] == '\0') {
+        zs_info(ZS_SUB_MAIN, "no token_file: this daemon serves jobs of world 1 only");
+    }
 
     memset(&sp, 0, sizeof(sp));
     sp.config = &cfg;

@@ -55,10 +55,12 @@ struct zd_engine {
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
+    uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
     void (*notify)(void *arg);
     void *notify_arg;
     /* engine-thread state */
+    zs_ratelimit_t warn_rl; /* warnings trainers can cause at will (refused attaches, ...) */
     zd_job_t *job;
     zk_pool_t *pool;
     zk_exec_t exec;
@@ -187,8 +189,17 @@ static void zd_engine_mesh_failed(zd_engine_t *e)
     job->mesh = NULL;
     job->mesh_lost = true;
     zd_job_drop_partial(job);
-    zs_warn(ZS_SUB_ENGINE, "job '%s' keeps step %llu; its trainers must re-attach (%s)", job->id,
-            (unsigned long long)job->step, job->mesh_why);
+    zs_warn_limited(&e->warn_rl, ZS_SUB_ENGINE,
+                    "job '%s' keeps step %llu; its trainers must re-attach (%s)", job->id,
+                    (unsigned long long)job->step, job->mesh_why);
+}
+
+static void zd_engine_wake(zd_engine_t *e);
+
+/* The mesh watch saw a peer go (its thread): wake the engine to tear the mesh down. */
+static void zd_engine_wake_cb(void *arg)
+{
+    zd_engine_wake(arg);
 }
 
 /* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and,
@@ -232,7 +243,10 @@ static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char
     mp.mesh_timeout_ns = e->mesh_timeout_ns;
     mp.collective_timeout_ns = e->collective_timeout_ns;
     mp.heartbeat_interval_ns = e->heartbeat_interval_ns;
+    mp.heartbeat_timeout_ns = e->heartbeat_timeout_ns;
     mp.cancel = &e->cancel;
+    mp.wake = zd_engine_wake_cb;
+    mp.wake_arg = e;
     st = zd_mesh_create(&mp, &job->mesh, err, errlen);
     explicit_bzero(token, sizeof(token));
     if (st != ZS_OK) {
@@ -470,7 +484,8 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         st = zd_engine_form_mesh(e, e->job, at->coordinator, err, sizeof(err));
         if (st != ZS_OK) {
             zd_result_set(&r, st, "%s", err);
-            zs_warn(ZS_SUB_ENGINE, "re-attach of job '%s' failed: %s", at->job_id, err);
+            zs_warn_limited(&e->warn_rl, ZS_SUB_ENGINE, "re-attach of job '%s' failed: %s",
+                            at->job_id, err);
             goto out;
         }
         zs_info(ZS_SUB_ENGINE, "job '%s' re-attached at step %llu", e->job->id,
@@ -479,14 +494,16 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         st = zd_job_create(&a.spec, &e->job, err, sizeof(err));
         if (st != ZS_OK) {
             zd_result_set(&r, st, "%s", err);
-            zs_warn(ZS_SUB_ENGINE, "attach of job '%s' refused: %s", at->job_id, err);
+            zs_warn_limited(&e->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' refused: %s",
+                            at->job_id, err);
             goto out;
         }
         zs_log_set_rank((int)e->job->rank);
         st = zd_engine_form_mesh(e, e->job, at->coordinator, err, sizeof(err));
         if (st != ZS_OK) {
             zd_result_set(&r, st, "%s", err);
-            zs_warn(ZS_SUB_ENGINE, "attach of job '%s' failed: %s", at->job_id, err);
+            zs_warn_limited(&e->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' failed: %s", at->job_id,
+                            err);
             zd_job_destroy(e->job);
             e->job = NULL;
             zs_log_set_rank(-1);
@@ -644,7 +661,7 @@ static void zd_engine_step(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
     st = zd_job_step(job, &e->exec, sp->n_group_lr ? sp->group_lr : NULL, &out, err, sizeof(err));
     if (st != ZS_OK) {
         zd_result_set(&r, st, "%s", err);
-        zs_warn(ZS_SUB_ENGINE, "%s", err);
+        zs_warn_limited(&e->warn_rl, ZS_SUB_ENGINE, "%s", err);
     }
     zs_debug(ZS_SUB_ENGINE, "step %llu: skipped=%d grad_norm=%g loss_scale=%g",
              (unsigned long long)job->step, out.skipped, out.grad_norm, job->scaler.cur_scale);
@@ -833,10 +850,11 @@ static void zd_engine_handle(zd_engine_t *e, zd_work_t *w)
                 zd_engine_mesh_failed(e);
             }
             zd_engine_release_trainer(e);
-            zs_warn(ZS_SUB_ENGINE,
-                    "trainer of job '%s' disconnected at step %llu; partial micro-step "
-                    "dropped; keeping the job %.0f s for a re-attach",
-                    e->job->id, (unsigned long long)e->job->step, (double)e->job_linger_ns * 1e-9);
+            zs_warn_limited(&e->warn_rl, ZS_SUB_ENGINE,
+                            "trainer of job '%s' disconnected at step %llu; partial micro-step "
+                            "dropped; keeping the job %.0f s for a re-attach",
+                            e->job->id, (unsigned long long)e->job->step,
+                            (double)e->job_linger_ns * 1e-9);
         }
         return;
     }
@@ -1097,10 +1115,12 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
     e->mesh_timeout_ns = p->mesh_timeout_ns;
     e->collective_timeout_ns = p->collective_timeout_ns;
     e->heartbeat_interval_ns = p->heartbeat_interval_ns;
+    e->heartbeat_timeout_ns = p->heartbeat_timeout_ns;
     e->direct_collectives = p->direct_collectives;
     e->notify = p->notify;
     e->notify_arg = p->notify_arg;
     e->start_ns = zs_time_now_ns();
+    e->warn_rl = (zs_ratelimit_t)ZS_RATELIMIT_INIT(10ull * ZS_NSEC_PER_SEC, 20);
     e->exec.variant = ZK_VARIANT_DEFAULT;
     if (p->threads > 1) {
         st = zk_pool_create(p->threads, &e->pool);

@@ -46,6 +46,7 @@ typedef struct zd_engine_params {
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
+    uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
     void (*notify)(void *arg); /* replies are ready (called from the engine thread) */
     void *notify_arg;

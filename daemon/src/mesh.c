@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "mesh.h"
 
+#include "ucx_util.h"
+#include "watch.h"
 #include "zerod/mesh/v1/mesh.pb-c.h"
 #include "zs/log.h"
 
@@ -27,13 +29,10 @@
 #define ZEROD_VERSION "0.0.0"
 #endif
 
-#define ZD_AM_BOOT      1
-#define ZD_AM_CTRL      2
-#define ZD_NONCE_LEN    32
-#define ZD_HMAC_LEN     32
-#define ZD_MSG_MAX      (1u << 20)
-#define ZD_IDLE_SPINS   2000
-#define ZD_MISSED_BEATS 3
+#define ZD_NONCE_LEN  32
+#define ZD_HMAC_LEN   32
+#define ZD_MSG_MAX    (1u << 20)
+#define ZD_IDLE_SPINS 2000
 
 typedef Zerod__Mesh__V1__MeshMsg zd_mesh_msg_t;
 
@@ -54,6 +53,8 @@ typedef struct zd_boot_conn {
     uint8_t nonce[ZD_NONCE_LEN];
     uint8_t *address;
     size_t address_len;
+    uint8_t *watch_address;
+    size_t watch_address_len;
 } zd_boot_conn_t;
 
 /* The TCP-only bootstrap side: lives only while the mesh forms. */
@@ -70,6 +71,36 @@ typedef struct zd_boot {
     ucs_status_t client_status;
 } zd_boot_t;
 
+/* Every rank's worker addresses, by rank: the data worker and the watch worker. The bytes
+ * belong to the bootstrap connections, the Welcome or this mesh. */
+typedef struct zd_roster {
+    uint8_t **data;
+    size_t *data_len;
+    uint8_t **watch;
+    size_t *watch_len;
+} zd_roster_t;
+
+static zs_status_t zd_roster_alloc(zd_roster_t *r, uint32_t world)
+{
+    r->data = calloc(world, sizeof(*r->data));
+    r->data_len = calloc(world, sizeof(*r->data_len));
+    r->watch = calloc(world, sizeof(*r->watch));
+    r->watch_len = calloc(world, sizeof(*r->watch_len));
+    if (r->data == NULL || r->data_len == NULL || r->watch == NULL || r->watch_len == NULL) {
+        return ZS_ERR_NO_MEMORY;
+    }
+    return ZS_OK;
+}
+
+static void zd_roster_free(zd_roster_t *r)
+{
+    free(r->data);
+    free(r->data_len);
+    free(r->watch);
+    free(r->watch_len);
+    memset(r, 0, sizeof(*r));
+}
+
 typedef struct zd_peer_ref {
     zd_mesh_t *mesh;
     uint32_t rank;
@@ -84,12 +115,10 @@ struct zd_mesh {
     size_t address_len;
     ucp_ep_h *eps;
     zd_peer_ref_t *refs;
-    uint64_t *last_seen_ns;
     uint64_t *barrier_seen;
     bool *left; /* ranks whose job ended normally (LEAVE) */
     uint64_t barrier_seq;
-    uint64_t next_beat_ns;
-    uint64_t miss_ns;
+    zd_watch_t *watch; /* liveness: heartbeats and endpoint errors, on a thread of its own */
     int efd;
     bool aborted;
     char why[512];
@@ -176,100 +205,9 @@ zs_status_t zd_mesh_read_token(const char *path, uint8_t *buf, size_t *len_p, ch
     return ZS_OK;
 }
 
-static uint8_t *zd_msg_pack(const zd_mesh_msg_t *msg, size_t *len_p)
-{
-    size_t len = zerod__mesh__v1__mesh_msg__get_packed_size(msg);
-    uint8_t *buf = malloc(len ? len : 1);
-
-    if (buf != NULL) {
-        zerod__mesh__v1__mesh_msg__pack(msg, buf);
-        *len_p = len;
-    }
-    return buf;
-}
-
-static void zd_send_free_cb(void *request, ucs_status_t status, void *user_data)
-{
-    free(user_data);
-    ucp_request_free(request);
-}
-
-/* Fire-and-forget AM send; the buffer is freed when the send completes. */
-static ucs_status_t zd_am_post(ucp_ep_h ep, unsigned id, uint8_t *buf, size_t len, bool reply)
-{
-    ucp_request_param_t prm;
-    void *req;
-
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    prm.cb.send = zd_send_free_cb;
-    prm.user_data = buf;
-    prm.flags = reply ? UCP_AM_SEND_FLAG_REPLY : UCP_AM_SEND_FLAG_EAGER;
-    req = ucp_am_send_nbx(ep, id, NULL, 0, buf, len, &prm);
-    if (req == NULL) {
-        free(buf);
-        return UCS_OK;
-    }
-    if (UCS_PTR_IS_ERR(req)) {
-        free(buf);
-        return UCS_PTR_STATUS(req);
-    }
-    return UCS_INPROGRESS;
-}
-
 static ucs_status_t zd_send_msg(ucp_ep_h ep, unsigned id, const zd_mesh_msg_t *msg, bool reply)
 {
-    size_t len = 0;
-    uint8_t *buf = zd_msg_pack(msg, &len);
-
-    if (buf == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    return zd_am_post(ep, id, buf, len, reply);
-}
-
-/* ---- UCX contexts --------------------------------------------------------------------- */
-
-static zs_status_t zd_ucx_init(bool bootstrap, ucp_context_h *ctx_p, ucp_worker_h *worker_p,
-                               char *err, size_t errlen)
-{
-    ucp_params_t params;
-    ucp_worker_params_t wparams;
-    ucp_config_t *config = NULL;
-    ucs_status_t us;
-
-    us = ucp_config_read(NULL, NULL, &config);
-    if (us != UCS_OK) {
-        zd_mesh_fail(err, errlen, "UCX: reading config: %s", ucs_status_string(us));
-        return ZS_ERR_UCX;
-    }
-    if (bootstrap) {
-        /* ucp_listener connections need TCP here (UCX 1.13: "no remote ep address for lane"
-         * with the default transports); the data worker keeps every transport. */
-        ucp_config_modify(config, "TLS", "tcp");
-    }
-    memset(&params, 0, sizeof(params));
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    params.features =
-        bootstrap ? UCP_FEATURE_AM : (UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP);
-    params.mt_workers_shared = 0;
-    us = ucp_init(&params, config, ctx_p);
-    ucp_config_release(config);
-    if (us != UCS_OK) {
-        zd_mesh_fail(err, errlen, "UCX: ucp_init: %s", ucs_status_string(us));
-        return ZS_ERR_UCX;
-    }
-    memset(&wparams, 0, sizeof(wparams));
-    wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
-    us = ucp_worker_create(*ctx_p, &wparams, worker_p);
-    if (us != UCS_OK) {
-        ucp_cleanup(*ctx_p);
-        zd_mesh_fail(err, errlen, "UCX: ucp_worker_create: %s", ucs_status_string(us));
-        return ZS_ERR_UCX;
-    }
-    return ZS_OK;
+    return zd_ucx_send_msg(ep, id, msg, reply);
 }
 
 /* ---- bootstrap ------------------------------------------------------------------------ */
@@ -404,35 +342,14 @@ static void zd_boot_client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status
     b->client_status = status;
 }
 
-static void zd_ep_close(ucp_worker_h worker, ucp_ep_h ep, bool force)
-{
-    ucp_request_param_t prm;
-    void *req;
-    zs_deadline_t d = zs_deadline_in_ms(1000);
-
-    if (ep == NULL) {
-        return;
-    }
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    req = ucp_ep_close_nbx(ep, &prm);
-    if (req == NULL || UCS_PTR_IS_ERR(req)) {
-        return;
-    }
-    while (ucp_request_check_status(req) == UCS_INPROGRESS && !zs_deadline_expired(d)) {
-        ucp_worker_progress(worker);
-    }
-    ucp_request_free(req);
-}
-
 static void zd_boot_cleanup(zd_boot_t *b)
 {
     zd_boot_msg_t *m;
 
     for (size_t i = 0; i < b->n_conns; i++) {
-        zd_ep_close(b->worker, b->conns[i].ep, false);
+        zd_ucx_ep_close(b->worker, b->conns[i].ep, false);
         free(b->conns[i].address);
+        free(b->conns[i].watch_address);
     }
     free(b->conns);
     for (size_t i = 0; i < b->n_requests; i++) {
@@ -456,12 +373,7 @@ static void zd_boot_cleanup(zd_boot_t *b)
         }
         zd_boot_msg_free(m);
     }
-    if (b->worker != NULL) {
-        ucp_worker_destroy(b->worker);
-    }
-    if (b->ctx != NULL) {
-        ucp_cleanup(b->ctx);
-    }
+    zd_ucx_cleanup(b->ctx, b->worker);
     memset(b, 0, sizeof(*b));
 }
 
@@ -582,9 +494,10 @@ static zs_status_t zd_boot_check_hello(zd_mesh_t *mesh, zd_boot_t *b, zd_boot_co
             (unsigned long long)p->step, p->params_loaded ? "loaded" : "not loaded");
         return ZS_ERR_STATE;
     }
-    if (h->worker_address.len == 0 || h->worker_address.len > 65536) {
-        zd_mesh_fail(why, wlen, "rank %u sent a worker address of %zu bytes", h->rank,
-                     h->worker_address.len);
+    if (h->worker_address.len == 0 || h->worker_address.len > 65536 || h->watch_address.len == 0 ||
+        h->watch_address.len > 65536) {
+        zd_mesh_fail(why, wlen, "rank %u sent worker addresses of %zu and %zu bytes", h->rank,
+                     h->worker_address.len, h->watch_address.len);
         return ZS_ERR_INVALID;
     }
     return ZS_OK;
@@ -621,8 +534,8 @@ static void zd_boot_wait_closed(zd_boot_t *b)
     }
 }
 
-static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roster,
-                                  size_t *roster_len, char *err, size_t errlen)
+static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *roster, char *err,
+                                  size_t errlen)
 {
     const zd_mesh_params_t *p = &mesh->p;
     ucp_listener_params_t lp;
@@ -718,7 +631,7 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
                 continue;
             }
             if (getrandom(c->nonce, sizeof(c->nonce), 0) != (ssize_t)sizeof(c->nonce)) {
-                zd_ep_close(b->worker, c->ep, true);
+                zd_ucx_ep_close(b->worker, c->ep, true);
                 continue;
             }
             b->n_conns++;
@@ -771,7 +684,8 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
             c->joined = true;
             c->rank = msg->hello->rank;
             c->address = malloc(msg->hello->worker_address.len);
-            if (c->address == NULL) {
+            c->watch_address = malloc(msg->hello->watch_address.len);
+            if (c->address == NULL || c->watch_address == NULL) {
                 zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
                 zd_boot_msg_free(m);
                 zd_mesh_fail(err, errlen, "out of memory in mesh formation");
@@ -779,6 +693,8 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
             }
             memcpy(c->address, msg->hello->worker_address.data, msg->hello->worker_address.len);
             c->address_len = msg->hello->worker_address.len;
+            memcpy(c->watch_address, msg->hello->watch_address.data, msg->hello->watch_address.len);
+            c->watch_address_len = msg->hello->watch_address.len;
             joined++;
             zs_info(ZS_SUB_MESH, "rank %u joined (%u of %u)", c->rank, joined, p->world - 1);
             zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
@@ -793,29 +709,37 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
         }
     }
     /* everyone is here: the roster */
-    roster[0] = (uint8_t *)mesh->address;
-    roster_len[0] = mesh->address_len;
+    roster->data[0] = (uint8_t *)mesh->address;
+    roster->data_len[0] = mesh->address_len;
+    zd_watch_address(mesh->watch, (const uint8_t **)&roster->watch[0], &roster->watch_len[0]);
     for (size_t i = 0; i < b->n_conns; i++) {
         if (b->conns[i].joined) {
-            roster[b->conns[i].rank] = b->conns[i].address;
-            roster_len[b->conns[i].rank] = b->conns[i].address_len;
+            uint32_t r = b->conns[i].rank;
+            roster->data[r] = b->conns[i].address;
+            roster->data_len[r] = b->conns[i].address_len;
+            roster->watch[r] = b->conns[i].watch_address;
+            roster->watch_len[r] = b->conns[i].watch_address_len;
         }
     }
     {
         Zerod__Mesh__V1__MeshMsg msg = ZEROD__MESH__V1__MESH_MSG__INIT;
         Zerod__Mesh__V1__Welcome w = ZEROD__MESH__V1__WELCOME__INIT;
-        ProtobufCBinaryData *rb = calloc(p->world, sizeof(*rb));
+        ProtobufCBinaryData *rb = calloc(2 * (size_t)p->world, sizeof(*rb));
 
         if (rb == NULL) {
             zd_mesh_fail(err, errlen, "out of memory in mesh formation");
             return ZS_ERR_NO_MEMORY;
         }
         for (uint32_t r = 0; r < p->world; r++) {
-            rb[r].data = roster[r];
-            rb[r].len = roster_len[r];
+            rb[r].data = roster->data[r];
+            rb[r].len = roster->data_len[r];
+            rb[p->world + r].data = roster->watch[r];
+            rb[p->world + r].len = roster->watch_len[r];
         }
         w.n_roster = p->world;
         w.roster = rb;
+        w.n_watch_roster = p->world;
+        w.watch_roster = rb + p->world;
         msg.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_WELCOME;
         msg.welcome = &w;
         for (size_t i = 0; i < b->n_conns; i++) {
@@ -829,9 +753,8 @@ static zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, uint8_t **roste
     return ZS_OK;
 }
 
-static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***roster_p,
-                                  size_t **roster_len_p, zd_mesh_msg_t **welcome_p, char *err,
-                                  size_t errlen)
+static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *roster,
+                                  zd_mesh_msg_t **welcome_p, char *err, size_t errlen)
 {
     const zd_mesh_params_t *p = &mesh->p;
     struct sockaddr_storage ss;
@@ -851,7 +774,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***rost
 
         if (zd_mesh_cancelled(mesh)) {
             zd_mesh_fail(err, errlen, "mesh formation stopped: the daemon is shutting down");
-            zd_ep_close(b->worker, ep, true);
+            zd_ucx_ep_close(b->worker, ep, true);
             return ZS_ERR_ABORTED;
         }
         if (zs_deadline_expired(deadline)) {
@@ -861,7 +784,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***rost
                          p->coordinator, (double)p->mesh_timeout_ns * 1e-9, attempts,
                          b->client_status != UCS_OK ? ", last: " : "",
                          b->client_status != UCS_OK ? ucs_status_string(b->client_status) : "");
-            zd_ep_close(b->worker, ep, false);
+            zd_ucx_ep_close(b->worker, ep, false);
             return hello_sent ? ZS_ERR_TIMEOUT : ZS_ERR_UNREACHABLE;
         }
         if (ep == NULL) {
@@ -885,7 +808,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***rost
         }
         zd_boot_progress(b);
         if (b->client_failed) {
-            zd_ep_close(b->worker, ep, false);
+            zd_ucx_ep_close(b->worker, ep, false);
             ep = NULL;
             if (hello_sent) {
                 zd_mesh_fail(err, errlen,
@@ -929,6 +852,8 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***rost
                 h.params_loaded = p->params_loaded;
                 h.worker_address.data = (uint8_t *)mesh->address;
                 h.worker_address.len = mesh->address_len;
+                zd_watch_address(mesh->watch, (const uint8_t **)&h.watch_address.data,
+                                 &h.watch_address.len);
                 h.hmac.data = mac;
                 h.hmac.len = sizeof(mac);
                 out.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_HELLO;
@@ -939,29 +864,31 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, uint8_t ***rost
                 zd_mesh_fail(err, errlen, "rank 0 refused this rank: %s", msg->refuse->message);
                 st = (zs_status_t)msg->refuse->status;
                 zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
-                zd_ep_close(b->worker, ep, false);
+                zd_ucx_ep_close(b->worker, ep, false);
                 return st != ZS_OK ? st : ZS_ERR_AUTH;
             } else if (msg->body_case == ZEROD__MESH__V1__MESH_MSG__BODY_WELCOME && hello_sent) {
-                if (msg->welcome->n_roster != p->world) {
-                    zd_mesh_fail(err, errlen, "rank 0 sent a roster of %zu ranks for world %u",
-                                 msg->welcome->n_roster, p->world);
+                if (msg->welcome->n_roster != p->world ||
+                    msg->welcome->n_watch_roster != p->world) {
+                    zd_mesh_fail(err, errlen,
+                                 "rank 0 sent a roster of %zu (watch %zu) ranks for world %u",
+                                 msg->welcome->n_roster, msg->welcome->n_watch_roster, p->world);
                     zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
-                    zd_ep_close(b->worker, ep, false);
+                    zd_ucx_ep_close(b->worker, ep, false);
                     return ZS_ERR_PROTOCOL;
                 }
-                *roster_p = calloc(p->world, sizeof(uint8_t *));
-                *roster_len_p = calloc(p->world, sizeof(size_t));
-                if (*roster_p == NULL || *roster_len_p == NULL) {
+                if (zd_roster_alloc(roster, p->world) != ZS_OK) {
                     zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
-                    zd_ep_close(b->worker, ep, false);
+                    zd_ucx_ep_close(b->worker, ep, false);
                     return ZS_ERR_NO_MEMORY;
                 }
                 for (uint32_t r = 0; r < p->world; r++) {
-                    (*roster_p)[r] = msg->welcome->roster[r].data;
-                    (*roster_len_p)[r] = msg->welcome->roster[r].len;
+                    roster->data[r] = msg->welcome->roster[r].data;
+                    roster->data_len[r] = msg->welcome->roster[r].len;
+                    roster->watch[r] = msg->welcome->watch_roster[r].data;
+                    roster->watch_len[r] = msg->welcome->watch_roster[r].len;
                 }
                 *welcome_p = msg; /* owns the roster bytes */
-                zd_ep_close(b->worker, ep, false);
+                zd_ucx_ep_close(b->worker, ep, false);
                 return ZS_OK;
             }
             zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
@@ -1011,10 +938,7 @@ static ucs_status_t zd_ctrl_am_cb(void *arg, const void *header, size_t header_l
     if (msg->body_case == ZEROD__MESH__V1__MESH_MSG__BODY_CONTROL &&
         msg->control->origin < mesh->p.world) {
         const Zerod__Mesh__V1__Control *c = msg->control;
-        mesh->last_seen_ns[c->origin] = zs_time_now_ns();
         switch (c->type) {
-        case ZEROD__MESH__V1__CONTROL__TYPE__HEARTBEAT:
-            break;
         case ZEROD__MESH__V1__CONTROL__TYPE__ABORT: {
             char why[512];
             snprintf(why, sizeof(why), "%s (abort from rank %u)", c->reason, c->origin);
@@ -1058,30 +982,15 @@ static void zd_mesh_send_ctrl(zd_mesh_t *mesh, uint32_t to, Zerod__Mesh__V1__Con
 
 uint64_t zd_mesh_tick(zd_mesh_t *mesh)
 {
-    uint64_t now;
+    char why[512];
+    uint32_t lost;
 
     while (ucp_worker_progress(mesh->worker) != 0) {
     }
-    now = zs_time_now_ns();
-    if (now >= mesh->next_beat_ns) {
-        for (uint32_t r = 0; r < mesh->p.world; r++) {
-            if (r != mesh->p.rank) {
-                zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__HEARTBEAT, 0, 0, NULL);
-            }
-        }
-        mesh->next_beat_ns = now + mesh->p.heartbeat_interval_ns;
+    if (!mesh->aborted && zd_watch_lost(mesh->watch, &lost, why, sizeof(why))) {
+        zd_mesh_mark_lost(mesh, lost, why);
     }
-    if (!mesh->aborted) {
-        for (uint32_t r = 0; r < mesh->p.world; r++) {
-            if (r != mesh->p.rank && !mesh->left[r] &&
-                now > mesh->last_seen_ns[r] + mesh->miss_ns) {
-                zd_mesh_abort(mesh, r, "rank %u lost: no heartbeat for %.1f s", r,
-                              (double)(now - mesh->last_seen_ns[r]) * 1e-9);
-                break;
-            }
-        }
-    }
-    return mesh->next_beat_ns > now ? mesh->next_beat_ns - now : 0;
+    return UINT64_MAX; /* heartbeats are the watch thread's: nothing is due here */
 }
 
 void zd_mesh_leave(zd_mesh_t *mesh)
@@ -1094,6 +1003,7 @@ void zd_mesh_leave(zd_mesh_t *mesh)
             zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__LEAVE, 0, 0, NULL);
         }
     }
+    zd_watch_leave(mesh->watch);
     for (int i = 0; i < 100; i++) {
         if (ucp_worker_progress(mesh->worker) == 0) {
             usleep(100);
@@ -1118,6 +1028,7 @@ void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     zd_mesh_mark_lost(mesh, lost_rank, why);
+    zd_watch_abort(mesh->watch, lost_rank, why);
     for (uint32_t r = 0; r < mesh->p.world; r++) {
         if (r != mesh->p.rank && r != lost_rank) {
             zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__ABORT, 0, lost_rank, why);
@@ -1254,7 +1165,7 @@ zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen)
     }
 }
 
-static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, uint8_t **roster, size_t *roster_len, char *err,
+static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *err,
                                    size_t errlen)
 {
     for (uint32_t r = 0; r < mesh->p.world; r++) {
@@ -1269,15 +1180,15 @@ static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, uint8_t **roster, size_t *ro
         memset(&ep, 0, sizeof(ep));
         ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-        ep.address = (const ucp_address_t *)roster[r];
+        ep.address = (const ucp_address_t *)roster->data[r];
         /* UCX 1.13 refuses the shared-memory transports (posix, sysv, cma) under
          * UCP_ERR_HANDLING_MODE_PEER, which would push same-host traffic onto TCP loopback at a
-         * fraction of memory bandwidth. A lost peer is caught by the heartbeats and the
-         * collective deadline instead (and TCP still reports a reset through the handler). */
+         * fraction of memory bandwidth. A lost peer is caught by the watch (its own TCP
+         * endpoints in peer-failure mode, and heartbeats) and the collective deadline instead
+         * (TCP data endpoints still report a reset through the handler). */
         ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
         ep.err_handler.cb = zd_data_ep_err_cb;
         ep.err_handler.arg = &mesh->refs[r];
-        (void)roster_len;
         us = ucp_ep_create(mesh->worker, &ep, &mesh->eps[r]);
         if (us != UCS_OK) {
             zd_mesh_fail(err, errlen, "cannot reach rank %u's worker address: %s", r,
@@ -1285,7 +1196,7 @@ static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, uint8_t **roster, size_t *ro
             return ZS_ERR_UNREACHABLE;
         }
     }
-    return ZS_OK;
+    return zd_watch_start(mesh->watch, roster->watch, roster->watch_len, err, errlen);
 }
 
 /* ---- lifetime ------------------------------------------------------------------------- */
@@ -1296,12 +1207,12 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
     zd_mesh_t *mesh;
     zd_boot_t boot;
     ucp_am_handler_param_t ah;
-    uint8_t **roster = NULL;
-    size_t *roster_len = NULL;
+    zd_roster_t roster;
     zd_mesh_msg_t *welcome = NULL;
     zs_status_t st;
 
     memset(&boot, 0, sizeof(boot));
+    memset(&roster, 0, sizeof(roster));
     mesh = calloc(1, sizeof(*mesh));
     if (mesh == NULL) {
         return ZS_ERR_NO_MEMORY;
@@ -1312,17 +1223,33 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
     mesh->efd = -1;
     mesh->eps = calloc(params->world, sizeof(*mesh->eps));
     mesh->refs = calloc(params->world, sizeof(*mesh->refs));
-    mesh->last_seen_ns = calloc(params->world, sizeof(uint64_t));
     mesh->barrier_seen = calloc(params->world, sizeof(uint64_t));
     mesh->left = calloc(params->world, sizeof(bool));
-    if (mesh->eps == NULL || mesh->refs == NULL || mesh->last_seen_ns == NULL ||
-        mesh->barrier_seen == NULL || mesh->left == NULL) {
+    if (mesh->eps == NULL || mesh->refs == NULL || mesh->barrier_seen == NULL ||
+        mesh->left == NULL) {
         st = ZS_ERR_NO_MEMORY;
         goto err_destroy;
     }
-    st = zd_ucx_init(false, &mesh->ctx, &mesh->worker, err, errlen);
+    st = zd_ucx_init(NULL, UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP, &mesh->ctx,
+                     &mesh->worker, err, errlen);
     if (st != ZS_OK) {
         goto err_destroy;
+    }
+    {
+        zd_watch_params_t wp;
+
+        memset(&wp, 0, sizeof(wp));
+        wp.job_id = mesh->job_id;
+        wp.rank = params->rank;
+        wp.world = params->world;
+        wp.interval_ns = params->heartbeat_interval_ns;
+        wp.timeout_ns = params->heartbeat_timeout_ns;
+        wp.notify = params->wake;
+        wp.notify_arg = params->wake_arg;
+        st = zd_watch_create(&wp, &mesh->watch, err, errlen);
+        if (st != ZS_OK) {
+            goto err_destroy;
+        }
     }
     memset(&ah, 0, sizeof(ah));
     ah.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -1340,7 +1267,9 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
         mesh->efd = -1;
     }
 
-    st = zd_ucx_init(true, &boot.ctx, &boot.worker, err, errlen);
+    /* ucp_listener connections need TCP here (UCX 1.13: "no remote ep address for lane" with
+     * the default transports); the data worker keeps every transport */
+    st = zd_ucx_init("tcp", UCP_FEATURE_AM, &boot.ctx, &boot.worker, err, errlen);
     if (st != ZS_OK) {
         goto err_destroy;
     }
@@ -1350,38 +1279,26 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
     ucp_worker_set_am_recv_handler(boot.worker, &ah);
 
     if (params->rank == 0) {
-        roster = calloc(params->world, sizeof(*roster));
-        roster_len = calloc(params->world, sizeof(*roster_len));
-        if (roster == NULL || roster_len == NULL) {
-            st = ZS_ERR_NO_MEMORY;
+        st = zd_roster_alloc(&roster, params->world);
+        if (st != ZS_OK) {
             goto err_boot;
         }
-        st = zd_boot_server(mesh, &boot, roster, roster_len, err, errlen);
+        st = zd_boot_server(mesh, &boot, &roster, err, errlen);
     } else {
-        st = zd_boot_client(mesh, &boot, &roster, &roster_len, &welcome, err, errlen);
+        st = zd_boot_client(mesh, &boot, &roster, &welcome, err, errlen);
     }
     if (st != ZS_OK) {
         goto err_boot;
     }
-    st = zd_mesh_connect(mesh, roster, roster_len, err, errlen);
+    st = zd_mesh_connect(mesh, &roster, err, errlen);
     if (st != ZS_OK) {
         goto err_boot;
     }
     zd_boot_cleanup(&boot);
-    free(roster);
-    free(roster_len);
+    zd_roster_free(&roster);
     if (welcome != NULL) {
         zerod__mesh__v1__mesh_msg__free_unpacked(welcome, NULL);
         welcome = NULL;
-    }
-    {
-        uint64_t now = zs_time_now_ns();
-        uint64_t miss = ZD_MISSED_BEATS * params->heartbeat_interval_ns;
-        mesh->miss_ns = miss > params->collective_timeout_ns ? miss : params->collective_timeout_ns;
-        for (uint32_t r = 0; r < params->world; r++) {
-            mesh->last_seen_ns[r] = now;
-        }
-        mesh->next_beat_ns = now;
     }
     /* every data endpoint works in both directions before anyone uses the mesh */
     st = zd_mesh_barrier(mesh, err, errlen);
@@ -1395,8 +1312,7 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
 
 err_boot:
     zd_boot_cleanup(&boot);
-    free(roster);
-    free(roster_len);
+    zd_roster_free(&roster);
     if (welcome != NULL) {
         zerod__mesh__v1__mesh_msg__free_unpacked(welcome, NULL);
     }
@@ -1411,23 +1327,18 @@ void zd_mesh_destroy(zd_mesh_t *mesh)
         return;
     }
     mesh->closing = true;
+    zd_watch_destroy(mesh->watch);
     if (mesh->eps != NULL) {
         for (uint32_t r = 0; r < mesh->p.world; r++) {
-            zd_ep_close(mesh->worker, mesh->eps[r], mesh->aborted);
+            zd_ucx_ep_close(mesh->worker, mesh->eps[r], mesh->aborted);
         }
     }
     if (mesh->address != NULL) {
         ucp_worker_release_address(mesh->worker, mesh->address);
     }
-    if (mesh->worker != NULL) {
-        ucp_worker_destroy(mesh->worker);
-    }
-    if (mesh->ctx != NULL) {
-        ucp_cleanup(mesh->ctx);
-    }
+    zd_ucx_cleanup(mesh->ctx, mesh->worker);
     free(mesh->eps);
     free(mesh->refs);
-    free(mesh->last_seen_ns);
     free(mesh->barrier_seen);
     free(mesh->left);
     free(mesh);

@@ -1,9 +1,10 @@
 /*
  * The daemon mesh of one job (design.md §4): UCX bootstrap through rank 0's ucp_listener,
- * HMAC authentication, roster exchange, data endpoints from worker addresses, heartbeats and
- * aborts as active messages. Used only from the engine thread (UCX single-thread mode); the
- * engine progresses the worker, both inside collectives and when idle (it polls the worker's
- * event fd next to its queue), so the libuv loop never touches UCX.
+ * HMAC authentication, roster exchange, data endpoints from worker addresses, aborts and
+ * barriers as active messages; liveness (heartbeats, endpoint errors) is the watch's
+ * (watch.h), which runs on a thread of its own. Used only from the engine thread (UCX single-thread
+ * mode); the engine progresses the worker, both inside collectives and when idle (it polls the
+ * worker's event fd next to its queue), so the libuv loop never touches UCX.
  */
 #ifndef ZD_MESH_H
 #define ZD_MESH_H
@@ -17,7 +18,7 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
-#define ZD_MESH_PROTOCOL 1
+#define ZD_MESH_PROTOCOL 2
 #define ZD_TOKEN_MAX     4096
 
 typedef struct zd_mesh zd_mesh_t;
@@ -34,7 +35,10 @@ typedef struct zd_mesh_params {
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
-    const atomic_bool *cancel; /* set when the daemon shuts down: formation and waits stop */
+    uint64_t heartbeat_timeout_ns; /* a peer silent this long is lost (the watch, watch.h) */
+    const atomic_bool *cancel;     /* set when the daemon shuts down: formation and waits stop */
+    void (*wake)(void *arg);       /* called from the watch thread when a peer is lost */
+    void *wake_arg;
 } zd_mesh_params_t;
 
 /* Form the mesh; blocks (bounded by mesh_timeout) until every rank joined, or fails naming
@@ -53,8 +57,8 @@ uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh);
 
 /* The worker's event fd, armed: poll it for POLLIN while idle. -1 when unavailable. */
 int zd_mesh_arm(zd_mesh_t *mesh);
-/* Progress the worker, send due heartbeats, check peers' liveness. Returns the number of
- * nanoseconds until the next heartbeat is due. */
+/* Progress the worker and take in what the watch saw (a lost peer). Returns the nanoseconds
+ * until something is due here: UINT64_MAX (heartbeats are the watch thread's). */
 uint64_t zd_mesh_tick(zd_mesh_t *mesh);
 
 /* Aborted (a peer was lost, or some rank broadcast an abort)? Fills why with a message that

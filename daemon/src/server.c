@@ -733,6 +733,7 @@ int zd_server_run(const zd_server_params_t *params)
     ep.mesh_timeout_ns = cfg->mesh_timeout_ns;
     ep.collective_timeout_ns = cfg->collective_timeout_ns;
     ep.heartbeat_interval_ns = cfg->heartbeat_interval_ns;
+    ep.heartbeat_timeout_ns = cfg->heartbeat_timeout_ns;
     ep.direct_collectives = cfg->direct_collectives != 0;
     ep.socket_path = params->socket_path;
     ep.notify = zd_engine_notify;

@@ -187,6 +187,58 @@ kill-daemon)
     (($(echo "$elapsed < 6" | bc))) || fail "took ${elapsed} s"
     stop_daemons
     ;;
+peer-lost-w2 | peer-lost-w3)
+    # A rank's daemon dies (kill -9) or hangs (SIGSTOP) with the default collective_timeout
+    # (60 s): every other trainer gets ERR_PEER_LOST naming the rank from the watch, at once for
+    # a killed daemon (its connections are reset) and within heartbeat_timeout for a hung one.
+    world=${mode#peer-lost-w}
+    hb_timeout=3
+    for how in KILL STOP; do
+        for ((i = 0; i < world; i++)); do
+            start_daemon $i "" --collective-timeout 60s --heartbeat-interval 1s \
+                --heartbeat-timeout ${hb_timeout}s
+        done
+        for ((i = 0; i < world; i++)); do
+            start_trainer $i $i $world "" --steps 100000 --sleep-ms 20
+        done
+        wait_for_line "$work/t0.out" "step 3 " 30
+        victim=1
+        kill -$how "${dpids[$victim]}"
+        t0=$(date +%s.%N)
+        for ((i = 0; i < world; i++)); do
+            [ $i = $victim ] && continue
+            wait_trainer $i 20
+            codes[$i]=$rc
+        done
+        elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
+        for ((i = 0; i < world; i++)); do
+            [ $i = $victim ] && continue
+            [ "${codes[$i]}" = 4 ] || fail "$how: rank $i exited ${codes[$i]}, expected 4 (libzc error)"
+            grep -q "ERR_PEER_LOST" "$work/t$i.out" || fail "$how: rank $i did not report ERR_PEER_LOST"
+            grep -q "rank $victim lost" "$work/t$i.out" || fail "$how: rank $i's error does not name rank $victim"
+        done
+        if [ $how = KILL ]; then
+            limit=2
+            wait_trainer $victim 10
+            grep -qE "ERR_CLOSED|ERR_PEER_LOST" "$work/t$victim.out" || fail "rank $victim's trainer saw no error"
+        else
+            limit=$((hb_timeout + 2))
+            grep -q "no heartbeat for" "$work/t0.out" || fail "STOP: not reported as missed heartbeats"
+            kill -KILL "${tpids[$victim]}" "${dpids[$victim]}" 2>/dev/null
+            wait "${tpids[$victim]}" 2>/dev/null
+            kill -CONT "${dpids[$victim]}" 2>/dev/null
+        fi
+        wait "${dpids[$victim]}" 2>/dev/null
+        unset "dpids[$victim]"
+        echo "world $world, daemon of rank $victim $( [ $how = KILL ] && echo killed || echo stopped):" \
+            "every trainer had ERR_PEER_LOST in ${elapsed} s (limit ${limit} s, heartbeat_timeout" \
+            "${hb_timeout} s, collective_timeout 60 s)"
+        grep -h "ERR_" "$work"/t*.out
+        (($(echo "$elapsed < $limit" | bc))) || fail "$how: took ${elapsed} s"
+        stop_daemons
+        for f in "$work"/t*.out; do mv "$f" "$f.$how"; done
+    done
+    ;;
 kill-trainer)
     world=3
     for ((i = 0; i < world; i++)); do start_daemon $i "" --job-linger 60s; done

@@ -1,0 +1,127 @@
+#include "ucx_util.h"
+
+#include "zs/time.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void zd_ucx_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void zd_ucx_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p,
+                        ucp_worker_h *worker_p, char *err, size_t errlen)
+{
+    ucp_params_t params;
+    ucp_worker_params_t wparams;
+    ucp_config_t *config = NULL;
+    ucs_status_t us;
+
+    us = ucp_config_read(NULL, NULL, &config);
+    if (us != UCS_OK) {
+        zd_ucx_fail(err, errlen, "UCX: reading config: %s", ucs_status_string(us));
+        return ZS_ERR_UCX;
+    }
+    if (tls != NULL) {
+        ucp_config_modify(config, "TLS", tls);
+    }
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = features;
+    params.mt_workers_shared = 0;
+    us = ucp_init(&params, config, ctx_p);
+    ucp_config_release(config);
+    if (us != UCS_OK) {
+        zd_ucx_fail(err, errlen, "UCX: ucp_init: %s", ucs_status_string(us));
+        return ZS_ERR_UCX;
+    }
+    memset(&wparams, 0, sizeof(wparams));
+    wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    us = ucp_worker_create(*ctx_p, &wparams, worker_p);
+    if (us != UCS_OK) {
+        ucp_cleanup(*ctx_p);
+        *ctx_p = NULL;
+        zd_ucx_fail(err, errlen, "UCX: ucp_worker_create: %s", ucs_status_string(us));
+        return ZS_ERR_UCX;
+    }
+    return ZS_OK;
+}
+
+void zd_ucx_cleanup(ucp_context_h ctx, ucp_worker_h worker)
+{
+    if (worker != NULL) {
+        ucp_worker_destroy(worker);
+    }
+    if (ctx != NULL) {
+        ucp_cleanup(ctx);
+    }
+}
+
+static void zd_ucx_send_free_cb(void *request, ucs_status_t status, void *user_data)
+{
+    free(user_data);
+    ucp_request_free(request);
+}
+
+ucs_status_t zd_ucx_send_msg(ucp_ep_h ep, unsigned id, const Zerod__Mesh__V1__MeshMsg *msg,
+                             bool reply)
+{
+    size_t len = zerod__mesh__v1__mesh_msg__get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    ucp_request_param_t prm;
+    void *req;
+
+    if (buf == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    zerod__mesh__v1__mesh_msg__pack(msg, buf);
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    prm.cb.send = zd_ucx_send_free_cb;
+    prm.user_data = buf;
+    prm.flags = reply ? UCP_AM_SEND_FLAG_REPLY : UCP_AM_SEND_FLAG_EAGER;
+    req = ucp_am_send_nbx(ep, id, NULL, 0, buf, len, &prm);
+    if (req == NULL) {
+        free(buf);
+        return UCS_OK;
+    }
+    if (UCS_PTR_IS_ERR(req)) {
+        free(buf);
+        return UCS_PTR_STATUS(req);
+    }
+    return UCS_INPROGRESS;
+}
+
+void zd_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep, bool force)
+{
+    ucp_request_param_t prm;
+    void *req;
+    zs_deadline_t d = zs_deadline_in_ms(1000);
+
+    if (ep == NULL) {
+        return;
+    }
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    req = ucp_ep_close_nbx(ep, &prm);
+    if (req == NULL || UCS_PTR_IS_ERR(req)) {
+        return;
+    }
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && !zs_deadline_expired(d)) {
+        ucp_worker_progress(worker);
+    }
+    ucp_request_free(req);
+}

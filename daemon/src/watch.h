@@ -1,0 +1,58 @@
+/*
+ * The liveness watch of one mesh (design.md §4, §6): a thread of its own with a TCP-only UCX
+ * worker and an endpoint to every peer in peer-failure mode. It sends a heartbeat every
+ * heartbeat_interval and declares a rank lost on whichever comes first: its endpoint fails
+ * (a killed daemon's kernel resets the connection at once) or nothing arrived from it for
+ * heartbeat_timeout (a hung host, a cut network). It does not depend on the engine thread,
+ * which may be busy in a long Adam step, so a short heartbeat_timeout is safe.
+ *
+ * On a loss it broadcasts ABORT to the other ranks, records why (naming the rank) and calls
+ * the notify callback (from its own thread), which wakes the engine. The engine polls
+ * zd_watch_lost() wherever it waits on the mesh.
+ */
+#ifndef ZD_WATCH_H
+#define ZD_WATCH_H
+
+#include "zs/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zd_watch zd_watch_t;
+
+typedef struct zd_watch_params {
+    const char *job_id;
+    uint32_t rank, world;
+    uint64_t interval_ns; /* heartbeat_interval */
+    uint64_t timeout_ns;  /* heartbeat_timeout */
+    void (*notify)(void *arg);
+    void *notify_arg;
+} zd_watch_params_t;
+
+/* The worker exists (its address can go into the roster); the thread starts later. */
+zs_status_t zd_watch_create(const zd_watch_params_t *params, zd_watch_t **watch_p, char *err,
+                            size_t errlen);
+/* Stops the thread, closes the endpoints and the worker. NULL is a no-op. */
+void zd_watch_destroy(zd_watch_t *watch);
+
+/* This rank's watch worker address (owned by the watch). */
+void zd_watch_address(const zd_watch_t *watch, const uint8_t **addr_p, size_t *len_p);
+
+/* Connect to every peer's watch worker (addresses by rank; this rank's entry is ignored) and
+ * start the thread. */
+zs_status_t zd_watch_start(zd_watch_t *watch, uint8_t *const *addrs, const size_t *lens, char *err,
+                           size_t errlen);
+
+/* Has a rank been lost (or an ABORT arrived)? Fills why (naming the rank) and lost_rank_p
+ * (either may be NULL). Thread-safe. */
+bool zd_watch_lost(zd_watch_t *watch, uint32_t *lost_rank_p, char *why, size_t len);
+
+/* The engine aborted the job: tell every peer (ABORT, best effort) and stop checking. */
+void zd_watch_abort(zd_watch_t *watch, uint32_t lost_rank, const char *why);
+
+/* The job ends normally on this rank: tell the peers (LEAVE) and wait briefly until it is out,
+ * so that closing the endpoints is not taken for a lost rank. */
+void zd_watch_leave(zd_watch_t *watch);
+
+#endif

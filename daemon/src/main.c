@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 
         explicit_bzero(token, sizeof(token));
         if (st != ZS_OK) {
-            fprintf(stderr, "zerod: config key %s\n", err);
+            fprintf(stderr, "zerod: %s\n", err);
             zs_config_cleanup(&zd_config_table, &cfg);
             return ZD_EXIT_USAGE;
         }

@@ -174,21 +174,21 @@ zs_status_t zd_mesh_read_token(const char *path, uint8_t *buf, size_t *len_p, ch
     }
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        zd_mesh_fail(err, errlen, "token_file '%s': %s", path, strerror(errno));
+        zd_mesh_fail(err, errlen, "config key 'token_file' ('%s'): %s", path, strerror(errno));
         return ZS_ERR_CONFIG;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        zd_mesh_fail(err, errlen, "token_file '%s' is not a regular file", path);
+        zd_mesh_fail(err, errlen, "config key 'token_file' ('%s'): not a regular file", path);
         return ZS_ERR_CONFIG;
     }
     if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
         close(fd);
-        zd_mesh_fail(err, errlen,
-                     "token_file '%s' must be owned by uid %u with mode 0600 (it is uid %u mode "
-                     "%04o)",
-                     path, (unsigned)geteuid(), (unsigned)st.st_uid,
-                     (unsigned)(st.st_mode & 07777));
+        zd_mesh_fail(
+            err, errlen,
+            "config key 'token_file' ('%s'): must be owned by uid %u with mode 0600 (it is uid "
+            "%u mode %04o)",
+            path, (unsigned)geteuid(), (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
         return ZS_ERR_PERMISSION;
     }
     n = read(fd, buf, ZD_TOKEN_MAX);
@@ -197,8 +197,9 @@ zs_status_t zd_mesh_read_token(const char *path, uint8_t *buf, size_t *len_p, ch
         n--;
     }
     if (n < 16) {
-        zd_mesh_fail(err, errlen, "token_file '%s' holds %zd bytes; at least 16 are needed", path,
-                     n < 0 ? 0 : n);
+        zd_mesh_fail(err, errlen,
+                     "config key 'token_file' ('%s'): holds %zd bytes; at least 16 are needed",
+                     path, n < 0 ? 0 : n);
         return ZS_ERR_CONFIG;
     }
     *len_p = (size_t)n;

@@ -4,6 +4,7 @@
 #include "engine.h"
 #include "ipc_check.h"
 #include "zs/log.h"
+#include "zs/time.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -27,14 +28,27 @@
 
 #define ZD_READ_CHUNK (256u << 10)
 #define ZD_MAX_MSG    512
+/* Warnings a local user can cause at will (bad frames, refused connections): per uid, a burst
+ * of ZD_WARN_BURST per ZD_WARN_INTERVAL_NS, then a count of what was suppressed. */
+#define ZD_WARN_PEERS       8
+#define ZD_WARN_BURST       20
+#define ZD_WARN_INTERVAL_NS (10ull * 1000000000ull)
 
 typedef struct zd_server zd_server_t;
+
+typedef struct zd_warn_peer {
+    bool used;
+    uid_t uid;
+    uint64_t last_ns;
+    zs_ratelimit_t rl;
+} zd_warn_peer_t;
 
 typedef struct zd_conn {
     uv_pipe_t pipe; /* first: the handle's data points back here too */
     uv_timer_t timer;
     zd_server_t *srv;
     uint64_t id;
+    uid_t uid; /* SO_PEERCRED; (uid_t)-1 when unknown */
     zd_role_t role;
     uint8_t *buf;
     size_t len, cap, need;
@@ -59,6 +73,9 @@ struct zd_server {
     uint64_t next_conn_id;
     bool stopping;
     bool listening;
+    dev_t sock_dev; /* the socket file we bound: removed at stop only if it is still ours */
+    ino_t sock_ino;
+    zd_warn_peer_t warn[ZD_WARN_PEERS];
     char read_buf[ZD_READ_CHUNK];
 };
 
@@ -69,6 +86,31 @@ typedef struct zd_write {
 } zd_write_t;
 
 static void zd_conn_close(zd_conn_t *c);
+
+/* The warning limiter of a connection's uid (the least recently used one is recycled). */
+static zs_ratelimit_t *zd_conn_warn_rl(zd_conn_t *c)
+{
+    zd_server_t *srv = c->srv;
+    zd_warn_peer_t *slot = &srv->warn[0];
+    uint64_t now = zs_time_now_ns();
+
+    for (int i = 0; i < ZD_WARN_PEERS; i++) {
+        zd_warn_peer_t *p = &srv->warn[i];
+        if (p->used && p->uid == c->uid) {
+            slot = p;
+            goto found;
+        }
+        if (!p->used || p->last_ns < slot->last_ns) {
+            slot = p;
+        }
+    }
+    slot->used = true;
+    slot->uid = c->uid;
+    slot->rl = (zs_ratelimit_t)ZS_RATELIMIT_INIT(ZD_WARN_INTERVAL_NS, ZD_WARN_BURST);
+found:
+    slot->last_ns = now;
+    return &slot->rl;
+}
 
 /* ---- sending -------------------------------------------------------------------------- */
 
@@ -142,8 +184,9 @@ static int zd_conn_send_fds(zd_conn_t *c, zd_reply_t *reply, size_t *sent_p)
         n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n <= 0) {
-        zs_warn(ZS_SUB_IPC, "connection %llu: sending shared regions failed: %m",
-                (unsigned long long)c->id);
+        zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC,
+                        "connection %llu: sending shared regions failed: %m",
+                        (unsigned long long)c->id);
         return -1;
     }
     *sent_p = (size_t)n;
@@ -196,8 +239,8 @@ static void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char 
     Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
     zd_reply_t *reply;
 
-    zs_warn(ZS_SUB_IPC, "connection %llu: %s (%s); closing it", (unsigned long long)c->id, msg,
-            zs_status_name(st));
+    zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s (%s); closing it",
+                    (unsigned long long)c->id, msg, zs_status_name(st));
     r.status = (Zerod__Common__V1__Status)st;
     r.message = (char *)msg;
     er.result = &r;
@@ -260,7 +303,8 @@ static bool zd_conn_check_slot(zd_conn_t *c, zd_frame_t *f)
     snprintf(msg, sizeof(msg),
              "BucketReady.slot %u submitted twice: it is still in flight (wait for its SlotFree)",
              slot);
-    zs_warn(ZS_SUB_IPC, "connection %llu: %s", (unsigned long long)c->id, msg);
+    zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s",
+                    (unsigned long long)c->id, msg);
     r.status = ZEROD__COMMON__V1__STATUS__ZS_ERR_INVALID;
     r.message = msg;
     sf.result = &r;
@@ -284,9 +328,6 @@ static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f)
 
     st = zd_ipc_check(c->role, f, err, sizeof(err));
     if (st != ZS_OK) {
-        if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO && st == ZS_ERR_VERSION) {
-            zs_warn(ZS_SUB_IPC, "connection %llu: %s", (unsigned long long)c->id, err);
-        }
         zd_conn_fail(c, f->seq, st, err);
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return false;
@@ -445,7 +486,7 @@ static zd_conn_t *zd_server_find_conn(zd_server_t *srv, uint64_t id)
 }
 
 /* SO_PEERCRED: the daemon's uid, root, or a member of allowed_group. */
-static bool zd_server_peer_allowed(zd_server_t *srv, int fd, char *who, size_t wlen)
+static bool zd_server_peer_allowed(zd_server_t *srv, zd_conn_t *c, int fd, char *who, size_t wlen)
 {
     struct ucred cred;
     socklen_t len = sizeof(cred);
@@ -454,6 +495,7 @@ static bool zd_server_peer_allowed(zd_server_t *srv, int fd, char *who, size_t w
         snprintf(who, wlen, "unknown peer (SO_PEERCRED: %s)", strerror(errno));
         return false;
     }
+    c->uid = cred.uid;
     snprintf(who, wlen, "pid %d uid %u gid %u", (int)cred.pid, (unsigned)cred.uid,
              (unsigned)cred.gid);
     if (cred.uid == 0 || cred.uid == geteuid()) {
@@ -498,6 +540,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
     }
     c->srv = srv;
     c->id = ++srv->next_conn_id;
+    c->uid = (uid_t)-1;
     uv_pipe_init(srv->loop, &c->pipe, 0);
     uv_timer_init(srv->loop, &c->timer);
     c->pipe.data = c;
@@ -513,7 +556,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         return;
     }
     uv_fileno((uv_handle_t *)&c->pipe, &fd);
-    if (!zd_server_peer_allowed(srv, fd, who, sizeof(who))) {
+    if (!zd_server_peer_allowed(srv, c, fd, who, sizeof(who))) {
         char msg[200];
         snprintf(msg, sizeof(msg), "permission denied for %s (allowed: uid %u, root%s%s)", who,
                  (unsigned)geteuid(), srv->has_allowed_gid ? ", group " : "",
@@ -589,6 +632,20 @@ static void zd_engine_notify(void *arg)
     uv_async_send(arg);
 }
 
+/* Close the listener and remove its socket file, unless something else replaced it since. */
+static void zd_server_unlisten(zd_server_t *srv)
+{
+    const char *path = srv->params->socket_path;
+    struct stat st;
+
+    uv_close((uv_handle_t *)&srv->listener, NULL);
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == srv->sock_dev &&
+        st.st_ino == srv->sock_ino) {
+        unlink(path);
+    }
+    srv->listening = false;
+}
+
 static void zd_server_stop(zd_server_t *srv, const char *why)
 {
     if (srv->stopping) {
@@ -600,9 +657,7 @@ static void zd_server_stop(zd_server_t *srv, const char *why)
 #endif
     zs_info(ZS_SUB_MAIN, "%s: finishing the request in progress and stopping", why);
     if (srv->listening) {
-        uv_close((uv_handle_t *)&srv->listener, NULL);
-        unlink(srv->params->socket_path);
-        srv->listening = false;
+        zd_server_unlisten(srv);
     }
     zd_engine_shutdown(srv->engine);
     uv_async_send(&srv->async);
@@ -646,8 +701,9 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
     struct sockaddr_un sa;
     mode_t old_mask;
     char dir[sizeof(sa.sun_path)];
+    struct stat st;
     char *slash;
-    int rc, probe;
+    int rc, probe, fd;
 
     if (strlen(path) >= sizeof(sa.sun_path)) {
         zs_error(ZS_SUB_IPC, "socket path '%s' is longer than %zu bytes", path,
@@ -663,36 +719,103 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
             return ZS_ERR_IO;
         }
     }
-    /* A live daemon on the path is an error; a stale socket file is replaced. */
+    /* Only a stale socket is replaced: anything else on the path (a file, a directory, a
+     * socket something listens on) is refused and left alone. */
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, path, strlen(path));
-    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-        if (connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            close(probe);
-            zs_error(ZS_SUB_IPC, "another zerod is listening on %s", path);
+    if (lstat(path, &st) == 0) {
+        int e;
+
+        if (!S_ISSOCK(st.st_mode)) {
+            zs_error(ZS_SUB_IPC,
+                     "config key 'socket': '%s' exists and is not a socket; refusing to replace "
+                     "it (remove it or choose another path)",
+                     path);
             return ZS_ERR_EXISTS;
         }
+        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe < 0) {
+            zs_error(ZS_SUB_IPC, "socket: %m");
+            return ZS_ERR_IO;
+        }
+        rc = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+        e = errno;
         close(probe);
+        if (rc == 0) {
+            zs_error(ZS_SUB_IPC, "another zerod (or something else) is listening on %s", path);
+            return ZS_ERR_EXISTS;
+        }
+        if (e != ECONNREFUSED) {
+            errno = e;
+            zs_error(ZS_SUB_IPC, "cannot tell whether the socket %s is stale: %m; leaving it",
+                     path);
+            return ZS_ERR_IO;
+        }
+        if (unlink(path) != 0 && errno != ENOENT) {
+            zs_error(ZS_SUB_IPC, "cannot remove the stale socket %s: %m", path);
+            return ZS_ERR_IO;
+        }
+        zs_info(ZS_SUB_IPC, "replaced a stale socket at %s (nothing listened on it)", path);
+    } else if (errno != ENOENT) {
+        zs_error(ZS_SUB_IPC, "config key 'socket': cannot check '%s': %m", path);
+        return ZS_ERR_IO;
     }
-    unlink(path);
 
+    /* bound here, not by uv_pipe_bind: libuv would unlink the path on close whatever then
+     * lies there; zd_server_unlisten removes it only while it is still this socket */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        zs_error(ZS_SUB_IPC, "socket: %m");
+        return ZS_ERR_IO;
+    }
+    old_mask = umask(0117); /* the socket is born 0660 */
+    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old_mask);
+    if (rc != 0) {
+        zs_error(ZS_SUB_IPC, "cannot bind %s: %m", path);
+        close(fd);
+        return ZS_ERR_IO;
+    }
+    if (listen(fd, 128) != 0) {
+        zs_error(ZS_SUB_IPC, "cannot listen on %s: %m", path);
+        unlink(path); /* bound a moment ago: ours */
+        close(fd);
+        return ZS_ERR_IO;
+    }
     uv_pipe_init(srv->loop, &srv->listener, 0);
     srv->listener.data = srv;
-    old_mask = umask(0117); /* the socket is born 0660 */
-    rc = uv_pipe_bind(&srv->listener, path);
-    umask(old_mask);
+    rc = uv_pipe_open(&srv->listener, fd);
     if (rc == 0) {
         rc = uv_listen((uv_stream_t *)&srv->listener, 128, zd_connection_cb);
     }
     if (rc != 0) {
         zs_error(ZS_SUB_IPC, "cannot listen on %s: %s", path, uv_strerror(rc));
+        unlink(path);
+        uv_close((uv_handle_t *)&srv->listener, NULL); /* closes fd */
+        return ZS_ERR_IO;
+    }
+    if (lstat(path, &st) != 0) {
+        zs_error(ZS_SUB_IPC, "the socket %s vanished after bind: %m", path);
         uv_close((uv_handle_t *)&srv->listener, NULL);
         return ZS_ERR_IO;
     }
-    chmod(path, 0660);
+    srv->sock_dev = st.st_dev;
+    srv->sock_ino = st.st_ino;
     srv->listening = true;
+    /* mode 0660, and allowed_group as the socket's group so that its members can connect at
+     * all (SO_PEERCRED then admits them) */
+    if (srv->has_allowed_gid && chown(path, (uid_t)-1, srv->allowed_gid) != 0) {
+        zs_error(ZS_SUB_IPC, "config key 'allowed_group': cannot give %s to group '%s': %m", path,
+                 srv->params->config->allowed_group);
+        zd_server_unlisten(srv);
+        return ZS_ERR_PERMISSION;
+    }
+    if (chmod(path, 0660) != 0) {
+        zs_error(ZS_SUB_IPC, "cannot set the mode of %s: %m", path);
+        zd_server_unlisten(srv);
+        return ZS_ERR_IO;
+    }
     return ZS_OK;
 }
 

@@ -19,6 +19,7 @@ trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; cat "$work/d.log"; exit 1; }
 
 start() { # flags...
+    rm -f "$work/d.out" # before the child truncates it: no stale READY from the last daemon
     "$zerod" --socket "$work/z.sock" --device cpu "$@" >"$work/d.out" 2>"$work/d.log" </dev/null &
     pid=$!
     for _ in $(seq 1 100); do grep -q '^READY' "$work/d.out" 2>/dev/null && return; sleep 0.1; done
@@ -50,7 +51,20 @@ stop
 # allowed_group admits its members
 group=$(getent group 65534 | cut -d: -f1)
 start --allowed-group "$group"
-chmod 666 "$work/z.sock"
+got=$(stat -c '%G %a' "$work/z.sock")
+[ "$got" = "$group 660" ] || fail "socket is '$got', expected '$group 660'"
+# no chmod: the socket's group lets the member in, SO_PEERCRED admits it
 as_nobody "$zeroctl" -s "$work/z.sock" status >"$work/o3" 2>&1 || fail "group $group member refused: $(cat "$work/o3")"
 stop
-echo "PASS: 0660 socket, SO_PEERCRED refusal logged, allowed_group '$group' admitted"
+# a refused peer that closes at once (before the refusal is written) does not kill the daemon
+start
+chmod 666 "$work/z.sock"
+for _ in $(seq 1 50); do
+    as_nobody /usr/bin/python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.close()' "$work/z.sock" 2>/dev/null
+done
+sleep 0.2
+kill -0 $pid 2>/dev/null || fail "zerod died after refused peers closed early"
+"$zeroctl" -s "$work/z.sock" status >/dev/null || fail "zerod stopped answering after refused peers"
+stop
+echo "PASS: 0660 socket, SO_PEERCRED refusal logged, allowed_group '$group' owns the socket and its member is admitted, 50 refused early closers survived"

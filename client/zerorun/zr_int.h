@@ -41,10 +41,11 @@ typedef struct zr_stream {
 /* A child process: a trainer (with its pipes) or a daemon (with its log). */
 typedef struct zr_child {
     int rank;
-    pid_t pid;    /* 0 before the start */
-    bool running; /* started and not yet reaped */
-    bool ready;   /* daemons: printed READY */
-    int wstatus;  /* waitpid() status once reaped */
+    pid_t pid;     /* 0 before the start */
+    bool running;  /* started and not yet reaped */
+    bool ready;    /* daemons: printed READY */
+    bool reported; /* daemons: its end was already reported */
+    int wstatus;   /* waitpid() status once reaped */
     zr_stream_t out, err;
     char *log_path;    /* daemons */
     char *socket_path; /* ZEROD_SOCKET of this rank */

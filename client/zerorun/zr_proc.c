@@ -242,8 +242,9 @@ static bool zr_log_has_ready(const char *path)
     return ready;
 }
 
-static void zr_daemon_report(const zr_child_t *d, const char *what)
+static void zr_daemon_report(zr_child_t *d, const char *what)
 {
+    d->reported = true;
     fprintf(stderr, "zerorun: zerod for rank %d (pid %d) %s; last lines of %s:\n", d->rank,
             (int)d->pid, what, d->log_path);
     zr_log_tail(d->log_path, 15);
@@ -330,6 +331,18 @@ int zr_daemons_stop(zr_run_t *r)
     if (r->daemons == NULL) {
         return ZR_EXIT_OK;
     }
+    /* Reap what already ended: a daemon that died on its own (kill -9 while the job ran) is
+     * reported as what it was, not as something that happened after our SIGTERM. */
+    zr_events(r, 0);
+    for (int i = 0; i < r->nproc; i++) {
+        zr_child_t *d = &r->daemons[i];
+        if (!d->running && d->pid > 0 && d->ready && !d->reported) {
+            zr_describe_status(d->wstatus, how, sizeof(how));
+            snprintf(what, sizeof(what), "%s while the job ran", how);
+            zr_daemon_report(d, what);
+            rc = ZR_EXIT_FAIL;
+        }
+    }
     for (int i = 0; i < r->nproc; i++) {
         if (r->daemons[i].running) {
             kill(r->daemons[i].pid, r->force ? SIGKILL : SIGTERM);
@@ -351,10 +364,15 @@ int zr_daemons_stop(zr_run_t *r)
             fprintf(stderr, "zerorun: zerod for rank %d (pid %d) did not exit after SIGKILL\n", i,
                     (int)d->pid);
             rc = ZR_EXIT_FAIL;
-        } else if (stopped[i] && !r->force &&
+        } else if (stopped[i] && !r->force && !d->reported &&
                    !(WIFEXITED(d->wstatus) && WEXITSTATUS(d->wstatus) == 0)) {
             zr_describe_status(d->wstatus, how, sizeof(how));
-            snprintf(what, sizeof(what), "%s after SIGTERM", how);
+            if (WIFSIGNALED(d->wstatus) && WTERMSIG(d->wstatus) != SIGTERM) {
+                /* not our doing (we sent SIGTERM): say what it was, nothing more */
+                snprintf(what, sizeof(what), "%s", how);
+            } else {
+                snprintf(what, sizeof(what), "%s after SIGTERM", how);
+            }
             zr_daemon_report(d, what);
             rc = ZR_EXIT_FAIL;
         }
@@ -488,7 +506,7 @@ static int zr_first_failure(zr_run_t *r)
         }
     }
     for (int i = 0; r->daemons != NULL && i < r->nproc; i++) {
-        if (!r->daemons[i].running) {
+        if (!r->daemons[i].running && !r->daemons[i].reported) {
             char what[128];
             zr_describe_status(r->daemons[i].wstatus, how, sizeof(how));
             snprintf(what, sizeof(what), "%s while the job ran", how);

@@ -2,7 +2,7 @@
 # zerorun, the local launcher: a real job with a private zerod, the first failure named and the
 # others stopped, the torchrun-like environment, SIGINT stopping everything, nothing left.
 #   test_zerorun.sh CASE ZERORUN ZEROD TRAIN_MLP
-#   CASE: usage | train | failure | env | sigint | term_grace
+#   CASE: usage | train | failure | env | sigint | term_grace | daemon_killed
 # Every process this test starts carries a unique marker in its command line (the trainers
 # literally, the daemons through --socket-dir), so pgrep never sees another test's processes.
 set -euo pipefail
@@ -136,6 +136,31 @@ env)
         fail "ZEROD_SOCKET is not the private daemon's"
     no_leftovers
     ;;
+daemon_killed)
+    # a rank's daemon killed with signal 9 while the job runs: reported as killed by signal 9
+    # (not "after SIGTERM": zerorun never sent it one), the job stopped, exit 1, nothing left
+    "$zerorun" --nproc 2 --spawn-daemons --daemon "$zerod" --socket-dir "$tmp" -- \
+        "$train" --steps 100000 >"$tmp/out" 2>"$tmp/err" </dev/null &
+    pid=$!
+    for _ in $(seq 1 200); do
+        grep -q '^\[rank 1\] step 3 ' "$tmp/out" 2>/dev/null && break
+        sleep 0.1
+    done
+    grep -q '^\[rank 1\] step 3 ' "$tmp/out" || fail "the job did not reach step 3"
+    dpid=$(pgrep -f -- "$tmp/zerorun-.*/zerod-cpu1") || fail "rank 1's daemon not found"
+    kill -KILL "$dpid"
+    rc=0
+    wait "$pid" || rc=$?
+    [ "$rc" = 1 ] || fail "zerorun exited $rc, expected 1"
+    grep -q "zerod for rank 1 (pid $dpid) killed by signal 9 (Killed)" "$tmp/err" ||
+        fail "the killed daemon is not reported as killed by signal 9"
+    if grep -q "zerod for rank 1 .*after SIGTERM" "$tmp/err"; then
+        fail "the killed daemon is reported as if zerorun's SIGTERM had ended it"
+    fi
+    [ "$(grep -c "zerod for rank 1 " "$tmp/err")" = 1 ] || fail "rank 1's daemon reported twice"
+    grep "zerod for rank\|^zerorun: rank" "$tmp/err"
+    no_leftovers
+    ;;
 sigint)
     # (4) SIGINT: trainers (and what they started), then daemons, stop; exit 130; nothing left.
     # zerorun runs as a background job of a script, where SIGINT starts out ignored.
@@ -178,7 +203,7 @@ sigint)
     no_leftovers
     ;;
 *)
-    echo "usage: test_zerorun.sh usage|train|failure|term_grace|env|sigint ZERORUN ZEROD TRAIN_MLP" >&2
+    echo "usage: test_zerorun.sh usage|train|failure|term_grace|env|sigint|daemon_killed ZERORUN ZEROD TRAIN_MLP" >&2
     exit 2
     ;;
 esac

@@ -33,6 +33,8 @@ typedef struct zc_slot_rec {
 struct zc_session {
     zc_conn_t conn;
     int timeout_ms;
+    bool
+        timeout_set; /* the caller chose timeout_ms: the daemon's peer deadline does not raise it */
     int control;
     char socket_path[108];
     zc_daemon_info_t daemon;
@@ -240,6 +242,11 @@ const zc_daemon_info_t *zc_session_daemon_info(const zc_session_t *session)
     return &session->daemon;
 }
 
+int zc_session_timeout_ms(const zc_session_t *session)
+{
+    return session->timeout_ms;
+}
+
 /* ---- open / close ------------------------------------------------------------------ */
 
 static int zc_session_hello(zc_session_t *s)
@@ -273,6 +280,15 @@ static int zc_session_hello(zc_session_t *s)
         snprintf(s->daemon.device, sizeof(s->daemon.device), "%s", hr->device);
         s->daemon.pid = hr->pid;
         s->daemon.protocol = hr->protocol;
+        s->daemon.peer_deadline_ms = hr->peer_deadline_ms;
+        if (!s->timeout_set) {
+            /* outwait the daemon: a lost or hung peer is then reported as ERR_PEER_LOST
+             * naming the rank, not as this call's own timeout */
+            uint64_t want = 2 * hr->peer_deadline_ms + ZC_PEER_DEADLINE_MARGIN_MS;
+            if (want > (uint64_t)s->timeout_ms) {
+                s->timeout_ms = want > INT32_MAX ? INT32_MAX : (int)want;
+            }
+        }
     }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     return status;
@@ -305,6 +321,7 @@ ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **sessio
             goto err_free;
         }
         s->timeout_ms = params->timeout_ms;
+        s->timeout_set = true;
     }
     if (mask & ZC_OPEN_FIELD_CONTROL) {
         s->control = params->control ? 1 : 0;

@@ -27,7 +27,9 @@ extern "C" {
 #define ZC_MAX_PENDING_FDS    8u
 #define ZC_DEFAULT_SOCKET     "/run/zerod/zerod-cpu0.sock"
 #define ZC_DEFAULT_TIMEOUT_MS 60000
-#define ZC_ERRMSG_LEN         1024
+/* The default deadline is at least 2 x the daemon's peer deadline + this (HelloReply). */
+#define ZC_PEER_DEADLINE_MARGIN_MS 10000
+#define ZC_ERRMSG_LEN              1024
 
 typedef Zerod__Ipc__V1__Frame zc_frame_t;
 typedef Zerod__Ipc__V1__Frame__BodyCase zc_body_case_t;
@@ -83,10 +85,13 @@ typedef struct zc_daemon_info {
     char device[64];
     int32_t pid;
     uint32_t protocol;
+    uint64_t peer_deadline_ms; /* see HelloReply */
 } zc_daemon_info_t;
 
 /* What the daemon said in its HelloReply. */
 const zc_daemon_info_t *zc_session_daemon_info(const zc_session_t *session);
+/* The session's default call deadline (after the HelloReply raised it). */
+int zc_session_timeout_ms(const zc_session_t *session);
 
 /* Send `request` (its seq is set here) and wait for the frame of body `reply_case` that echoes
  * the seq; SlotFree frames that arrive meanwhile are processed. timeout_ms < 0: session

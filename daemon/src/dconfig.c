@@ -74,3 +74,10 @@ zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen)
     }
     return ZS_OK;
 }
+
+uint64_t zd_config_peer_deadline_ns(const zd_config_t *cfg)
+{
+    uint64_t wait = cfg->mesh_timeout_ns > cfg->collective_timeout_ns ? cfg->mesh_timeout_ns
+                                                                      : cfg->collective_timeout_ns;
+    return wait + cfg->heartbeat_timeout_ns;
+}

@@ -28,6 +28,10 @@ extern const zs_config_table_t zd_config_table;
 
 /* Rules between keys (one key's range is checked by its row). err names the keys. */
 zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen);
+
+/* The longest a pending trainer call waits before the daemon fails it because of a peer:
+ * max(mesh_timeout, collective_timeout) + heartbeat_timeout (told to clients in HelloReply). */
+uint64_t zd_config_peer_deadline_ns(const zd_config_t *cfg);
 /* ZEROD_* variables that are not daemon keys but are read elsewhere (no warning). */
 extern const char *const zd_config_env_ignore[];
 

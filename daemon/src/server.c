@@ -272,6 +272,7 @@ static void zd_conn_hello(zd_conn_t *c, const zd_frame_t *f)
     hr.version = (char *)ZEROD_VERSION;
     hr.pid = (int32_t)getpid();
     hr.device = (char *)c->srv->params->device;
+    hr.peer_deadline_ms = zd_config_peer_deadline_ns(c->srv->params->config) / 1000000u;
     out.seq = f->seq;
     out.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY;
     out.hello_reply = &hr;

@@ -14,7 +14,11 @@
  * last failure in the calling thread. The library never prints.
  *
  * Timeouts: every call that waits for the daemon has a deadline: the session's timeout_ms
- * (zc_open_params_t, default 60000) or a per-call value; ZC_ERR_TIMEOUT when it passes.
+ * (zc_open_params_t) or a per-call value; ZC_ERR_TIMEOUT when it passes. The default is 60000
+ * ms, raised to twice the daemon's peer deadline (max(mesh_timeout, collective_timeout) +
+ * heartbeat_timeout, told at Hello) plus 10 s, so that a lost or hung peer is reported as
+ * ZC_ERR_PEER_LOST naming its rank before a call gives up on its own. A timeout_ms the caller
+ * sets is used as given.
  *
  * Thread safety: a zc_session_t is not thread-safe; use it from one thread at a time (calls
  * may come from different threads if the caller serializes them). Distinct sessions are
@@ -76,7 +80,7 @@ enum {
 typedef struct zc_open_params {
     uint64_t field_mask;
     const char *socket_path; /* default: $ZEROD_SOCKET, else /run/zerod/zerod-cpu0.sock */
-    int timeout_ms;          /* default deadline of every call; default 60000 */
+    int timeout_ms;          /* default deadline of every call; see "Timeouts" above */
     int control;             /* 1: open with the control role (status only), as zeroctl */
 } zc_open_params_t;
 

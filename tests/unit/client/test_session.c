@@ -25,7 +25,8 @@ typedef struct fake {
     uint32_t n_slots;
     int bad_hash;
     int refuse_version;
-    int fail_bucket; /* SlotFree for this bucket carries ZS_ERR_PEER_LOST; -1 none */
+    int fail_bucket;           /* SlotFree for this bucket carries ZS_ERR_PEER_LOST; -1 none */
+    uint64_t peer_deadline_ms; /* told in HelloReply */
     /* state and observations (read by the test after zc_session_close + fake_stop) */
     zs_layout_t *layout;
     zs_region_t params, slots, grads;
@@ -215,6 +216,7 @@ static void fake_reply(fake_t *fk, int fd, const Zerod__Ipc__V1__Frame *req)
         hr.version = "0.1.0-fake";
         hr.pid = getpid();
         hr.device = "fake0";
+        hr.peer_deadline_ms = fk->peer_deadline_ms;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY;
         f.hello_reply = &hr;
         break;
@@ -578,4 +580,42 @@ Test(zc_session, reports_an_unreachable_daemon)
     cr_assert_eq(zc_session_open(&op, &s), ZC_ERR_UNREACHABLE);
     cr_assert(strstr(zc_last_error(), "zc-test-does-not-exist") != NULL, "%s", zc_last_error());
     cr_assert_eq(zc_session_open(NULL, NULL), ZC_ERR_INVALID);
+}
+
+/* The default call deadline outwaits the daemon's own peer deadline (HelloReply), so that a
+ * lost peer arrives as ERR_PEER_LOST; a timeout the caller chose is kept. */
+Test(zc_session, default_deadline_outwaits_the_daemon)
+{
+    static const struct {
+        uint64_t peer_deadline_ms;
+        int set_ms; /* 0: default */
+        int want_ms;
+    } cases[] = {
+        {65000, 0, 140000}, /* defaults: (60 s + 5 s) x 2 + 10 s */
+        {1000, 0, 60000},   /* short daemon deadlines keep the 60 s floor */
+        {65000, 5000, 5000},
+        {0, 0, 60000}, /* an older daemon that does not say */
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_t fk = {.fail_bucket = -1, .peer_deadline_ms = cases[i].peer_deadline_ms};
+        zc_open_params_t op;
+        zc_session_t *s = NULL;
+
+        fake_start(&fk);
+        memset(&op, 0, sizeof(op));
+        op.field_mask = ZC_OPEN_FIELD_SOCKET_PATH | ZC_OPEN_FIELD_CONTROL;
+        op.socket_path = fk.path;
+        op.control = 1;
+        if (cases[i].set_ms != 0) {
+            op.field_mask |= ZC_OPEN_FIELD_TIMEOUT_MS;
+            op.timeout_ms = cases[i].set_ms;
+        }
+        cr_assert_eq(zc_session_open(&op, &s), ZC_OK, "%s", zc_last_error());
+        cr_assert_eq(zc_session_daemon_info(s)->peer_deadline_ms, cases[i].peer_deadline_ms);
+        cr_assert_eq(zc_session_timeout_ms(s), cases[i].want_ms, "case %zu: %d ms", i,
+                     zc_session_timeout_ms(s));
+        zc_session_close(s);
+        fake_stop(&fk);
+    }
 }

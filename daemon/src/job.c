@@ -1,6 +1,7 @@
 #include "job.h"
 
 #include "mesh.h"
+#include "zs/log.h"
 
 #include <errno.h>
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads",      "master",
                                                      "m",      "v",     "accumulator"};
@@ -399,6 +401,32 @@ static zs_status_t zd_job_consume_grads(zd_job_t *job, char *err, size_t errlen)
     return ZS_OK;
 }
 
+/* Fault injection for the disconnect tests (tests/integration/disconnect_test.sh), never set
+ * in production: ZEROD_TEST_PAUSE=<phase>:<ms> makes every step sleep at that phase ("step":
+ * before its first collective; "allgather": after the first bucket's all-gather) and log it,
+ * so that a test can kill a trainer exactly there. Engine thread only. */
+static void zd_job_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
+{
+    static bool parsed;
+    static char want[16];
+    static unsigned ms;
+
+    if (!parsed) {
+        const char *env = getenv("ZEROD_TEST_PAUSE");
+        parsed = true;
+        if (env != NULL && sscanf(env, "%15[a-z]:%u", want, &ms) != 2) {
+            zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE='%s' is not <phase>:<ms>; ignored", env);
+            ms = 0;
+        }
+    }
+    if (ms == 0 || strcmp(want, phase) != 0) {
+        return;
+    }
+    zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
+            (unsigned long long)step, job->id, ms);
+    usleep(ms * 1000u);
+}
+
 zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
                         zd_step_out_t *out, char *err, size_t errlen)
 {
@@ -411,6 +439,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
     float grad_scale;
     zs_status_t st;
 
+    zd_job_test_pause(job, "step", job->step + 1);
     if (cfg->stage == 1) {
         st = zd_job_consume_grads(job, err, errlen);
         if (st != ZS_OK) {
@@ -512,6 +541,9 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
                                             errlen);
             if (st != ZS_OK) {
                 return st;
+            }
+            if (b == 0) {
+                zd_job_test_pause(job, "allgather", job->step);
             }
         }
         job->params_stale = false;

@@ -51,6 +51,7 @@ start_daemon() {
     shift 2
     local pre=()
     [ -n "$ns" ] && pre=(ip netns exec "$ns")
+    rm -f "$work/d$i.out" # before the daemon truncates it: no stale READY of an earlier one
     "${pre[@]}" "$zerod" --socket "$work/z$i.sock" --device "cpu:$i" --token-file "$work/token" \
         --mesh-timeout 20s --collective-timeout 2s --heartbeat-interval 500ms "$@" \
         >"$work/d$i.out" 2>"$work/d$i.log" </dev/null &

@@ -12,6 +12,7 @@
 
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,11 @@
 typedef struct opts {
     unsigned steps, stage, accum, hang_at, sleep_ms;
     int verify;
+    int keep;           /* detach without ending the job (it lingers for a re-attach) */
+    unsigned die_step;  /* --die-at STEP:POINT */
+    const char *die_at; /* "bucket": after the first BucketReady of step STEP went out;
+                           "detach": after the final detach (socket still open) */
+    int die_close;      /* --die-how close: close the session and exit 0, else SIGKILL */
     const char *model;
     zc_dtype_t dtype;
     double tol;
@@ -37,49 +43,18 @@ static int fail(const char *what, int st)
     return 4;
 }
 
-static th_model_t model_by_name(const char *name)
+/* Leave at a die point: close the session and exit 0, or SIGKILL with the socket open. */
+static void die(const opts_t *o, zc_session_t *s, const char *what, uint64_t step,
+                const char *point)
 {
-    th_model_t m;
-    memset(&m, 0, sizeof(m));
-    if (strcmp(name, "tiny") == 0) {
-        /* 5 elements: smaller than one slice at world 3 (16 elements): empty slices */
-        m.n_groups = 1;
-        m.gnp[0] = 2;
-        m.numel[0] = 3;
-        m.numel[1] = 2;
-        m.n_params = 2;
-    } else if (strcmp(name, "large") == 0) {
-        /* 3.5 M elements in 2 groups, buckets of 4 Mi (slices of MiBs: kernel threads and
-         * streaming stores in the collectives), sizes that divide nothing */
-        m.n_groups = 2;
-        m.gnp[0] = 1;
-        m.gnp[1] = 1;
-        m.numel[0] = 3000017;
-        m.numel[1] = 500009;
-        m.n_params = 2;
-        m.group_json[1] = "{\"lr\": 0.005, \"weight_decay\": 0.1}";
-    } else if (strcmp(name, "other") == 0) {
-        m.n_groups = 1;
-        m.gnp[0] = 1;
-        m.numel[0] = 99;
-        m.n_params = 1;
-    } else {
-        /* two groups, sizes that divide nothing, several buckets at reduce_bucket_size 64 */
-        m.n_groups = 2;
-        m.gnp[0] = 3;
-        m.gnp[1] = 2;
-        m.numel[0] = 37;
-        m.numel[1] = 100;
-        m.numel[2] = 5;
-        m.numel[3] = 64;
-        m.numel[4] = 3;
-        m.n_params = 5;
-        m.group_json[1] = "{\"lr\": 0.005, \"weight_decay\": 0.1}";
+    printf("rank %d: dying at %s %lu after %s (%s)\n", rank_, what, (unsigned long)step, point,
+           o->die_close ? "close" : "kill");
+    fflush(stdout);
+    if (o->die_close) {
+        zc_session_close(s);
+        exit(0);
     }
-    for (uint32_t i = 0; i < m.n_params; i++) {
-        m.total += m.numel[i];
-    }
-    return m;
+    raise(SIGKILL);
 }
 
 static void grads_for(uint32_t rank, uint64_t step, uint32_t micro, const th_model_t *m,
@@ -155,15 +130,7 @@ static int submit(zc_session_t *s, const zc_attach_info_t *info, const th_model_
 
 static const char *config_json(const opts_t *o)
 {
-    static char buf[1024];
-    snprintf(buf, sizeof(buf),
-             "{\"zero_optimization\": {\"stage\": %u, \"reduce_bucket_size\": %u},"
-             " \"bf16\": {\"enabled\": %s}, \"gradient_accumulation_steps\": %u,"
-             " \"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\","
-             " \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}}",
-             o->stage, strcmp(o->model, "large") == 0 ? 4194304u : 64u,
-             o->dtype == ZC_DTYPE_BF16 ? "true" : "false", o->accum);
-    return buf;
+    return th_config_json(o->model, o->stage, o->dtype == ZC_DTYPE_BF16, o->accum);
 }
 
 static int verify(const opts_t *o, const th_model_t *m, uint32_t world, zc_session_t *s)
@@ -217,12 +184,19 @@ static int verify(const opts_t *o, const th_model_t *m, uint32_t world, zc_sessi
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"steps", required_argument, NULL, 's'},    {"stage", required_argument, NULL, 'S'},
-        {"accum", required_argument, NULL, 'a'},    {"hang-at", required_argument, NULL, 'H'},
-        {"sleep-ms", required_argument, NULL, 'z'}, {"verify", no_argument, NULL, 'v'},
-        {"model", required_argument, NULL, 'm'},    {"bf16", no_argument, NULL, 'b'},
-        {"tol", required_argument, NULL, 't'},      {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {{"steps", required_argument, NULL, 's'},
+                                       {"stage", required_argument, NULL, 'S'},
+                                       {"accum", required_argument, NULL, 'a'},
+                                       {"hang-at", required_argument, NULL, 'H'},
+                                       {"sleep-ms", required_argument, NULL, 'z'},
+                                       {"verify", no_argument, NULL, 'v'},
+                                       {"model", required_argument, NULL, 'm'},
+                                       {"bf16", no_argument, NULL, 'b'},
+                                       {"tol", required_argument, NULL, 't'},
+                                       {"keep", no_argument, NULL, 'k'},
+                                       {"die-at", required_argument, NULL, 'D'},
+                                       {"die-how", required_argument, NULL, 'W'},
+                                       {NULL, 0, NULL, 0}};
     opts_t o = {.steps = 10, .stage = 2, .accum = 1, .model = "mixed", .tol = 1e-6};
     const char *env;
     char coord[300] = "";
@@ -265,6 +239,26 @@ int main(int argc, char **argv)
         case 't':
             o.tol = atof(optarg);
             break;
+        case 'k':
+            o.keep = 1;
+            break;
+        case 'D': {
+            static char point[16];
+            if (sscanf(optarg, "%u:%15s", &o.die_step, point) != 2 ||
+                (strcmp(point, "bucket") != 0 && strcmp(point, "detach") != 0)) {
+                fprintf(stderr, "--die-at STEP:bucket|detach\n");
+                return 2;
+            }
+            o.die_at = point;
+            break;
+        }
+        case 'W':
+            if (strcmp(optarg, "close") != 0 && strcmp(optarg, "kill") != 0) {
+                fprintf(stderr, "--die-how close|kill\n");
+                return 2;
+            }
+            o.die_close = strcmp(optarg, "close") == 0;
+            break;
         default:
             return 2;
         }
@@ -274,13 +268,18 @@ int main(int argc, char **argv)
     if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
         snprintf(coord, sizeof(coord), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
     }
-    m = model_by_name(o.model);
+    m = th_model_by_name(o.model);
     g = calloc(m.total, sizeof(float));
+    if (g == NULL) {
+        printf("rank %d: out of memory\n", rank_);
+        return 4;
+    }
 
     op.field_mask = ZC_OPEN_FIELD_TIMEOUT_MS;
     op.timeout_ms = 30000;
     if ((st = zc_session_open(&op, &s)) != ZC_OK) {
-        return fail("open", st);
+        st = fail("open", st);
+        goto out_free_g;
     }
     for (uint32_t gi = 0, k = 0; gi < m.n_groups; k += m.gnp[gi], gi++) {
         groups[gi].n_params = m.gnp[gi];
@@ -300,7 +299,8 @@ int main(int argc, char **argv)
     ap.groups = groups;
     ap.config_json = config_json(&o);
     if ((st = zc_session_attach(s, &ap, &info)) != ZC_OK) {
-        return fail("attach", st);
+        st = fail("attach", st);
+        goto out_close;
     }
     printf("rank %d: attached at step %lu%s\n", rank_, (unsigned long)info.step,
            info.resumed ? " (resumed)" : "");
@@ -308,6 +308,10 @@ int main(int argc, char **argv)
     if (!info.resumed) {
         float *init = calloc(m.total, sizeof(float));
         uint64_t k = 0;
+        if (init == NULL) {
+            st = fail("init", ZC_ERR_NO_MEMORY);
+            goto out_close;
+        }
         init_for(&m, init);
         for (uint32_t id = 0; id < m.n_params; id++) {
             void *p = zc_session_param_ptr(s, id);
@@ -317,7 +321,8 @@ int main(int argc, char **argv)
         }
         free(init);
         if ((st = zc_session_params_ready(s)) != ZC_OK) {
-            return fail("params_ready", st);
+            st = fail("params_ready", st);
+            goto out_close;
         }
     }
     for (uint64_t step = info.step; step < o.steps; step++) {
@@ -325,13 +330,19 @@ int main(int argc, char **argv)
         for (uint32_t micro = 0; micro < o.accum; micro++) {
             unsigned max_b = UINT32_MAX;
             grads_for((uint32_t)rank_, step, micro, &m, o.dtype, g);
+            if (o.die_at != NULL && strcmp(o.die_at, "bucket") == 0 && step + 1 == o.die_step) {
+                max_b = 1;
+            }
             if (o.hang_at && step + 1 == o.hang_at) {
                 max_b = 1; /* mid-step: one bucket out, then wait to be killed */
                 printf("rank %d: hanging in step %lu\n", rank_, (unsigned long)step + 1);
                 fflush(stdout);
             }
             if ((st = submit(s, &info, &m, o.dtype, g, micro, max_b)) != 0) {
-                return st;
+                goto out_close;
+            }
+            if (max_b == 1 && o.die_at != NULL) {
+                die(&o, s, "step", step + 1, "bucket");
             }
             if (max_b == 1) {
                 for (;;) {
@@ -340,7 +351,8 @@ int main(int argc, char **argv)
             }
         }
         if ((st = zc_session_step(s, NULL, &res)) != ZC_OK) {
-            return fail("step", st);
+            st = fail("step", st);
+            goto out_close;
         }
         printf("rank %d: step %lu grad_norm %.9g\n", rank_, (unsigned long)res.step, res.grad_norm);
         fflush(stdout);
@@ -349,8 +361,14 @@ int main(int argc, char **argv)
         }
     }
     st = o.verify ? verify(&o, &m, world, s) : 0;
-    zc_session_detach(s, 1);
+    zc_session_detach(s, o.keep ? 0 : 1);
+    if (o.die_at != NULL && strcmp(o.die_at, "detach") == 0) {
+        die(&o, s, "step", o.steps, "detach");
+    }
+
+out_close:
     zc_session_close(s);
+out_free_g:
     free(g);
     return st;
 }

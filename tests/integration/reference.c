@@ -3,6 +3,7 @@
 #include "reference.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -275,4 +276,63 @@ uint64_t th_rand_u64(uint64_t *s)
 double th_rand_unit(uint64_t *s)
 {
     return (double)(th_rand_u64(s) >> 11) * 0x1.0p-52 - 1.0;
+}
+
+th_model_t th_model_by_name(const char *name)
+{
+    th_model_t m;
+
+    memset(&m, 0, sizeof(m));
+    if (strcmp(name, "tiny") == 0) {
+        /* 5 elements: smaller than one slice at world 3 (16 elements): empty slices */
+        m.n_groups = 1;
+        m.gnp[0] = 2;
+        m.numel[0] = 3;
+        m.numel[1] = 2;
+        m.n_params = 2;
+    } else if (strcmp(name, "large") == 0) {
+        /* 3.5 M elements in 2 groups, buckets of 4 Mi (slices of MiBs: kernel threads and
+         * streaming stores in the collectives), sizes that divide nothing */
+        m.n_groups = 2;
+        m.gnp[0] = 1;
+        m.gnp[1] = 1;
+        m.numel[0] = 3000017;
+        m.numel[1] = 500009;
+        m.n_params = 2;
+        m.group_json[1] = "{\"lr\": 0.005, \"weight_decay\": 0.1}";
+    } else if (strcmp(name, "other") == 0) {
+        m.n_groups = 1;
+        m.gnp[0] = 1;
+        m.numel[0] = 99;
+        m.n_params = 1;
+    } else {
+        /* two groups, sizes that divide nothing, several buckets at reduce_bucket_size 64 */
+        m.n_groups = 2;
+        m.gnp[0] = 3;
+        m.gnp[1] = 2;
+        m.numel[0] = 37;
+        m.numel[1] = 100;
+        m.numel[2] = 5;
+        m.numel[3] = 64;
+        m.numel[4] = 3;
+        m.n_params = 5;
+        m.group_json[1] = "{\"lr\": 0.005, \"weight_decay\": 0.1}";
+    }
+    for (uint32_t i = 0; i < m.n_params; i++) {
+        m.total += m.numel[i];
+    }
+    return m;
+}
+
+const char *th_config_json(const char *model, unsigned stage, bool bf16, unsigned accum)
+{
+    static char buf[1024];
+
+    snprintf(buf, sizeof(buf),
+             "{\"zero_optimization\": {\"stage\": %u, \"reduce_bucket_size\": %u},"
+             " \"bf16\": {\"enabled\": %s}, \"gradient_accumulation_steps\": %u,"
+             " \"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\","
+             " \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}}",
+             stage, strcmp(model, "large") == 0 ? 4194304u : 64u, bf16 ? "true" : "false", accum);
+    return buf;
 }

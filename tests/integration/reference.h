@@ -34,6 +34,13 @@ typedef struct th_model {
     uint64_t total; /* sum of numel */
 } th_model_t;
 
+/* The test models of the multi-rank tests, by name: "mixed" (default: two groups, sizes that
+ * divide nothing), "tiny", "large", "other". */
+th_model_t th_model_by_name(const char *name);
+/* The DeepSpeed JSON of the multi-rank tests (AdamW, clipping 1.0; buckets of 64 elements, or
+ * 4 Mi for "large"); a static buffer. The same text gives the same config hash. */
+const char *th_config_json(const char *model, unsigned stage, bool bf16, unsigned accum);
+
 /* ---- fp64 reference of semantics.md §3 ---- */
 typedef struct th_opts {
     double lr, beta1, beta2, eps, wd;

@@ -700,3 +700,35 @@ Test(zerod_bad_input, config_negative_lr)
     attach_refused("bad_cfg_lr", small_numel, 2, "{\"optimizer\": {\"params\": {\"lr\": -0.1}}}",
                    ZS_ERR_CONFIG, "'optimizer.params.lr'", "-0.1 is out of range");
 }
+
+/* A job id with a newline cannot forge a line in the daemon's log: the refusal that quotes it
+ * is one line, the newline written as \n. */
+Test(zerod_bad_input, job_id_cannot_forge_a_log_line)
+{
+    char log_path[512], line[4096];
+    const char *sock = th_socket();
+    const char *slash = strrchr(sock, '/');
+    int quoted = 0, forged = 0;
+    FILE *f;
+
+    raw_conn_t *c = raw_open();
+    frame_t *r;
+
+    raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
+    r = raw_attach(c, "forge\nERROR forged by a client", small_numel, 2, NULL);
+    expect_result(r->attach_reply->result, ZS_ERR_INVALID, "attach",
+                  "job_id has a non-printable or space character", NULL);
+    zerod__ipc__v1__frame__free_unpacked(r, NULL);
+    raw_close(c);
+    cr_assert_not_null(slash);
+    snprintf(log_path, sizeof(log_path), "%.*s/zerod.log", (int)(slash - sock), sock);
+    f = fopen(log_path, "r");
+    cr_assert_not_null(f, "cannot read the daemon's log %s", log_path);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        forged += strncmp(line, "ERROR forged", 12) == 0;
+        quoted += strstr(line, "job 'forge\\nERROR forged by a client' refused") != NULL;
+    }
+    fclose(f);
+    cr_assert_eq(forged, 0, "a client's job id started a line of the daemon's log");
+    cr_assert_eq(quoted, 1, "the refusal is not logged (once) with the newline escaped");
+}

@@ -101,13 +101,17 @@ wait_for_line() { # FILE REGEX SECONDS
 
 stop_daemons() {
     for i in "${!dpids[@]}"; do
-        local p=${dpids[$i]}
-        kill -0 "$p" 2>/dev/null || continue
+        local p=${dpids[$i]} drc
+        if ! kill -0 "$p" 2>/dev/null; then # a daemon no case killed on purpose (those are
+            wait "$p"                         # unset from dpids) must still be running
+            drc=$?
+            fail "daemon $i died before it was stopped (exit $drc)"
+        fi
         kill -TERM "$p"
         for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$p" 2>/dev/null && fail "daemon $i ignored SIGTERM for 5 s"
         wait "$p"
-        local drc=$?
+        drc=$?
         [ "$drc" = 0 ] || fail "daemon $i exited $drc after SIGTERM"
         [ -e "$work/z$i.sock" ] && fail "daemon $i left its socket"
     done

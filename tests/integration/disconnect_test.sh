@@ -202,8 +202,13 @@ for how in close kill; do
     start_daemons
     train_all $trained first
     if [ "$world" -gt 1 ]; then
-        # rank 1 re-attaches too, so that the mesh forms for rank 0's attach
+        # rank 1 re-attaches too, so that the mesh forms for rank 0's attach; rank 0 leaves
+        # only once it has (else rank 1 would attach to a mesh rank 0 already aborted, and
+        # wait mesh_timeout for a coordinator that never comes: a slow start, under TSan)
         others_start
+        for ((i = 1; i < world; i++)); do
+            wait_for_line "$work/d$i.log" "re-attached at step $trained" 30
+        done
     fi
     raw attach "$how"
     others_wait

@@ -2,7 +2,7 @@
 #   make deps    install the Debian packages (deploy/install-deps.sh)
 #   make         configure + build into build/
 #   make test    deps + build + ctest
-#   make demo    build + a local 2-rank ZeRO job on the CPU backend (zerorun, train_mlp)
+#   make demo    deps + build + a local 2-rank ZeRO job on the CPU backend (zerorun, train_mlp)
 #   make bench   build + run the benchmarks in bench/
 #   make lint    clang-format check + cppcheck
 #   make install PREFIX=/usr/local
@@ -23,14 +23,28 @@ all: build
 deps:
 	bash deploy/install-deps.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+# Configured means a cmake configure succeeded: the stamp is written after it, never by a
+# failed one (which leaves a CMakeCache.txt and no Makefile behind). A failed configure also
+# removes its cache and compiler checks (CMakeFiles/<cmake version>), so that the next run
+# configures afresh rather than failing differently; objects of an earlier build stay. Later
+# changes to CMakeLists.txt are picked up by `cmake --build` itself.
+CONFIGURED = $(BUILD)/.zerod-configured
 
-configure: $(BUILD)/CMakeCache.txt
+$(CONFIGURED):
+	@rm -f $@
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) || \
+	    { rm -rf $(BUILD)/CMakeCache.txt $(BUILD)/CMakeFiles/[0-9]*; \
+	      echo "make: cmake could not configure $(BUILD)/ (see above; 'make deps' installs" \
+	           "the packages zerod needs)" >&2; exit 1; }
+	@touch $@
+
+configure: $(CONFIGURED)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
+# test and demo install the packages first: each works on a machine with nothing installed.
+# $(MAKE) build, not a prerequisite: under make -j the build must not start before deps ends.
 test: deps
 	$(MAKE) build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
@@ -38,7 +52,8 @@ test: deps
 bench: build
 	cmake --build $(BUILD) --target bench
 
-demo: build
+demo: deps
+	$(MAKE) build
 	ZEROD_BUILD=$(BUILD) $(BUILD)/client/zerorun --nproc 2 --spawn-daemons -- sh examples/demo.sh
 
 lint:

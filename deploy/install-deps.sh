@@ -20,16 +20,6 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev
 )
 
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then
-        SUDO=(sudo)
-    else
-        echo "install-deps: not root and no sudo; install these packages by hand: ${PACKAGES[*]}" >&2
-        exit 1
-    fi
-fi
-
 missing=()
 for p in "${PACKAGES[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
@@ -40,6 +30,17 @@ done
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "install-deps: all ${#PACKAGES[@]} packages present"
     exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        echo "install-deps: ${#missing[@]} packages missing, and not root and no sudo; as root, run:" >&2
+        echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+        exit 1
+    fi
 fi
 
 echo "install-deps: installing ${missing[*]}"

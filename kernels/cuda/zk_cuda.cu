@@ -1,7 +1,10 @@
 /*
- * zk CUDA kernels: grid-stride loops over the per-element math of zk/elem.h, so the Adam
- * formula and the conversions are the same text as in the CPU kernels. Launch errors are
- * returned as cudaError_t; nothing here prints.
+ * zk CUDA kernels: grid-stride loops over the per-element math of zk/elem.h, so the Adam,
+ * accumulate and reduce formulas and the conversions are the same text as in the CPU kernels,
+ * and with the same rounding recipe (compiled with --fmad=false, IEEE division and sqrt, no
+ * FTZ; NaN results canonical) they give the CPU's bits. zk_cu_sumsq sums in its own fixed
+ * order (deterministic for a given n, not the CPU's order of zk/kernels.h). Launch errors
+ * are returned as cudaError_t; nothing here prints.
  */
 #include "zk_cu.h"
 
@@ -110,21 +113,22 @@ __global__ void sumsq_final_kernel(double *out, unsigned nparts)
     __syncthreads();
     block_sum(sh);
     if (threadIdx.x == 0) {
-        out[0] = sh[0];
+        /* one NaN whatever the payloads, the CPU's (double)NAN */
+        out[0] = isnan(sh[0]) ? __longlong_as_double(0x7ff8000000000000ll) : sh[0];
     }
 }
 
 template <int DT> __global__ void accumulate_kernel(float *acc, const void *src, float s, size_t n)
 {
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        acc[i] += ld<DT>(src, i) * s;
+        acc[i] = zk_accumulate_elem(acc[i], ld<DT>(src, i), s);
     }
 }
 
 template <int DT> __global__ void reduce_kernel(void *dst, const void *a, const void *b, size_t n)
 {
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        st<DT>(dst, i, ld<DT>(a, i) + ld<DT>(b, i));
+        st<DT>(dst, i, zk_reduce_elem(ld<DT>(a, i), ld<DT>(b, i)));
     }
 }
 

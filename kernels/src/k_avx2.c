@@ -2,6 +2,9 @@
  * zk AVX2 variant (AVX2 + FMA + F16C), 8 lanes. Heads (up to the alignment of the first
  * written stream) and tails run the scalar formula of zk/elem.h; the main loop uses
  * non-temporal stores on every aligned stream when the caller asks for them.
+ * Head, body and tail round identically (zk/elem.h, "Rounding recipe"): the body spells
+ * every multiply and add separately and maps NaN to ZK_NAN_BITS like zk_nan_canon; the file is
+ * compiled with -ffp-contract=off, so neither part is fused into FMA.
  * Compiled with -mavx2 -mfma -mf16c; called only after zk_variant_supported(ZK_VARIANT_AVX2).
  */
 #include "zk_int.h"
@@ -20,6 +23,13 @@ typedef struct zk_k256 {
     __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
         step_size, decay;
 } zk_k256_t;
+
+/* zk_nan_canon on 8 lanes. */
+ZK_ALWAYS_INLINE __m256 zk256_canon(__m256 x)
+{
+    return _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)ZK_NAN_BITS)),
+                            _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
 
 /* fp32 -> bf16 RNE, the integer formula of zk_f32_to_bf16 on 8 lanes. */
 ZK_ALWAYS_INLINE __m128i zk256_bf16(__m256 x)
@@ -108,6 +118,9 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
     __m256 A = _mm256_loadu_ps(a + i);
 
     ZK_ADAM_LANE(__m256, _mm256_sqrt_ps, *K, A, P, M, V);
+    P = zk256_canon(P);
+    M = zk256_canon(M);
+    V = zk256_canon(V);
     zk256_st_f32(p + i, P, ntf & ZK_NT_P);
     zk256_st_f32(m + i, M, ntf & ZK_NT_M);
     zk256_st_f32(v + i, V, ntf & ZK_NT_V);
@@ -166,8 +179,8 @@ ZK_ALWAYS_INLINE void zk256_sq(__m256 x, __m256d *s0, __m256d *s1)
     __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
     __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
 
-    *s0 = _mm256_fmadd_pd(lo, lo, *s0);
-    *s1 = _mm256_fmadd_pd(hi, hi, *s1);
+    *s0 = _mm256_add_pd(*s0, _mm256_mul_pd(lo, lo));
+    *s1 = _mm256_add_pd(*s1, _mm256_mul_pd(hi, hi));
 }
 
 static double zk256_sumsq(const float *x, size_t n)
@@ -203,15 +216,15 @@ static void zk256_accumulate(float *acc, const void *src, zk_dtype_t dt, float s
     size_t i = zk_head(acc, 32, 4, n);
 
     for (size_t j = 0; j < i; j++) {
-        acc[j] += zk_load_elem(src, dt, j) * s;
+        acc[j] = zk_accumulate_elem(acc[j], zk_load_elem(src, dt, j), s);
     }
     nt = nt && zk_aligned(acc + i, 32);
     for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_fmadd_ps(zk256_ld(src, dt, i), S, _mm256_loadu_ps(acc + i));
-        zk256_st_f32(acc + i, x, nt);
+        __m256 x = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(zk256_ld(src, dt, i), S));
+        zk256_st_f32(acc + i, zk256_canon(x), nt);
     }
     for (; i < n; i++) {
-        acc[i] += zk_load_elem(src, dt, i) * s;
+        acc[i] = zk_accumulate_elem(acc[i], zk_load_elem(src, dt, i), s);
     }
     if (nt) {
         _mm_sfence();
@@ -226,14 +239,15 @@ static void zk256_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt,
     size_t i = zk_head(dst, 8 * es, es, n);
 
     for (size_t j = 0; j < i; j++) {
-        zk_store_elem(dst, dt, j, zk_load_elem(a, dt, j) + zk_load_elem(b, dt, j));
+        zk_store_elem(dst, dt, j, zk_reduce_elem(zk_load_elem(a, dt, j), zk_load_elem(b, dt, j)));
     }
     nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
     for (; i + 8 <= n; i += 8) {
-        zk256_st(dst, dt, i, _mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i)), nt);
+        zk256_st(dst, dt, i, zk256_canon(_mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i))),
+                 nt);
     }
     for (; i < n; i++) {
-        zk_store_elem(dst, dt, i, zk_load_elem(a, dt, i) + zk_load_elem(b, dt, i));
+        zk_store_elem(dst, dt, i, zk_reduce_elem(zk_load_elem(a, dt, i), zk_load_elem(b, dt, i)));
     }
     if (nt) {
         _mm_sfence();

@@ -3,6 +3,9 @@
  * Heads and tails use masked loads and stores; the main loop starts where the first written
  * stream is aligned, and uses non-temporal stores on every stream that is aligned there when
  * the caller asks for them (calls larger than the caches).
+ * Head, body and tail are the same masked vector code, and round like the scalar variant
+ * (zk/elem.h, "Rounding recipe"): every multiply and add separately (no FMA; the file is
+ * compiled with -ffp-contract=off), NaN results mapped to ZK_NAN_BITS.
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; called only after
  * zk_variant_supported(ZK_VARIANT_AVX512).
  */
@@ -23,7 +26,7 @@ typedef struct zk_k512 {
         step_size, decay;
 } zk_k512_t;
 
-/* Elements before p reaches an `align`-byte boundary (0 when p is not element aligned). */
+/* The first n lanes (n < 16). */
 static __mmask16 zk_mask(size_t n)
 {
     return (__mmask16)((1u << n) - 1u);
@@ -42,6 +45,13 @@ static int zk512_bf16_supported(void)
 #else
     return 0;
 #endif
+}
+
+/* zk_nan_canon on 16 lanes. */
+ZK_ALWAYS_INLINE __m512 zk512_canon(__m512 x)
+{
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+                              _mm512_castsi512_ps(_mm512_set1_epi32((int)ZK_NAN_BITS)));
 }
 
 /* fp32 -> bf16 RNE in integer arithmetic: the exact formula of zk_f32_to_bf16. */
@@ -152,6 +162,9 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
     __m512 A = zk512_ld(a, ZK_DTYPE_F32, i, mk, full);
 
     ZK_ADAM_LANE(__m512, _mm512_sqrt_ps, *K, A, P, M, V);
+    P = zk512_canon(P);
+    M = zk512_canon(M);
+    V = zk512_canon(V);
     zk512_st_f32(p + i, P, mk, full, ntf & ZK_NT_P);
     zk512_st_f32(m + i, M, mk, full, ntf & ZK_NT_M);
     zk512_st_f32(v + i, V, mk, full, ntf & ZK_NT_V);
@@ -215,8 +228,8 @@ ZK_ALWAYS_INLINE void zk512_sq(__m512 x, __m512d *s0, __m512d *s1)
     __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
     __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 
-    *s0 = _mm512_fmadd_pd(lo, lo, *s0);
-    *s1 = _mm512_fmadd_pd(hi, hi, *s1);
+    *s0 = _mm512_add_pd(*s0, _mm512_mul_pd(lo, lo));
+    *s1 = _mm512_add_pd(*s1, _mm512_mul_pd(hi, hi));
 }
 
 static double zk512_sumsq(const float *x, size_t n)
@@ -261,7 +274,7 @@ ZK_ALWAYS_INLINE void zk512_acc_block(float *acc, const void *src, zk_dtype_t dt
     __m512 a = zk512_ld(acc, ZK_DTYPE_F32, i, mk, full);
     __m512 x = zk512_ld(src, dt, i, mk, full);
 
-    zk512_st_f32(acc + i, _mm512_fmadd_ps(x, s, a), mk, full, nt);
+    zk512_st_f32(acc + i, zk512_canon(_mm512_add_ps(a, _mm512_mul_ps(x, s))), mk, full, nt);
 }
 
 static void zk512_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n, int nt)
@@ -289,7 +302,8 @@ static void zk512_accumulate(float *acc, const void *src, zk_dtype_t dt, float s
 ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, zk_dtype_t dt,
                                       size_t i, __mmask16 mk, int full, int nt, int hw)
 {
-    __m512 x = _mm512_add_ps(zk512_ld(a, dt, i, mk, full), zk512_ld(b, dt, i, mk, full));
+    __m512 x =
+        zk512_canon(_mm512_add_ps(zk512_ld(a, dt, i, mk, full), zk512_ld(b, dt, i, mk, full)));
 
     zk512_st(dst, dt, i, x, mk, full, nt, hw);
 }

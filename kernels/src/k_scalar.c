@@ -24,19 +24,55 @@ static double zk_scalar_sumsq(const float *x, size_t n)
     return s;
 }
 
+/* The loops below are written once and instantiated per dtype (a constant after inlining), so
+ * that no dtype switch is left inside them. */
+#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zk_dtype_t dt, float s,
+                                         size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        acc[i] = zk_accumulate_elem(acc[i], zk_load_elem(src, dt, i), s);
+    }
+}
+
 static void zk_scalar_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n,
                                  int nt)
 {
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        zk_scalar_acc_loop(acc, src, ZK_DTYPE_F16, s, n);
+        break;
+    case ZK_DTYPE_BF16:
+        zk_scalar_acc_loop(acc, src, ZK_DTYPE_BF16, s, n);
+        break;
+    default:
+        zk_scalar_acc_loop(acc, src, ZK_DTYPE_F32, s, n);
+        break;
+    }
+}
+
+ZK_ALWAYS_INLINE void zk_scalar_red_loop(void *dst, const void *a, const void *b, zk_dtype_t dt,
+                                         size_t n)
+{
     for (size_t i = 0; i < n; i++) {
-        acc[i] += zk_load_elem(src, dt, i) * s;
+        zk_store_elem(dst, dt, i, zk_reduce_elem(zk_load_elem(a, dt, i), zk_load_elem(b, dt, i)));
     }
 }
 
 static void zk_scalar_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n,
                              int nt)
 {
-    for (size_t i = 0; i < n; i++) {
-        zk_store_elem(dst, dt, i, zk_load_elem(a, dt, i) + zk_load_elem(b, dt, i));
+    switch (dt) {
+    case ZK_DTYPE_F16:
+        zk_scalar_red_loop(dst, a, b, ZK_DTYPE_F16, n);
+        break;
+    case ZK_DTYPE_BF16:
+        zk_scalar_red_loop(dst, a, b, ZK_DTYPE_BF16, n);
+        break;
+    default:
+        zk_scalar_red_loop(dst, a, b, ZK_DTYPE_F32, n);
+        break;
     }
 }
 

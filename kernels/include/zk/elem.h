@@ -8,6 +8,18 @@
  * __m512 support + - * / as vector extensions). Only loads, stores and conversions differ
  * between variants.
  *
+ * Rounding recipe (docs/design-notes.md, "Kernel rounding"): every result is bit-identical
+ * whatever the variant (scalar, AVX2, AVX-512, CUDA), the thread count and where a call is
+ * cut into head, vector body and tail. So:
+ *   - every + - * / and sqrt rounds on its own, in the order written here: no fused
+ *     multiply-add, explicit or contracted (the build sets -ffp-contract=off for C and
+ *     --fmad=false for nvcc; the SIMD kernels spell mul then add); sqrt and / are the IEEE
+ *     correctly rounded operations on every target; subnormals are kept (no FTZ/DAZ);
+ *   - an arithmetic result that is NaN is stored as the one quiet NaN ZK_NAN_BITS (x86 passes
+ *     on the payload of whichever NaN operand the compiler happened to put first, CUDA makes
+ *     its own), see zk_nan_canon;
+ *   - conversions are exact integer formulas (below).
+ *
  * NaN policy of the conversions (IEEE 754 §6.2, and what F16C/AVX-512 do in hardware): a NaN
  * keeps its sign and the top bits of its payload and comes out quiet. fp32 -> fp16/bf16 round
  * to nearest, ties to even; overflow goes to inf; fp16 subnormals are produced and read.
@@ -40,6 +52,9 @@ typedef struct zk_adam_k {
     float decay;        /* AdamW: 1 - lr * weight_decay; L2: 1 */
 } zk_adam_k_t;
 
+/* The quiet NaN that every arithmetic NaN result becomes (fp16 0x7e00, bf16 0x7fc0). */
+#define ZK_NAN_BITS 0x7fc00000u
+
 /*
  * semantics.md §3.6 for one lane (T = float) or one vector of lanes (T = __m256, __m512):
  *   g = acc * grad_scale (+ wd * p in L2 mode)
@@ -48,7 +63,9 @@ typedef struct zk_adam_k {
  *   p = p (1 - lr wd) - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
  * The last line is torch.optim.AdamW's order (decay first, then addcdiv), which equals
  * p - lr (m^ / (sqrt(v^) + eps) + wd p) of §3.6 up to fp32 rounding. K holds the coefficients
- * as T (a zk_adam_k_t for floats, a struct of broadcast vectors for SIMD).
+ * as T (a zk_adam_k_t for floats, a struct of broadcast vectors for SIMD). Each operator rounds
+ * on its own, left to right as C groups them. The caller then maps NaN lanes of p, m and v to
+ * ZK_NAN_BITS (zk_nan_canon and its SIMD forms).
  */
 #define ZK_ADAM_LANE(T, SQRT, K, acc, p, m, v)                                                     \
     do {                                                                                           \
@@ -63,18 +80,6 @@ typedef struct zk_adam_k {
 #else
 #define ZK_SQRTF(x) __builtin_sqrtf(x)
 #endif
-
-/* One element of the fused step; returns the new master value (m and v updated in place). */
-static inline ZK_HD float zk_adam_elem(const zk_adam_k_t *k, float acc, float p, float *m_p,
-                                       float *v_p)
-{
-    float m = *m_p;
-    float v = *v_p;
-    ZK_ADAM_LANE(float, ZK_SQRTF, *k, acc, p, m, v);
-    *m_p = m;
-    *v_p = v;
-    return p;
-}
 
 static inline ZK_HD uint32_t zk_f32_bits(float f)
 {
@@ -96,6 +101,46 @@ static inline ZK_HD float zk_f32_from_bits(uint32_t u)
     memcpy(&f, &u, sizeof(f));
     return f;
 #endif
+}
+
+/* x, or the canonical NaN when x is a NaN (a rare, well-predicted branch: cheaper in the
+ * scalar loops than a select through an integer register). */
+static inline ZK_HD float zk_nan_canon(float x)
+{
+    if (__builtin_expect(x != x, 0)) {
+        x = zk_f32_from_bits(ZK_NAN_BITS);
+    }
+    return x;
+}
+
+/* One element of the fused step; returns the new master value (m and v updated in place). */
+static inline ZK_HD float zk_adam_elem(const zk_adam_k_t *k, float acc, float p, float *m_p,
+                                       float *v_p)
+{
+    float m = *m_p;
+    float v = *v_p;
+    ZK_ADAM_LANE(float, ZK_SQRTF, *k, acc, p, m, v);
+    /* one rare branch for the three results instead of three */
+    if (__builtin_expect((p != p) | (m != m) | (v != v), 0)) {
+        p = zk_nan_canon(p);
+        m = zk_nan_canon(m);
+        v = zk_nan_canon(v);
+    }
+    *m_p = m;
+    *v_p = v;
+    return p;
+}
+
+/* zk_accumulate of one element: acc + x * s, the product rounded before the sum. */
+static inline ZK_HD float zk_accumulate_elem(float acc, float x, float s)
+{
+    return zk_nan_canon(acc + x * s);
+}
+
+/* zk_reduce of one element, in fp32. */
+static inline ZK_HD float zk_reduce_elem(float a, float b)
+{
+    return zk_nan_canon(a + b);
 }
 
 /* fp32 -> bf16, round to nearest even; NaN -> quiet NaN with the same sign. */

@@ -5,7 +5,8 @@
  * Variants: scalar (portable reference), avx2 (AVX2+FMA+F16C), avx512 (F/BW, BF16 where
  * present). zk_init() picks the best one the CPU supports, or the one named by
  * ZEROD_KERNELS=scalar|avx2|avx512 (an unavailable choice is an error).
- * All kernels accept any length (including 0) and unaligned pointers.
+ * All kernels accept any length (including 0) and unaligned pointers. Results are bit-identical
+ * for every variant, thread count and alignment (zk/elem.h, "Rounding recipe").
  *
  * Thread-safety: kernels are reentrant. A zk_pool_t splits one call over its workers; one
  * pool runs one call at a time (calls on the same pool from two threads serialize).

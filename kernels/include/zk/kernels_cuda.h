@@ -1,7 +1,8 @@
 /*
  * zk CUDA entry points: the operations of zk/kernels.h on device memory, enqueued on a
  * stream (asynchronous; errors of the launch are returned, errors of execution surface at the
- * next synchronisation). Same per-element math as the CPU kernels (zk/elem.h).
+ * next synchronisation). Same per-element math and rounding recipe as the CPU kernels
+ * (zk/elem.h), so the same bits for adam, accumulate, reduce and cast.
  * Built when CMake finds nvcc (sm_90 + PTX); otherwise every call returns ZS_ERR_UNSUPPORTED.
  * Never prints; zk_last_error() holds the message of a failed call.
  */
@@ -28,7 +29,8 @@ zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, flo
 #define ZK_CUDA_SUMSQ_WORDS 1025
 
 /* out[0] = sum of squares of x in double, deterministic for a given n (fixed block count and
- * order). Non-finite flag = !isfinite(out[0]): squares of finite fp32 values cannot overflow
+ * order; not the order of zk_sumsq, so not always its last bits). A NaN sum is the canonical
+ * double NaN. Non-finite flag = !isfinite(out[0]): squares of finite fp32 values cannot overflow
  * a double sum, so the sum is inf or NaN exactly when some x[i] is. out: device memory of
  * ZK_CUDA_SUMSQ_WORDS doubles. */
 zs_status_t zk_cuda_sumsq(const float *x, size_t n, double *out, zk_cuda_stream_t stream);

@@ -263,54 +263,229 @@ static void zt_adam_ten_steps(zk_exec_t ex)
 
 ZT_VARIANT_TESTS(zk_adam, ten_steps_match_torch_adamw_fp64, zt_adam_ten_steps)
 
-/* Every variant computes the same formula; with a pool the result is bit-identical to one
- * thread (the split is element-wise). */
-Test(zk_adam, pool_split_is_bit_identical)
-{
-    const size_t n = 300007;
-    zk_adam_params_t P;
-    zk_pool_t *pool = NULL;
-    float *buf[2][4];
-    uint16_t *dst[2];
+/* ---- determinism: the same bits for every thread count, alignment and variant ---- */
 
-    zt_seed_init();
-    P = zt_random_params(1, 1);
-    cr_assert_eq(zk_pool_create(3, &pool), ZS_OK);
-    for (int r = 0; r < 2; r++) {
-        for (int s = 0; s < 4; s++) {
-            buf[r][s] = malloc(4 * n);
-            cr_assert_not_null(buf[r][s]);
-        }
-        dst[r] = malloc(2 * n);
+/* The inputs of one call (master, m, v, acc), kept so that every run starts from the same bits. */
+typedef struct zt_adam_in {
+    size_t n;
+    float *s[4];
+} zt_adam_in_t;
+
+/* Values as in zt_adam_case; one in `special_every` is a special (NaN, inf, 0, subnormal,
+ * huge, negative v...). */
+static void zt_adam_in_fill(zt_adam_in_t *in, size_t n, unsigned special_every)
+{
+    in->n = n;
+    for (int k = 0; k < 4; k++) {
+        in->s[k] = malloc(4 * n + 4);
+        cr_assert_not_null(in->s[k]);
     }
     for (size_t i = 0; i < n; i++) {
-        buf[0][0][i] = buf[1][0][i] = zt_logu(-8, 1);
-        buf[0][1][i] = buf[1][1][i] = zt_logu(-12, -2);
-        buf[0][2][i] = buf[1][2][i] = fabsf(zt_logu(-24, -4));
-        buf[0][3][i] = buf[1][3][i] = zt_logu(-10, 6);
+        float m = zt_logu(-14, -2);
+
+        in->s[0][i] = zt_or_special(zt_logu(-10, 2), special_every);
+        in->s[1][i] = zt_or_special(m, special_every);
+        in->s[2][i] = zt_or_special(m * m * (float)zt_uniform(1.0, 100.0), special_every);
+        in->s[3][i] = zt_or_special(zt_logu(-12, 8), special_every);
     }
-    {
-        zk_exec_t one = {.variant = ZK_VARIANT_DEFAULT, .pool = NULL};
-        zk_exec_t three = {.variant = ZK_VARIANT_DEFAULT, .pool = pool};
-        cr_assert_eq(zk_adam_step(&one, &P, buf[0][0], buf[0][1], buf[0][2], buf[0][3], dst[0],
-                                  ZK_DTYPE_F16, n),
-                     ZS_OK);
-        cr_assert_eq(zk_adam_step(&three, &P, buf[1][0], buf[1][1], buf[1][2], buf[1][3], dst[1],
-                                  ZK_DTYPE_F16, n),
-                     ZS_OK);
-    }
-    for (int s = 0; s < 4; s++) {
-        cr_assert_eq(memcmp(buf[0][s], buf[1][s], 4 * n), 0, "stream %d differs", s);
-    }
-    cr_assert_eq(memcmp(dst[0], dst[1], 2 * n), 0);
-    for (int r = 0; r < 2; r++) {
-        for (int s = 0; s < 4; s++) {
-            free(buf[r][s]);
-        }
-        free(dst[r]);
-    }
-    zk_pool_destroy(pool);
 }
+
+static void zt_adam_in_free(zt_adam_in_t *in)
+{
+    for (int k = 0; k < 4; k++) {
+        free(in->s[k]);
+    }
+}
+
+/* The results of one call: the four streams and the cast copy. */
+typedef struct zt_adam_out {
+    float *s[4];
+    uint16_t *dst16;
+    float *dst32;
+} zt_adam_out_t;
+
+static void zt_adam_out_init(zt_adam_out_t *out, size_t n)
+{
+    for (int k = 0; k < 4; k++) {
+        out->s[k] = malloc(4 * n + 4);
+        cr_assert_not_null(out->s[k]);
+    }
+    out->dst16 = malloc(2 * n + 2);
+    out->dst32 = malloc(4 * n + 4);
+    cr_assert(out->dst16 != NULL && out->dst32 != NULL);
+}
+
+static void zt_adam_out_cleanup(zt_adam_out_t *out)
+{
+    for (int k = 0; k < 4; k++) {
+        free(out->s[k]);
+    }
+    free(out->dst16);
+    free(out->dst32);
+}
+
+/* One zk_adam_step on copies of `in`, each stream `off` elements (times a per-stream factor)
+ * past a 64-byte boundary; the results land in `out`. */
+static void zt_adam_run(zk_exec_t ex, const zk_adam_params_t *P, const zt_adam_in_t *in, size_t off,
+                        int dst_dtype, zt_adam_out_t *out)
+{
+    static const size_t mul[5] = {1, 3, 5, 7, 11};
+    size_t n = in->n;
+    size_t dsize = dst_dtype == ZT_NONE ? 4 : zk_dtype_size((zk_dtype_t)dst_dtype);
+    zt_buf_t b[5];
+    float *s[4];
+    void *d;
+    zs_status_t st;
+
+    for (int k = 0; k < 4; k++) {
+        s[k] = zt_alloc(&b[k], 4 * n, 4 * ((off * mul[k]) % 17));
+        memcpy(s[k], in->s[k], 4 * n);
+    }
+    d = zt_alloc(&b[4], dsize * n, dsize * ((off * mul[4]) % 17));
+    st = zk_adam_step(&ex, P, s[0], s[1], s[2], s[3], dst_dtype == ZT_NONE ? NULL : d,
+                      dst_dtype == ZT_NONE ? ZK_DTYPE_F32 : (zk_dtype_t)dst_dtype, n);
+    cr_assert_eq(st, ZS_OK, "zk_adam_step: %s", zk_last_error());
+    for (int k = 0; k < 4; k++) {
+        memcpy(out->s[k], s[k], 4 * n);
+        zt_free(&b[k]);
+    }
+    if (dst_dtype == ZK_DTYPE_F32) {
+        memcpy(out->dst32, d, 4 * n);
+    } else if (dst_dtype != ZT_NONE) {
+        memcpy(out->dst16, d, 2 * n);
+    }
+    zt_free(&b[4]);
+}
+
+static void zt_adam_same(const zt_adam_out_t *got, const zt_adam_out_t *want, size_t n,
+                         int dst_dtype, const char *what)
+{
+    static const char *const names[4] = {"master", "m", "v", "acc"};
+
+    for (int k = 0; k < 4; k++) {
+        zt_assert_same_bits(got->s[k], want->s[k], n, 4, "%s: stream %s differs", what, names[k]);
+    }
+    if (dst_dtype == ZK_DTYPE_F32) {
+        zt_assert_same_bits(got->dst32, want->dst32, n, 4, "%s: dst differs", what);
+    } else if (dst_dtype != ZT_NONE) {
+        zt_assert_same_bits(got->dst16, want->dst16, n, 2, "%s: dst differs", what);
+    }
+}
+
+static const int zt_adam_dsts[] = {ZT_NONE, ZK_DTYPE_F32, ZK_DTYPE_F16, ZK_DTYPE_BF16};
+
+/* A pool splits the call into chunks whose heads and tails the SIMD variants run apart from
+ * their vector bodies: every thread count and misalignment must give the bits of one thread
+ * at offset 0. n writes more than 8 MiB, so large calls' streaming stores are covered too. */
+static void zt_adam_pool_split(zk_exec_t ex)
+{
+    static const size_t offs[] = {0, 1, 3, 7};
+    const size_t n = 524309;
+    zt_adam_in_t in;
+    zt_adam_out_t want, got;
+
+    zt_adam_in_fill(&in, n, 997);
+    zt_adam_out_init(&want, n);
+    zt_adam_out_init(&got, n);
+    for (size_t di = 0; di < 4; di++) {
+        zk_adam_params_t P = zt_random_params((int)(di & 1), 1);
+        zk_exec_t one = {.variant = ex.variant, .pool = NULL};
+
+        zt_adam_run(one, &P, &in, 0, zt_adam_dsts[di], &want);
+        for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
+            for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
+                zk_exec_t pooled = {.variant = ex.variant, .pool = zt_pool(zt_threads[ti])};
+                char what[128];
+
+                zt_adam_run(pooled, &P, &in, offs[oi], zt_adam_dsts[di], &got);
+                snprintf(what, sizeof(what), "%s, %u threads, offset %zu, dst %d",
+                         zk_variant_name(ex.variant), zt_threads[ti], offs[oi], zt_adam_dsts[di]);
+                zt_adam_same(&got, &want, n, zt_adam_dsts[di], what);
+                zk_pool_destroy(pooled.pool);
+            }
+        }
+    }
+    zt_adam_out_cleanup(&want);
+    zt_adam_out_cleanup(&got);
+    zt_adam_in_free(&in);
+}
+
+ZT_VARIANT_TESTS(zk_adam, pool_split_is_bit_identical, zt_adam_pool_split)
+
+/* A SIMD variant gives the scalar reference's bits for every destination dtype, mode, length
+ * and misalignment, with special values mixed in (NaN results are the canonical NaN). */
+static void zt_adam_vs_scalar(zk_exec_t ex)
+{
+    const zk_exec_t ref = {.variant = ZK_VARIANT_SCALAR, .pool = NULL};
+
+    for (size_t li = 0; li <= ZT_N_EDGE_LENGTHS; li++) {
+        /* the last case writes more than 8 MiB: the streaming-store path */
+        size_t n = li < ZT_N_EDGE_LENGTHS ? zt_edge_lengths[li] : 524309;
+        size_t off = zt_edge_offset(li);
+        zt_adam_in_t in;
+        zt_adam_out_t want, got;
+
+        zt_adam_in_fill(&in, n, 7);
+        zt_adam_out_init(&want, n);
+        zt_adam_out_init(&got, n);
+        for (size_t di = 0; di < 4; di++) {
+            for (int mode = 0; mode < 4; mode++) {
+                zk_adam_params_t P = zt_random_params(mode & 1, mode >> 1);
+                char what[128];
+
+                if (zt_u64() % 4 == 0) {
+                    P.eps = 0.0f; /* 0 / 0 where v = 0 */
+                }
+                zt_adam_run(ref, &P, &in, off, zt_adam_dsts[di], &want);
+                zt_adam_run(ex, &P, &in, off, zt_adam_dsts[di], &got);
+                snprintf(what, sizeof(what), "%s vs scalar, n %zu, offset %zu, dst %d, mode %d",
+                         zk_variant_name(ex.variant), n, off, zt_adam_dsts[di], mode);
+                zt_adam_same(&got, &want, n, zt_adam_dsts[di], what);
+            }
+        }
+        zt_adam_out_cleanup(&want);
+        zt_adam_out_cleanup(&got);
+        zt_adam_in_free(&in);
+    }
+}
+
+ZT_SIMD_VARIANT_TESTS(zk_adam, matches_scalar_bit_for_bit, zt_adam_vs_scalar)
+
+/* Arithmetic NaN results are stored as the canonical quiet NaN, whatever NaN payloads went in
+ * (x86 would pass on one of them, CUDA makes its own). */
+static void zt_adam_nan_canon(zk_exec_t ex)
+{
+    const size_t n = 37;
+    zk_adam_params_t P = zt_random_params(1, 1);
+    zt_adam_in_t in;
+    zt_adam_out_t out;
+
+    zt_adam_in_fill(&in, n, 1000000);
+    for (size_t i = 0; i < n; i++) {
+        in.s[i % 4][i] = zt_bits_f32(i % 2 ? 0xff812345u : 0x7fd55555u);
+    }
+    zt_adam_out_init(&out, n);
+    zt_adam_run(ex, &P, &in, 3, ZK_DTYPE_BF16, &out);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t p = zt_f32_bits(out.s[0][i]);
+
+        cr_assert(isnan(out.s[0][i]), "%s: master[%zu] = %a, a NaN went in",
+                  zk_variant_name(ex.variant), i, (double)out.s[0][i]);
+        cr_assert_eq(p, ZK_NAN_BITS, "%s: master[%zu] = %08x", zk_variant_name(ex.variant), i, p);
+        cr_assert_eq(out.dst16[i], 0x7fc0, "%s: dst[%zu] = %04x", zk_variant_name(ex.variant), i,
+                     out.dst16[i]);
+        if (isnan(out.s[1][i])) {
+            cr_assert_eq(zt_f32_bits(out.s[1][i]), ZK_NAN_BITS, "m[%zu]", i);
+        }
+        if (isnan(out.s[2][i])) {
+            cr_assert_eq(zt_f32_bits(out.s[2][i]), ZK_NAN_BITS, "v[%zu]", i);
+        }
+    }
+    zt_adam_out_cleanup(&out);
+    zt_adam_in_free(&in);
+}
+
+ZT_VARIANT_TESTS(zk_adam, nan_results_are_canonical, zt_adam_nan_canon)
 
 Test(zk_adam, rejects_bad_parameters)
 {

@@ -1,7 +1,8 @@
 /*
  * zk_cast and the conversions of zk/elem.h against independent references (value-based
  * binary search for fp16, neighbour comparison for bf16): every fp16/bf16 pattern, and
- * fp32 inputs around every rounding boundary (ties, overflow, subnormals, NaN).
+ * fp32 inputs around every rounding boundary (ties, overflow, subnormals, NaN). Then every
+ * pair bit for bit against the scalar variant and across thread counts and alignments.
  */
 #include "zk_test.h"
 
@@ -204,3 +205,112 @@ static void zt_all_pairs(zk_exec_t ex)
 }
 
 ZT_VARIANT_TESTS(zk_cast, every_dtype_pair_and_length, zt_all_pairs)
+
+/* ---- determinism: the same bits for every thread count, alignment and variant ---- */
+
+/* n random elements of dt (fp32 values with specials, rounded by the kernels' conversion) */
+static void *zt_cast_src(zk_dtype_t dt, size_t n)
+{
+    size_t es = zk_dtype_size(dt);
+    unsigned char *p = malloc(es * n + 4);
+
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < n; i++) {
+        float f = zt_u64() % 4 == 0 ? zt_bits_f32((uint32_t)zt_u64())
+                                    : zt_or_special(zt_logu(-30, 20), 9);
+        if (dt == ZK_DTYPE_F32) {
+            memcpy(p + 4 * i, &f, 4);
+        } else {
+            uint16_t h = dt == ZK_DTYPE_F16 ? zk_f32_to_f16(f) : zk_f32_to_bf16(f);
+            memcpy(p + 2 * i, &h, 2);
+        }
+    }
+    return p;
+}
+
+/* dst = cast(src) on copies at misalignments derived from `off`; the result lands in out */
+static void zt_cast_run(zk_exec_t ex, zk_dtype_t ddt, zk_dtype_t sdt, const void *src0, size_t n,
+                        size_t off, void *out)
+{
+    size_t ds = zk_dtype_size(ddt), ss = zk_dtype_size(sdt);
+    zt_buf_t bs, bd;
+    void *src = zt_alloc(&bs, ss * n, ss * off);
+    void *dst = zt_alloc(&bd, ds * n, ds * ((off * 5) % 17));
+
+    memcpy(src, src0, ss * n);
+    cr_assert_eq(zk_cast(&ex, dst, ddt, src, sdt, n), ZS_OK, "%s", zk_last_error());
+    memcpy(out, dst, ds * n);
+    zt_free(&bs);
+    zt_free(&bd);
+}
+
+/* A SIMD variant gives the scalar variant's bits for every pair, length and misalignment. */
+static void zt_cast_vs_scalar(zk_exec_t ex)
+{
+    const zk_exec_t ref = {.variant = ZK_VARIANT_SCALAR, .pool = NULL};
+
+    for (size_t li = 0; li <= ZT_N_EDGE_LENGTHS; li++) {
+        /* the last case writes more than 8 MiB for every pair: the streaming-store path */
+        size_t n = li < ZT_N_EDGE_LENGTHS ? zt_edge_lengths[li] : ((size_t)4 << 20) + 9;
+        size_t off = zt_edge_offset(li);
+
+        for (int s = 0; s < 3; s++) {
+            void *src = zt_cast_src((zk_dtype_t)s, n);
+            void *want = malloc(4 * n + 4), *got = malloc(4 * n + 4);
+
+            cr_assert(want != NULL && got != NULL);
+            for (int d = 0; d < 3; d++) {
+                zt_cast_run(ref, (zk_dtype_t)d, (zk_dtype_t)s, src, n, off, want);
+                zt_cast_run(ex, (zk_dtype_t)d, (zk_dtype_t)s, src, n, off, got);
+                zt_assert_same_bits(got, want, n, zk_dtype_size((zk_dtype_t)d),
+                                    "%s vs scalar, %s -> %s, n %zu, off %zu",
+                                    zk_variant_name(ex.variant), zk_dtype_name((zk_dtype_t)s),
+                                    zk_dtype_name((zk_dtype_t)d), n, off);
+            }
+            free(src);
+            free(want);
+            free(got);
+        }
+    }
+}
+
+ZT_SIMD_VARIANT_TESTS(zk_cast, matches_scalar_bit_for_bit, zt_cast_vs_scalar)
+
+/* Pools of 1, 2, 3 and 5 threads at misaligned addresses give the bits of one thread. */
+static void zt_cast_pool_split(zk_exec_t ex)
+{
+    static const size_t offs[] = {0, 1, 3, 7};
+    const size_t n = ((size_t)1 << 20) + 21;
+    void *want = malloc(4 * n), *got = malloc(4 * n);
+
+    cr_assert(want != NULL && got != NULL);
+    for (int s = 0; s < 3; s++) {
+        void *src = zt_cast_src((zk_dtype_t)s, n);
+
+        for (int d = 0; d < 3; d++) {
+            zk_exec_t one = {.variant = ex.variant, .pool = NULL};
+
+            if (d == s) {
+                continue; /* a copy */
+            }
+            zt_cast_run(one, (zk_dtype_t)d, (zk_dtype_t)s, src, n, 0, want);
+            for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
+                for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
+                    zk_exec_t pooled = {.variant = ex.variant, .pool = zt_pool(zt_threads[ti])};
+
+                    zt_cast_run(pooled, (zk_dtype_t)d, (zk_dtype_t)s, src, n, offs[oi], got);
+                    zt_assert_same_bits(got, want, n, zk_dtype_size((zk_dtype_t)d),
+                                        "%s, %s -> %s, %u threads, offset %zu",
+                                        zk_variant_name(ex.variant), zk_dtype_name((zk_dtype_t)s),
+                                        zk_dtype_name((zk_dtype_t)d), zt_threads[ti], offs[oi]);
+                    zk_pool_destroy(pooled.pool);
+                }
+            }
+        }
+        free(src);
+    }
+    free(want);
+    free(got);
+}
+
+ZT_VARIANT_TESTS(zk_cast, pool_split_is_bit_identical, zt_cast_pool_split)

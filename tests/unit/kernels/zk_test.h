@@ -111,11 +111,127 @@ static inline zk_exec_t zt_exec_for(zk_variant_t v)
         fn(zt_exec_for(ZK_VARIANT_AVX512));                                                        \
     }
 
+/* Test(suite, name_avx2), Test(suite, name_avx512): fn(exec) for each SIMD variant, for the
+ * tests that compare a variant with the scalar reference (skipped, with the reason, where the
+ * CPU lacks the variant). */
+#define ZT_SIMD_VARIANT_TESTS(suite, name, fn)                                                     \
+    Test(suite, name##_avx2)                                                                       \
+    {                                                                                              \
+        zt_seed_init();                                                                            \
+        fn(zt_exec_for(ZK_VARIANT_AVX2));                                                          \
+    }                                                                                              \
+    Test(suite, name##_avx512)                                                                     \
+    {                                                                                              \
+        zt_seed_init();                                                                            \
+        fn(zt_exec_for(ZK_VARIANT_AVX512));                                                        \
+    }
+
 /* The lengths every kernel is tried at, and the misalignments (in elements) cycled over. */
 static const size_t zt_lengths[] = {0, 1, 15, 17, 1023, 1000003};
 #define ZT_N_LENGTHS (sizeof(zt_lengths) / sizeof(zt_lengths[0]))
 static const size_t zt_offsets[] = {0, 1, 3, 7, 13};
 #define ZT_N_OFFSETS (sizeof(zt_offsets) / sizeof(zt_offsets[0]))
+
+/* ---- determinism: thread counts, edge lengths, special values, bitwise comparison ---- */
+
+/* Pool sizes every pool-split test runs with (1 = a pool of one, the calling thread). */
+static const unsigned zt_threads[] = {1, 2, 3, 5};
+#define ZT_N_THREADS (sizeof(zt_threads) / sizeof(zt_threads[0]))
+
+/* Lengths around the vector widths (8, 16), the unrolled loops, the 1024-element pool grain and
+ * zk_sumsq's super-block; with the offsets of zt_edge_offset they put every head and tail
+ * length in front of every variant. */
+static const size_t zt_edge_lengths[] = {
+    0,   1,   2,    3,    5,    7,    8,     9,     13,    15,    16,    17,    23,
+    24,  31,  32,   33,   47,   48,   63,    64,    65,    127,   128,   129,   255,
+    256, 257, 1023, 1024, 1025, 2047, 16383, 16384, 16385, 32768, 49169, 100003};
+#define ZT_N_EDGE_LENGTHS (sizeof(zt_edge_lengths) / sizeof(zt_edge_lengths[0]))
+
+/* the misalignment (elements) used with the k-th edge case: 0 .. 16, so 64-byte heads of every
+ * length for fp32 and 32-byte ones for 16-bit types */
+static inline size_t zt_edge_offset(size_t k)
+{
+    return (k * 7) % 17;
+}
+
+/* fp32 values that exercise every path of an operation: NaNs (quiet, signalling, either sign,
+ * several payloads), infinities, zeros, subnormals, the extremes of the normal range. */
+static const uint32_t zt_special_bits[] = {
+    0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u, 0x7fd55555u, 0x7fffffffu,
+    0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+    0x00400000u, 0x00800000u, 0x80800000u, 0x7f7fffffu, 0xff7fffffu, 0x7f000000u,
+    0x0d800000u, 0x33800000u, 0x477fe000u, 0x477ff000u, 0xc77fffffu, 0x38800000u};
+#define ZT_N_SPECIALS (sizeof(zt_special_bits) / sizeof(zt_special_bits[0]))
+
+static inline float zt_special(void)
+{
+    uint32_t u = zt_special_bits[zt_u64() % ZT_N_SPECIALS];
+    float f;
+
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* with probability 1/every a special value, else x */
+static inline float zt_or_special(float x, unsigned every)
+{
+    return zt_u64() % every == 0 ? zt_special() : x;
+}
+
+/* The index of the first element (of size esize) where a and b differ, or n when none does. */
+static inline size_t zt_first_diff(const void *a, const void *b, size_t n, size_t esize)
+{
+    if (memcmp(a, b, n * esize) == 0) {
+        return n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp((const char *)a + i * esize, (const char *)b + i * esize, esize) != 0) {
+            return i;
+        }
+    }
+    return n;
+}
+
+/* the bits of element i of an array of esize-byte elements (esize 2, 4 or 8) */
+static inline unsigned long long zt_elem_bits(const void *p, size_t i, size_t esize)
+{
+    uint64_t u64 = 0;
+    uint32_t u32 = 0;
+    uint16_t u16 = 0;
+
+    switch (esize) {
+    case 2:
+        memcpy(&u16, (const char *)p + 2 * i, 2);
+        return u16;
+    case 4:
+        memcpy(&u32, (const char *)p + 4 * i, 4);
+        return u32;
+    default:
+        memcpy(&u64, (const char *)p + 8 * i, 8);
+        return u64;
+    }
+}
+
+/* Assert got[0..n) == want[0..n) bit for bit, naming the first element that differs. */
+#define zt_assert_same_bits(got, want, n, esize, ...)                                              \
+    do {                                                                                           \
+        size_t zt_i_ = zt_first_diff((got), (want), (n), (esize));                                 \
+        if (zt_i_ != (n)) {                                                                        \
+            cr_log_error(__VA_ARGS__);                                                             \
+            cr_assert_fail("element %zu of %zu: %0*llx, want %0*llx (seed %llu)", zt_i_,           \
+                           (size_t)(n), (int)(2 * (esize)), zt_elem_bits((got), zt_i_, (esize)),   \
+                           (int)(2 * (esize)), zt_elem_bits((want), zt_i_, (esize)),               \
+                           (unsigned long long)zt_seed);                                           \
+        }                                                                                          \
+    } while (0)
+
+static inline zk_pool_t *zt_pool(unsigned threads)
+{
+    zk_pool_t *pool = NULL;
+
+    cr_assert_eq(zk_pool_create(threads, &pool), ZS_OK, "%s", zk_last_error());
+    return pool;
+}
 
 /* ---- fp64 error model ----
  * A zt_ev_t carries the exact (fp64) value x of a quantity and a bound e on how far the
@@ -271,6 +387,13 @@ static inline uint32_t zt_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline uint64_t zt_f64_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
     return u;
 }
 

@@ -172,40 +172,45 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
     }
 }
 
-/* ---- sum of squares ---- */
+/* ---- sum of squares: zk_sumsq's order (zk/kernels.h), lanes 0-3, 4-7, 8-11, 12-15 ---- */
 
-ZK_ALWAYS_INLINE void zk256_sq(__m256 x, __m256d *s0, __m256d *s1)
+/* squares of x[0..4) in double (exact) */
+ZK_ALWAYS_INLINE __m256d zk256_sq(const float *x)
 {
-    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x));
 
-    *s0 = _mm256_add_pd(*s0, _mm256_mul_pd(lo, lo));
-    *s1 = _mm256_add_pd(*s1, _mm256_mul_pd(hi, hi));
+    return _mm256_mul_pd(d, d);
 }
 
-static double zk256_sumsq(const float *x, size_t n)
+/* The lanes a[0..3] of a super-block with its scalar tail x[i..len) added, through the tree. */
+ZK_ALWAYS_INLINE double zk256_sumsq_finish(const __m256d *a, const float *x, size_t i, size_t len)
 {
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    size_t h = zk_head(x, 32, 4, n);
-    size_t i = h;
-    double head = 0.0, tail = 0.0;
-    double lanes[4];
+    double lane[ZK_SUMSQ_LANES];
 
-    for (size_t j = 0; j < h; j++) {
-        head += (double)x[j] * (double)x[j];
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_pd(lane + 4 * k, a[k]);
     }
-    for (; i + 16 <= n; i += 16) {
-        zk256_sq(_mm256_loadu_ps(x + i), &s0, &s1);
-        zk256_sq(_mm256_loadu_ps(x + i + 8), &s2, &s3);
+    zk_sumsq_lanes_add(lane, x, i, len);
+    return zk_sumsq_lanes_tree(lane);
+}
+
+static void zk256_sumsq(const float *x, size_t n, double *part)
+{
+    for (size_t b = 0; b < n; b += ZK_SUMSQ_BLOCK) {
+        const float *xb = x + b;
+        size_t len = n - b < ZK_SUMSQ_BLOCK ? n - b : ZK_SUMSQ_BLOCK;
+        __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                        _mm256_setzero_pd()};
+        size_t i;
+
+        for (i = 0; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
+            a[0] = _mm256_add_pd(a[0], zk256_sq(xb + i));
+            a[1] = _mm256_add_pd(a[1], zk256_sq(xb + i + 4));
+            a[2] = _mm256_add_pd(a[2], zk256_sq(xb + i + 8));
+            a[3] = _mm256_add_pd(a[3], zk256_sq(xb + i + 12));
+        }
+        part[b / ZK_SUMSQ_BLOCK] = zk256_sumsq_finish(a, xb, i, len);
     }
-    for (; i + 8 <= n; i += 8) {
-        zk256_sq(_mm256_loadu_ps(x + i), &s0, &s1);
-    }
-    for (; i < n; i++) {
-        tail += (double)x[i] * (double)x[i];
-    }
-    _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
-    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + head + tail;
 }
 
 /* ---- accumulate ---- */

@@ -221,49 +221,41 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
     }
 }
 
-/* ---- sum of squares ---- */
+/* ---- sum of squares: zk_sumsq's order (zk/kernels.h), lanes 0-7 and 8-15 ---- */
 
-ZK_ALWAYS_INLINE void zk512_sq(__m512 x, __m512d *s0, __m512d *s1)
+/* squares of x[0..8) in double (exact) */
+ZK_ALWAYS_INLINE __m512d zk512_sq(const float *x)
 {
-    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x));
 
-    *s0 = _mm512_add_pd(*s0, _mm512_mul_pd(lo, lo));
-    *s1 = _mm512_add_pd(*s1, _mm512_mul_pd(hi, hi));
+    return _mm512_mul_pd(d, d);
 }
 
-static double zk512_sumsq(const float *x, size_t n)
+/* The lanes a[0..1] of a super-block with its scalar tail x[i..len) added, through the tree. */
+ZK_ALWAYS_INLINE double zk512_sumsq_finish(const __m512d *a, const float *x, size_t i, size_t len)
 {
-    __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    size_t i = zk_head(x, 64, 4, n);
+    double lane[ZK_SUMSQ_LANES];
 
-    if (i > 0) {
-        zk512_sq(_mm512_maskz_loadu_ps(zk_mask(i), x), &s0, &s1);
-    }
-    {
-        __m512d s4 = _mm512_setzero_pd(), s5 = s4, s6 = s4, s7 = s4;
-        for (; i + 64 <= n; i += 64) {
-            zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
-            zk512_sq(_mm512_loadu_ps(x + i + 16), &s2, &s3);
-            zk512_sq(_mm512_loadu_ps(x + i + 32), &s4, &s5);
-            zk512_sq(_mm512_loadu_ps(x + i + 48), &s6, &s7);
+    _mm512_storeu_pd(lane, a[0]);
+    _mm512_storeu_pd(lane + 8, a[1]);
+    zk_sumsq_lanes_add(lane, x, i, len);
+    return zk_sumsq_lanes_tree(lane);
+}
+
+static void zk512_sumsq(const float *x, size_t n, double *part)
+{
+    for (size_t b = 0; b < n; b += ZK_SUMSQ_BLOCK) {
+        const float *xb = x + b;
+        size_t len = n - b < ZK_SUMSQ_BLOCK ? n - b : ZK_SUMSQ_BLOCK;
+        __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+        size_t i;
+
+        for (i = 0; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
+            a[0] = _mm512_add_pd(a[0], zk512_sq(xb + i));
+            a[1] = _mm512_add_pd(a[1], zk512_sq(xb + i + 8));
         }
-        s0 = _mm512_add_pd(s0, s4);
-        s1 = _mm512_add_pd(s1, s5);
-        s2 = _mm512_add_pd(s2, s6);
-        s3 = _mm512_add_pd(s3, s7);
+        part[b / ZK_SUMSQ_BLOCK] = zk512_sumsq_finish(a, xb, i, len);
     }
-    for (; i + 32 <= n; i += 32) {
-        zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
-        zk512_sq(_mm512_loadu_ps(x + i + 16), &s2, &s3);
-    }
-    for (; i + 16 <= n; i += 16) {
-        zk512_sq(_mm512_loadu_ps(x + i), &s0, &s1);
-    }
-    if (i < n) {
-        zk512_sq(_mm512_maskz_loadu_ps(zk_mask(n - i), x + i), &s2, &s3);
-    }
-    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
 }
 
 /* ---- accumulate ---- */

@@ -14,14 +14,24 @@ static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float 
     }
 }
 
-static double zk_scalar_sumsq(const float *x, size_t n)
+/* zk_sumsq's order (zk/kernels.h) written out: 16 lanes in an array, one super-block at a time. */
+static void zk_scalar_sumsq(const float *x, size_t n, double *part)
 {
-    double s = 0.0;
+    for (size_t b = 0; b < n; b += ZK_SUMSQ_BLOCK) {
+        const float *xb = x + b;
+        size_t len = n - b < ZK_SUMSQ_BLOCK ? n - b : ZK_SUMSQ_BLOCK;
+        double lane[ZK_SUMSQ_LANES] = {0};
+        size_t i;
 
-    for (size_t i = 0; i < n; i++) {
-        s += (double)x[i] * (double)x[i];
+        for (i = 0; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
+            for (size_t l = 0; l < ZK_SUMSQ_LANES; l++) {
+                double d = xb[i + l];
+                lane[l] += d * d;
+            }
+        }
+        zk_sumsq_lanes_add(lane, xb, i, len);
+        part[b / ZK_SUMSQ_BLOCK] = zk_sumsq_lanes_tree(lane);
     }
-    return s;
 }
 
 /* The loops below are written once and instantiated per dtype (a constant after inlining), so

@@ -1,6 +1,11 @@
 /*
  * zk front end: variant selection (cpuid, ZEROD_KERNELS), argument checks, the split of one
  * call over a zk_pool_t, and the coefficients of semantics.md §3.6 computed once per call.
+ *
+ * Determinism: a call's bits do not depend on the variant, the pool or where it cuts the call
+ * (zk/elem.h, "Rounding recipe": no FMA, each operation rounded on its own, one NaN). The
+ * element-wise kernels get that from the recipe alone; zk_sumsq, the one reduction, cuts only
+ * at super-block boundaries and adds the super-block sums here, in order (zk/kernels.h).
  */
 #include "zk_int.h"
 
@@ -317,19 +322,24 @@ zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, 
 
 /* ---- zk_sumsq ---- */
 
-#define ZK_SUMSQ_MAX_WORKERS 1024
+/* Super-block sums per round: the calling thread adds them in order after each round, so the
+ * result is the order of zk/kernels.h whatever the pool (8 KiB on the stack; a round is
+ * 16 Mi elements, so the extra pool dispatches cost well under 1 % of a large call). */
+#define ZK_SUMSQ_ROUND_BLOCKS 1024
+#define ZK_SUMSQ_ROUND        ((size_t)ZK_SUMSQ_ROUND_BLOCKS * ZK_SUMSQ_BLOCK)
 
 typedef struct zk_sumsq_job {
     const zk_ops_t *ops;
     const float *x;
-    double part[ZK_SUMSQ_MAX_WORKERS];
+    double part[ZK_SUMSQ_ROUND_BLOCKS];
 } zk_sumsq_job_t;
 
 static void zk_sumsq_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
     zk_sumsq_job_t *j = (zk_sumsq_job_t *)arg;
 
-    j->part[worker] = j->ops->sumsq(j->x + b, e - b);
+    /* b is a multiple of the grain, ZK_SUMSQ_BLOCK: a super-block start */
+    j->ops->sumsq(j->x + b, e - b, j->part + b / ZK_SUMSQ_BLOCK);
 }
 
 zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
@@ -338,7 +348,6 @@ zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *su
     zk_sumsq_job_t job;
     zk_pool_t *pool;
     zs_status_t status;
-    unsigned workers;
     double sum = 0.0;
 
     status = zk_exec_resolve("zk_sumsq", exec, &job.ops, &pool);
@@ -348,24 +357,23 @@ zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *su
     if (sumsq_p == NULL || nonfinite_p == NULL || (x == NULL && n != 0)) {
         return zk_error_set(ZS_ERR_INVALID, "zk_sumsq: NULL argument");
     }
-    workers = zk_pool_threads(pool);
-    if (workers > ZK_SUMSQ_MAX_WORKERS) {
-        workers = 1;
-        pool = NULL;
-    }
-    job.x = x;
-    memset(job.part, 0, workers * sizeof(job.part[0]));
-    status = zk_pool_run(pool, n, ZK_GRAIN, zk_sumsq_chunk, &job);
-    if (status != ZS_OK) {
-        return status;
-    }
-    for (unsigned w = 0; w < workers; w++) {
-        sum += job.part[w]; /* fixed order: the result depends only on n and the pool size */
+    for (size_t base = 0; base < n; base += ZK_SUMSQ_ROUND) {
+        size_t len = n - base < ZK_SUMSQ_ROUND ? n - base : ZK_SUMSQ_ROUND;
+        size_t blocks = (len + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK;
+
+        job.x = x + base;
+        status = zk_pool_run(pool, len, ZK_SUMSQ_BLOCK, zk_sumsq_chunk, &job);
+        if (status != ZS_OK) {
+            return status;
+        }
+        for (size_t b = 0; b < blocks; b++) {
+            sum += job.part[b];
+        }
     }
     /* every term is a square of an fp32 value (< 2^256), so a finite input cannot overflow
      * the double sum: the sum is non-finite exactly when some input is inf or NaN */
     *nonfinite_p = !isfinite(sum);
-    *sumsq_p = sum;
+    *sumsq_p = isnan(sum) ? (double)NAN : sum; /* one NaN whatever the payloads met on the way */
     return ZS_OK;
 }
 

@@ -56,13 +56,39 @@ static inline int zk_aligned(const void *p, size_t align)
     return ((uintptr_t)p % align) == 0;
 }
 
+/* Squares of x[b..e) added to the lanes of zk_sumsq's order (lane = index mod 16, relative to
+ * the super-block start x): the scalar path of every variant, and the tails of the SIMD ones. */
+static inline void zk_sumsq_lanes_add(double lane[ZK_SUMSQ_LANES], const float *x, size_t b,
+                                      size_t e)
+{
+    for (size_t i = b; i < e; i++) {
+        double d = x[i];
+        lane[i % ZK_SUMSQ_LANES] += d * d;
+    }
+}
+
+/* The fixed tree that combines the 16 lanes of one super-block (zk/kernels.h). */
+static inline double zk_sumsq_lanes_tree(const double lane[ZK_SUMSQ_LANES])
+{
+    double a[8], b[4];
+
+    for (int i = 0; i < 8; i++) {
+        a[i] = lane[i] + lane[i + 8];
+    }
+    for (int i = 0; i < 4; i++) {
+        b[i] = a[i] + a[i + 4];
+    }
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
 /* Each operation runs on one contiguous range on the calling thread. `nt` asks for
  * non-temporal stores where the pointers allow it (the range is large, beyond cache). */
 typedef struct zk_ops {
     void (*adam)(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc, void *dst,
                  zk_dtype_t dst_dtype, size_t n, int nt);
-    /* sum of squares in double; non-finite inputs make it inf or NaN */
-    double (*sumsq)(const float *x, size_t n);
+    /* zk_sumsq's super-block sums (zk/kernels.h) of x[0..n), x at a super-block start:
+     * part[b] for each of the ceil(n / ZK_SUMSQ_BLOCK) super-blocks */
+    void (*sumsq)(const float *x, size_t n, double *part);
     void (*accumulate)(float *acc, const void *src, zk_dtype_t src_dtype, float s, size_t n,
                        int nt);
     void (*reduce)(void *dst, const void *a, const void *b, zk_dtype_t dtype, size_t n, int nt);

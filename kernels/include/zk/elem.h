@@ -18,7 +18,8 @@
  *   - an arithmetic result that is NaN is stored as the one quiet NaN ZK_NAN_BITS (x86 passes
  *     on the payload of whichever NaN operand the compiler happened to put first, CUDA makes
  *     its own), see zk_nan_canon;
- *   - conversions are exact integer formulas (below).
+ *   - conversions are exact integer formulas (below), and reductions (zk_sumsq) follow one
+ *     order defined by element index (zk/kernels.h).
  *
  * NaN policy of the conversions (IEEE 754 §6.2, and what F16C/AVX-512 do in hardware): a NaN
  * keeps its sign and the top bits of its payload and comes out quiet. fp32 -> fp16/bf16 round

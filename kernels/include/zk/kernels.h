@@ -92,7 +92,20 @@ typedef struct zk_adam_params {
 zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
                          float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype, size_t n);
 
-/* Sum of squares in double and a non-finite flag (any inf or NaN), in one read pass. */
+/*
+ * Sum of squares in double and a non-finite flag (any inf or NaN), in one read pass.
+ * The result depends only on the values of x[0..n): not on the variant, the pool, the thread
+ * count or the address of x. Each square is exact in double; the additions follow one order:
+ *   - x is cut into super-blocks of ZK_SUMSQ_BLOCK elements (the last one shorter);
+ *   - in a super-block, lane l (0..15) sums the squares of the elements whose index (from
+ *     the super-block start) mod 16 is l, in increasing index, starting from +0;
+ *   - the 16 lanes are combined by a fixed tree: a[i] = l[i] + l[i+8] (i < 8),
+ *     b[i] = a[i] + a[i+4] (i < 4), c[i] = b[i] + b[i+2] (i < 2), c[0] + c[1];
+ *   - the super-block sums are added in order, starting from +0.
+ * A pool splits a call only at super-block boundaries. A NaN result is the canonical NaN.
+ */
+#define ZK_SUMSQ_BLOCK 16384
+#define ZK_SUMSQ_LANES 16
 zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
                      int *nonfinite_p);
 

@@ -3,6 +3,8 @@
 #   ZD_MALLOC_TUNABLES  glibc settings to start the daemon with (see below)
 #   zd_fd_count PID     open fds
 #   zd_kib PID FIELD    a /proc/PID/status field in KiB (VmRSS, RssAnon, RssShmem)
+#   zd_anon_maps PID    each mapping with anonymous pages: "start-end name KiB" (for a diff
+#                       that says where RssAnon went: [heap], a thread's arena or stack, ...)
 #   zd_heap_in_use PID FILE
 #                       bytes malloc has handed out and not had back (malloc_stats' "Total
 #                       (incl. mmap) in use"), read by attaching gdb for a second; prints
@@ -20,6 +22,12 @@
 # the daemon's allocations hold, so a leak of a single allocation shows. Fragmentation is
 # left: RSS can stay up to a few hundred KiB above the baseline with "in use" unchanged (a
 # long-lived chunk allocated near the top of the heap pins the free space below it).
+#
+# High-water marks stay after their first use and so belong in a warm-up, before a baseline:
+# libuv's table of watched fds (it grows with the highest fd the daemon has had: hold many
+# connections at once), the deepest stack a thread has used and the libc data that the first
+# strerror() touches (a trainer gone while its AttachReply is sent: zd_live_fuzz --vanish),
+# and what gdb's first call into the daemon's libc touches (measure twice).
 # shellcheck disable=SC2034 # used by the scripts that source this file
 ZD_MALLOC_TUNABLES=glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072:glibc.malloc.tcache_count=0
 
@@ -29,6 +37,11 @@ zd_fd_count() {
 
 zd_kib() {
     awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"
+}
+
+zd_anon_maps() {
+    awk '/^[0-9a-f]+-[0-9a-f]+ / { m = $1 " " ($6 == "" ? "anon" : $6) }
+         /^Anonymous:/ { if ($2 > 0) print m, $2 }' "/proc/$1/smaps"
 }
 
 # shellcheck disable=SC2016 # $fd, $path, $saved are gdb's convenience variables

@@ -320,6 +320,9 @@ static void lf_run_connection(uint64_t seed)
         lf_sleep_ms(100);
     }
     atomic_fetch_add(&lf_g.st.connections, 1);
+    if (lf_chance(&rng, 4)) { /* every reply (and region fd) meets EPIPE, without an EOF */
+        shutdown(c.fd, SHUT_RD);
+    }
 
     switch (beh) {
     case LF_B_NORMAL:
@@ -590,6 +593,93 @@ static int lf_hold(unsigned n)
     return ok == n ? 0 : 1;
 }
 
+/* Hello(trainer) + Attach of job fz-a, and the Detach that ends it, as raw frames in b. */
+static void lf_vanish_frames(lf_buf_t *b, bool detach)
+{
+    lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
+    Zerod__Ipc__V1__Group grp = ZEROD__IPC__V1__GROUP__INIT;
+    Zerod__Ipc__V1__Group *pg = &grp;
+    Zerod__Ipc__V1__Detach dt = ZEROD__IPC__V1__DETACH__INIT;
+
+    b->len = 0;
+    h.protocol = 1;
+    h.version = (char *)"live_fuzz";
+    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
+    f.seq = 1;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
+    f.hello = &h;
+    lf_buf_frame(b, &f);
+    grp.n_numel = lf_jobs[0].n;
+    grp.numel = (uint64_t *)lf_jobs[0].numel;
+    at.job_id = (char *)"live_fuzz_vanish";
+    at.world = 1;
+    at.n_groups = 1;
+    at.groups = &pg;
+    at.config_json = (char *)lf_jobs[0].config;
+    f.seq = 2;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
+    f.attach = &at;
+    lf_buf_frame(b, &f);
+    if (detach) {
+        dt.end_job = 1;
+        f.seq = 3;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_DETACH;
+        f.detach = &dt;
+        lf_buf_frame(b, &f);
+    }
+}
+
+/* --vanish N: N times a trainer shuts its socket for reading and attaches, so that the
+ * daemon's sendmsg of the AttachReply and its regions fails with EPIPE (the path a trainer
+ * killed at that moment takes; its first-time costs belong in a warm-up); then a trainer
+ * re-attaches the job and ends it. Needs a daemon without a job. */
+static int lf_vanish(unsigned n)
+{
+    lf_buf_t b = {0};
+    unsigned ended = 0;
+
+    for (unsigned i = 0; i < n; i++) {
+        lf_conn_t c = {.fd = lf_connect()};
+
+        if (c.fd < 0) {
+            break;
+        }
+        lf_vanish_frames(&b, false);
+        lf_conn_write(&c, b.p, lf_get_le32(b.p) + 4, NULL, 0); /* the Hello */
+        lf_conn_read(&c, 1, 5000, 1u << 16, 0);
+        shutdown(c.fd, SHUT_RD);
+        lf_conn_write(&c, b.p + lf_get_le32(b.p) + 4, b.len - lf_get_le32(b.p) - 4, NULL, 0);
+        lf_sleep_ms(50);
+        close(c.fd);
+        free(c.rx.p);
+        for (int tries = 0; tries < 100; tries++) { /* until the daemon let it go */
+            lf_conn_t e = {.fd = lf_connect()};
+            bool busy;
+
+            if (e.fd < 0) {
+                break;
+            }
+            lf_vanish_frames(&b, true);
+            lf_conn_write(&e, b.p, b.len, NULL, 0);
+            lf_conn_read(&e, 3, 5000, 1u << 16, 0);
+            busy = e.replies < 3 || e.errors > 0;
+            lf_conn_drop_fds(&e);
+            close(e.fd);
+            free(e.rx.p);
+            if (!busy) {
+                ended++;
+                break;
+            }
+            lf_sleep_ms(20);
+        }
+    }
+    printf("live_fuzz: %u trainers vanished after Attach, %u jobs ended\n", n, ended);
+    free(b.p);
+    return ended == n ? 0 : 1;
+}
+
 /* ---- threads -------------------------------------------------------------------------- */
 
 typedef struct lf_thread {
@@ -697,6 +787,7 @@ static void lf_usage(FILE *out)
             "  -c, --conn SEED           replay one connection, printing its ops\n"
             "  -f, --frame-timeout-ms MS the daemon's frame_timeout (default 1000)\n"
             "  -H, --hold N              only hold N connections open at once, then close them\n"
+            "  -V, --vanish N            only attach and vanish N times (a daemon without a job)\n"
             "  -b, --behaviours LIST     only these (comma-separated): normal, pipeline,\n"
             "                            close-after-write, close-mid-frame, no-read, slow-read,\n"
             "                            drip, stall, trainer, pass-fds, big\n"
@@ -716,10 +807,11 @@ int main(int argc, char **argv)
                                              {"frame-timeout-ms", required_argument, NULL, 'f'},
                                              {"behaviours", required_argument, NULL, 'b'},
                                              {"hold", required_argument, NULL, 'H'},
+                                             {"vanish", required_argument, NULL, 'V'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     static lf_thread_t threads[LF_MAX_THREADS];
-    uint64_t seed = 0, seconds = 10, n_threads = 8, conn = 0, ft = 1000, hold = 0, t0;
+    uint64_t seed = 0, seconds = 10, n_threads = 8, conn = 0, ft = 1000, hold = 0, vanish = 0, t0;
     bool have_seed = false, have_conn = false;
     const char *env = getenv("ZEROD_FUZZ_SEED");
     pthread_t prober;
@@ -734,7 +826,7 @@ int main(int argc, char **argv)
         }
         have_seed = true;
     }
-    while ((opt = getopt_long(argc, argv, "s:d:t:S:c:f:b:H:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "s:d:t:S:c:f:b:H:V:h", longopts, NULL)) != -1) {
         bool ok = true;
 
         switch (opt) {
@@ -762,6 +854,9 @@ int main(int argc, char **argv)
         case 'H':
             ok = lf_parse_u64(optarg, &hold) && hold > 0 && hold <= 1000;
             break;
+        case 'V':
+            ok = lf_parse_u64(optarg, &vanish) && vanish > 0 && vanish <= 1000;
+            break;
         case 'h':
             lf_usage(stdout);
             return 0;
@@ -785,6 +880,9 @@ int main(int argc, char **argv)
 
     if (hold > 0) {
         return lf_hold((unsigned)hold);
+    }
+    if (vanish > 0) {
+        return lf_vanish((unsigned)vanish);
     }
     if (have_conn) {
         lf_g.trace = true;

@@ -50,10 +50,10 @@ if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
     sanitized=1
 fi
 
-export GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES
-"$ctl" start "$zerod" "$rundir" --frame-timeout "${FRAME_TIMEOUT_MS}ms" \
+# (the daemon warns about ZEROD_* variables it does not know: this script's stay here)
+GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES env -u ZEROD_FUZZ_SEED -u ZEROD_FUZZ_SECONDS \
+    "$ctl" start "$zerod" "$rundir" --frame-timeout "${FRAME_TIMEOUT_MS}ms" \
     --max-shard-bytes 16MiB --job-linger 300ms
-unset GLIBC_TUNABLES
 started=1
 pid=$(cat "$rundir/pid")
 
@@ -94,7 +94,9 @@ ZEROD_FUZZ_SEED=1 "$fuzz" --socket "$sock" --seconds "$WARMUP_SECONDS" \
 "$fuzz" --socket "$sock" --hold 100 >>"$rundir/warmup.out" 2>&1 || true
 alive || { cat "$rundir/warmup.out"; fail "zerod died during the warm-up (exit $(cat "$rundir/rc"))"; }
 settle "$fds_fresh" || fail "the daemon did not settle after the warm-up ($(fd_count) fds, $fds_fresh before)"
-fds0=$(fd_count) anon0=$(kib RssAnon) shmem0=$(kib RssShmem) rss0=$(kib VmRSS) heap0=$(heap)
+heap >/dev/null # gdb's first call: what it touches belongs to the baseline
+heap0=$(heap)
+fds0=$(fd_count) anon0=$(kib RssAnon) shmem0=$(kib RssShmem) rss0=$(kib VmRSS)
 echo "baseline: fds $fds0, malloc in use $heap0 B, RssAnon $anon0 KiB, RssShmem $shmem0 KiB," \
     "VmRSS $rss0 KiB"
 
@@ -125,7 +127,8 @@ fi
 echo "zeroctl status answers"
 
 settle "$fds0" || echo "the daemon did not settle within 15 s (a leak?)"
-fds1=$(fd_count) anon1=$(kib RssAnon) shmem1=$(kib RssShmem) rss1=$(kib VmRSS) heap1=$(heap)
+heap1=$(heap)
+fds1=$(fd_count) anon1=$(kib RssAnon) shmem1=$(kib RssShmem) rss1=$(kib VmRSS)
 echo "after:    fds $fds1, malloc in use $heap1 B, RssAnon $anon1 KiB, RssShmem $shmem1 KiB," \
     "VmRSS $rss1 KiB"
 echo "          (fds $((fds1 - fds0)), RssAnon $((anon1 - anon0)) KiB of a tolerance of" \

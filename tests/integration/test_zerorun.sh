@@ -158,6 +158,10 @@ daemon_killed)
         fail "the killed daemon is reported as if zerorun's SIGTERM had ended it"
     fi
     [ "$(grep -c "zerod for rank 1 " "$tmp/err")" = 1 ] || fail "rank 1's daemon reported twice"
+    # rank 0's daemon was stopped with SIGTERM and must exit 0 (zerorun names it otherwise)
+    if grep -q "zerod for rank 0 " "$tmp/err"; then
+        fail "rank 0's daemon did not stop cleanly: $(grep "zerod for rank 0 " "$tmp/err")"
+    fi
     grep "zerod for rank\|^zerorun: rank" "$tmp/err"
     no_leftovers
     ;;
@@ -184,6 +188,10 @@ sigint)
     wait "$pid" || rc=$?
     [ "$rc" = 130 ] || fail "zerorun exited $rc after SIGINT, expected 130"
     grep -q 'SIGINT received' "$tmp/err" || fail "SIGINT not reported"
+    # the daemons got SIGTERM and must exit 0 (zerorun names one that did not)
+    if grep -q "zerod for rank" "$tmp/err"; then
+        fail "a daemon did not stop cleanly: $(grep "zerod for rank" "$tmp/err")"
+    fi
     no_leftovers
     # SIGTERM while the daemons start (this one never gets ready): 143, nothing left
     printf '#!/bin/sh\nsleep 60\n' >"$tmp/slow-zerod" # its sleep is killed with its group

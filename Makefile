@@ -4,6 +4,7 @@
 #   make test    deps + build + ctest
 #   make demo    deps + build + a local 2-rank ZeRO job on the CPU backend (zerorun, train_mlp)
 #   make bench   build + run the benchmarks in bench/
+#   make fuzz    build + the long fuzz: live socket, then libFuzzer (ZEROD_FUZZ_SECONDS each)
 #   make lint    clang-format check + cppcheck
 #   make install PREFIX=/usr/local
 BUILD       ?= build
@@ -16,7 +17,7 @@ endif
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all deps configure build test bench lint install clean demo
+.PHONY: all deps configure build test bench lint install clean demo fuzz
 
 all: build
 
@@ -51,6 +52,24 @@ test: deps
 
 bench: build
 	cmake --build $(BUILD) --target bench
+
+# The long fuzz (ctest runs 10 s of the first): tests/integration/live_fuzz.sh against a daemon
+# of its own, then the libFuzzer target over the frame decoder (tests/fuzz) where clang built
+# it; both run, either failing fails. ZEROD_FUZZ_SEED replays a live run.
+ZEROD_FUZZ_SECONDS ?= 120
+fuzz: build
+	@rc=0; \
+	tests/integration/live_fuzz.sh $(BUILD)/daemon/zerod $(BUILD)/client/zeroctl \
+	    $(BUILD)/examples/train_mlp $(BUILD)/tests/integration/zd_live_fuzz \
+	    $(BUILD)/fuzz-live $(ZEROD_FUZZ_SECONDS) || rc=1; \
+	if [ -x $(BUILD)/tests/fuzz/zd_fuzz_ipc ]; then \
+	    (cd $(BUILD)/tests/fuzz && mkdir -p corpus-long seeds && ./zd_fuzz_gen_seeds seeds && \
+	     ./zd_fuzz_ipc -max_total_time=$(ZEROD_FUZZ_SECONDS) -rss_limit_mb=2048 \
+	         -print_final_stats=1 corpus-long seeds) || rc=1; \
+	else \
+	    echo "fuzz: no libFuzzer target in $(BUILD)/tests/fuzz (clang not found): skipped"; \
+	fi; \
+	exit $$rc
 
 demo: deps
 	$(MAKE) build

@@ -5,6 +5,9 @@
 #   zd_kib PID FIELD    a /proc/PID/status field in KiB (VmRSS, RssAnon, RssShmem)
 #   zd_anon_maps PID    each mapping with anonymous pages: "start-end name KiB" (for a diff
 #                       that says where RssAnon went: [heap], a thread's arena or stack, ...)
+#   zd_wait_idle PID ZEROCTL SOCK
+#                       wait (up to 15 s) until the daemon has no job and no connection
+#                       open but its listening socket; status 1 if it never gets there
 #   zd_heap_in_use PID FILE
 #                       bytes malloc has handed out and not had back (malloc_stats' "Total
 #                       (incl. mmap) in use"), read by attaching gdb for a second; prints
@@ -37,6 +40,20 @@ zd_fd_count() {
 
 zd_kib() {
     awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"
+}
+
+zd_wait_idle() {
+    local pid=$1 zeroctl=$2 sock=$3 s
+    for _ in $(seq 1 150); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        s=$("$zeroctl" -s "$sock" --json status 2>/dev/null || true)
+        sleep 0.1 # zeroctl's own connection closes
+        if [[ $s =~ \"has_job\":[[:space:]]*false ]] &&
+            [ "$(find "/proc/$pid/fd" -lname 'socket:*' | wc -l)" = 1 ]; then
+            return 0
+        fi
+    done
+    return 1
 }
 
 zd_anon_maps() {

@@ -149,6 +149,7 @@ ZEROD_JOB=leak_warm "$train" --steps $((MAX_ADVANCE * 4)) >"$rundir/warm.out" 2>
 # logged with its errno text (the first strerror() and the deepest stack of the loop thread).
 "$fuzz" --socket "$sock" --vanish 2 >/dev/null || fail "the vanished trainers' job did not end"
 
+zd_wait_idle "$pid" "$zeroctl" "$sock" || fail "the daemon is not idle after the warm-up"
 # gdb first, and twice: what its first call into the daemon's libc touches (a page of libc's
 # and of ld.so's data) is then part of the baseline, not of the cycles.
 zd_heap_in_use "$pid" "$rundir/heap.txt" >/dev/null || true
@@ -198,6 +199,7 @@ cmp -s "$rundir/ref.dump" "$rundir/final.dump" || {
 echo "final: resumed at step $at, trained to $final: $(wc -l <"$rundir/final.dump") parameters" \
     "bit-identical to the uninterrupted run"
 [ "$(released)" = - ] || fail "the job did not end with its last trainer"
+zd_wait_idle "$pid" "$zeroctl" "$sock" || echo "the daemon is not idle 15 s after the last trainer"
 
 heap1=$(zd_heap_in_use "$pid" "$rundir/heap.txt" || echo "?")
 zd_anon_maps "$pid" >"$rundir/anon1.txt"

@@ -62,26 +62,13 @@ kib() { zd_kib "$pid" "$1"; }
 heap() { zd_heap_in_use "$pid" "$rundir/heap.txt" || echo "?"; }
 alive() { [ ! -f "$rundir/rc" ] && kill -0 "$pid" 2>/dev/null; }
 
-# Wait until the daemon is idle: no job (the fuzz jobs linger 300 ms) and `want` fds (the
-# connections closed). Up to 15 s: a stalled connection is cut after frame_timeout.
-settle() {
-    local want=$1
-    for _ in $(seq 1 150); do
-        alive || return 1
-        if [ -z "$want" ] || [ "$(fd_count)" = "$want" ]; then
-            if "$zeroctl" -s "$sock" --json status 2>/dev/null | grep -q '"has_job":[[:space:]]*false'; then
-                return 0
-            fi
-        fi
-        sleep 0.1
-    done
-    return 1
-}
+# Idle: no job (the fuzz jobs linger 300 ms) and no connection open but the listening
+# socket. Up to 15 s: a stalled connection is cut after frame_timeout.
+idle() { zd_wait_idle "$pid" "$zeroctl" "$sock"; }
 
 # The reference run of a well-behaved trainer, also part of the warm-up.
 ZEROD_JOB=live_fuzz_probe "$train" --steps 20 --dump "$rundir/before.dump" >"$rundir/before.out" 2>&1 ||
     { cat "$rundir/before.out"; fail "train_mlp failed before the fuzz"; }
-fds_fresh=$(fd_count)
 
 # Warm-up: the same kinds of traffic, so that the allocator's caches and the code pages the
 # fuzz touches are in place before the baseline is taken.
@@ -93,7 +80,7 @@ ZEROD_FUZZ_SEED=1 "$fuzz" --socket "$sock" --seconds "$WARMUP_SECONDS" \
 # table of watched fds, belong in the baseline).
 "$fuzz" --socket "$sock" --hold 100 >>"$rundir/warmup.out" 2>&1 || true
 alive || { cat "$rundir/warmup.out"; fail "zerod died during the warm-up (exit $(cat "$rundir/rc"))"; }
-settle "$fds_fresh" || fail "the daemon did not settle after the warm-up ($(fd_count) fds, $fds_fresh before)"
+idle || fail "the daemon is not idle 15 s after the warm-up:$(echo; ls -l "/proc/$pid/fd")"
 heap >/dev/null # gdb's first call: what it touches belongs to the baseline
 heap0=$(heap)
 fds0=$(fd_count) anon0=$(kib RssAnon) shmem0=$(kib RssShmem) rss0=$(kib VmRSS)
@@ -126,7 +113,7 @@ fi
     { cat "$rundir/status.out"; fail "zeroctl status does not answer after the fuzz"; }
 echo "zeroctl status answers"
 
-settle "$fds0" || echo "the daemon did not settle within 15 s (a leak?)"
+idle || echo "the daemon is not idle 15 s after the fuzz (a connection or a job kept?)"
 heap1=$(heap)
 fds1=$(fd_count) anon1=$(kib RssAnon) shmem1=$(kib RssShmem) rss1=$(kib VmRSS)
 echo "after:    fds $fds1, malloc in use $heap1 B, RssAnon $anon1 KiB, RssShmem $shmem1 KiB," \

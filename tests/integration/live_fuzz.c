@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -680,6 +681,59 @@ static int lf_vanish(unsigned n)
     return ended == n ? 0 : 1;
 }
 
+/* --flood MB: a control client that pipelines MB megabytes of Status requests and never
+ * reads a reply, then holds the connection for 2 s before closing it. Each 9-byte request
+ * asks for a reply of a few hundred bytes: what the daemon keeps for a client that does not
+ * read must be bounded (flood.sh samples its RSS meanwhile). Writes that stall for 5 s end
+ * the flood early: that is the daemon pushing back, which is fine. */
+static int lf_flood(unsigned mb)
+{
+    lf_conn_t c = {.fd = lf_connect()};
+    lf_gen_t *gn = calloc(1, sizeof(*gn));
+    uint64_t rng = 5, seq = 0, want = (uint64_t)mb << 20, sent = 0, t0 = lf_now_ms();
+    lf_buf_t b = {0};
+
+    if (c.fd < 0 || gn == NULL) {
+        fprintf(stderr, "zd_live_fuzz: cannot connect to %s: %s\n", lf_g.socket, strerror(errno));
+        free(gn);
+        return 1;
+    }
+    gn->rng = &rng;
+    lf_gen_frame(gn, LF_HELLO_CONTROL, ++seq, &b);
+    lf_conn_write(&c, b.p, b.len, NULL, 0);
+    b.len = 0;
+    while (b.len < (64u << 10)) {
+        lf_gen_frame(gn, LF_STATUS, ++seq, &b);
+    }
+    while (sent < want && !c.dead) {
+        size_t off = (size_t)(sent % b.len); /* the buffer again and again, whole frames */
+        ssize_t w = send(c.fd, b.p + off, b.len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        struct pollfd p = {c.fd, POLLOUT, 0};
+
+        if (w > 0) {
+            sent += (uint64_t)w;
+            t0 = lf_now_ms();
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            break; /* the daemon closed the connection: also a bound */
+        }
+        if (lf_now_ms() - t0 > 5000) {
+            break; /* the daemon stopped reading: back-pressure */
+        }
+        poll(&p, 1, 100);
+    }
+    printf("live_fuzz: flood: %llu bytes of Status requests sent (%llu wanted), no reply read\n",
+           (unsigned long long)sent, (unsigned long long)want);
+    fflush(stdout);
+    lf_sleep_ms(2000);
+    close(c.fd);
+    free(c.rx.p);
+    free(b.p);
+    free(gn);
+    return 0;
+}
+
 /* ---- threads -------------------------------------------------------------------------- */
 
 typedef struct lf_thread {
@@ -788,6 +842,7 @@ static void lf_usage(FILE *out)
             "  -f, --frame-timeout-ms MS the daemon's frame_timeout (default 1000)\n"
             "  -H, --hold N              only hold N connections open at once, then close them\n"
             "  -V, --vanish N            only attach and vanish N times (a daemon without a job)\n"
+            "  -F, --flood MB            only pipeline MB MiB of Status requests, never reading\n"
             "  -b, --behaviours LIST     only these (comma-separated): normal, pipeline,\n"
             "                            close-after-write, close-mid-frame, no-read, slow-read,\n"
             "                            drip, stall, trainer, pass-fds, big\n"
@@ -808,10 +863,13 @@ int main(int argc, char **argv)
                                              {"behaviours", required_argument, NULL, 'b'},
                                              {"hold", required_argument, NULL, 'H'},
                                              {"vanish", required_argument, NULL, 'V'},
+                                             {"flood", required_argument, NULL, 'F'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     static lf_thread_t threads[LF_MAX_THREADS];
-    uint64_t seed = 0, seconds = 10, n_threads = 8, conn = 0, ft = 1000, hold = 0, vanish = 0, t0;
+    uint64_t seed = 0, seconds = 10, n_threads = 8, conn = 0, ft = 1000, hold = 0, vanish = 0,
+             flood = 0;
+    uint64_t t0;
     bool have_seed = false, have_conn = false;
     const char *env = getenv("ZEROD_FUZZ_SEED");
     pthread_t prober;
@@ -826,7 +884,7 @@ int main(int argc, char **argv)
         }
         have_seed = true;
     }
-    while ((opt = getopt_long(argc, argv, "s:d:t:S:c:f:b:H:V:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "s:d:t:S:c:f:b:H:V:F:h", longopts, NULL)) != -1) {
         bool ok = true;
 
         switch (opt) {
@@ -857,6 +915,9 @@ int main(int argc, char **argv)
         case 'V':
             ok = lf_parse_u64(optarg, &vanish) && vanish > 0 && vanish <= 1000;
             break;
+        case 'F':
+            ok = lf_parse_u64(optarg, &flood) && flood > 0 && flood <= 4096;
+            break;
         case 'h':
             lf_usage(stdout);
             return 0;
@@ -883,6 +944,9 @@ int main(int argc, char **argv)
     }
     if (vanish > 0) {
         return lf_vanish((unsigned)vanish);
+    }
+    if (flood > 0) {
+        return lf_flood((unsigned)flood);
     }
     if (have_conn) {
         lf_g.trace = true;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A client that pipelines requests and never reads a reply (issue "nothing a client does can
+# kill or wedge zerod"): each 9-byte Status request asks for a reply of a few hundred bytes,
+# so a daemon that queues every reply for such a client grows ~40 times faster than the
+# client writes, until the kernel's OOM killer ends it. What the daemon holds for one
+# connection must be bounded: while 16 MiB of requests stream in (the replies would take
+# ~650 MiB), its RssAnon may grow by at most GROWTH_MAX_KIB (64 MiB) over its baseline; it
+# may push back instead (stop reading: the client's writes stall) or close the connection.
+# Afterwards it must answer `zeroctl status`.
+#   flood.sh ZEROD ZEROCTL LIVE_FUZZ RUNDIR
+set -euo pipefail
+zerod=$1 zeroctl=$2 fuzz=$3 rundir=$4
+here=$(cd "$(dirname "$0")" && pwd)
+ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=daemon_mem.sh
+. "$here/daemon_mem.sh"
+sock="$rundir/zerod.sock"
+FLOOD_MIB=16
+GROWTH_MAX_KIB=$((64 * 1024))
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+started=0
+cleanup() {
+    if [ "$started" = 1 ]; then
+        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
+    fi
+}
+trap cleanup EXIT
+
+GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES "$ctl" start "$zerod" "$rundir"
+started=1
+pid=$(cat "$rundir/pid")
+"$zeroctl" -s "$sock" status >/dev/null || fail "zeroctl status does not answer"
+zd_wait_idle "$pid" "$zeroctl" "$sock" || fail "the daemon is not idle after start"
+base=$(zd_kib "$pid" RssAnon)
+
+"$fuzz" --socket "$sock" --flood "$FLOOD_MIB" >"$rundir/flood.out" 2>&1 &
+fpid=$!
+peak=$base
+while kill -0 "$fpid" 2>/dev/null; do
+    [ -f "$rundir/rc" ] && break
+    kib=$(zd_kib "$pid" RssAnon 2>/dev/null || echo 0)
+    [ "${kib:-0}" -gt "$peak" ] && peak=$kib
+    sleep 0.05
+done
+rc=0
+wait "$fpid" || rc=$?
+cat "$rundir/flood.out"
+[ "$rc" = 0 ] || fail "zd_live_fuzz --flood failed (exit $rc)"
+[ ! -f "$rundir/rc" ] || fail "zerod died during the flood (exit $(cat "$rundir/rc"))"
+echo "daemon RssAnon: $base KiB before, $peak KiB at most during the flood" \
+    "(+$((peak - base)) KiB; bound +$GROWTH_MAX_KIB KiB)"
+"$zeroctl" -s "$sock" --timeout 5000 status >/dev/null || fail "zeroctl status does not answer after the flood"
+zd_wait_idle "$pid" "$zeroctl" "$sock" || fail "the flood's connection is still open 15 s after it closed"
+echo "after the flood: RssAnon $(zd_kib "$pid" RssAnon) KiB, zeroctl status answers"
+[ $((peak - base)) -le "$GROWTH_MAX_KIB" ] ||
+    fail "a client that never reads made the daemon grow by $((peak - base)) KiB for" \
+        "$FLOOD_MIB MiB of requests: replies are queued without a bound"
+started=0
+"$ctl" stop "$rundir"
+echo "PASS"

@@ -522,7 +522,9 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         zd_job_t *job = e->job;
         ar.layout_hash = job->layout->hash;
         ar.step = job->step;
-        ar.resumed = resumed;
+        /* a job whose first trainer died before ParamsReady has no values yet: its next
+         * trainer starts it like a fresh one (writes the initial values, ParamsReady) */
+        ar.resumed = resumed && job->params_loaded;
         ar.loss_scale = job->scaler.cur_scale;
         ar.n_slots = job->n_slots;
         ar.slot_bytes = job->slot_bytes;

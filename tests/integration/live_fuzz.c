@@ -6,17 +6,21 @@
  * plan drawn from its own 64-bit seed: valid frames of every request (Hello with each role,
  * Attach with random layouts, configs and job ids, ParamsReady, BucketReady, Step, Detach,
  * Status, ShardInfo, and reply types a client must not send), mutated (bit flips, truncation,
- * wrong lengths from 0 to 4 GiB, garbage, unknown fields, duplicates, splices), and sent with a
+ * wrong lengths from 0 to 4 GiB, garbage, unknown fields, duplicates), and sent with a
  * behaviour: read every reply, pipeline and close at once, close mid-frame, never read, read
  * one byte at a time, drip the bytes, stall inside a frame (frame_timeout must cut it), attach
- * and scribble over the shared regions it receives, pass fds to the daemon. A prober thread
- * asks for Status all along and measures how long the daemon takes to answer.
+ * and scribble over the shared regions it receives, pass fds to the daemon, send frames of
+ * megabytes; one connection in 25 also shuts its read side. Every run also quotes odd strings
+ * (newlines, escapes, not UTF-8) as job ids and versions, and sends frames that straddle
+ * writes while each arrives within frame_timeout. A prober thread asks for Status all along.
  *
  * Failures (exit 1): the daemon is unreachable, sends an undecodable or oversized frame, lets a
- * stalled frame live past frame_timeout + 5 s, stops reading for 10 s, leaves a Status probe
- * unanswered for 10 s, or hands out a memfd that can be shrunk; and this program leaking an
- * fd of its own. The run is reproducible per connection: the seed is printed, ZEROD_FUZZ_SEED
- * (or --seed) replays a run, and --conn SEED replays one connection with a trace of its ops.
+ * stalled frame live past frame_timeout + 5 s, cuts a frame that was not late, takes no bytes
+ * for 10 s, leaves a Status probe unanswered for 10 s, or hands out a memfd that can be
+ * resized; and this program leaking an fd of its own. The run is reproducible per connection:
+ * the seed is printed, ZEROD_FUZZ_SEED (or --seed) replays a run, and --conn SEED replays one
+ * connection with a trace of its ops. --hold, --vanish and --flood are single exercises for
+ * the scripts (warm-ups, flood.sh); --help lists them.
  *
  *   zd_live_fuzz --socket PATH [--seconds N] [--threads N] [--seed S] [--frame-timeout-ms MS]
  */

@@ -30,9 +30,17 @@
 #define ZD_MAX_MSG    512
 /* Warnings a local user can cause at will (bad frames, refused connections): per uid, a burst
  * of ZD_WARN_BURST per ZD_WARN_INTERVAL_NS, then a count of what was suppressed. */
-#define ZD_WARN_PEERS       8
-#define ZD_WARN_BURST       20
-#define ZD_WARN_INTERVAL_NS (10ull * 1000000000ull)
+/* Back-pressure: a connection whose requests wait in the engine beyond these bounds, or whose
+ * replies wait for it to read beyond ZD_CONN_MAX_UNREAD, is not read from until they drain
+ * (its writes then stall in the kernel), so what one client makes the daemon hold is bounded
+ * whatever it sends. A trainer has at most bucket_slots (<= 64) BucketReady and one Step
+ * outstanding. */
+#define ZD_CONN_MAX_INFLIGHT       256
+#define ZD_CONN_MAX_INFLIGHT_BYTES (64u << 20)
+#define ZD_CONN_MAX_UNREAD         (4u << 20)
+#define ZD_WARN_PEERS              8
+#define ZD_WARN_BURST              20
+#define ZD_WARN_INTERVAL_NS        (10ull * 1000000000ull)
 
 typedef struct zd_server zd_server_t;
 
@@ -55,7 +63,12 @@ typedef struct zd_conn {
     uint32_t n_slots;
     uint64_t slot_busy;
     bool closing;
+    bool reading; /* uv_read_start is in effect (false while throttled) */
     int open_handles;
+    /* requests with the engine, oldest first: each gets exactly one reply, in order */
+    uint32_t inflight, inflight_head;
+    uint64_t inflight_bytes;
+    uint32_t inflight_len[ZD_CONN_MAX_INFLIGHT];
     struct zd_conn *prev, *next;
 } zd_conn_t;
 
@@ -81,6 +94,7 @@ struct zd_server {
 
 typedef struct zd_write {
     uv_write_t req;
+    zd_conn_t *conn;
     zd_reply_t *reply;
     bool close_after;
 } zd_write_t;
@@ -144,15 +158,23 @@ static void zd_conn_close_soon(zd_conn_t *c)
     req->data = c;
 }
 
+static void zd_conn_pump(zd_conn_t *c);
+
 static void zd_write_cb(uv_write_t *req, int status)
 {
     zd_write_t *w = (zd_write_t *)req;
+    zd_conn_t *c = w->conn; /* alive: a closed handle cancels its writes before its close cb */
 
     if (status != 0 && status != UV_ECANCELED) {
         zs_debug(ZS_SUB_IPC, "write failed: %s", uv_strerror(status));
     }
     zd_reply_free(w->reply);
     free(w);
+    if (status == 0) {
+        zd_conn_pump(c); /* the client read: take more of its requests if it was throttled */
+    } else if (status != UV_ECANCELED) {
+        zd_conn_close(c); /* the client is gone (EPIPE): an ordinary disconnect */
+    }
 }
 
 /* Send the reply's fds with its first bytes (SCM_RIGHTS), then the rest through libuv. */
@@ -222,6 +244,7 @@ static void zd_conn_send(zd_conn_t *c, zd_reply_t *reply)
         zd_conn_close_soon(c);
         return;
     }
+    w->conn = c;
     w->reply = reply;
     b = uv_buf_init((char *)reply->buf + sent, (unsigned)(reply->len - sent));
     if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, zd_write_cb) != 0) {
@@ -322,7 +345,7 @@ static bool zd_conn_check_slot(zd_conn_t *c, zd_frame_t *f)
 }
 
 /* Returns false when the connection is being closed. */
-static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f)
+static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f, size_t size)
 {
     char err[ZD_MAX_MSG];
     zs_status_t st;
@@ -343,6 +366,9 @@ static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f)
         return true;
     }
     zd_engine_submit(c->srv->engine, c->id, f); /* the engine frees f */
+    c->inflight_len[(c->inflight_head + c->inflight) % ZD_CONN_MAX_INFLIGHT] = (uint32_t)size;
+    c->inflight++;
+    c->inflight_bytes += size;
     return true;
 }
 
@@ -388,7 +414,6 @@ static bool zd_conn_append(zd_conn_t *c, const char *data, size_t n)
 static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     zd_conn_t *c = s->data;
-    char err[ZD_MAX_MSG];
 
     if (c->closing) {
         return;
@@ -413,7 +438,26 @@ static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         zd_conn_fail(c, 0, ZS_ERR_NO_MEMORY, "out of memory buffering a frame");
         return;
     }
-    for (;;) {
+    zd_conn_pump(c);
+}
+
+static bool zd_conn_throttled(zd_conn_t *c)
+{
+    return c->inflight >= ZD_CONN_MAX_INFLIGHT || c->inflight_bytes >= ZD_CONN_MAX_INFLIGHT_BYTES ||
+           uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) > ZD_CONN_MAX_UNREAD;
+}
+
+/* Decode and dispatch the buffered frames while the connection may hand the engine more, and
+ * read from it only then (back-pressure, ZD_CONN_MAX_*). */
+static void zd_conn_pump(zd_conn_t *c)
+{
+    char err[ZD_MAX_MSG];
+    bool progressed = false;
+
+    if (c->closing) {
+        return;
+    }
+    while (!zd_conn_throttled(c)) {
         zd_frame_t *f = NULL;
         size_t used = 0;
         zs_status_t st = zd_ipc_decode(c->buf, c->len, &f, &used, &c->need, err, sizeof(err));
@@ -427,12 +471,27 @@ static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         memmove(c->buf, c->buf + used, c->len - used);
         c->len -= used;
-        if (!zd_conn_dispatch(c, f)) {
+        progressed = true;
+        if (!zd_conn_dispatch(c, f, used)) {
             return;
         }
     }
+    if (zd_conn_throttled(c)) {
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->pipe);
+            c->reading = false;
+        }
+        uv_timer_stop(&c->timer); /* the wait is the daemon's, not the client's */
+        return;
+    }
+    if (!c->reading) {
+        uv_read_start((uv_stream_t *)&c->pipe, zd_alloc_cb, zd_read_cb);
+        c->reading = true;
+    }
+    /* frame_timeout runs from the first byte of the frame still incomplete: a frame that
+     * completed restarts it for the next one */
     if (c->len > 0) {
-        if (!uv_is_active((uv_handle_t *)&c->timer)) {
+        if (progressed || !uv_is_active((uv_handle_t *)&c->timer)) {
             uv_timer_start(&c->timer, zd_frame_timer_cb, c->srv->frame_timeout_ms, 0);
         }
     } else {
@@ -566,7 +625,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         return;
     }
     zs_debug(ZS_SUB_IPC, "connection %llu from %s", (unsigned long long)c->id, who);
-    uv_read_start((uv_stream_t *)&c->pipe, zd_alloc_cb, zd_read_cb);
+    zd_conn_pump(c);
 }
 
 /* ---- engine replies, signals, shutdown ------------------------------------------------ */
@@ -605,7 +664,13 @@ static void zd_server_deliver(zd_server_t *srv, zd_reply_t *r)
                 c->n_slots = r->detached ? 0 : r->n_slots;
                 c->slot_busy = 0;
             }
+            if (c->inflight > 0) {
+                c->inflight_bytes -= c->inflight_len[c->inflight_head];
+                c->inflight_head = (c->inflight_head + 1) % ZD_CONN_MAX_INFLIGHT;
+                c->inflight--;
+            }
             zd_conn_send(c, r);
+            zd_conn_pump(c);
         }
         r = next;
     }

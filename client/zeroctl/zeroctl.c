@@ -109,6 +109,13 @@ static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
     cJSON_AddStringToObject(root, "device", r->device);
     cJSON_AddStringToObject(root, "socket", r->socket);
     cJSON_AddNumberToObject(root, "uptime_s", r->uptime_s);
+    if (r->activity != NULL && r->activity[0] != '\0') {
+        cJSON_AddStringToObject(root, "activity", r->activity);
+        cJSON_AddNumberToObject(root, "activity_s", r->activity_s);
+    } else {
+        cJSON_AddNullToObject(root, "activity");
+        cJSON_AddNumberToObject(root, "activity_s", 0);
+    }
     cJSON_AddBoolToObject(root, "has_job", r->has_job);
     if (r->has_job) {
         job = cJSON_AddObjectToObject(root, "job");
@@ -154,6 +161,11 @@ static void zeroctl_status_table(const Zerod__Ipc__V1__StatusReply *r)
     printf("%-20s %s\n", "device", r->device);
     printf("%-20s %s\n", "socket", r->socket);
     printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
+    if (r->activity != NULL && r->activity[0] != '\0') {
+        printf("%-20s %s (%.1f s)\n", "busy with", r->activity, r->activity_s);
+    } else {
+        printf("%-20s %s\n", "busy with", "nothing (waiting for work)");
+    }
     if (!r->has_job) {
         printf("%-20s %s\n", "job", "-");
     } else {

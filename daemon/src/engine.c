@@ -57,6 +57,7 @@ struct zd_engine {
     uint64_t heartbeat_interval_ns;
     uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
+    zd_engine_status_t pub; /* under lock: what Status reports (zd_engine_publish) */
     void (*notify)(void *arg);
     void *notify_arg;
     /* engine-thread state */
@@ -159,6 +160,72 @@ static void zd_result_set(zd_result_t *r, zs_status_t st, const char *fmt, ...)
     r->pb.message = r->msg;
 }
 
+/* ---- the published status (engine thread writes, any thread reads) --------------------- */
+
+/* Copy the job's state into pub; the caller holds the lock. */
+static void zd_engine_publish_locked(zd_engine_t *e)
+{
+    zd_engine_status_t *s = &e->pub;
+    const zd_job_t *job = e->job;
+
+    s->has_job = job != NULL;
+    if (job == NULL) {
+        return;
+    }
+    snprintf(s->job_id, sizeof(s->job_id), "%s", job->id);
+    s->rank = job->rank;
+    s->world = job->world;
+    s->stage = job->cfg.stage;
+    s->dtype = job->dtype;
+    s->step = job->step;
+    s->skipped_steps = job->skipped_steps;
+    s->loss_scale = job->scaler.cur_scale;
+    s->grad_norm = job->last_grad_norm;
+    s->trainer_attached = job->attached_conn != 0;
+    s->param_numel = job->layout->param_numel;
+    s->layout_hash = job->layout->hash;
+    snprintf(s->collectives, sizeof(s->collectives), "%s",
+             job->coll != NULL ? job->coll->algo
+             : job->mesh_lost  ? "none (the mesh was lost: trainers must re-attach)"
+                               : "none (no mesh yet)");
+    memcpy(s->mem_bytes, job->mem_bytes, sizeof(s->mem_bytes));
+    memcpy(s->mem_formula, job->mem_formula, sizeof(s->mem_formula));
+}
+
+static void zd_engine_publish(zd_engine_t *e)
+{
+    pthread_mutex_lock(&e->lock);
+    zd_engine_publish_locked(e);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Say what the engine is about to be busy with (fmt NULL: nothing), publishing the job too. */
+static void zd_engine_activity(zd_engine_t *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void zd_engine_activity(zd_engine_t *e, const char *fmt, ...)
+{
+    va_list ap;
+
+    pthread_mutex_lock(&e->lock);
+    e->pub.activity[0] = '\0';
+    if (fmt != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(e->pub.activity, sizeof(e->pub.activity), fmt, ap);
+        va_end(ap);
+    }
+    e->pub.activity_since_ns = zs_time_now_ns();
+    zd_engine_publish_locked(e);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void zd_engine_status_get(zd_engine_t *e, zd_engine_status_t *status_p)
+{
+    pthread_mutex_lock(&e->lock);
+    *status_p = e->pub;
+    pthread_mutex_unlock(&e->lock);
+}
+
 /* ---- request handlers (engine thread) -------------------------------------------------- */
 
 /* The trainer is gone (disconnected or detached keeping the job): drop its partial
@@ -247,6 +314,8 @@ static zs_status_t zd_engine_form_mesh(zd_engine_t *e, zd_job_t *job, const char
     mp.cancel = &e->cancel;
     mp.wake = zd_engine_wake_cb;
     mp.wake_arg = e;
+    zd_engine_activity(e, "forming the mesh of job '%s' (rank %u of %u, coordinator %s)", job->id,
+                       job->rank, job->world, coordinator);
     st = zd_mesh_create(&mp, &job->mesh, err, errlen);
     explicit_bzero(token, sizeof(token));
     if (st != ZS_OK) {
@@ -714,71 +783,6 @@ static void zd_engine_detach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
     zd_engine_push_reply(e, reply);
 }
 
-static void zd_engine_status(zd_engine_t *e, uint64_t conn_id, uint64_t seq)
-{
-    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__StatusReply s = ZEROD__IPC__V1__STATUS_REPLY__INIT;
-    Zerod__Ipc__V1__MemoryTerm terms[ZD_MEM_COUNT];
-    Zerod__Ipc__V1__MemoryTerm *term_ptrs[ZD_MEM_COUNT];
-    char formulas[ZD_MEM_COUNT][32];
-    zd_result_t r;
-    zd_job_t *job = e->job;
-
-    zd_result_set(&r, ZS_OK, NULL);
-    s.result = &r.pb;
-    s.version = (char *)ZEROD_VERSION;
-    s.pid = (int32_t)getpid();
-    s.device = e->device;
-    s.socket = e->socket_path;
-    s.uptime_s = (double)(zs_time_now_ns() - e->start_ns) * 1e-9;
-    if (job != NULL) {
-        const char *d = job->dtype == ZD_DTYPE_F32 ? "4" : "2";
-        s.has_job = true;
-        s.job_id = job->id;
-        s.rank = job->rank;
-        s.world = job->world;
-        s.stage = job->cfg.stage;
-        s.step = job->step;
-        s.skipped_steps = job->skipped_steps;
-        s.loss_scale = job->scaler.cur_scale;
-        s.grad_norm = job->last_grad_norm;
-        s.trainer_attached = job->attached_conn != 0;
-        s.param_numel = job->layout->param_numel;
-        s.layout_hash = job->layout->hash;
-        s.dtype = (Zerod__Ipc__V1__DType)job->dtype;
-        s.collectives = job->coll != NULL ? job->coll->algo
-                        : job->mesh_lost
-                            ? (char *)"none (the mesh was lost: trainers must re-attach)"
-                            : (char *)"none (no mesh yet)";
-        for (int t = 0; t < ZD_MEM_COUNT; t++) {
-            zerod__ipc__v1__memory_term__init(&terms[t]);
-            terms[t].name = (char *)zd_mem_term_names[t];
-            terms[t].bytes = job->mem_bytes[t];
-            terms[t].formula_bytes = job->mem_formula[t];
-            if (t == ZD_MEM_PARAMS) {
-                snprintf(formulas[t], sizeof(formulas[t]), "%sΨ", d);
-            } else if (t == ZD_MEM_SLOTS) {
-                snprintf(formulas[t], sizeof(formulas[t]), "bucket_slots × largest bucket");
-            } else if (t == ZD_MEM_GRADS) {
-                snprintf(formulas[t], sizeof(formulas[t]), "%s", job->cfg.stage == 1 ? d : "0");
-                if (job->cfg.stage == 1) {
-                    strcat(formulas[t], "Ψ");
-                }
-            } else {
-                snprintf(formulas[t], sizeof(formulas[t]), "4Ψ/N");
-            }
-            terms[t].formula = formulas[t];
-            term_ptrs[t] = &terms[t];
-        }
-        s.n_memory = ZD_MEM_COUNT;
-        s.memory = term_ptrs;
-    }
-    f.seq = seq;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY;
-    f.status_reply = &s;
-    zd_engine_push_reply(e, zd_reply_pack(conn_id, &f));
-}
-
 static void zd_engine_shard_info(zd_engine_t *e, uint64_t conn_id, uint64_t seq)
 {
     Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
@@ -862,22 +866,25 @@ static void zd_engine_handle(zd_engine_t *e, zd_work_t *w)
     }
     switch (fr->body_case) {
     case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
+        zd_engine_activity(e, "attach of job '%.128s' as rank %u of %u", fr->attach->job_id,
+                           fr->attach->rank, fr->attach->world);
         zd_engine_attach(e, w->conn_id, fr->seq, fr->attach);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
+        zd_engine_activity(e, "loading the initial parameters");
         zd_engine_params_ready(e, w->conn_id, fr->seq);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
+        zd_engine_activity(e, "reduce-scatter of bucket %u", fr->bucket_ready->bucket);
         zd_engine_bucket_ready(e, w->conn_id, fr->seq, fr->bucket_ready);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_STEP:
+        zd_engine_activity(e, "step %llu",
+                           e->job != NULL ? (unsigned long long)e->job->step + 1 : 0ull);
         zd_engine_step(e, w->conn_id, fr->seq, fr->step);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_DETACH:
         zd_engine_detach(e, w->conn_id, fr->seq, fr->detach);
-        break;
-    case ZEROD__IPC__V1__FRAME__BODY_STATUS:
-        zd_engine_status(e, w->conn_id, fr->seq);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO:
         zd_engine_shard_info(e, w->conn_id, fr->seq);
@@ -983,6 +990,7 @@ static void *zd_engine_main(void *arg)
             if (e->job != NULL && e->job->mesh != NULL && zd_mesh_aborted(e->job->mesh, NULL, 0)) {
                 zd_engine_mesh_failed(e);
             }
+            zd_engine_activity(e, NULL);
             continue;
         }
         zd_engine_idle(e);
@@ -996,6 +1004,7 @@ static void *zd_engine_main(void *arg)
             zs_time_now_ns() >= e->job->linger_until_ns) {
             zd_engine_drop_job(e, "job_linger passed with no trainer");
         }
+        zd_engine_publish(e);
     }
     /* shutdown: fail what is queued */
     pthread_mutex_lock(&e->lock);
@@ -1122,6 +1131,7 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
     e->notify = p->notify;
     e->notify_arg = p->notify_arg;
     e->start_ns = zs_time_now_ns();
+    e->pub.start_ns = e->start_ns;
     e->warn_rl = (zs_ratelimit_t)ZS_RATELIMIT_INIT(10ull * ZS_NSEC_PER_SEC, 20);
     e->exec.variant = ZK_VARIANT_DEFAULT;
     if (p->threads > 1) {

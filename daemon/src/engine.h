@@ -6,6 +6,7 @@
 #ifndef ZD_ENGINE_H
 #define ZD_ENGINE_H
 
+#include "job.h"
 #include "zerod/ipc/v1/ipc.pb-c.h"
 #include "zs/status.h"
 
@@ -66,6 +67,28 @@ zd_reply_t *zd_engine_take_replies(zd_engine_t *engine);
 void zd_engine_shutdown(zd_engine_t *engine);
 /* True once the thread has stopped and every reply was queued. */
 bool zd_engine_stopped(zd_engine_t *engine);
+
+/* What Status reports. The engine thread publishes it whenever it changes, and says what it is
+ * busy with, so that the loop answers Status at once even while the engine is occupied for
+ * long (forming a mesh, waiting for a peer, a step on a big shard). */
+typedef struct zd_engine_status {
+    uint64_t start_ns;
+    bool has_job;
+    char job_id[ZD_JOB_ID_MAX];
+    uint32_t rank, world, stage;
+    zd_dtype_t dtype;
+    uint64_t step, skipped_steps;
+    double loss_scale, grad_norm;
+    bool trainer_attached;
+    uint64_t param_numel, layout_hash;
+    char collectives[256];
+    uint64_t mem_bytes[ZD_MEM_COUNT], mem_formula[ZD_MEM_COUNT];
+    char activity[256]; /* what the engine is doing; "" when it waits for work */
+    uint64_t activity_since_ns;
+} zd_engine_status_t;
+
+/* A copy of the last published status (any thread). */
+void zd_engine_status_get(zd_engine_t *engine, zd_engine_status_t *status_p);
 
 /* Reloadable settings (SIGHUP). */
 void zd_engine_set_limits(zd_engine_t *engine, uint64_t max_shard_bytes, uint64_t job_linger_ns);

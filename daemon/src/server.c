@@ -89,6 +89,7 @@ struct zd_server {
     dev_t sock_dev; /* the socket file we bound: removed at stop only if it is still ours */
     ino_t sock_ino;
     zd_warn_peer_t warn[ZD_WARN_PEERS];
+    zd_engine_status_t status; /* scratch for Status replies */
     char read_buf[ZD_READ_CHUNK];
 };
 
@@ -307,6 +308,78 @@ static void zd_conn_hello(zd_conn_t *c, const zd_frame_t *f)
              c->role == ZD_ROLE_TRAINER ? "trainer" : "control", f->hello->version);
 }
 
+/* Status is answered here, from what the engine published, so that it comes back at once even
+ * while the engine is busy for long (a mesh forming, a peer awaited, a big step). */
+static void zd_conn_status(zd_conn_t *c, const zd_frame_t *f)
+{
+    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StatusReply s = ZEROD__IPC__V1__STATUS_REPLY__INIT;
+    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
+    Zerod__Ipc__V1__MemoryTerm terms[ZD_MEM_COUNT];
+    Zerod__Ipc__V1__MemoryTerm *term_ptrs[ZD_MEM_COUNT];
+    char formulas[ZD_MEM_COUNT][40];
+    zd_engine_status_t *st = &c->srv->status; /* one at a time: the loop thread */
+    uint64_t now = zs_time_now_ns();
+    zd_reply_t *reply;
+
+    zd_engine_status_get(c->srv->engine, st);
+    r.status = ZEROD__COMMON__V1__STATUS__ZS_OK;
+    r.message = (char *)"";
+    s.result = &r;
+    s.version = (char *)ZEROD_VERSION;
+    s.pid = (int32_t)getpid();
+    s.device = (char *)c->srv->params->device;
+    s.socket = (char *)c->srv->params->socket_path;
+    s.uptime_s = (double)(now - st->start_ns) * 1e-9;
+    s.activity = st->activity;
+    s.activity_s = st->activity[0] != '\0' ? (double)(now - st->activity_since_ns) * 1e-9 : 0;
+    if (st->has_job) {
+        const char *d = st->dtype == ZD_DTYPE_F32 ? "4" : "2";
+
+        s.has_job = true;
+        s.job_id = st->job_id;
+        s.rank = st->rank;
+        s.world = st->world;
+        s.stage = st->stage;
+        s.step = st->step;
+        s.skipped_steps = st->skipped_steps;
+        s.loss_scale = st->loss_scale;
+        s.grad_norm = st->grad_norm;
+        s.trainer_attached = st->trainer_attached;
+        s.param_numel = st->param_numel;
+        s.layout_hash = st->layout_hash;
+        s.dtype = (Zerod__Ipc__V1__DType)st->dtype;
+        s.collectives = st->collectives;
+        for (int t = 0; t < ZD_MEM_COUNT; t++) {
+            zerod__ipc__v1__memory_term__init(&terms[t]);
+            terms[t].name = (char *)zd_mem_term_names[t];
+            terms[t].bytes = st->mem_bytes[t];
+            terms[t].formula_bytes = st->mem_formula[t];
+            if (t == ZD_MEM_PARAMS) {
+                snprintf(formulas[t], sizeof(formulas[t]), "%sΨ", d);
+            } else if (t == ZD_MEM_SLOTS) {
+                snprintf(formulas[t], sizeof(formulas[t]), "bucket_slots × largest bucket");
+            } else if (t == ZD_MEM_GRADS) {
+                snprintf(formulas[t], sizeof(formulas[t]), "%s%s", st->stage == 1 ? d : "0",
+                         st->stage == 1 ? "Ψ" : "");
+            } else {
+                snprintf(formulas[t], sizeof(formulas[t]), "4Ψ/N");
+            }
+            terms[t].formula = formulas[t];
+            term_ptrs[t] = &terms[t];
+        }
+        s.n_memory = ZD_MEM_COUNT;
+        s.memory = term_ptrs;
+    }
+    out.seq = f->seq;
+    out.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY;
+    out.status_reply = &s;
+    reply = zd_reply_pack(c->id, &out);
+    if (reply != NULL) {
+        zd_conn_send(c, reply);
+    }
+}
+
 /* A slot submitted while still in flight: answered here, not queued. */
 static bool zd_conn_check_slot(zd_conn_t *c, zd_frame_t *f)
 {
@@ -358,6 +431,11 @@ static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f, size_t size)
     }
     if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO) {
         zd_conn_hello(c, f);
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return true;
+    }
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_STATUS) {
+        zd_conn_status(c, f);
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return true;
     }

@@ -104,8 +104,11 @@ failure)
 term_grace)
     # a trainer that ignores SIGTERM is killed after the grace period; its children too
     t0=$(now_ms)
+    # (rank 1 fails only once rank 0 ignores SIGTERM: else rank 0 may die of it before its trap)
     expect_rc 1 "$zerorun" --nproc 2 -- \
-        sh -c "trap '' TERM; [ \"\$RANK\" = 1 ] && exit 4; sleep 60; : $mark"
+        sh -c "trap '' TERM; if [ \"\$RANK\" = 1 ]; then
+                   while [ ! -e $tmp/trapped ]; do sleep 0.05; done; exit 4
+               fi; touch $tmp/trapped; sleep 60; : $mark"
     t1=$(now_ms)
     grep -q 'rank 1 exited with code 4' "$tmp/err" || fail "failure not named"
     grep -q 'rank 0 .* still runs .* after SIGTERM; killing it' "$tmp/err" || fail "no SIGKILL"

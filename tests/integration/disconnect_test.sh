@@ -219,13 +219,18 @@ done
 case_="refused-uid"
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && [ -z "$(ldd "$client" | grep 'not found')" ]; then
     install -m 755 "$client" "$work/client-copy"
+    # and the build tree's libraries it loads (libzc in a sanitizer build): uid 65534 may not
+    # enter the checkout (a clone in a mktemp -d directory is 0700)
+    ldd "$client" | awk '$2 == "=>" && $3 ~ /^\// && $3 !~ /^\/(usr\/)?lib/ { print $3 }' |
+        while read -r lib; do install -m 644 "$lib" "$work/"; done
     chmod 755 "$work"
     start_daemons
     train_all $trained first
     chmod 666 "$work/z0.sock" # let the connection reach the daemon's own check
     for how in close kill; do
         for point in before-hello after-hello attach; do
-            RANK=0 ZEROD_SOCKET="$work/z0.sock" setpriv --reuid=65534 --regid=65534 --clear-groups \
+            RANK=0 ZEROD_SOCKET="$work/z0.sock" LD_LIBRARY_PATH="$work" \
+                setpriv --reuid=65534 --regid=65534 --clear-groups \
                 "$work/client-copy" "$point" "$how" >>"$work/raw.out" 2>&1
         done
     done

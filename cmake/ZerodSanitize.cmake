@@ -3,9 +3,10 @@
 # Compiles every C and C++ target with -fsanitize=<list> and sets the runtime options of every
 # process a test starts (the test's environment, inherited by the daemons, trainers and tools
 # it runs; zs_sanitize_test() below):
-#   ASan     halt_on_error=1, detect_leaks=1; suppressions for third-party code only
+#   ASan     halt_on_error=1, detect_leaks=1 (suppressions only in the Python tests, below)
 #   UBSan    halt_on_error=1, print_stacktrace=1 (and -fno-sanitize-recover: UB always aborts)
-#   TSan     halt_on_error=1; UCX's memory hooks off (they crash under TSan's interceptors)
+#   TSan     halt_on_error=1; UCX's memory hooks off (they crash under TSan's interceptors);
+#            zerod's suppressions are built in (daemon/src/tsan_suppressions.c)
 # A report aborts the process, which fails the test that started it.
 # Tests labelled `python` run an uninstrumented interpreter that loads libzc.so: under ASan they
 # get the runtimes in LD_PRELOAD (`${CMAKE_C_COMPILER} -print-file-name=libasan.so`), so that
@@ -64,7 +65,7 @@ set(_zd_supp ${PROJECT_SOURCE_DIR}/tests/sanitize)
 set(ZEROD_SANITIZE_ENV
     "ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1"
     "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:abort_on_error=1"
-    "TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=${_zd_supp}/tsan.supp")
+    "TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1")
 if(ZEROD_SANITIZE_THREAD)
     # UCX 1.13 patches malloc/mmap (ucm) to invalidate its registration cache; under TSan's
     # interceptors that crashes in ucm_madvise. Host memory on one machine needs no hooks.
@@ -102,9 +103,6 @@ function(zs_sanitize_test)
             set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT
                          "LD_PRELOAD=${ZEROD_SANITIZE_PRELOAD}"
                          "LSAN_OPTIONS=suppressions=${_zd_supp}/lsan-python.supp:malloc_context_size=3:use_tls=0:print_suppressions=0")
-        else()
-            set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT
-                         "LSAN_OPTIONS=suppressions=${_zd_supp}/lsan.supp:print_suppressions=0")
         endif()
     endforeach()
 endfunction()

@@ -119,17 +119,24 @@ train_all() {
     done
 }
 
-# check_daemons STEP: every daemon alive, answering, its job at STEP
+# check_daemons STEP: every daemon alive, answering, its job at STEP. A step the daemon had
+# the request for when its trainer died may still be running (under TSan, well after the
+# trainer is gone): wait up to 10 s for the job to reach STEP, never past it.
 check_daemons() {
     local want=$1
     for ((i = 0; i < world; i++)); do
-        kill -0 "${dpids[$i]}" 2>/dev/null || fail "daemon $i died"
-        local js
-        js=$("$zeroctl" -s "$work/z$i.sock" --json status) || fail "daemon $i does not answer status"
-        local step
-        step=$(/usr/bin/python3 -c 'import json, sys
+        local js step
+        for _ in $(seq 1 50); do
+            kill -0 "${dpids[$i]}" 2>/dev/null || fail "daemon $i died"
+            js=$("$zeroctl" -s "$work/z$i.sock" --json status) ||
+                fail "daemon $i does not answer status"
+            step=$(/usr/bin/python3 -c 'import json, sys
 d = json.load(sys.stdin)
 print(int(d["job"]["step"]) if d["has_job"] else "none")' <<<"$js")
+            [ "$step" = "$want" ] && break
+            [ "$step" != none ] && [ "$step" -lt "$want" ] || break
+            sleep 0.2
+        done
         [ "$step" = "$want" ] || fail "daemon $i: job at step '$step', expected $want ($js)"
     done
 }

@@ -121,9 +121,12 @@ class Daemon:
         try:
             rc = proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
+            stacks = _thread_stacks(proc.pid)
             proc.kill()
             proc.wait()
-            raise AssertionError("zerod did not exit within 10 s of SIGTERM")
+            raise AssertionError("zerod did not exit within 10 s of SIGTERM; its threads:\n%s\n"
+                                 "the end of its log:\n%s"
+                                 % (stacks, "\n".join(self.log().splitlines()[-30:])))
         if not check:
             return
         problems = []
@@ -139,6 +142,18 @@ class Daemon:
             problems.append("zerod left its socket behind")
         if problems:
             raise AssertionError("; ".join(problems))
+
+
+def _thread_stacks(pid):
+    """Every thread's stack of a hung process (gdb), to say where it hangs."""
+    try:
+        out = subprocess.run(["gdb", "-batch", "-p", str(pid), "-ex", "thread apply all bt"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=60)
+        return "\n".join(ln for ln in out.stdout.splitlines()
+                         if ln.startswith(("Thread ", "#")))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "(no stacks: %s)" % e
 
 
 class Cluster:

@@ -62,11 +62,16 @@ endif()
 set(_zd_supp ${PROJECT_SOURCE_DIR}/tests/sanitize)
 # abort_on_error=1: a report ends the process with SIGABRT, not exit(1). A Criterion worker's
 # exit status after its test is ignored (the leak check runs at exit), its crash is not.
-set(ZEROD_SANITIZE_ENV
-    "ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1"
-    "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:abort_on_error=1"
-    "TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1")
+# Only the options of the sanitizers built in: a script can tell which build it runs in.
+set(ZEROD_SANITIZE_ENV)
+if("address" IN_LIST ZEROD_SANITIZE)
+    list(APPEND ZEROD_SANITIZE_ENV "ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1")
+endif()
+if("undefined" IN_LIST ZEROD_SANITIZE)
+    list(APPEND ZEROD_SANITIZE_ENV "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:abort_on_error=1")
+endif()
 if(ZEROD_SANITIZE_THREAD)
+    list(APPEND ZEROD_SANITIZE_ENV "TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1")
     # UCX 1.13 patches malloc/mmap (ucm) to invalidate its registration cache; under TSan's
     # interceptors that crashes in ucm_madvise. Host memory on one machine needs no hooks.
     list(APPEND ZEROD_SANITIZE_ENV UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
@@ -84,7 +89,7 @@ function(zs_sanitize_test)
     endif()
     foreach(_t IN LISTS ARGN)
         get_property(_env TEST ${_t} PROPERTY ENVIRONMENT)
-        if("${_env}" MATCHES "ASAN_OPTIONS=")
+        if("${_env}" MATCHES "SAN_OPTIONS=")
             continue()
         endif()
         set_property(TEST ${_t} APPEND PROPERTY ENVIRONMENT ${ZEROD_SANITIZE_ENV})

@@ -72,8 +72,10 @@ if("undefined" IN_LIST ZEROD_SANITIZE)
 endif()
 if(ZEROD_SANITIZE_THREAD)
     list(APPEND ZEROD_SANITIZE_ENV "TSAN_OPTIONS=halt_on_error=1:abort_on_error=1:second_deadlock_stack=1")
-    # UCX 1.13 patches malloc/mmap (ucm) to invalidate its registration cache; under TSan's
-    # interceptors that crashes in ucm_madvise. Host memory on one machine needs no hooks.
+    # UCX 1.13 patches malloc/mmap/madvise (ucm) to invalidate its registration cache; under
+    # TSan a thread's exit crashes in it (glibc madvises the dead thread's stack, ucm_madvise
+    # takes a lock TSan intercepts after TSan tore the thread down). Host memory on one
+    # machine needs no hooks; `ucx_info -c` shows the values UCX took.
     list(APPEND ZEROD_SANITIZE_ENV UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
          UCX_MEM_EVENTS=no)
 endif()

@@ -965,20 +965,7 @@ static ucs_status_t zd_ctrl_am_cb(void *arg, const void *header, size_t header_l
 static void zd_mesh_send_ctrl(zd_mesh_t *mesh, uint32_t to, Zerod__Mesh__V1__Control__Type type,
                               uint64_t seq, uint32_t lost, const char *reason)
 {
-    Zerod__Mesh__V1__MeshMsg msg = ZEROD__MESH__V1__MESH_MSG__INIT;
-    Zerod__Mesh__V1__Control c = ZEROD__MESH__V1__CONTROL__INIT;
-
-    if (mesh->eps[to] == NULL) {
-        return;
-    }
-    c.type = type;
-    c.origin = mesh->p.rank;
-    c.seq = seq;
-    c.lost_rank = lost;
-    c.reason = (char *)(reason ? reason : "");
-    msg.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_CONTROL;
-    msg.control = &c;
-    zd_send_msg(mesh->eps[to], ZD_AM_CTRL, &msg, false);
+    zd_ucx_send_control(mesh->eps[to], ZD_AM_CTRL, type, mesh->p.rank, seq, lost, reason);
 }
 
 uint64_t zd_mesh_tick(zd_mesh_t *mesh)

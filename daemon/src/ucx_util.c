@@ -104,6 +104,25 @@ ucs_status_t zd_ucx_send_msg(ucp_ep_h ep, unsigned id, const Zerod__Mesh__V1__Me
     return UCS_INPROGRESS;
 }
 
+void zd_ucx_send_control(ucp_ep_h ep, unsigned id, Zerod__Mesh__V1__Control__Type type,
+                         uint32_t origin, uint64_t seq, uint32_t lost_rank, const char *reason)
+{
+    Zerod__Mesh__V1__MeshMsg msg = ZEROD__MESH__V1__MESH_MSG__INIT;
+    Zerod__Mesh__V1__Control c = ZEROD__MESH__V1__CONTROL__INIT;
+
+    if (ep == NULL) {
+        return;
+    }
+    c.type = type;
+    c.origin = origin;
+    c.seq = seq;
+    c.lost_rank = lost_rank;
+    c.reason = (char *)(reason != NULL ? reason : "");
+    msg.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_CONTROL;
+    msg.control = &c;
+    (void)zd_ucx_send_msg(ep, id, &msg, false);
+}
+
 void zd_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep, bool force)
 {
     ucp_request_param_t prm;

@@ -30,6 +30,10 @@ void zd_ucx_cleanup(ucp_context_h ctx, ucp_worker_h worker);
 ucs_status_t zd_ucx_send_msg(ucp_ep_h ep, unsigned id, const Zerod__Mesh__V1__MeshMsg *msg,
                              bool reply);
 
+/* A Control message (mesh.proto) from `origin` as active message `id`; NULL ep is a no-op. */
+void zd_ucx_send_control(ucp_ep_h ep, unsigned id, Zerod__Mesh__V1__Control__Type type,
+                         uint32_t origin, uint64_t seq, uint32_t lost_rank, const char *reason);
+
 /* Close an endpoint, progressing the worker for at most 1 s. NULL is a no-op. */
 void zd_ucx_ep_close(ucp_worker_h worker, ucp_ep_h ep, bool force);
 

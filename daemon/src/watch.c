@@ -58,19 +58,7 @@ struct zd_watch {
 static void zd_watch_send(zd_watch_t *w, uint32_t to, Zerod__Mesh__V1__Control__Type type,
                           uint32_t lost_rank, const char *reason)
 {
-    Zerod__Mesh__V1__MeshMsg msg = ZEROD__MESH__V1__MESH_MSG__INIT;
-    Zerod__Mesh__V1__Control c = ZEROD__MESH__V1__CONTROL__INIT;
-
-    if (w->eps[to] == NULL) {
-        return;
-    }
-    c.type = type;
-    c.origin = w->p.rank;
-    c.lost_rank = lost_rank;
-    c.reason = (char *)(reason != NULL ? reason : "");
-    msg.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_CONTROL;
-    msg.control = &c;
-    (void)zd_ucx_send_msg(w->eps[to], ZD_AM_WATCH, &msg, false);
+    zd_ucx_send_control(w->eps[to], ZD_AM_WATCH, type, w->p.rank, 0, lost_rank, reason);
 }
 
 static void zd_watch_broadcast(zd_watch_t *w, Zerod__Mesh__V1__Control__Type type,

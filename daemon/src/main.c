@@ -99,78 +99,77 @@ static int zd_resolve_device(const char *dev, char *out, size_t len)
     return ZD_EXIT_USAGE;
 }
 
-int main(int argc, char **argv)
-{
-    size_t n_keys = zd_config_table.n_rows;
+/* The command line: getopt's table (one flag per config key) and what it said. */
+typedef struct zd_args {
     struct option *opts;
-    char(*names)[64];
+    char (*names)[64];
     zs_config_flag_t *flags;
-    size_t n_flags = 0, n_opts = 0;
-    const char *config_path = NULL;
-    bool print = false, test = false, explicit_config = false;
-    zd_config_t cfg;
-    char err[ZS_CONFIG_ERRLEN];
-    char device[64], socket_path[256];
-    zd_server_params_t sp;
-    int c, rc;
+    size_t n_flags;
+    const char *config_path;
+    bool print, test;
+} zd_args_t;
 
-    zs_log_init_from_env();
-    /* A client or peer that closes its end while a reply is being written must cost that
-     * connection, never the daemon (libuv writes streams with write(2), which has no
-     * MSG_NOSIGNAL): EPIPE comes back as an ordinary write error instead. */
-    {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = SIG_IGN;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGPIPE, &sa, NULL);
-    }
-    opts = calloc(n_keys + 8, sizeof(*opts));
-    names = calloc(n_keys, sizeof(*names));
-    flags = calloc((size_t)argc + 1, sizeof(*flags));
-    if (opts == NULL || names == NULL || flags == NULL) {
+static void zd_args_free(zd_args_t *a)
+{
+    free(a->opts);
+    free(a->names);
+    free(a->flags);
+}
+
+/* getopt_long's table: the fixed options, then --<key-with-dashes> for every config key. */
+static int zd_args_table(zd_args_t *a, int argc)
+{
+    size_t n_keys = zd_config_table.n_rows, n = 0;
+
+    a->opts = calloc(n_keys + 8, sizeof(*a->opts));
+    a->names = calloc(n_keys, sizeof(*a->names));
+    a->flags = calloc((size_t)argc + 1, sizeof(*a->flags));
+    if (a->opts == NULL || a->names == NULL || a->flags == NULL) {
         fprintf(stderr, "zerod: out of memory\n");
         return 1;
     }
-    opts[n_opts++] = (struct option){"config", required_argument, NULL, OPT_CONFIG};
-    opts[n_opts++] = (struct option){"test-config", no_argument, NULL, OPT_TEST};
-    opts[n_opts++] = (struct option){"print-config", no_argument, NULL, OPT_PRINT};
-    opts[n_opts++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
-    opts[n_opts++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    a->opts[n++] = (struct option){"config", required_argument, NULL, OPT_CONFIG};
+    a->opts[n++] = (struct option){"test-config", no_argument, NULL, OPT_TEST};
+    a->opts[n++] = (struct option){"print-config", no_argument, NULL, OPT_PRINT};
+    a->opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+    a->opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
     for (size_t i = 0; i < n_keys; i++) {
-        snprintf(names[i], sizeof(names[i]), "%s", zd_config_table.rows[i].name);
-        for (char *p = names[i]; *p; p++) {
-            if (*p == '_') {
-                *p = '-';
-            }
+        snprintf(a->names[i], sizeof(a->names[i]), "%s", zd_config_table.rows[i].name);
+        for (char *p = a->names[i]; *p; p++) {
+            *p = *p == '_' ? '-' : *p;
         }
-        opts[n_opts++] = (struct option){names[i], required_argument, NULL, OPT_KEY_BASE + (int)i};
+        a->opts[n++] = (struct option){a->names[i], required_argument, NULL, OPT_KEY_BASE + (int)i};
     }
-    while ((c = getopt_long(argc, argv, "c:th", opts, NULL)) != -1) {
-        switch (c) {
-        case OPT_CONFIG:
-            config_path = optarg;
-            explicit_config = true;
-            break;
-        case OPT_TEST:
-            test = true;
-            break;
-        case OPT_PRINT:
-            print = true;
-            break;
-        case OPT_VERSION:
+    return -1;
+}
+
+/* -1 to go on, else the exit code (--help, --version, a usage error). */
+static int zd_args_parse(zd_args_t *a, int argc, char **argv)
+{
+    int n_keys = (int)zd_config_table.n_rows, c, rc;
+
+    memset(a, 0, sizeof(*a));
+    rc = zd_args_table(a, argc);
+    if (rc >= 0) {
+        return rc;
+    }
+    while ((c = getopt_long(argc, argv, "c:th", a->opts, NULL)) != -1) {
+        if (c == OPT_CONFIG) {
+            a->config_path = optarg;
+        } else if (c == OPT_TEST) {
+            a->test = true;
+        } else if (c == OPT_PRINT) {
+            a->print = true;
+        } else if (c == OPT_VERSION) {
             printf("zerod %s\n", ZEROD_VERSION);
             return 0;
-        case OPT_HELP:
+        } else if (c == OPT_HELP) {
             zd_usage(stdout);
             return 0;
-        default:
-            if (c >= OPT_KEY_BASE && c < OPT_KEY_BASE + (int)n_keys) {
-                flags[n_flags].name = names[c - OPT_KEY_BASE]; /* as typed: --job-linger */
-                flags[n_flags].value = optarg;
-                n_flags++;
-                break;
-            }
+        } else if (c >= OPT_KEY_BASE && c < OPT_KEY_BASE + n_keys) {
+            a->flags[a->n_flags].name = a->names[c - OPT_KEY_BASE]; /* as typed: --job-linger */
+            a->flags[a->n_flags++].value = optarg;
+        } else {
             fprintf(stderr, "Try 'zerod --help'.\n");
             return ZD_EXIT_USAGE;
         }
@@ -179,90 +178,135 @@ int main(int argc, char **argv)
         fprintf(stderr, "zerod: unexpected argument '%s'\nTry 'zerod --help'.\n", argv[optind]);
         return ZD_EXIT_USAGE;
     }
-    if (config_path == NULL && getenv("ZEROD_CONFIG") != NULL) {
-        config_path = getenv("ZEROD_CONFIG");
-        explicit_config = true;
+    if (a->config_path == NULL && getenv("ZEROD_CONFIG") != NULL) {
+        a->config_path = getenv("ZEROD_CONFIG");
     }
-    if (config_path == NULL && access(ZD_DEFAULT_CONFIG_PATH, F_OK) == 0) {
-        config_path = ZD_DEFAULT_CONFIG_PATH;
+    if (a->config_path == NULL && access(ZD_DEFAULT_CONFIG_PATH, F_OK) == 0) {
+        a->config_path = ZD_DEFAULT_CONFIG_PATH;
     }
-    (void)explicit_config;
+    return -1;
+}
+
+/* socket = auto: /run/zerod/zerod-<device without ':'>.sock */
+static void zd_socket_path(const zd_config_t *cfg, const char *device, char *out, size_t len)
+{
+    char compact[64];
+    size_t k = 0;
+
+    if (strcmp(cfg->socket, "auto") != 0) {
+        snprintf(out, len, "%s", cfg->socket);
+        return;
+    }
+    for (const char *p = device; *p && k + 1 < sizeof(compact); p++) {
+        if (*p != ':') {
+            compact[k++] = *p;
+        }
+    }
+    compact[k] = '\0';
+    snprintf(out, len, "/run/zerod/zerod-%s.sock", compact);
+}
+
+/* Rules between keys, and a token_file that is set must be usable now: a job of world > 1 may
+ * be attached any time, and it should not fail only then. 0 or the exit code. */
+static int zd_config_validate(const zd_config_t *cfg)
+{
+    char err[ZS_CONFIG_ERRLEN];
+    uint8_t token[ZD_TOKEN_MAX];
+    size_t token_len = 0;
+    zs_status_t st;
+
+    if (zd_config_check(cfg, err, sizeof(err)) != ZS_OK) {
+        fprintf(stderr, "zerod: %s\n", err);
+        return ZD_EXIT_USAGE;
+    }
+    if (cfg->token_file[0] == '\0') {
+        return 0;
+    }
+    st = zd_mesh_read_token(cfg->token_file, token, &token_len, err, sizeof(err));
+    explicit_bzero(token, sizeof(token));
+    if (st != ZS_OK) {
+        fprintf(stderr, "zerod: %s\n", err);
+        return ZD_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* A client or peer that closes its end while a reply is being written must cost that
+ * connection, never the daemon (libuv writes streams with write(2), which has no MSG_NOSIGNAL):
+ * EPIPE comes back as an ordinary write error instead. */
+static void zd_ignore_sigpipe(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+/* Load, check, then print (--print-config), check only (-t) or serve. */
+static int zd_main_config(const zd_args_t *a)
+{
+    char err[ZS_CONFIG_ERRLEN], device[64], socket_path[256];
+    zd_server_params_t sp;
+    zd_config_t cfg;
+    int rc;
 
     memset(&cfg, 0, sizeof(cfg));
-    if (zs_config_load(&zd_config_table, &cfg, config_path, NULL, zd_config_env_ignore, flags,
-                       n_flags, err, sizeof(err)) != ZS_OK) {
+    if (zs_config_load(&zd_config_table, &cfg, a->config_path, NULL, zd_config_env_ignore, a->flags,
+                       a->n_flags, err, sizeof(err)) != ZS_OK) {
         fprintf(stderr, "zerod: %s\n", err);
         return ZD_EXIT_USAGE;
     }
     rc = zd_resolve_device(cfg.device, device, sizeof(device));
-    if (rc != 0) {
-        zs_config_cleanup(&zd_config_table, &cfg);
-        return rc;
-    }
-    if (strcmp(cfg.socket, "auto") == 0) {
-        char compact[64];
-        size_t k = 0;
-        for (const char *p = device; *p && k + 1 < sizeof(compact); p++) {
-            if (*p != ':') {
-                compact[k++] = *p;
-            }
-        }
-        compact[k] = '\0';
-        snprintf(socket_path, sizeof(socket_path), "/run/zerod/zerod-%s.sock", compact);
-    } else {
-        snprintf(socket_path, sizeof(socket_path), "%s", cfg.socket);
-    }
-    if (print) {
+    if (rc == 0 && a->print) {
         zs_config_print(&zd_config_table, &cfg, stdout);
-        zs_config_cleanup(&zd_config_table, &cfg);
-        return 0;
+        goto out;
     }
-    if (zd_config_check(&cfg, err, sizeof(err)) != ZS_OK) {
-        fprintf(stderr, "zerod: %s\n", err);
-        zs_config_cleanup(&zd_config_table, &cfg);
-        return ZD_EXIT_USAGE;
+    if (rc == 0) {
+        rc = zd_config_validate(&cfg);
     }
-    if (cfg.token_file[0] != '\0') {
-        /* a job of world > 1 may be attached any time: a token that cannot be used fails now,
-         * not at the first multi-rank attach */
-        uint8_t token[ZD_TOKEN_MAX];
-        size_t token_len = 0;
-        zs_status_t st = zd_mesh_read_token(cfg.token_file, token, &token_len, err, sizeof(err));
-
-        explicit_bzero(token, sizeof(token));
-        if (st != ZS_OK) {
-            fprintf(stderr, "zerod: %s\n", err);
-            zs_config_cleanup(&zd_config_table, &cfg);
-            return ZD_EXIT_USAGE;
-        }
-    }
-    if (zk_init() != ZS_OK) {
+    if (rc == 0 && zk_init() != ZS_OK) {
         fprintf(stderr, "zerod: kernels: %s\n", zk_last_error());
-        zs_config_cleanup(&zd_config_table, &cfg);
-        return 1;
+        rc = 1;
     }
-    if (test) {
+    if (rc != 0) {
+        goto out;
+    }
+    zd_socket_path(&cfg, device, socket_path, sizeof(socket_path));
+    if (a->test) {
         printf("zerod: config OK (device %s, socket %s, kernels %s)\n", device, socket_path,
                zk_variant_name(zk_default_variant()));
-        zs_config_cleanup(&zd_config_table, &cfg);
-        return 0;
+        goto out;
     }
     zs_info(ZS_SUB_MAIN, "kernels: %s", zk_variant_name(zk_default_variant()));
     if (cfg.token_file[0] == '\0') {
         zs_info(ZS_SUB_MAIN, "no token_file: this daemon serves jobs of world 1 only");
     }
-
     memset(&sp, 0, sizeof(sp));
     sp.config = &cfg;
     sp.socket_path = socket_path;
     sp.device = device;
-    sp.config_path = config_path;
-    sp.flags = flags;
-    sp.n_flags = n_flags;
+    sp.config_path = a->config_path;
+    sp.flags = a->flags;
+    sp.n_flags = a->n_flags;
     rc = zd_server_run(&sp);
+out:
     zs_config_cleanup(&zd_config_table, &cfg);
-    free(flags);
-    free(names);
-    free(opts);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    zd_args_t args;
+    int rc;
+
+    zs_log_init_from_env();
+    zd_ignore_sigpipe();
+    rc = zd_args_parse(&args, argc, argv);
+    if (rc < 0) {
+        rc = zd_main_config(&args);
+    }
+    zd_args_free(&args);
     return rc;
 }

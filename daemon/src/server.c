@@ -38,9 +38,15 @@
 #define ZD_CONN_MAX_INFLIGHT       256
 #define ZD_CONN_MAX_INFLIGHT_BYTES (64u << 20)
 #define ZD_CONN_MAX_UNREAD         (4u << 20)
-#define ZD_WARN_PEERS              8
-#define ZD_WARN_BURST              20
-#define ZD_WARN_INTERVAL_NS        (10ull * 1000000000ull)
+/* What all connections together may hold in frame buffers (each frame is at most 16 MiB and
+ * must arrive within frame_timeout), and how many connections one uid may have open: beyond
+ * these a connection is refused, so that no number of clients can exhaust the daemon's memory. */
+#define ZD_BUFFER_BUDGET     (512u << 20)
+#define ZD_BUFFER_KEEP       (1u << 20) /* a buffer above this shrinks once its frame is out */
+#define ZD_MAX_CONNS_PER_UID 256
+#define ZD_WARN_PEERS        8
+#define ZD_WARN_BURST        20
+#define ZD_WARN_INTERVAL_NS  (10ull * 1000000000ull)
 
 typedef struct zd_server zd_server_t;
 
@@ -86,7 +92,8 @@ struct zd_server {
     uint64_t next_conn_id;
     bool stopping;
     bool listening;
-    dev_t sock_dev; /* the socket file we bound: removed at stop only if it is still ours */
+    size_t buffered; /* bytes of every connection's frame buffer (ZD_BUFFER_BUDGET) */
+    dev_t sock_dev;  /* the socket file we bound: removed at stop only if it is still ours */
     ino_t sock_ino;
     zd_warn_peer_t warn[ZD_WARN_PEERS];
     zd_engine_status_t status; /* scratch for Status replies */
@@ -469,20 +476,50 @@ static void zd_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof(c->srv->read_buf);
 }
 
+/* Resize the frame buffer, within the budget all connections share. */
+static zs_status_t zd_conn_resize(zd_conn_t *c, size_t cap)
+{
+    zd_server_t *srv = c->srv;
+    uint8_t *nb;
+
+    if (cap > c->cap && srv->buffered - c->cap + cap > ZD_BUFFER_BUDGET) {
+        return ZS_ERR_LIMIT;
+    }
+    nb = realloc(c->buf, cap);
+    if (nb == NULL) {
+        return ZS_ERR_NO_MEMORY;
+    }
+    srv->buffered = srv->buffered - c->cap + cap;
+    c->buf = nb;
+    c->cap = cap;
+    return ZS_OK;
+}
+
 static bool zd_conn_append(zd_conn_t *c, const char *data, size_t n)
 {
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 4096;
-        uint8_t *nb;
+        zs_status_t st;
+
         while (cap < c->len + n) {
             cap *= 2;
         }
-        nb = realloc(c->buf, cap);
-        if (nb == NULL) {
+        if (c->need >= c->len + n && c->need < cap) {
+            cap = c->need; /* the frame in progress, exactly: a 16 MiB frame takes 16 MiB */
+        }
+        st = zd_conn_resize(c, cap);
+        if (st == ZS_ERR_LIMIT) {
+            char msg[160];
+            snprintf(msg, sizeof(msg),
+                     "the frame buffers of all connections are full (%u MiB); try again",
+                     ZD_BUFFER_BUDGET >> 20);
+            zd_conn_fail(c, 0, st, msg);
             return false;
         }
-        c->buf = nb;
-        c->cap = cap;
+        if (st != ZS_OK) {
+            zd_conn_fail(c, 0, st, "out of memory buffering a frame");
+            return false;
+        }
     }
     memcpy(c->buf + c->len, data, n);
     c->len += n;
@@ -513,8 +550,7 @@ static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (!zd_conn_append(c, buf->base, (size_t)nread)) {
-        zd_conn_fail(c, 0, ZS_ERR_NO_MEMORY, "out of memory buffering a frame");
-        return;
+        return; /* failed, naming why */
     }
     zd_conn_pump(c);
 }
@@ -566,6 +602,13 @@ static void zd_conn_pump(zd_conn_t *c)
         uv_read_start((uv_stream_t *)&c->pipe, zd_alloc_cb, zd_read_cb);
         c->reading = true;
     }
+    if (progressed && c->cap > ZD_BUFFER_KEEP && c->len <= c->cap / 4) {
+        size_t cap = ZD_BUFFER_KEEP;
+        while (cap < c->len) {
+            cap *= 2;
+        }
+        (void)zd_conn_resize(c, cap); /* the big frame is out: give its memory back */
+    }
     /* frame_timeout runs from the first byte of the frame still incomplete: a frame that
      * completed restarts it for the next one */
     if (c->len > 0) {
@@ -586,6 +629,7 @@ static void zd_conn_handle_closed(uv_handle_t *h)
     if (--c->open_handles > 0) {
         return;
     }
+    c->srv->buffered -= c->cap;
     free(c->buf);
     free(c);
 }
@@ -660,6 +704,17 @@ static bool zd_server_peer_allowed(zd_server_t *srv, zd_conn_t *c, int fd, char 
     return false;
 }
 
+/* Open connections of a uid (this one included). */
+static unsigned zd_server_count_uid(const zd_server_t *srv, uid_t uid)
+{
+    unsigned n = 0;
+
+    for (const zd_conn_t *c = srv->conns; c != NULL; c = c->next) {
+        n += c->uid == uid && !c->closing;
+    }
+    return n;
+}
+
 static void zd_connection_cb(uv_stream_t *server, int status)
 {
     zd_server_t *srv = server->data;
@@ -700,6 +755,13 @@ static void zd_connection_cb(uv_stream_t *server, int status)
                  (unsigned)geteuid(), srv->has_allowed_gid ? ", group " : "",
                  srv->has_allowed_gid ? srv->params->config->allowed_group : "");
         zd_conn_fail(c, 0, ZS_ERR_PERMISSION, msg);
+        return;
+    }
+    if (zd_server_count_uid(srv, c->uid) > ZD_MAX_CONNS_PER_UID) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "too many connections from uid %u (at most %u)",
+                 (unsigned)c->uid, ZD_MAX_CONNS_PER_UID);
+        zd_conn_fail(c, 0, ZS_ERR_LIMIT, msg);
         return;
     }
     zs_debug(ZS_SUB_IPC, "connection %llu from %s", (unsigned long long)c->id, who);

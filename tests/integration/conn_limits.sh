@@ -9,6 +9,12 @@ zerod=$1 zeroctl=$2 train=$3 rundir=$4
 here=$(cd "$(dirname "$0")" && pwd)
 ctl="$here/daemon_ctl.sh"
 sock="$rundir/zerod.sock"
+# Under a sanitizer the daemon's RSS also counts shadow memory (TSan) or freed blocks held in
+# quarantine (ASan): the refusals still prove the limits, the RSS figures are only printed.
+check_rss=1
+if [ -n "${TSAN_OPTIONS:-}${ASAN_OPTIONS:-}" ]; then
+    check_rss=0
+fi
 
 fail() {
     echo "FAIL: $*" >&2
@@ -51,9 +57,9 @@ EOF
 
 # 48 connections each sending 15 of a frame's 16 MiB: the buffers stop at 512 MiB in all
 rss_before=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
-/usr/bin/python3 - "$sock" "$pid" <<'EOF' || fail "buffer budget"
+/usr/bin/python3 - "$sock" "$pid" "$check_rss" <<'EOF' || fail "buffer budget"
 import socket, struct, sys, time
-path, pid = sys.argv[1], sys.argv[2]
+path, pid, check_rss = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 chunk = b"\0" * (1 << 20)
 conns, refused = [], 0
 for _ in range(48):
@@ -78,7 +84,7 @@ for s in conns:
         refused += 1
 rss = int([l for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS")][0].split()[1])
 print(f"48 connections x 15 MiB of a 16 MiB frame: {refused} refused, daemon VmRSS {rss >> 10} MiB")
-ok = refused >= 48 - 512 // 16 and rss < 700 * 1024
+ok = refused >= 48 - 512 // 16 and (rss < 700 * 1024 or not check_rss)
 for s in conns:
     s.close()
 sys.exit(0 if ok else 1)
@@ -93,7 +99,11 @@ for _ in $(seq 1 50); do
     sleep 0.1
 done
 echo "daemon VmRSS: $((rss_before >> 10)) MiB before, $((rss_after >> 10)) MiB after the buffers were freed"
-[ "$rss_after" -lt $((rss_before + 65536)) ] || fail "the frame buffers were not given back"
+if [ "$check_rss" = 1 ]; then
+    [ "$rss_after" -lt $((rss_before + 65536)) ] || fail "the frame buffers were not given back"
+else
+    echo "(a sanitizer build: RSS not checked)"
+fi
 started=0
 "$ctl" stop "$rundir"
 echo "PASS"

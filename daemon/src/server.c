@@ -43,7 +43,7 @@
  * these a connection is refused, so that no number of clients can exhaust the daemon's memory. */
 #define ZD_BUFFER_BUDGET     (512u << 20)
 #define ZD_BUFFER_KEEP       (1u << 20) /* a buffer above this shrinks once its frame is out */
-#define ZD_MAX_CONNS_PER_UID 256
+#define ZD_MAX_CONNS_PER_UID 256u
 #define ZD_WARN_PEERS        8
 #define ZD_WARN_BURST        20
 #define ZD_WARN_INTERVAL_NS  (10ull * 1000000000ull)
@@ -341,7 +341,7 @@ static void zd_conn_status(zd_conn_t *c, const zd_frame_t *f)
     s.activity = st->activity;
     s.activity_s = st->activity[0] != '\0' ? (double)(now - st->activity_since_ns) * 1e-9 : 0;
     if (st->has_job) {
-        const char *d = st->dtype == ZD_DTYPE_F32 ? "4" : "2";
+        const char *d = st->dtype == ZS_DTYPE_F32 ? "4" : "2";
 
         s.has_job = true;
         s.job_id = st->job_id;

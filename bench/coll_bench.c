@@ -147,17 +147,17 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
         acc[j] = 1e30f; /* overwritten, not added to */
     }
     R->err[0] = '\0';
-    st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, ZD_COLL_OVERWRITE,
+    st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc, ZD_COLL_OVERWRITE,
                                       R->err, sizeof(R->err));
     if (st == ZS_OK) { /* and once accumulating: acc = 2 x the sum */
-        st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc, 0, R->err,
+        st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc, 0, R->err,
                                           sizeof(R->err));
     }
     if (st != ZS_OK) {
         rc = cb_rank_fail(R, "reduce_scatter", st);
         goto out;
     }
-    st = R->coll->ops->all_gather(R->coll, gbuf, ZK_DTYPE_F32, slice, R->err, sizeof(R->err));
+    st = R->coll->ops->all_gather(R->coll, gbuf, ZS_DTYPE_F32, slice, R->err, sizeof(R->err));
     if (st != ZS_OK) {
         rc = cb_rank_fail(R, "all_gather", st);
         goto out;
@@ -197,10 +197,10 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
             }
             t0 = zs_time_now_s();
             if (op == CB_OP_RS) {
-                st = R->coll->ops->reduce_scatter(R->coll, src, ZK_DTYPE_F32, slice, acc,
+                st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc,
                                                   ZD_COLL_OVERWRITE, R->err, sizeof(R->err));
             } else {
-                st = R->coll->ops->all_gather(R->coll, gbuf, ZK_DTYPE_F32, slice, R->err,
+                st = R->coll->ops->all_gather(R->coll, gbuf, ZS_DTYPE_F32, slice, R->err,
                                               sizeof(R->err));
             }
             if (st != ZS_OK) {

@@ -71,9 +71,9 @@ static int cc_rank(cc_shared_t *sh, unsigned r, const zs_region_t src[2], const 
             t0 = zs_time_now_s();
             if (op == CC_RS) {
                 st = zk_reduce(&one, acc, s0 + (uint64_t)r * slice, s1 + (uint64_t)r * slice,
-                               ZK_DTYPE_F32, slice);
+                               ZS_DTYPE_F32, slice);
             } else {
-                st = zk_cast(&one, mine + half, ZK_DTYPE_F32, other + half, ZK_DTYPE_F32, slice);
+                st = zk_cast(&one, mine + half, ZS_DTYPE_F32, other + half, ZS_DTYPE_F32, slice);
             }
             if (st != ZS_OK) {
                 fprintf(stderr, "coll_ceiling: rank %u: %s\n", r, zk_last_error());

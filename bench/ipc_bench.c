@@ -249,7 +249,7 @@ static double ib_round_local(ib_size_ctx_t *c, double *memcpy_gbps_p)
     double t0 = zs_time_now_s(), acc_gbps;
 
     for (unsigned r = 0; r < c->reps; r++) {
-        zk_accumulate(&c->ex, c->acc, c->src, ZK_DTYPE_F32, 1.0f, c->n);
+        zk_accumulate(&c->ex, c->acc, c->src, ZS_DTYPE_F32, 1.0f, c->n);
     }
     acc_gbps = (double)c->bytes * c->reps / (zs_time_now_s() - t0) / 1e9;
     t0 = zs_time_now_s();
@@ -321,7 +321,7 @@ static int ib_measure_size(const ib_opts_t *o, const ib_daemon_t *d, unsigned sl
         c.src[i] = 1e-3f;
         c.dst[i] = 0.0f;
     }
-    if (zk_accumulate(&c.ex, c.acc, c.src, ZK_DTYPE_F32, 1.0f, c.n) != ZS_OK) {
+    if (zk_accumulate(&c.ex, c.acc, c.src, ZS_DTYPE_F32, 1.0f, c.n) != ZS_OK) {
         fprintf(stderr, "ipc_bench: zk_accumulate: %s\n", zk_last_error());
         goto out_free;
     }

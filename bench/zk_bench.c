@@ -37,7 +37,7 @@ typedef struct zb_opts {
     unsigned threads[ZB_MAX_LIST];
     unsigned n_threads;
     unsigned reps;
-    zk_dtype_t dtype;
+    zs_dtype_t dtype;
     int variants[ZK_VARIANT_COUNT]; /* selected */
     int kernels[ZB_K_COUNT];
     const char *peer;
@@ -104,7 +104,7 @@ static zs_status_t zb_run_kernel(zb_ctx_t *c)
     case ZB_K_REDUCE:
         return zk_reduce(&c->ex, b->h1, b->h0, b->h1, o->dtype, o->n);
     case ZB_K_CAST:
-        return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZK_DTYPE_F32, o->n);
+        return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZS_DTYPE_F32, o->n);
     default:
         return ZS_ERR_INVALID;
     }
@@ -120,7 +120,7 @@ static void zb_limit_chunk(void *arg, unsigned worker, size_t b, size_t e)
 static void zb_limit_setup(zb_ctx_t *c)
 {
     zb_bufs_t *b = c->b;
-    size_t ds = zk_dtype_size(c->o->dtype);
+    size_t ds = zs_dtype_size(c->o->dtype);
     zb_limit_args_t *a = &c->largs;
 
     memset(a->s, 0, sizeof(a->s));
@@ -183,7 +183,7 @@ static void *zb_alloc(size_t bytes)
     return p;
 }
 
-static void zb_init_bufs(zb_bufs_t *b, size_t n, zk_dtype_t dt)
+static void zb_init_bufs(zb_bufs_t *b, size_t n, zs_dtype_t dt)
 {
     uint64_t x = 88172645463325252ull;
 
@@ -205,8 +205,8 @@ static void zb_init_bufs(zb_bufs_t *b, size_t n, zk_dtype_t dt)
         b->acc[i] = 1e-2f * r;
     }
     /* half-width buffers get valid values of dtype, fp32 ones fp32 */
-    zk_cast(NULL, b->h0, dt, b->master, ZK_DTYPE_F32, n);
-    zk_cast(NULL, b->h1, dt, b->m, ZK_DTYPE_F32, n);
+    zk_cast(NULL, b->h0, dt, b->master, ZS_DTYPE_F32, n);
+    zk_cast(NULL, b->h1, dt, b->m, ZS_DTYPE_F32, n);
 }
 
 /* The peer's elements/s from bench/peers/torch_adamw.py's JSON line, or < 0. */
@@ -278,7 +278,7 @@ static int zb_parse(int argc, char **argv, zb_opts_t *o)
     int c;
 
     *o = (zb_opts_t){
-        .n = (size_t)64 << 20, .threads = {1}, .n_threads = 1, .reps = 5, .dtype = ZK_DTYPE_BF16};
+        .n = (size_t)64 << 20, .threads = {1}, .n_threads = 1, .reps = 5, .dtype = ZS_DTYPE_BF16};
     for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
         o->variants[v] = 1;
     }
@@ -324,11 +324,11 @@ static int zb_parse(int argc, char **argv, zb_opts_t *o)
             break;
         case 'd':
             if (strcmp(optarg, "bf16") == 0) {
-                o->dtype = ZK_DTYPE_BF16;
+                o->dtype = ZS_DTYPE_BF16;
             } else if (strcmp(optarg, "fp16") == 0) {
-                o->dtype = ZK_DTYPE_F16;
+                o->dtype = ZS_DTYPE_F16;
             } else if (strcmp(optarg, "fp32") == 0) {
-                o->dtype = ZK_DTYPE_F32;
+                o->dtype = ZS_DTYPE_F32;
             } else {
                 fprintf(stderr, "zk_bench: --dtype wants bf16, fp16 or fp32, got '%s'\n", optarg);
                 return -1;
@@ -394,7 +394,7 @@ int main(int argc, char **argv)
     zb_init_bufs(&bufs, o.n, o.dtype);
     if (!o.json) {
         printf("zk_bench: n = %zu elements, dtype %s, best of %u, limit kernel %s\n", o.n,
-               zk_dtype_name(o.dtype), o.reps, limit_isa);
+               zs_dtype_name(o.dtype), o.reps, limit_isa);
         printf("%-11s %-7s %7s %12s %10s %9s %12s %6s\n", "kernel", "variant", "threads", "Gelem/s",
                "time [ms]", "GB/s", "limit GB/s", "ratio");
     }
@@ -408,7 +408,7 @@ int main(int argc, char **argv)
         }
         for (int k = 0; k < ZB_K_COUNT; k++) {
             zb_ctx_t c = {.o = &o, .b = &bufs, .kernel = (zb_kernel_t)k, .limit = limit};
-            double bytes = zb_bytes_per_elem((zb_kernel_t)k, zk_dtype_size(o.dtype)) * (double)o.n;
+            double bytes = zb_bytes_per_elem((zb_kernel_t)k, zs_dtype_size(o.dtype)) * (double)o.n;
             double lim_gbps;
 
             if (!o.kernels[k]) {
@@ -447,7 +447,7 @@ int main(int argc, char **argv)
                            "\"n\": %zu, \"dtype\": \"%s\", \"seconds\": %.6f, \"gbps\": %.2f, "
                            "\"limit_gbps\": %.2f, \"ratio\": %.3f}\n",
                            zb_kernel_names[k], zk_variant_name((zk_variant_t)v), threads, o.n,
-                           zk_dtype_name(o.dtype), t, gbps, lim_gbps, gbps / lim_gbps);
+                           zs_dtype_name(o.dtype), t, gbps, lim_gbps, gbps / lim_gbps);
                 } else {
                     printf("%-11s %-7s %7u %12.3f %10.2f %9.1f %12.1f %6.3f\n", zb_kernel_names[k],
                            zk_variant_name((zk_variant_t)v), threads, (double)o.n / t / 1e9,

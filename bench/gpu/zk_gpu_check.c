@@ -77,7 +77,7 @@ static void check_adam(size_t n, int dt, int adamw)
                           .bias_correction = 1,
                           .step = 7,
                           .grad_scale = 0.5f};
-    size_t ds = dt < 0 ? 4 : zk_dtype_size((zk_dtype_t)dt);
+    size_t ds = dt < 0 ? 4 : zs_dtype_size((zs_dtype_t)dt);
     float *h[4], *g[4], *d_[4];
     void *hd = calloc(n + 1, 4), *gd = calloc(n + 1, 4), *dd = dev(4 * n);
     char what[64];
@@ -97,10 +97,10 @@ static void check_adam(size_t n, int dt, int adamw)
         CK(cudaMemcpy(d_[s], h[s], 4 * n, cudaMemcpyHostToDevice));
     }
     ZK(zk_cuda_adam_step(&P, d_[0], d_[1], d_[2], d_[3], dt < 0 ? NULL : dd,
-                         dt < 0 ? ZK_DTYPE_F32 : (zk_dtype_t)dt, n, NULL));
+                         dt < 0 ? ZS_DTYPE_F32 : (zs_dtype_t)dt, n, NULL));
     CK(cudaDeviceSynchronize());
     ZK(zk_adam_step(&cpu, &P, h[0], h[1], h[2], h[3], dt < 0 ? NULL : hd,
-                    dt < 0 ? ZK_DTYPE_F32 : (zk_dtype_t)dt, n));
+                    dt < 0 ? ZS_DTYPE_F32 : (zs_dtype_t)dt, n));
     for (int s = 0; s < 4; s++) {
         CK(cudaMemcpy(g[s], d_[s], 4 * n, cudaMemcpyDeviceToHost));
     }
@@ -122,10 +122,10 @@ static void check_adam(size_t n, int dt, int adamw)
         if (g[3][i] != 0.0f) {
             fail("adam acc not zeroed", n, i, g[3][i], 0.0);
         }
-        if (dt == ZK_DTYPE_BF16 && ((uint16_t *)gd)[i] != zk_f32_to_bf16(g[0][i])) {
+        if (dt == ZS_DTYPE_BF16 && ((uint16_t *)gd)[i] != zk_f32_to_bf16(g[0][i])) {
             fail("adam dst bf16 != cast(master)", n, i, ((uint16_t *)gd)[i], g[0][i]);
         }
-        if (dt == ZK_DTYPE_F16 && ((uint16_t *)gd)[i] != zk_f32_to_f16(g[0][i])) {
+        if (dt == ZS_DTYPE_F16 && ((uint16_t *)gd)[i] != zk_f32_to_f16(g[0][i])) {
             fail("adam dst fp16 != cast(master)", n, i, ((uint16_t *)gd)[i], g[0][i]);
         }
     }
@@ -170,9 +170,9 @@ static void check_sumsq(size_t n, int inject)
 }
 
 /* accumulate, reduce and cast for one dtype; specials injected */
-static void check_elementwise(size_t n, zk_dtype_t dt)
+static void check_elementwise(size_t n, zs_dtype_t dt)
 {
-    size_t es = zk_dtype_size(dt);
+    size_t es = zs_dtype_size(dt);
     float *f = malloc(4 * n + 4), *acc = malloc(4 * n + 4), *gacc = malloc(4 * n + 4);
     unsigned char *a = malloc(es * n + 4), *b = malloc(es * n + 4);
     unsigned char *cr = malloc(4 * n + 4), *gr = malloc(4 * n + 4);
@@ -184,13 +184,13 @@ static void check_elementwise(size_t n, zk_dtype_t dt)
         f[i] = (i % 101 == 0) ? specials[(i / 101) % 6] : lrand(-30, 16);
         acc[i] = lrand(-10, 10);
     }
-    ZK(zk_cast(NULL, a, dt, f, ZK_DTYPE_F32, n));
+    ZK(zk_cast(NULL, a, dt, f, ZS_DTYPE_F32, n));
     for (size_t i = 0; i < n; i++) {
         float x = lrand(-10, 10);
         memcpy(b + es * i,
                es == 4
                    ? (void *)&x
-                   : (void *)&(uint16_t){dt == ZK_DTYPE_F16 ? zk_f32_to_f16(x) : zk_f32_to_bf16(x)},
+                   : (void *)&(uint16_t){dt == ZS_DTYPE_F16 ? zk_f32_to_f16(x) : zk_f32_to_bf16(x)},
                es);
     }
     CK(cudaMemcpy(df, f, 4 * n, cudaMemcpyHostToDevice));
@@ -199,14 +199,14 @@ static void check_elementwise(size_t n, zk_dtype_t dt)
     CK(cudaMemcpy(db, b, es * n, cudaMemcpyHostToDevice));
 
     /* cast fp32 -> dt and back: bit-exact (same elem.h formulas) */
-    ZK(zk_cuda_cast(dr, dt, df, ZK_DTYPE_F32, n, NULL));
+    ZK(zk_cuda_cast(dr, dt, df, ZS_DTYPE_F32, n, NULL));
     CK(cudaMemcpy(gr, dr, es * n, cudaMemcpyDeviceToHost));
     if (memcmp(gr, a, es * n) != 0) {
         fail("cast fp32 -> dtype", n, 0, 0, 0);
     }
-    ZK(zk_cuda_cast(dr, ZK_DTYPE_F32, da, dt, n, NULL));
+    ZK(zk_cuda_cast(dr, ZS_DTYPE_F32, da, dt, n, NULL));
     CK(cudaMemcpy(gr, dr, 4 * n, cudaMemcpyDeviceToHost));
-    ZK(zk_cast(NULL, cr, ZK_DTYPE_F32, a, dt, n));
+    ZK(zk_cast(NULL, cr, ZS_DTYPE_F32, a, dt, n));
     if (memcmp(gr, cr, 4 * n) != 0) {
         fail("cast dtype -> fp32", n, 0, 0, 0);
     }
@@ -278,11 +278,11 @@ static void timing(size_t n)
     }
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    ZK(zk_cuda_adam_step(&P, s[0], s[1], s[2], s[3], dst, ZK_DTYPE_BF16, n, NULL));
+    ZK(zk_cuda_adam_step(&P, s[0], s[1], s[2], s[3], dst, ZS_DTYPE_BF16, n, NULL));
     CK(cudaEventRecord(e0, NULL));
     for (int r = 0; r < reps; r++) {
         P.step++;
-        ZK(zk_cuda_adam_step(&P, s[0], s[1], s[2], s[3], dst, ZK_DTYPE_BF16, n, NULL));
+        ZK(zk_cuda_adam_step(&P, s[0], s[1], s[2], s[3], dst, ZS_DTYPE_BF16, n, NULL));
     }
     CK(cudaEventRecord(e1, NULL));
     CK(cudaEventSynchronize(e1));
@@ -331,12 +331,12 @@ int main(void)
         for (int dt = -1; dt <= 2; dt++) {
             check_adam(n, dt, 1);
         }
-        check_adam(n, ZK_DTYPE_BF16, 0);
+        check_adam(n, ZS_DTYPE_BF16, 0);
         check_sumsq(n, 0);
         check_sumsq(n, 1);
         check_sumsq(n, 2);
         for (int dt = 0; dt <= 2; dt++) {
-            check_elementwise(n, (zk_dtype_t)dt);
+            check_elementwise(n, (zs_dtype_t)dt);
         }
         printf("  n = %-9zu %s\n", n, failures ? "FAILED" : "ok");
     }

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "zc_int.h"
 
+#include "zs/dtype.h"
+
 #include "zs/layout.h"
 #include "zs/mem.h"
 
@@ -732,16 +734,20 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
 
 /* ---- layout queries ---------------------------------------------------------------- */
 
+/* The public zc_dtype_t, ipc.proto's DType and zs_dtype_t carry the same values. */
+_Static_assert(ZC_DTYPE_F32 == (int)ZS_DTYPE_F32 && ZC_DTYPE_F16 == (int)ZS_DTYPE_F16 &&
+                   ZC_DTYPE_BF16 == (int)ZS_DTYPE_BF16,
+               "zc_dtype_t and zs_dtype_t differ");
+_Static_assert(ZEROD__IPC__V1__DTYPE__DTYPE_F32 == (int)ZS_DTYPE_F32 &&
+                   ZEROD__IPC__V1__DTYPE__DTYPE_F16 == (int)ZS_DTYPE_F16 &&
+                   ZEROD__IPC__V1__DTYPE__DTYPE_BF16 == (int)ZS_DTYPE_BF16,
+               "ipc.proto DType and zs_dtype_t differ");
+
 ZC_API size_t zc_dtype_size(zc_dtype_t dtype)
 {
-    switch (dtype) {
-    case ZC_DTYPE_F32:
-        return 4;
-    case ZC_DTYPE_F16:
-    case ZC_DTYPE_BF16:
-        return 2;
-    }
-    return 0;
+    zs_dtype_t d;
+
+    return zs_dtype_from_int((long)dtype, &d) == ZS_OK ? zs_dtype_size(d) : 0;
 }
 
 ZC_API zc_dtype_t zc_session_dtype(zc_session_t *session)

@@ -41,12 +41,12 @@ typedef struct zd_coll_ops {
     /* acc[0..slice) += Σ over ranks of src_q[rank * slice .. + slice), src of `dtype` holding
      * world * slice elements (this rank's whole bucket), summed in fp32 (ZD_COLL_OVERWRITE:
      * acc = Σ). */
-    zs_status_t (*reduce_scatter)(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
+    zs_status_t (*reduce_scatter)(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
                                   uint64_t slice, float *acc, unsigned flags, char *err,
                                   size_t errlen);
     /* buf holds world * slice elements of dtype; this rank's slice (at rank * slice) goes to
      * every rank and the others arrive in place. */
-    zs_status_t (*all_gather)(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
+    zs_status_t (*all_gather)(zd_coll_t *coll, void *buf, zs_dtype_t dtype, uint64_t slice,
                               char *err, size_t errlen);
     /* vals[i] = op[i] over ranks of vals[i], combined in rank order so every rank gets the
      * bit-identical result. */

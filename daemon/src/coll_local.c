@@ -9,13 +9,13 @@ typedef struct zd_coll_local {
     zk_exec_t exec;
 } zd_coll_local_t;
 
-static zs_status_t zd_local_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
+static zs_status_t zd_local_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
                                            uint64_t slice, float *acc, unsigned flags, char *err,
                                            size_t errlen)
 {
     zd_coll_local_t *c = (zd_coll_local_t *)coll;
     zs_status_t st = (flags & ZD_COLL_OVERWRITE)
-                         ? zk_cast(&c->exec, acc, ZK_DTYPE_F32, src, dtype, slice)
+                         ? zk_cast(&c->exec, acc, ZS_DTYPE_F32, src, dtype, slice)
                          : zk_accumulate(&c->exec, acc, src, dtype, 1.0f, slice);
 
     if (st != ZS_OK) {
@@ -24,7 +24,7 @@ static zs_status_t zd_local_reduce_scatter(zd_coll_t *coll, const void *src, zk_
     return st;
 }
 
-static zs_status_t zd_local_all_gather(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
+static zs_status_t zd_local_all_gather(zd_coll_t *coll, void *buf, zs_dtype_t dtype, uint64_t slice,
                                        char *err, size_t errlen)
 {
     return ZS_OK;

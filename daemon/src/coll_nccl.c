@@ -30,12 +30,12 @@ typedef struct zd_coll_nccl {
 
 _Static_assert(ZD_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "NCCL unique id size");
 
-static ncclDataType_t zd_nccl_dtype(zk_dtype_t dt)
+static ncclDataType_t zd_nccl_dtype(zs_dtype_t dt)
 {
     switch (dt) {
-    case ZK_DTYPE_F16:
+    case ZS_DTYPE_F16:
         return ncclFloat16;
-    case ZK_DTYPE_BF16:
+    case ZS_DTYPE_BF16:
         return ncclBfloat16;
     default:
         return ncclFloat32;
@@ -93,18 +93,18 @@ static zs_status_t zd_nccl_check(zd_coll_nccl_t *c, ncclResult_t r, const char *
     return ZS_OK;
 }
 
-static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
+static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
                                           uint64_t slice, float *acc, unsigned flags, char *err,
                                           size_t errlen)
 {
     zd_coll_nccl_t *c = (zd_coll_nccl_t *)coll;
-    size_t bytes = slice * zk_dtype_size(dtype);
+    size_t bytes = slice * zs_dtype_size(dtype);
     zs_status_t st;
 
     if (slice == 0) {
         return ZS_OK;
     }
-    if ((flags & ZD_COLL_OVERWRITE) && dtype == ZK_DTYPE_F32) {
+    if ((flags & ZD_COLL_OVERWRITE) && dtype == ZS_DTYPE_F32) {
         /* the sum lands straight in the accumulator */
         st = zd_nccl_check(
             c, ncclReduceScatter(src, acc, slice, ncclFloat32, ncclSum, c->comm, c->stream),
@@ -138,11 +138,11 @@ static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zk_d
     return st == ZS_OK ? zd_nccl_wait(c, "reduce_scatter", err, errlen) : st;
 }
 
-static zs_status_t zd_nccl_all_gather(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
+static zs_status_t zd_nccl_all_gather(zd_coll_t *coll, void *buf, zs_dtype_t dtype, uint64_t slice,
                                       char *err, size_t errlen)
 {
     zd_coll_nccl_t *c = (zd_coll_nccl_t *)coll;
-    char *own = (char *)buf + (uint64_t)coll->rank * slice * zk_dtype_size(dtype);
+    char *own = (char *)buf + (uint64_t)coll->rank * slice * zs_dtype_size(dtype);
     zs_status_t st;
 
     if (slice == 0) {

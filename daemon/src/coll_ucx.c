@@ -225,13 +225,13 @@ static zs_status_t zd_part_reserve(zd_coll_ucx_t *c, uint64_t elems)
     return ZS_OK;
 }
 
-static zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_dtype_t dtype,
+static zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t dtype,
                                           uint64_t slice, float *acc, unsigned flags, uint64_t seq,
                                           char *err, size_t errlen)
 {
     const uint32_t N = c->base.world, r = c->base.rank;
     const uint32_t left = (r + N - 1) % N, right = (r + 1) % N;
-    const size_t dsz = zk_dtype_size(dtype);
+    const size_t dsz = zs_dtype_size(dtype);
     const char *base = src;
     uint64_t seg, nseg;
     zs_deadline_t deadline;
@@ -260,10 +260,10 @@ static zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_
     {
         uint32_t idx = (r + N - 1) % N;
         const float *from;
-        if (dtype == ZK_DTYPE_F32) {
+        if (dtype == ZS_DTYPE_F32) {
             from = (const float *)(const void *)(base + (uint64_t)idx * slice * dsz);
         } else {
-            st = zk_cast(&c->exec, c->part[1], ZK_DTYPE_F32, base + (uint64_t)idx * slice * dsz,
+            st = zk_cast(&c->exec, c->part[1], ZS_DTYPE_F32, base + (uint64_t)idx * slice * dsz,
                          dtype, slice);
             from = c->part[1];
         }
@@ -296,9 +296,9 @@ static zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_
                     send_req[(k + 1) % 2][j] = zd_post_send(c, right, p + lo, n * sizeof(float),
                                                             zd_tag(seq, r, k + 1, (uint32_t)j));
                 } else if (flags & ZD_COLL_OVERWRITE) {
-                    st = zk_cast(&c->exec, acc + lo, ZK_DTYPE_F32, p + lo, ZK_DTYPE_F32, n);
+                    st = zk_cast(&c->exec, acc + lo, ZS_DTYPE_F32, p + lo, ZS_DTYPE_F32, n);
                 } else {
-                    st = zk_accumulate(&c->exec, acc + lo, p + lo, ZK_DTYPE_F32, 1.0f, n);
+                    st = zk_accumulate(&c->exec, acc + lo, p + lo, ZS_DTYPE_F32, 1.0f, n);
                 }
                 reduced[j] = 1;
                 pending--;
@@ -335,12 +335,12 @@ static zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_
     return st;
 }
 
-static zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zk_dtype_t dtype, uint64_t slice,
+static zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zs_dtype_t dtype, uint64_t slice,
                                       uint64_t seq, char *err, size_t errlen)
 {
     const uint32_t N = c->base.world, r = c->base.rank;
     const uint32_t left = (r + N - 1) % N, right = (r + 1) % N;
-    const size_t dsz = zk_dtype_size(dtype);
+    const size_t dsz = zs_dtype_size(dtype);
     char *base = buf;
     uint64_t seg, nseg, total;
     zs_deadline_t deadline;
@@ -811,7 +811,7 @@ static zs_status_t zd_direct_end(zd_coll_ucx_t *c, uint64_t seq, zs_deadline_t d
 
 typedef struct zd_rs_job {
     const zd_coll_ucx_t *c;
-    zk_dtype_t dtype;
+    zs_dtype_t dtype;
     size_t dsz;
     uint64_t slice;
     float *acc;
@@ -830,17 +830,17 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
     const char *const *src = j->c->peer_buf;
     zs_status_t st = ZS_OK;
 
-    if (N == 2 && j->dtype == ZK_DTYPE_F32 && overwrite) {
+    if (N == 2 && j->dtype == ZS_DTYPE_F32 && overwrite) {
         /* one pass; streaming stores for large ranges */
         st = zk_reduce(&one, j->acc + b, (const float *)(const void *)src[0] + at + b,
-                       (const float *)(const void *)src[1] + at + b, ZK_DTYPE_F32, e - b);
+                       (const float *)(const void *)src[1] + at + b, ZS_DTYPE_F32, e - b);
     } else {
         /* block by block, so the accumulator block stays in cache across the sources */
         for (size_t lo = b; lo < e && st == ZS_OK; lo += ZD_RS_BLOCK) {
             size_t n = e - lo < ZD_RS_BLOCK ? e - lo : ZD_RS_BLOCK;
             for (uint32_t q = 0; q < N && st == ZS_OK; q++) {
                 const char *s = src[q] + (at + lo) * j->dsz;
-                st = q == 0 && overwrite ? zk_cast(&one, j->acc + lo, ZK_DTYPE_F32, s, j->dtype, n)
+                st = q == 0 && overwrite ? zk_cast(&one, j->acc + lo, ZS_DTYPE_F32, s, j->dtype, n)
                                          : zk_accumulate(&one, j->acc + lo, s, j->dtype, 1.0f, n);
             }
         }
@@ -850,7 +850,7 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
     }
 }
 
-static zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zk_dtype_t dtype,
+static zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t dtype,
                                             uint64_t slice, float *acc, unsigned flags, char *err,
                                             size_t errlen)
 {
@@ -860,7 +860,7 @@ static zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, z
     memset(&job, 0, sizeof(job));
     job.c = c;
     job.dtype = dtype;
-    job.dsz = zk_dtype_size(dtype);
+    job.dsz = zs_dtype_size(dtype);
     job.slice = slice;
     job.acc = acc;
     job.flags = flags;
@@ -874,10 +874,10 @@ static zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, z
     return st;
 }
 
-static zs_status_t zd_direct_all_gather(zd_coll_ucx_t *c, void *buf, zk_dtype_t dtype,
+static zs_status_t zd_direct_all_gather(zd_coll_ucx_t *c, void *buf, zs_dtype_t dtype,
                                         uint64_t slice, char *err, size_t errlen)
 {
-    const size_t bytes = slice * zk_dtype_size(dtype);
+    const size_t bytes = slice * zs_dtype_size(dtype);
     zs_status_t st = ZS_OK;
 
     for (uint32_t q = 0; q < c->base.world && st == ZS_OK; q++) {
@@ -898,7 +898,7 @@ static zs_status_t zd_direct_all_gather(zd_coll_ucx_t *c, void *buf, zk_dtype_t 
 typedef struct zd_coll_call {
     bool rs;   /* reduce-scatter, else all-gather */
     void *buf; /* reduce-scatter: the source bucket; all-gather: the buffer gathered into */
-    zk_dtype_t dtype;
+    zs_dtype_t dtype;
     uint64_t slice;
     float *acc;
     unsigned flags;
@@ -920,7 +920,7 @@ static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *e
     seq = ++c->seq;
     if (c->direct) {
         zs_deadline_t deadline = zs_deadline_in_ns(zd_mesh_collective_timeout_ns(c->mesh));
-        st = zd_direct_begin(c, k->buf, k->slice * c->base.world * zk_dtype_size(k->dtype), seq,
+        st = zd_direct_begin(c, k->buf, k->slice * c->base.world * zs_dtype_size(k->dtype), seq,
                              deadline, &direct, what, err, errlen);
         if (st == ZS_OK && direct) {
             st = k->rs ? zd_direct_reduce_scatter(c, k->buf, k->dtype, k->slice, k->acc, k->flags,
@@ -941,7 +941,7 @@ static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *e
                  : zd_ring_all_gather(c, k->buf, k->dtype, k->slice, seq, err, errlen);
 }
 
-static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zk_dtype_t dtype,
+static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
                                          uint64_t slice, float *acc, unsigned flags, char *err,
                                          size_t errlen)
 {
@@ -950,7 +950,7 @@ static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zk_dt
     return zd_ucx_run((zd_coll_ucx_t *)coll, &k, err, errlen);
 }
 
-static zs_status_t zd_ucx_all_gather(zd_coll_t *coll, void *buf, zk_dtype_t dtype, uint64_t slice,
+static zs_status_t zd_ucx_all_gather(zd_coll_t *coll, void *buf, zs_dtype_t dtype, uint64_t slice,
                                      char *err, size_t errlen)
 {
     const zd_coll_call_t k = {false, buf, dtype, slice, NULL, 0};

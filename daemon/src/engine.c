@@ -387,6 +387,12 @@ static void zd_attach_spec_cleanup(zd_attach_spec_t *a)
     free(a->gjson);
 }
 
+/* ipc.proto's DType carries zs_dtype_t's values */
+_Static_assert(ZEROD__IPC__V1__DTYPE__DTYPE_F32 == (int)ZS_DTYPE_F32 &&
+                   ZEROD__IPC__V1__DTYPE__DTYPE_F16 == (int)ZS_DTYPE_F16 &&
+                   ZEROD__IPC__V1__DTYPE__DTYPE_BF16 == (int)ZS_DTYPE_BF16,
+               "ipc.proto DType and zs_dtype_t differ");
+
 static zs_status_t zd_attach_spec_init(zd_engine_t *e, const Zerod__Ipc__V1__Attach *at,
                                        zd_attach_spec_t *a, zd_result_t *r)
 {
@@ -406,7 +412,7 @@ static zs_status_t zd_attach_spec_init(zd_engine_t *e, const Zerod__Ipc__V1__Att
                       ZS_LAYOUT_MAX_PARAMS);
         return ZS_ERR_INVALID;
     }
-    if ((unsigned)at->dtype > ZEROD__IPC__V1__DTYPE__DTYPE_BF16) {
+    if (zs_dtype_from_int((long)at->dtype, &a->spec.dtype) != ZS_OK) {
         zd_result_set(r, ZS_ERR_INVALID, "attach: dtype %d is not fp32, fp16 or bf16",
                       (int)at->dtype);
         return ZS_ERR_INVALID;
@@ -429,7 +435,6 @@ static zs_status_t zd_attach_spec_init(zd_engine_t *e, const Zerod__Ipc__V1__Att
     a->spec.rank = at->rank;
     a->spec.world = at->world;
     a->spec.coordinator = at->coordinator;
-    a->spec.dtype = (zd_dtype_t)at->dtype;
     a->spec.n_groups = (uint32_t)at->n_groups;
     a->spec.group_n_params = a->gnp;
     a->spec.numel = a->numel;
@@ -506,8 +511,8 @@ static zs_status_t zd_engine_check_reattach(zd_engine_t *e, uint64_t conn_id,
                           "re-attach of job '%s' with config hash 0x%016llx (dtype %s), but the "
                           "job has config hash 0x%016llx (dtype %s)",
                           job->id, (unsigned long long)zd_train_config_hash(&cfg),
-                          zd_dtype_name(spec.dtype), (unsigned long long)job->config_hash,
-                          zd_dtype_name(job->dtype));
+                          zs_dtype_name(spec.dtype), (unsigned long long)job->config_hash,
+                          zs_dtype_name(job->dtype));
             return ZS_ERR_CONFIG;
         }
     }
@@ -581,7 +586,7 @@ static void zd_engine_attach(zd_engine_t *e, uint64_t conn_id, uint64_t seq,
         zs_info(ZS_SUB_ENGINE,
                 "job '%s' attached: rank %u/%u, %s, stage %u, %llu params in %u buckets, shard "
                 "%llu elements, layout 0x%016llx",
-                e->job->id, e->job->rank, e->job->world, zd_dtype_name(e->job->dtype),
+                e->job->id, e->job->rank, e->job->world, zs_dtype_name(e->job->dtype),
                 e->job->cfg.stage, (unsigned long long)e->job->layout->param_numel,
                 e->job->layout->n_buckets, (unsigned long long)e->job->layout->shard_numel,
                 (unsigned long long)e->job->layout->hash);

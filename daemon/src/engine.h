@@ -76,7 +76,7 @@ typedef struct zd_engine_status {
     bool has_job;
     char job_id[ZD_JOB_ID_MAX];
     uint32_t rank, world, stage;
-    zd_dtype_t dtype;
+    zs_dtype_t dtype;
     uint64_t step, skipped_steps;
     double loss_scale, grad_norm;
     bool trainer_attached;

@@ -56,7 +56,7 @@ static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_
         zd_job_err(err, errlen, "attach: groups is empty (at least one param group is needed)");
         return ZS_ERR_INVALID;
     }
-    if ((unsigned)spec->dtype > ZD_DTYPE_BF16) {
+    if ((unsigned)spec->dtype > ZS_DTYPE_BF16) {
         zd_job_err(err, errlen, "attach: dtype %d is not fp32, fp16 or bf16", (int)spec->dtype);
         return ZS_ERR_INVALID;
     }
@@ -67,7 +67,7 @@ static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_
 static zs_status_t zd_job_sizes(zd_job_t *job)
 {
     const zs_layout_t *l = job->layout;
-    uint64_t dsize = zd_dtype_size(job->dtype);
+    uint64_t dsize = zs_dtype_size(job->dtype);
     uint64_t psi = l->param_numel;
     uint64_t n = job->world;
     uint64_t shard_bytes;
@@ -189,7 +189,7 @@ zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err
         zd_job_err(err, errlen,
                    "attach: dtype %s does not match the config, which asks for %s "
                    "(fp16.enabled / bf16.enabled)",
-                   zd_dtype_name(spec->dtype), zd_dtype_name(job->cfg.dtype));
+                   zs_dtype_name(spec->dtype), zs_dtype_name(job->cfg.dtype));
         st = ZS_ERR_CONFIG;
         goto err_destroy;
     }
@@ -221,7 +221,7 @@ zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err
     lspec.elem_align = ZS_ELEM_ALIGN;
     lspec.round_robin = job->cfg.round_robin_gradients;
     lspec.max_numel =
-        spec->max_shard_bytes ? spec->max_shard_bytes / zd_dtype_size(spec->dtype) : 0;
+        spec->max_shard_bytes ? spec->max_shard_bytes / zs_dtype_size(spec->dtype) : 0;
     lspec.n_groups = spec->n_groups;
     lspec.group_n_params = spec->group_n_params;
     lspec.numel = spec->numel;
@@ -291,13 +291,13 @@ static void *zd_job_slice_ptr(const zd_job_t *job, const zs_region_t *region, ui
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     uint64_t elem = bk->offset + (uint64_t)job->rank * bk->slice;
 
-    return (char *)region->addr + elem * zd_dtype_size(job->dtype);
+    return (char *)region->addr + elem * zs_dtype_size(job->dtype);
 }
 
 /* This rank's whole bucket b inside a full-layout region. */
 static void *zd_job_bucket_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b)
 {
-    return (char *)region->addr + job->layout->buckets[b].offset * zd_dtype_size(job->dtype);
+    return (char *)region->addr + job->layout->buckets[b].offset * zs_dtype_size(job->dtype);
 }
 
 zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
@@ -308,14 +308,14 @@ zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *er
     job->params_stale = true;
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        st = zk_cast(exec, zd_job_slice_ptr(job, &job->params, b), (zk_dtype_t)job->dtype,
-                     job->master + bk->shard_offset, ZK_DTYPE_F32, bk->slice);
+        st = zk_cast(exec, zd_job_slice_ptr(job, &job->params, b), job->dtype,
+                     job->master + bk->shard_offset, ZS_DTYPE_F32, bk->slice);
         if (st != ZS_OK) {
             zd_job_err(err, errlen, "cast: %s", zk_last_error());
             break;
         }
         st = job->coll->ops->all_gather(job->coll, zd_job_bucket_ptr(job, &job->params, b),
-                                        (zk_dtype_t)job->dtype, bk->slice, err, errlen);
+                                        job->dtype, bk->slice, err, errlen);
     }
     if (st == ZS_OK) {
         job->params_stale = false;
@@ -330,8 +330,8 @@ zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, 
 
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        st = zk_cast(exec, job->master + bk->shard_offset, ZK_DTYPE_F32,
-                     zd_job_slice_ptr(job, &job->params, b), (zk_dtype_t)job->dtype, bk->slice);
+        st = zk_cast(exec, job->master + bk->shard_offset, ZS_DTYPE_F32,
+                     zd_job_slice_ptr(job, &job->params, b), job->dtype, bk->slice);
     }
     if (st != ZS_OK) {
         zd_job_err(err, errlen, "loading parameters: %s", zk_last_error());
@@ -360,7 +360,7 @@ static zs_status_t zd_job_reduce_bucket(zd_job_t *job, const void *src, uint32_t
     unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
 
     job->acc_clean[b] = 0;
-    return job->coll->ops->reduce_scatter(job->coll, src, (zk_dtype_t)job->dtype, bk->slice,
+    return job->coll->ops->reduce_scatter(job->coll, src, job->dtype, bk->slice,
                                           job->acc + bk->shard_offset, flags, err, errlen);
 }
 
@@ -387,7 +387,7 @@ void zd_job_drop_partial(zd_job_t *job)
 static zs_status_t zd_job_consume_grads(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
-    size_t dsize = zd_dtype_size(job->dtype);
+    size_t dsize = zs_dtype_size(job->dtype);
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
@@ -461,7 +461,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
         sumsq = vals[0];
         nonfinite = vals[1] != 0.0 || !isfinite(sumsq);
     }
-    check = job->dtype == ZD_DTYPE_F16 || (job->dtype == ZD_DTYPE_BF16 && cfg->bf16_check_overflow);
+    check = job->dtype == ZS_DTYPE_F16 || (job->dtype == ZS_DTYPE_BF16 && cfg->bf16_check_overflow);
     overflow = check && nonfinite;
 
     /* 2. loss-scaler update; S is the scale this step's backward used */
@@ -519,8 +519,8 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
             const zs_layout_bucket_t *bk = &l->buckets[b];
             uint64_t off = bk->shard_offset;
             st = zk_adam_step(exec, &p, job->master + off, job->m + off, job->v + off,
-                              job->acc + off, zd_job_slice_ptr(job, &job->params, b),
-                              (zk_dtype_t)job->dtype, bk->slice);
+                              job->acc + off, zd_job_slice_ptr(job, &job->params, b), job->dtype,
+                              bk->slice);
             if (st != ZS_OK) {
                 goto err_kernel;
             }
@@ -537,8 +537,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *grou
         job->params_stale = true;
         for (uint32_t b = 0; b < l->n_buckets; b++) {
             st = job->coll->ops->all_gather(job->coll, zd_job_bucket_ptr(job, &job->params, b),
-                                            (zk_dtype_t)job->dtype, l->buckets[b].slice, err,
-                                            errlen);
+                                            job->dtype, l->buckets[b].slice, err, errlen);
             if (st != ZS_OK) {
                 return st;
             }

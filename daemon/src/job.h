@@ -25,7 +25,7 @@ typedef struct zd_job_spec {
     uint32_t rank;
     uint32_t world;
     const char *coordinator;
-    zd_dtype_t dtype;
+    zs_dtype_t dtype;
     uint32_t n_groups;
     const uint32_t *group_n_params;
     const uint64_t *numel;         /* group-major */
@@ -51,7 +51,7 @@ typedef struct zd_job {
     char id[ZD_JOB_ID_MAX];
     uint32_t rank, world;
     char coordinator[256];
-    zd_dtype_t dtype;
+    zs_dtype_t dtype;
     zd_train_config_t cfg;
     uint64_t config_hash;
     zs_layout_t *layout;

@@ -4,8 +4,8 @@
 
 void zd_scaler_init(zd_scaler_t *s, const zd_train_config_t *cfg)
 {
-    s->dynamic = cfg->dtype == ZD_DTYPE_F16 && cfg->static_loss_scale == 0;
-    if (cfg->dtype != ZD_DTYPE_F16) {
+    s->dynamic = cfg->dtype == ZS_DTYPE_F16 && cfg->static_loss_scale == 0;
+    if (cfg->dtype != ZS_DTYPE_F16) {
         s->cur_scale = 1.0;
     } else if (s->dynamic) {
         s->cur_scale = ldexp(1.0, cfg->initial_scale_power);

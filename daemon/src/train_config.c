@@ -8,24 +8,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-const char *zd_dtype_name(zd_dtype_t dtype)
-{
-    switch (dtype) {
-    case ZD_DTYPE_F32:
-        return "fp32";
-    case ZD_DTYPE_F16:
-        return "fp16";
-    case ZD_DTYPE_BF16:
-        return "bf16";
-    }
-    return "?";
-}
-
-size_t zd_dtype_size(zd_dtype_t dtype)
-{
-    return dtype == ZD_DTYPE_F32 ? 4 : 2;
-}
-
 /* Parsing context: the dotted path of the object being read, for messages. */
 typedef struct zd_cfg_ctx {
     char *err;
@@ -369,7 +351,7 @@ static void zd_train_config_defaults(zd_train_config_t *cfg)
     cfg->reduce_bucket_size = 500000000ull;
     cfg->overlap_comm = true;
     cfg->contiguous_gradients = true;
-    cfg->dtype = ZD_DTYPE_F32;
+    cfg->dtype = ZS_DTYPE_F32;
     cfg->initial_scale_power = 16;
     cfg->loss_scale_window = 1000;
     cfg->hysteresis = 2;
@@ -457,7 +439,7 @@ zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char
                                    "choose one");
         goto out;
     }
-    tmp.dtype = fp16 ? ZD_DTYPE_F16 : (bf16 ? ZD_DTYPE_BF16 : ZD_DTYPE_F32);
+    tmp.dtype = fp16 ? ZS_DTYPE_F16 : (bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32);
     *cfg = tmp;
 out:
     cJSON_Delete(root);

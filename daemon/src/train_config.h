@@ -5,20 +5,12 @@
 #ifndef ZD_TRAIN_CONFIG_H
 #define ZD_TRAIN_CONFIG_H
 
+#include "zs/dtype.h"
 #include "zs/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-typedef enum zd_dtype {
-    ZD_DTYPE_F32 = 0,
-    ZD_DTYPE_F16 = 1,
-    ZD_DTYPE_BF16 = 2,
-} zd_dtype_t;
-
-const char *zd_dtype_name(zd_dtype_t dtype);
-size_t zd_dtype_size(zd_dtype_t dtype);
 
 /* Optimizer hyper-parameters of one param group. */
 typedef struct zd_group_opts {
@@ -39,7 +31,7 @@ typedef struct zd_train_config {
     bool round_robin_gradients;
     bool offload_cpu;
     /* precision */
-    zd_dtype_t dtype;
+    zs_dtype_t dtype;
     double static_loss_scale; /* fp16.loss_scale: 0 = dynamic */
     int initial_scale_power;
     uint32_t loss_scale_window;

@@ -1,5 +1,5 @@
 /* Launchers in zk_cuda.cu, called by kernels/src/cuda_api.c after its argument checks.
- * Each returns a cudaError_t (0 = success). dtype: the zk_dtype_t value. */
+ * Each returns a cudaError_t (0 = success). dtype: the zs_dtype_t value. */
 #ifndef ZK_CU_H
 #define ZK_CU_H
 

@@ -13,7 +13,7 @@
 
 namespace {
 
-constexpr int kF32 = 0; /* zk_dtype_t values */
+constexpr int kF32 = 0; /* zs_dtype_t values */
 constexpr int kF16 = 1;
 constexpr int kBF16 = 2;
 

@@ -33,7 +33,7 @@ int zk_cuda_available(void)
 }
 
 zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, float *m, float *v,
-                              float *acc, void *dst, zk_dtype_t dst_dtype, size_t n,
+                              float *acc, void *dst, zs_dtype_t dst_dtype, size_t n,
                               zk_cuda_stream_t stream)
 {
     zk_adam_k_t k;
@@ -42,7 +42,7 @@ zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, flo
     if (params == NULL) {
         return zk_error_set(ZS_ERR_INVALID, "zk_cuda_adam_step: params is NULL");
     }
-    if (dst != NULL && zk_dtype_size(dst_dtype) == 0) {
+    if (dst != NULL && zs_dtype_size(dst_dtype) == 0) {
         return zk_error_set(ZS_ERR_INVALID, "zk_cuda_adam_step: bad dst dtype %d", (int)dst_dtype);
     }
     status = zk_adam_k_init(params, &k);
@@ -64,10 +64,10 @@ zs_status_t zk_cuda_sumsq(const float *x, size_t n, double *out, zk_cuda_stream_
     return zk_cuda_status("zk_cuda_sumsq", zk_cu_sumsq(x, n, out, stream));
 }
 
-zs_status_t zk_cuda_accumulate(float *acc, const void *src, zk_dtype_t src_dtype, float s, size_t n,
+zs_status_t zk_cuda_accumulate(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                                zk_cuda_stream_t stream)
 {
-    if (zk_dtype_size(src_dtype) == 0) {
+    if (zs_dtype_size(src_dtype) == 0) {
         return zk_error_set(ZS_ERR_INVALID, "zk_cuda_accumulate: bad src dtype %d", (int)src_dtype);
     }
     if (n == 0) {
@@ -80,10 +80,10 @@ zs_status_t zk_cuda_accumulate(float *acc, const void *src, zk_dtype_t src_dtype
                           zk_cu_accumulate(acc, src, src_dtype, s, n, stream));
 }
 
-zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zk_dtype_t dtype, size_t n,
+zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n,
                            zk_cuda_stream_t stream)
 {
-    if (zk_dtype_size(dtype) == 0) {
+    if (zs_dtype_size(dtype) == 0) {
         return zk_error_set(ZS_ERR_INVALID, "zk_cuda_reduce: bad dtype %d", (int)dtype);
     }
     if (n == 0) {
@@ -95,10 +95,10 @@ zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zk_dtype_t d
     return zk_cuda_status("zk_cuda_reduce", zk_cu_reduce(dst, a, b, dtype, n, stream));
 }
 
-zs_status_t zk_cuda_cast(void *dst, zk_dtype_t dst_dtype, const void *src, zk_dtype_t src_dtype,
+zs_status_t zk_cuda_cast(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype,
                          size_t n, zk_cuda_stream_t stream)
 {
-    if (zk_dtype_size(dst_dtype) == 0 || zk_dtype_size(src_dtype) == 0) {
+    if (zs_dtype_size(dst_dtype) == 0 || zs_dtype_size(src_dtype) == 0) {
         return zk_error_set(ZS_ERR_INVALID, "zk_cuda_cast: bad dtype (dst %d, src %d)",
                             (int)dst_dtype, (int)src_dtype);
     }
@@ -110,7 +110,7 @@ zs_status_t zk_cuda_cast(void *dst, zk_dtype_t dst_dtype, const void *src, zk_dt
     }
     if (dst_dtype == src_dtype) {
         return zk_cuda_status("zk_cuda_cast",
-                              cudaMemcpyAsync(dst, src, n * zk_dtype_size(dst_dtype),
+                              cudaMemcpyAsync(dst, src, n * zs_dtype_size(dst_dtype),
                                               cudaMemcpyDeviceToDevice, stream));
     }
     return zk_cuda_status("zk_cuda_cast", zk_cu_cast(dst, dst_dtype, src, src_dtype, n, stream));
@@ -127,7 +127,7 @@ int zk_cuda_available(void)
 }
 
 zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, float *m, float *v,
-                              float *acc, void *dst, zk_dtype_t dst_dtype, size_t n,
+                              float *acc, void *dst, zs_dtype_t dst_dtype, size_t n,
                               zk_cuda_stream_t stream)
 {
     return ZK_NO_CUDA("zk_cuda_adam_step");
@@ -138,19 +138,19 @@ zs_status_t zk_cuda_sumsq(const float *x, size_t n, double *out, zk_cuda_stream_
     return ZK_NO_CUDA("zk_cuda_sumsq");
 }
 
-zs_status_t zk_cuda_accumulate(float *acc, const void *src, zk_dtype_t src_dtype, float s, size_t n,
+zs_status_t zk_cuda_accumulate(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                                zk_cuda_stream_t stream)
 {
     return ZK_NO_CUDA("zk_cuda_accumulate");
 }
 
-zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zk_dtype_t dtype, size_t n,
+zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n,
                            zk_cuda_stream_t stream)
 {
     return ZK_NO_CUDA("zk_cuda_reduce");
 }
 
-zs_status_t zk_cuda_cast(void *dst, zk_dtype_t dst_dtype, const void *src, zk_dtype_t src_dtype,
+zs_status_t zk_cuda_cast(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype,
                          size_t n, zk_cuda_stream_t stream)
 {
     return ZK_NO_CUDA("zk_cuda_cast");

@@ -49,14 +49,14 @@ ZK_ALWAYS_INLINE __m128i zk256_bf16(__m256 x)
     return _mm256_castsi256_si128(r);
 }
 
-ZK_ALWAYS_INLINE __m256 zk256_ld(const void *p, zk_dtype_t dt, size_t i)
+ZK_ALWAYS_INLINE __m256 zk256_ld(const void *p, zs_dtype_t dt, size_t i)
 {
     const uint16_t *h = (const uint16_t *)p + i;
 
     switch (dt) {
-    case ZK_DTYPE_F16:
+    case ZS_DTYPE_F16:
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-    case ZK_DTYPE_BF16:
+    case ZS_DTYPE_BF16:
         return _mm256_castsi256_ps(
             _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
     default:
@@ -73,15 +73,15 @@ ZK_ALWAYS_INLINE void zk256_st_f32(float *p, __m256 x, int nt)
     }
 }
 
-ZK_ALWAYS_INLINE void zk256_st(void *p, zk_dtype_t dt, size_t i, __m256 x, int nt)
+ZK_ALWAYS_INLINE void zk256_st(void *p, zs_dtype_t dt, size_t i, __m256 x, int nt)
 {
     __m128i *h = (__m128i *)((uint16_t *)p + i);
     __m128i w;
 
     switch (dt) {
-    case ZK_DTYPE_F16:
-    case ZK_DTYPE_BF16:
-        w = dt == ZK_DTYPE_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk256_bf16(x);
+    case ZS_DTYPE_F16:
+    case ZS_DTYPE_BF16:
+        w = dt == ZS_DTYPE_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk256_bf16(x);
         if (nt) {
             _mm_stream_si128(h, w);
         } else {
@@ -97,7 +97,7 @@ ZK_ALWAYS_INLINE void zk256_st(void *p, zk_dtype_t dt, size_t i, __m256 x, int n
 /* ---- fused step ---- */
 
 static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v, float *a,
-                              void *dst, zk_dtype_t dt, size_t b, size_t e)
+                              void *dst, zs_dtype_t dt, size_t b, size_t e)
 {
     for (size_t i = b; i < e; i++) {
         float x = zk_adam_elem(k, a[i], p[i], &m[i], &v[i]);
@@ -110,7 +110,7 @@ static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v
 }
 
 ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, float *v, float *a,
-                                       void *dst, zk_dtype_t dt, size_t i, unsigned ntf)
+                                       void *dst, zs_dtype_t dt, size_t i, unsigned ntf)
 {
     __m256 P = _mm256_loadu_ps(p + i);
     __m256 M = _mm256_loadu_ps(m + i);
@@ -131,7 +131,7 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
 }
 
 static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
-                       zk_dtype_t dt, size_t n, int nt)
+                       zs_dtype_t dt, size_t n, int nt)
 {
     zk_k256_t K = {
         .grad_scale = _mm256_set1_ps(k->grad_scale),
@@ -145,7 +145,7 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .step_size = _mm256_set1_ps(k->step_size),
         .decay = _mm256_set1_ps(k->decay),
     };
-    size_t dsize = dst != NULL ? zk_dtype_size(dt) : 0;
+    size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
     size_t i = zk_head(p, 32, 4, n);
     unsigned ntf = 0;
 
@@ -215,7 +215,7 @@ static void zk256_sumsq(const float *x, size_t n, double *part)
 
 /* ---- accumulate ---- */
 
-static void zk256_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n, int nt)
+static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n, int nt)
 {
     __m256 S = _mm256_set1_ps(s);
     size_t i = zk_head(acc, 32, 4, n);
@@ -238,9 +238,9 @@ static void zk256_accumulate(float *acc, const void *src, zk_dtype_t dt, float s
 
 /* ---- reduce and cast ---- */
 
-static void zk256_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n, int nt)
+static void zk256_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n, int nt)
 {
-    size_t es = zk_dtype_size(dt);
+    size_t es = zs_dtype_size(dt);
     size_t i = zk_head(dst, 8 * es, es, n);
 
     for (size_t j = 0; j < i; j++) {
@@ -259,9 +259,9 @@ static void zk256_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt,
     }
 }
 
-static void zk256_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt, size_t n, int nt)
+static void zk256_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n, int nt)
 {
-    size_t es = zk_dtype_size(ddt);
+    size_t es = zs_dtype_size(ddt);
     size_t i = zk_head(dst, 8 * es, es, n);
 
     for (size_t j = 0; j < i; j++) {

@@ -96,16 +96,16 @@ ZK_ALWAYS_INLINE __m256i zk512_bf16(__m512 x, int hw)
 
 /* 16 elements of dtype dt at index i as fp32; `full` (a constant after inlining) selects the
  * unmasked path. */
-ZK_ALWAYS_INLINE __m512 zk512_ld(const void *p, zk_dtype_t dt, size_t i, __mmask16 mk, int full)
+ZK_ALWAYS_INLINE __m512 zk512_ld(const void *p, zs_dtype_t dt, size_t i, __mmask16 mk, int full)
 {
     const uint16_t *h = (const uint16_t *)p + i;
     __m256i w;
 
     switch (dt) {
-    case ZK_DTYPE_F16:
-    case ZK_DTYPE_BF16:
+    case ZS_DTYPE_F16:
+    case ZS_DTYPE_BF16:
         w = full ? _mm256_loadu_si256((const __m256i *)h) : _mm256_maskz_loadu_epi16(mk, h);
-        if (dt == ZK_DTYPE_F16) {
+        if (dt == ZS_DTYPE_F16) {
             return _mm512_cvtph_ps(w);
         }
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16));
@@ -126,16 +126,16 @@ ZK_ALWAYS_INLINE void zk512_st_f32(float *p, __m512 x, __mmask16 mk, int full, i
     }
 }
 
-ZK_ALWAYS_INLINE void zk512_st(void *p, zk_dtype_t dt, size_t i, __m512 x, __mmask16 mk, int full,
+ZK_ALWAYS_INLINE void zk512_st(void *p, zs_dtype_t dt, size_t i, __m512 x, __mmask16 mk, int full,
                                int nt, int hw)
 {
     uint16_t *h = (uint16_t *)p + i;
     __m256i w;
 
     switch (dt) {
-    case ZK_DTYPE_F16:
-    case ZK_DTYPE_BF16:
-        w = dt == ZK_DTYPE_F16 ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk512_bf16(x, hw);
+    case ZS_DTYPE_F16:
+    case ZS_DTYPE_BF16:
+        w = dt == ZS_DTYPE_F16 ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk512_bf16(x, hw);
         if (!full) {
             _mm256_mask_storeu_epi16(h, mk, w);
         } else if (nt) {
@@ -153,13 +153,13 @@ ZK_ALWAYS_INLINE void zk512_st(void *p, zk_dtype_t dt, size_t i, __m512 x, __mma
 /* ---- fused step ---- */
 
 ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, float *v, float *a,
-                                       void *dst, zk_dtype_t dt, size_t i, __mmask16 mk, int full,
+                                       void *dst, zs_dtype_t dt, size_t i, __mmask16 mk, int full,
                                        unsigned ntf, int hw)
 {
-    __m512 P = zk512_ld(p, ZK_DTYPE_F32, i, mk, full);
-    __m512 M = zk512_ld(m, ZK_DTYPE_F32, i, mk, full);
-    __m512 V = zk512_ld(v, ZK_DTYPE_F32, i, mk, full);
-    __m512 A = zk512_ld(a, ZK_DTYPE_F32, i, mk, full);
+    __m512 P = zk512_ld(p, ZS_DTYPE_F32, i, mk, full);
+    __m512 M = zk512_ld(m, ZS_DTYPE_F32, i, mk, full);
+    __m512 V = zk512_ld(v, ZS_DTYPE_F32, i, mk, full);
+    __m512 A = zk512_ld(a, ZS_DTYPE_F32, i, mk, full);
 
     ZK_ADAM_LANE(__m512, _mm512_sqrt_ps, *K, A, P, M, V);
     P = zk512_canon(P);
@@ -175,7 +175,7 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
 }
 
 static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
-                       zk_dtype_t dt, size_t n, int nt)
+                       zs_dtype_t dt, size_t n, int nt)
 {
     zk_k512_t K = {
         .grad_scale = _mm512_set1_ps(k->grad_scale),
@@ -189,9 +189,9 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .step_size = _mm512_set1_ps(k->step_size),
         .decay = _mm512_set1_ps(k->decay),
     };
-    size_t dsize = dst != NULL ? zk_dtype_size(dt) : 0;
+    size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
     size_t i = zk_head(p, 64, 4, n);
-    int hw = dt == ZK_DTYPE_BF16 && zk512_bf16_supported();
+    int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported();
     unsigned ntf = 0;
 
     if (i > 0) {
@@ -260,16 +260,16 @@ static void zk512_sumsq(const float *x, size_t n, double *part)
 
 /* ---- accumulate ---- */
 
-ZK_ALWAYS_INLINE void zk512_acc_block(float *acc, const void *src, zk_dtype_t dt, __m512 s,
+ZK_ALWAYS_INLINE void zk512_acc_block(float *acc, const void *src, zs_dtype_t dt, __m512 s,
                                       size_t i, __mmask16 mk, int full, int nt)
 {
-    __m512 a = zk512_ld(acc, ZK_DTYPE_F32, i, mk, full);
+    __m512 a = zk512_ld(acc, ZS_DTYPE_F32, i, mk, full);
     __m512 x = zk512_ld(src, dt, i, mk, full);
 
     zk512_st_f32(acc + i, zk512_canon(_mm512_add_ps(a, _mm512_mul_ps(x, s))), mk, full, nt);
 }
 
-static void zk512_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n, int nt)
+static void zk512_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n, int nt)
 {
     __m512 S = _mm512_set1_ps(s);
     size_t i = zk_head(acc, 64, 4, n);
@@ -291,7 +291,7 @@ static void zk512_accumulate(float *acc, const void *src, zk_dtype_t dt, float s
 
 /* ---- reduce and cast: dst = f(src...) with dst of any dtype ---- */
 
-ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, zk_dtype_t dt,
+ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, zs_dtype_t dt,
                                       size_t i, __mmask16 mk, int full, int nt, int hw)
 {
     __m512 x =
@@ -300,16 +300,16 @@ ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, z
     zk512_st(dst, dt, i, x, mk, full, nt, hw);
 }
 
-static void zk512_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n, int nt)
+static void zk512_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n, int nt)
 {
-    size_t w = 16 * zk_dtype_size(dt);
-    size_t i = zk_head(dst, w, zk_dtype_size(dt), n);
-    int hw = dt == ZK_DTYPE_BF16 && zk512_bf16_supported();
+    size_t w = 16 * zs_dtype_size(dt);
+    size_t i = zk_head(dst, w, zs_dtype_size(dt), n);
+    int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported();
 
     if (i > 0) {
         zk512_red_block(dst, a, b, dt, 0, zk_mask(i), 0, 0, hw);
     }
-    nt = nt && zk_aligned((char *)dst + i * zk_dtype_size(dt), w);
+    nt = nt && zk_aligned((char *)dst + i * zs_dtype_size(dt), w);
     for (; i + 16 <= n; i += 16) {
         zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
     }
@@ -321,22 +321,22 @@ static void zk512_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt,
     }
 }
 
-ZK_ALWAYS_INLINE void zk512_cast_block(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt,
+ZK_ALWAYS_INLINE void zk512_cast_block(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
                                        size_t i, __mmask16 mk, int full, int nt, int hw)
 {
     zk512_st(dst, ddt, i, zk512_ld(src, sdt, i, mk, full), mk, full, nt, hw);
 }
 
-static void zk512_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt, size_t n, int nt)
+static void zk512_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n, int nt)
 {
-    size_t w = 16 * zk_dtype_size(ddt);
-    size_t i = zk_head(dst, w, zk_dtype_size(ddt), n);
-    int hw = ddt == ZK_DTYPE_BF16 && zk512_bf16_supported();
+    size_t w = 16 * zs_dtype_size(ddt);
+    size_t i = zk_head(dst, w, zs_dtype_size(ddt), n);
+    int hw = ddt == ZS_DTYPE_BF16 && zk512_bf16_supported();
 
     if (i > 0) {
         zk512_cast_block(dst, ddt, src, sdt, 0, zk_mask(i), 0, 0, hw);
     }
-    nt = nt && zk_aligned((char *)dst + i * zk_dtype_size(ddt), w);
+    nt = nt && zk_aligned((char *)dst + i * zs_dtype_size(ddt), w);
     for (; i + 16 <= n; i += 16) {
         zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
     }

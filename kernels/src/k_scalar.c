@@ -2,7 +2,7 @@
 #include "zk_int.h"
 
 static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc,
-                           void *dst, zk_dtype_t dt, size_t n, int nt)
+                           void *dst, zs_dtype_t dt, size_t n, int nt)
 {
     for (size_t i = 0; i < n; i++) {
         float p = zk_adam_elem(k, acc[i], master[i], &m[i], &v[i]);
@@ -38,7 +38,7 @@ static void zk_scalar_sumsq(const float *x, size_t n, double *part)
  * that no dtype switch is left inside them. */
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zk_dtype_t dt, float s,
+ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zs_dtype_t dt, float s,
                                          size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -46,23 +46,23 @@ ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zk_dtype_t
     }
 }
 
-static void zk_scalar_accumulate(float *acc, const void *src, zk_dtype_t dt, float s, size_t n,
+static void zk_scalar_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n,
                                  int nt)
 {
     switch (dt) {
-    case ZK_DTYPE_F16:
-        zk_scalar_acc_loop(acc, src, ZK_DTYPE_F16, s, n);
+    case ZS_DTYPE_F16:
+        zk_scalar_acc_loop(acc, src, ZS_DTYPE_F16, s, n);
         break;
-    case ZK_DTYPE_BF16:
-        zk_scalar_acc_loop(acc, src, ZK_DTYPE_BF16, s, n);
+    case ZS_DTYPE_BF16:
+        zk_scalar_acc_loop(acc, src, ZS_DTYPE_BF16, s, n);
         break;
     default:
-        zk_scalar_acc_loop(acc, src, ZK_DTYPE_F32, s, n);
+        zk_scalar_acc_loop(acc, src, ZS_DTYPE_F32, s, n);
         break;
     }
 }
 
-ZK_ALWAYS_INLINE void zk_scalar_red_loop(void *dst, const void *a, const void *b, zk_dtype_t dt,
+ZK_ALWAYS_INLINE void zk_scalar_red_loop(void *dst, const void *a, const void *b, zs_dtype_t dt,
                                          size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -70,23 +70,23 @@ ZK_ALWAYS_INLINE void zk_scalar_red_loop(void *dst, const void *a, const void *b
     }
 }
 
-static void zk_scalar_reduce(void *dst, const void *a, const void *b, zk_dtype_t dt, size_t n,
+static void zk_scalar_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
                              int nt)
 {
     switch (dt) {
-    case ZK_DTYPE_F16:
-        zk_scalar_red_loop(dst, a, b, ZK_DTYPE_F16, n);
+    case ZS_DTYPE_F16:
+        zk_scalar_red_loop(dst, a, b, ZS_DTYPE_F16, n);
         break;
-    case ZK_DTYPE_BF16:
-        zk_scalar_red_loop(dst, a, b, ZK_DTYPE_BF16, n);
+    case ZS_DTYPE_BF16:
+        zk_scalar_red_loop(dst, a, b, ZS_DTYPE_BF16, n);
         break;
     default:
-        zk_scalar_red_loop(dst, a, b, ZK_DTYPE_F32, n);
+        zk_scalar_red_loop(dst, a, b, ZS_DTYPE_F32, n);
         break;
     }
 }
 
-static void zk_scalar_cast(void *dst, zk_dtype_t ddt, const void *src, zk_dtype_t sdt, size_t n,
+static void zk_scalar_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                            int nt)
 {
     for (size_t i = 0; i < n; i++) {

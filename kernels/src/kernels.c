@@ -43,31 +43,6 @@ const char *zk_last_error(void)
     return zk_errbuf;
 }
 
-size_t zk_dtype_size(zk_dtype_t dtype)
-{
-    switch (dtype) {
-    case ZK_DTYPE_F32:
-        return 4;
-    case ZK_DTYPE_F16:
-    case ZK_DTYPE_BF16:
-        return 2;
-    }
-    return 0;
-}
-
-const char *zk_dtype_name(zk_dtype_t dtype)
-{
-    switch (dtype) {
-    case ZK_DTYPE_F32:
-        return "fp32";
-    case ZK_DTYPE_F16:
-        return "fp16";
-    case ZK_DTYPE_BF16:
-        return "bf16";
-    }
-    return "unknown";
-}
-
 static const char *const zk_variant_names[ZK_VARIANT_COUNT] = {"scalar", "avx2", "avx512"};
 
 const char *zk_variant_name(zk_variant_t v)
@@ -206,9 +181,9 @@ static zs_status_t zk_exec_resolve(const char *fn, const zk_exec_t *exec, const 
     return ZS_OK;
 }
 
-static int zk_dtype_valid(zk_dtype_t dtype)
+static int zk_dtype_valid(zs_dtype_t dtype)
 {
-    return zk_dtype_size(dtype) != 0;
+    return zs_dtype_size(dtype) != 0;
 }
 
 /* Largest n for which n * (bytes of all streams) cannot overflow a size_t. */
@@ -264,7 +239,7 @@ typedef struct zk_adam_job {
     const zk_adam_k_t *k;
     float *master, *m, *v, *acc;
     char *dst;
-    zk_dtype_t dst_dtype;
+    zs_dtype_t dst_dtype;
     size_t dsize;
     int nt;
 } zk_adam_job_t;
@@ -278,7 +253,7 @@ static void zk_adam_chunk(void *arg, unsigned worker, size_t b, size_t e)
 }
 
 zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
-                         float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype, size_t n)
+                         float *m, float *v, float *acc, void *dst, zs_dtype_t dst_dtype, size_t n)
 {
     zk_adam_job_t job;
     zk_adam_k_t k;
@@ -315,7 +290,7 @@ zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, 
     job.acc = acc;
     job.dst = (char *)dst;
     job.dst_dtype = dst_dtype;
-    job.dsize = dst != NULL ? zk_dtype_size(dst_dtype) : 0;
+    job.dsize = dst != NULL ? zs_dtype_size(dst_dtype) : 0;
     job.nt = n * (16 + job.dsize) >= ZK_NT_MIN_BYTES;
     return zk_pool_run(pool, n, ZK_GRAIN, zk_adam_chunk, &job);
 }
@@ -383,7 +358,7 @@ typedef struct zk_accumulate_job {
     const zk_ops_t *ops;
     float *acc;
     const char *src;
-    zk_dtype_t dtype;
+    zs_dtype_t dtype;
     size_t ssize;
     float s;
     int nt;
@@ -396,7 +371,7 @@ static void zk_accumulate_chunk(void *arg, unsigned worker, size_t b, size_t e)
     j->ops->accumulate(j->acc + b, j->src + b * j->ssize, j->dtype, j->s, e - b, j->nt);
 }
 
-zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zk_dtype_t src_dtype,
+zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zs_dtype_t src_dtype,
                           float s, size_t n)
 {
     zk_accumulate_job_t job;
@@ -416,7 +391,7 @@ zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zk
     job.acc = acc;
     job.src = (const char *)src;
     job.dtype = src_dtype;
-    job.ssize = zk_dtype_size(src_dtype);
+    job.ssize = zs_dtype_size(src_dtype);
     job.s = s;
     job.nt = n * 4 >= ZK_NT_MIN_BYTES;
     return zk_pool_run(pool, n, ZK_GRAIN, zk_accumulate_chunk, &job);
@@ -428,7 +403,7 @@ typedef struct zk_reduce_job {
     const zk_ops_t *ops;
     char *dst;
     const char *a, *b;
-    zk_dtype_t dtype;
+    zs_dtype_t dtype;
     size_t size;
     int nt;
 } zk_reduce_job_t;
@@ -442,7 +417,7 @@ static void zk_reduce_chunk(void *arg, unsigned worker, size_t b, size_t e)
 }
 
 zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const void *b,
-                      zk_dtype_t dtype, size_t n)
+                      zs_dtype_t dtype, size_t n)
 {
     zk_reduce_job_t job;
     zk_pool_t *pool;
@@ -462,7 +437,7 @@ zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const voi
     job.a = (const char *)a;
     job.b = (const char *)b;
     job.dtype = dtype;
-    job.size = zk_dtype_size(dtype);
+    job.size = zs_dtype_size(dtype);
     job.nt = n * job.size >= ZK_NT_MIN_BYTES;
     return zk_pool_run(pool, n, ZK_GRAIN, zk_reduce_chunk, &job);
 }
@@ -473,7 +448,7 @@ typedef struct zk_cast_job {
     const zk_ops_t *ops;
     char *dst;
     const char *src;
-    zk_dtype_t ddt, sdt;
+    zs_dtype_t ddt, sdt;
     size_t dsize, ssize;
     int nt;
 } zk_cast_job_t;
@@ -489,8 +464,8 @@ static void zk_cast_chunk(void *arg, unsigned worker, size_t b, size_t e)
     j->ops->cast(j->dst + b * j->dsize, j->ddt, j->src + b * j->ssize, j->sdt, e - b, j->nt);
 }
 
-zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zk_dtype_t dst_dtype, const void *src,
-                    zk_dtype_t src_dtype, size_t n)
+zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, const void *src,
+                    zs_dtype_t src_dtype, size_t n)
 {
     zk_cast_job_t job;
     zk_pool_t *pool;
@@ -511,8 +486,8 @@ zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zk_dtype_t dst_dtype, cons
     job.src = (const char *)src;
     job.ddt = dst_dtype;
     job.sdt = src_dtype;
-    job.dsize = zk_dtype_size(dst_dtype);
-    job.ssize = zk_dtype_size(src_dtype);
+    job.dsize = zs_dtype_size(dst_dtype);
+    job.ssize = zs_dtype_size(src_dtype);
     job.nt = n * job.dsize >= ZK_NT_MIN_BYTES;
     return zk_pool_run(pool, n, ZK_GRAIN, zk_cast_chunk, &job);
 }

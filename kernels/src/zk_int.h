@@ -10,25 +10,25 @@
 
 /* One element of a `dt` array as a float, and back (RNE): the scalar path of every variant,
  * including the heads and tails of the SIMD loops. */
-static inline float zk_load_elem(const void *p, zk_dtype_t dt, size_t i)
+static inline float zk_load_elem(const void *p, zs_dtype_t dt, size_t i)
 {
     switch (dt) {
-    case ZK_DTYPE_F16:
+    case ZS_DTYPE_F16:
         return zk_f16_to_f32(((const uint16_t *)p)[i]);
-    case ZK_DTYPE_BF16:
+    case ZS_DTYPE_BF16:
         return zk_bf16_to_f32(((const uint16_t *)p)[i]);
     default:
         return ((const float *)p)[i];
     }
 }
 
-static inline void zk_store_elem(void *p, zk_dtype_t dt, size_t i, float x)
+static inline void zk_store_elem(void *p, zs_dtype_t dt, size_t i, float x)
 {
     switch (dt) {
-    case ZK_DTYPE_F16:
+    case ZS_DTYPE_F16:
         ((uint16_t *)p)[i] = zk_f32_to_f16(x);
         break;
-    case ZK_DTYPE_BF16:
+    case ZS_DTYPE_BF16:
         ((uint16_t *)p)[i] = zk_f32_to_bf16(x);
         break;
     default:
@@ -85,15 +85,15 @@ static inline double zk_sumsq_lanes_tree(const double lane[ZK_SUMSQ_LANES])
  * non-temporal stores where the pointers allow it (the range is large, beyond cache). */
 typedef struct zk_ops {
     void (*adam)(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc, void *dst,
-                 zk_dtype_t dst_dtype, size_t n, int nt);
+                 zs_dtype_t dst_dtype, size_t n, int nt);
     /* zk_sumsq's super-block sums (zk/kernels.h) of x[0..n), x at a super-block start:
      * part[b] for each of the ceil(n / ZK_SUMSQ_BLOCK) super-blocks */
     void (*sumsq)(const float *x, size_t n, double *part);
-    void (*accumulate)(float *acc, const void *src, zk_dtype_t src_dtype, float s, size_t n,
+    void (*accumulate)(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                        int nt);
-    void (*reduce)(void *dst, const void *a, const void *b, zk_dtype_t dtype, size_t n, int nt);
+    void (*reduce)(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n, int nt);
     /* dst_dtype != src_dtype (same-type copies are done by the caller) */
-    void (*cast)(void *dst, zk_dtype_t dst_dtype, const void *src, zk_dtype_t src_dtype, size_t n,
+    void (*cast)(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype, size_t n,
                  int nt);
 } zk_ops_t;
 

@@ -14,6 +14,7 @@
 #ifndef ZK_KERNELS_H
 #define ZK_KERNELS_H
 
+#include "zs/dtype.h"
 #include "zs/status.h"
 
 #include <stddef.h>
@@ -22,15 +23,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum zk_dtype {
-    ZK_DTYPE_F32 = 0,
-    ZK_DTYPE_F16 = 1,
-    ZK_DTYPE_BF16 = 2,
-} zk_dtype_t;
-
-size_t zk_dtype_size(zk_dtype_t dtype);
-const char *zk_dtype_name(zk_dtype_t dtype);
 
 typedef enum zk_variant {
     ZK_VARIANT_SCALAR = 0,
@@ -90,7 +82,7 @@ typedef struct zk_adam_params {
  * dst may be NULL (no cast written). Bias corrections are computed once per call in double.
  */
 zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
-                         float *m, float *v, float *acc, void *dst, zk_dtype_t dst_dtype, size_t n);
+                         float *m, float *v, float *acc, void *dst, zs_dtype_t dst_dtype, size_t n);
 
 /*
  * Sum of squares in double and a non-finite flag (any inf or NaN), in one read pass.
@@ -110,17 +102,17 @@ zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *su
                      int *nonfinite_p);
 
 /* acc[i] += (float)src[i] * s, src of any dtype. */
-zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zk_dtype_t src_dtype,
+zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zs_dtype_t src_dtype,
                           float s, size_t n);
 
 /* dst[i] = a[i] + b[i] computed in fp32, all three of `dtype` (dst may alias a or b). */
 zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const void *b,
-                      zk_dtype_t dtype, size_t n);
+                      zs_dtype_t dtype, size_t n);
 
 /* dst[i] = (dst_dtype)src[i]: fp32<->fp16, fp32<->bf16, and same-type copies. RNE; NaN stays
  * NaN, inf stays inf, subnormals handled. */
-zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zk_dtype_t dst_dtype, const void *src,
-                    zk_dtype_t src_dtype, size_t n);
+zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, const void *src,
+                    zs_dtype_t src_dtype, size_t n);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ typedef struct CUstream_st *zk_cuda_stream_t;
 int zk_cuda_available(void);
 
 zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, float *m, float *v,
-                              float *acc, void *dst, zk_dtype_t dst_dtype, size_t n,
+                              float *acc, void *dst, zs_dtype_t dst_dtype, size_t n,
                               zk_cuda_stream_t stream);
 
 /* Doubles that the `out` buffer of zk_cuda_sumsq must hold (result + per-block partials). */
@@ -35,13 +35,13 @@ zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, flo
  * ZK_CUDA_SUMSQ_WORDS doubles. */
 zs_status_t zk_cuda_sumsq(const float *x, size_t n, double *out, zk_cuda_stream_t stream);
 
-zs_status_t zk_cuda_accumulate(float *acc, const void *src, zk_dtype_t src_dtype, float s, size_t n,
+zs_status_t zk_cuda_accumulate(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                                zk_cuda_stream_t stream);
 
-zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zk_dtype_t dtype, size_t n,
+zs_status_t zk_cuda_reduce(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n,
                            zk_cuda_stream_t stream);
 
-zs_status_t zk_cuda_cast(void *dst, zk_dtype_t dst_dtype, const void *src, zk_dtype_t src_dtype,
+zs_status_t zk_cuda_cast(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype,
                          size_t n, zk_cuda_stream_t stream);
 
 #ifdef __cplusplus

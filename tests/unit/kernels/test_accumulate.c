@@ -9,26 +9,26 @@
  */
 #include "zk_test.h"
 
-static float zt_to_f32(const void *p, zk_dtype_t dt, size_t i)
+static float zt_to_f32(const void *p, zs_dtype_t dt, size_t i)
 {
     uint16_t h;
 
-    if (dt == ZK_DTYPE_F32) {
+    if (dt == ZS_DTYPE_F32) {
         return ((const float *)p)[i];
     }
     memcpy(&h, (const char *)p + 2 * i, 2);
-    return dt == ZK_DTYPE_F16 ? (float)zt_f16_value(h) : zt_bits_f32((uint32_t)h << 16);
+    return dt == ZS_DTYPE_F16 ? (float)zt_f16_value(h) : zt_bits_f32((uint32_t)h << 16);
 }
 
-static void zt_put(void *p, zk_dtype_t dt, size_t i, float f)
+static void zt_put(void *p, zs_dtype_t dt, size_t i, float f)
 {
     uint16_t h;
 
-    if (dt == ZK_DTYPE_F32) {
+    if (dt == ZS_DTYPE_F32) {
         ((float *)p)[i] = f;
         return;
     }
-    h = dt == ZK_DTYPE_F16 ? zt_ref_f16(f) : zt_ref_bf16(f);
+    h = dt == ZS_DTYPE_F16 ? zt_ref_f16(f) : zt_ref_bf16(f);
     memcpy((char *)p + 2 * i, &h, 2);
 }
 
@@ -38,8 +38,8 @@ static void zt_accumulate(zk_exec_t ex)
 
     for (size_t li = 0; li < ZT_N_LENGTHS; li++) {
         for (int dti = 0; dti < 3; dti++) {
-            zk_dtype_t dt = (zk_dtype_t)dti;
-            size_t n = zt_lengths[li], es = zk_dtype_size(dt);
+            zs_dtype_t dt = (zs_dtype_t)dti;
+            size_t n = zt_lengths[li], es = zs_dtype_size(dt);
             size_t off = zt_offsets[k++ % ZT_N_OFFSETS];
             zt_buf_t ba, bs;
             float *acc = zt_alloc(&ba, 4 * n, 4 * off);
@@ -59,7 +59,7 @@ static void zt_accumulate(zk_exec_t ex)
                 double bound = 0x1.0p-24 * (fabs(prod) + fabs(exact)) + 0x1.0p-148;
                 cr_assert_leq(fabs(acc[i] - exact), bound,
                               "%s %s n=%zu: acc[%zu] = %a, exact %a (seed %llu)",
-                              zk_variant_name(ex.variant), zk_dtype_name(dt), n, i, (double)acc[i],
+                              zk_variant_name(ex.variant), zs_dtype_name(dt), n, i, (double)acc[i],
                               exact, (unsigned long long)zt_seed);
             }
             free(acc0);
@@ -78,8 +78,8 @@ static void zt_reduce(zk_exec_t ex)
     for (size_t li = 0; li < ZT_N_LENGTHS; li++) {
         for (int dti = 0; dti < 3; dti++) {
             for (int alias = 0; alias <= 1; alias++) {
-                zk_dtype_t dt = (zk_dtype_t)dti;
-                size_t n = zt_lengths[li], es = zk_dtype_size(dt);
+                zs_dtype_t dt = (zs_dtype_t)dti;
+                size_t n = zt_lengths[li], es = zs_dtype_size(dt);
                 size_t off = zt_offsets[k++ % ZT_N_OFFSETS];
                 zt_buf_t ba, bb, bd = {NULL, NULL};
                 void *a = zt_alloc(&ba, es * n, es * off);
@@ -95,15 +95,15 @@ static void zt_reduce(zk_exec_t ex)
                 }
                 cr_assert_eq(zk_reduce(&ex, d, a, b, dt, n), ZS_OK, "%s", zk_last_error());
                 for (size_t i = 0; i < n; i++) {
-                    if (dt == ZK_DTYPE_F32) {
+                    if (dt == ZS_DTYPE_F32) {
                         cr_assert_eq(zt_f32_bits(((float *)d)[i]), zt_f32_bits(want[i]),
                                      "%s n=%zu at %zu", zk_variant_name(ex.variant), n, i);
                     } else {
                         uint16_t got;
                         memcpy(&got, (char *)d + 2 * i, 2);
                         cr_assert_eq(
-                            got, dt == ZK_DTYPE_F16 ? zt_ref_f16(want[i]) : zt_ref_bf16(want[i]),
-                            "%s %s n=%zu at %zu", zk_variant_name(ex.variant), zk_dtype_name(dt), n,
+                            got, dt == ZS_DTYPE_F16 ? zt_ref_f16(want[i]) : zt_ref_bf16(want[i]),
+                            "%s %s n=%zu at %zu", zk_variant_name(ex.variant), zs_dtype_name(dt), n,
                             i);
                     }
                 }
@@ -123,19 +123,19 @@ ZT_VARIANT_TESTS(zk_reduce, matches_fp32_reference, zt_reduce)
 /* ---- determinism: the same bits for every thread count, alignment and variant ---- */
 
 /* `n` elements of dt at random, one in `special_every` a special value (NaN, inf, ...). */
-static void *zt_random_elems(zk_dtype_t dt, size_t n, unsigned special_every)
+static void *zt_random_elems(zs_dtype_t dt, size_t n, unsigned special_every)
 {
-    size_t es = zk_dtype_size(dt);
+    size_t es = zs_dtype_size(dt);
     void *p = malloc(es * n + 4);
 
     cr_assert_not_null(p);
     for (size_t i = 0; i < n; i++) {
         float f = zt_or_special(zt_logu(-20, 20), special_every);
-        if (dt == ZK_DTYPE_F32) {
+        if (dt == ZS_DTYPE_F32) {
             memcpy((char *)p + 4 * i, &f, 4);
         } else {
             /* the kernels' own conversion: NaN payloads kept, as the half types carry them */
-            uint16_t h = dt == ZK_DTYPE_F16 ? zk_f32_to_f16(f) : zk_f32_to_bf16(f);
+            uint16_t h = dt == ZS_DTYPE_F16 ? zk_f32_to_f16(f) : zk_f32_to_bf16(f);
             memcpy((char *)p + 2 * i, &h, 2);
         }
     }
@@ -144,10 +144,10 @@ static void *zt_random_elems(zk_dtype_t dt, size_t n, unsigned special_every)
 
 /* acc += src * s on copies at misalignment `off` (acc) and a derived one (src); the resulting
  * accumulator lands in `out`. */
-static void zt_acc_run(zk_exec_t ex, const float *acc0, const void *src0, zk_dtype_t dt, float s,
+static void zt_acc_run(zk_exec_t ex, const float *acc0, const void *src0, zs_dtype_t dt, float s,
                        size_t n, size_t off, float *out)
 {
-    size_t es = zk_dtype_size(dt);
+    size_t es = zs_dtype_size(dt);
     zt_buf_t ba, bs;
     float *acc = zt_alloc(&ba, 4 * n, 4 * off);
     void *src = zt_alloc(&bs, es * n, es * ((off * 5) % 17));
@@ -161,10 +161,10 @@ static void zt_acc_run(zk_exec_t ex, const float *acc0, const void *src0, zk_dty
 }
 
 /* dst = a + b on copies at misalignments derived from `off`; alias: dst is a. */
-static void zt_red_run(zk_exec_t ex, const void *a0, const void *b0, zk_dtype_t dt, size_t n,
+static void zt_red_run(zk_exec_t ex, const void *a0, const void *b0, zs_dtype_t dt, size_t n,
                        size_t off, int alias, void *out)
 {
-    size_t es = zk_dtype_size(dt);
+    size_t es = zs_dtype_size(dt);
     zt_buf_t ba, bb, bd = {NULL, NULL};
     void *a = zt_alloc(&ba, es * n, es * off);
     void *b = zt_alloc(&bb, es * n, es * ((off * 3) % 17));
@@ -194,9 +194,9 @@ static void zt_vs_scalar(zk_exec_t ex, int op)
         size_t off = zt_edge_offset(li);
 
         for (int dti = 0; dti < 3; dti++) {
-            zk_dtype_t dt = (zk_dtype_t)dti;
-            size_t es = zk_dtype_size(dt);
-            float *acc0 = zt_random_elems(ZK_DTYPE_F32, n, 11);
+            zs_dtype_t dt = (zs_dtype_t)dti;
+            size_t es = zs_dtype_size(dt);
+            float *acc0 = zt_random_elems(ZS_DTYPE_F32, n, 11);
             void *a = zt_random_elems(dt, n, 11), *b = zt_random_elems(dt, n, 13);
             float s = zt_u64() % 8 == 0 ? zt_special() : (float)zt_uniform(-4.0, 4.0);
             void *want = malloc(4 * n + 4), *got = malloc(4 * n + 4);
@@ -206,14 +206,14 @@ static void zt_vs_scalar(zk_exec_t ex, int op)
                 zt_acc_run(ref, acc0, a, dt, s, n, off, want);
                 zt_acc_run(ex, acc0, a, dt, s, n, off, got);
                 zt_assert_same_bits(got, want, n, 4, "%s vs scalar, %s src, s %a, n %zu, off %zu",
-                                    zk_variant_name(ex.variant), zk_dtype_name(dt), (double)s, n,
+                                    zk_variant_name(ex.variant), zs_dtype_name(dt), (double)s, n,
                                     off);
             }
             for (int alias = 0; op == 1 && alias <= 1; alias++) {
                 zt_red_run(ref, a, b, dt, n, off, alias, want);
                 zt_red_run(ex, a, b, dt, n, off, alias, got);
                 zt_assert_same_bits(got, want, n, es, "%s vs scalar, %s, n %zu, off %zu, alias %d",
-                                    zk_variant_name(ex.variant), zk_dtype_name(dt), n, off, alias);
+                                    zk_variant_name(ex.variant), zs_dtype_name(dt), n, off, alias);
             }
             free(acc0);
             free(a);
@@ -247,9 +247,9 @@ static void zt_pool_split(zk_exec_t ex, int op)
 
     cr_assert(want != NULL && got != NULL);
     for (int dti = 0; dti < 3; dti++) {
-        zk_dtype_t dt = (zk_dtype_t)dti;
-        size_t es = op == 0 ? 4 : zk_dtype_size(dt);
-        float *acc0 = zt_random_elems(ZK_DTYPE_F32, n, 1009);
+        zs_dtype_t dt = (zs_dtype_t)dti;
+        size_t es = op == 0 ? 4 : zs_dtype_size(dt);
+        float *acc0 = zt_random_elems(ZS_DTYPE_F32, n, 1009);
         void *a = zt_random_elems(dt, n, 1013), *b = zt_random_elems(dt, n, 1019);
         float s = (float)zt_uniform(-4.0, 4.0);
         zk_exec_t one = {.variant = ex.variant, .pool = NULL};
@@ -269,7 +269,7 @@ static void zt_pool_split(zk_exec_t ex, int op)
                     zt_red_run(pooled, a, b, dt, n, offs[oi], 0, got);
                 }
                 zt_assert_same_bits(got, want, n, es, "%s, %s, %u threads, offset %zu",
-                                    zk_variant_name(ex.variant), zk_dtype_name(dt), zt_threads[ti],
+                                    zk_variant_name(ex.variant), zs_dtype_name(dt), zt_threads[ti],
                                     offs[oi]);
                 zk_pool_destroy(pooled.pool);
             }
@@ -304,7 +304,7 @@ static void zt_acc_nan_canon(zk_exec_t ex)
         acc[i] = zt_bits_f32(i % 2 ? 0xff812345u : 0x7fd55555u);
         a[i] = zt_bits_f32(i % 3 ? 0x7fa00001u : 0xffc00000u);
     }
-    zt_acc_run(ex, acc, a, ZK_DTYPE_F32, 2.0f, 45, 1, out);
+    zt_acc_run(ex, acc, a, ZS_DTYPE_F32, 2.0f, 45, 1, out);
     for (size_t i = 0; i < 45; i++) {
         cr_assert_eq(zt_f32_bits(out[i]), ZK_NAN_BITS, "%s: acc[%zu] = %08x",
                      zk_variant_name(ex.variant), i, zt_f32_bits(out[i]));
@@ -321,7 +321,7 @@ static void zt_red_nan_canon(zk_exec_t ex)
         a[i] = zt_bits_f32(i % 3 ? 0x7fa00001u : 0xffc00000u);
         b[i] = i % 5 ? zt_bits_f32(0xff812345u) : 1.0f;
     }
-    zt_red_run(ex, a, b, ZK_DTYPE_F32, 45, 2, 0, out);
+    zt_red_run(ex, a, b, ZS_DTYPE_F32, 45, 2, 0, out);
     for (size_t i = 0; i < 45; i++) {
         cr_assert_eq(zt_f32_bits(out[i]), ZK_NAN_BITS, "%s: dst[%zu] = %08x",
                      zk_variant_name(ex.variant), i, zt_f32_bits(out[i]));

@@ -85,7 +85,7 @@ static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int 
                          int bias_correction)
 {
     zk_adam_params_t P = zt_random_params(adam_w_mode, bias_correction);
-    size_t dsize = dst_dtype == ZT_NONE ? 4 : zk_dtype_size((zk_dtype_t)dst_dtype);
+    size_t dsize = dst_dtype == ZT_NONE ? 4 : zs_dtype_size((zs_dtype_t)dst_dtype);
     zt_buf_t bp, bm, bv, ba, bd;
     float *p = zt_alloc(&bp, 4 * (n + ZT_GUARD), 4 * off);
     float *m = zt_alloc(&bm, 4 * (n + ZT_GUARD), 4 * ((off * 3) % 16));
@@ -112,7 +112,7 @@ static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int 
     zt_fill_guard(d, n, dsize);
 
     st = zk_adam_step(&ex, &P, p, m, v, a, dst_dtype == ZT_NONE ? NULL : d,
-                      dst_dtype == ZT_NONE ? ZK_DTYPE_F32 : (zk_dtype_t)dst_dtype, n);
+                      dst_dtype == ZT_NONE ? ZS_DTYPE_F32 : (zs_dtype_t)dst_dtype, n);
     cr_assert_eq(st, ZS_OK, "zk_adam_step: %s: %s", zs_status_name(st), zk_last_error());
 
     for (size_t i = 0; i < n; i++) {
@@ -131,13 +131,13 @@ static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int 
                       rv, (unsigned long long)zt_seed);
         cr_assert_eq(zt_f32_bits(a[i]), 0u, "acc[%zu] not zeroed", i);
         switch (dst_dtype) {
-        case ZK_DTYPE_F32:
+        case ZS_DTYPE_F32:
             cr_assert_eq(zt_f32_bits(((float *)d)[i]), zt_f32_bits(p[i]), "dst[%zu]", i);
             break;
-        case ZK_DTYPE_F16:
+        case ZS_DTYPE_F16:
             cr_assert_eq(((uint16_t *)d)[i], zt_ref_f16(p[i]), "dst[%zu] for %a", i, (double)p[i]);
             break;
-        case ZK_DTYPE_BF16:
+        case ZS_DTYPE_BF16:
             cr_assert_eq(((uint16_t *)d)[i], zt_ref_bf16(p[i]), "dst[%zu] for %a", i, (double)p[i]);
             break;
         default:
@@ -164,7 +164,7 @@ static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int 
 
 static void zt_adam_all(zk_exec_t ex)
 {
-    static const int dsts[] = {ZT_NONE, ZK_DTYPE_F32, ZK_DTYPE_F16, ZK_DTYPE_BF16};
+    static const int dsts[] = {ZT_NONE, ZS_DTYPE_F32, ZS_DTYPE_F16, ZS_DTYPE_BF16};
     unsigned k = 0;
 
     for (size_t li = 0; li < ZT_N_LENGTHS; li++) {
@@ -227,7 +227,7 @@ static void zt_adam_ten_steps(zk_exec_t ex)
             denom = sqrt(tv[i]) / sqrt(bc2) + P.eps;
             tp[i] += -(P.lr / bc1) * tm[i] / denom;
         }
-        st = zk_adam_step(&ex, &P, p, m, v, a, d, ZK_DTYPE_BF16, n);
+        st = zk_adam_step(&ex, &P, p, m, v, a, d, ZS_DTYPE_BF16, n);
         cr_assert_eq(st, ZS_OK, "%s", zk_last_error());
     }
     for (size_t i = 0; i < n; i++) {
@@ -331,7 +331,7 @@ static void zt_adam_run(zk_exec_t ex, const zk_adam_params_t *P, const zt_adam_i
 {
     static const size_t mul[5] = {1, 3, 5, 7, 11};
     size_t n = in->n;
-    size_t dsize = dst_dtype == ZT_NONE ? 4 : zk_dtype_size((zk_dtype_t)dst_dtype);
+    size_t dsize = dst_dtype == ZT_NONE ? 4 : zs_dtype_size((zs_dtype_t)dst_dtype);
     zt_buf_t b[5];
     float *s[4];
     void *d;
@@ -343,13 +343,13 @@ static void zt_adam_run(zk_exec_t ex, const zk_adam_params_t *P, const zt_adam_i
     }
     d = zt_alloc(&b[4], dsize * n, dsize * ((off * mul[4]) % 17));
     st = zk_adam_step(&ex, P, s[0], s[1], s[2], s[3], dst_dtype == ZT_NONE ? NULL : d,
-                      dst_dtype == ZT_NONE ? ZK_DTYPE_F32 : (zk_dtype_t)dst_dtype, n);
+                      dst_dtype == ZT_NONE ? ZS_DTYPE_F32 : (zs_dtype_t)dst_dtype, n);
     cr_assert_eq(st, ZS_OK, "zk_adam_step: %s", zk_last_error());
     for (int k = 0; k < 4; k++) {
         memcpy(out->s[k], s[k], 4 * n);
         zt_free(&b[k]);
     }
-    if (dst_dtype == ZK_DTYPE_F32) {
+    if (dst_dtype == ZS_DTYPE_F32) {
         memcpy(out->dst32, d, 4 * n);
     } else if (dst_dtype != ZT_NONE) {
         memcpy(out->dst16, d, 2 * n);
@@ -365,14 +365,14 @@ static void zt_adam_same(const zt_adam_out_t *got, const zt_adam_out_t *want, si
     for (int k = 0; k < 4; k++) {
         zt_assert_same_bits(got->s[k], want->s[k], n, 4, "%s: stream %s differs", what, names[k]);
     }
-    if (dst_dtype == ZK_DTYPE_F32) {
+    if (dst_dtype == ZS_DTYPE_F32) {
         zt_assert_same_bits(got->dst32, want->dst32, n, 4, "%s: dst differs", what);
     } else if (dst_dtype != ZT_NONE) {
         zt_assert_same_bits(got->dst16, want->dst16, n, 2, "%s: dst differs", what);
     }
 }
 
-static const int zt_adam_dsts[] = {ZT_NONE, ZK_DTYPE_F32, ZK_DTYPE_F16, ZK_DTYPE_BF16};
+static const int zt_adam_dsts[] = {ZT_NONE, ZS_DTYPE_F32, ZS_DTYPE_F16, ZS_DTYPE_BF16};
 
 /* A pool splits the call into chunks whose heads and tails the SIMD variants run apart from
  * their vector bodies: every thread count and misalignment must give the bits of one thread
@@ -465,7 +465,7 @@ static void zt_adam_nan_canon(zk_exec_t ex)
         in.s[i % 4][i] = zt_bits_f32(i % 2 ? 0xff812345u : 0x7fd55555u);
     }
     zt_adam_out_init(&out, n);
-    zt_adam_run(ex, &P, &in, 3, ZK_DTYPE_BF16, &out);
+    zt_adam_run(ex, &P, &in, 3, ZS_DTYPE_BF16, &out);
     for (size_t i = 0; i < n; i++) {
         uint32_t p = zt_f32_bits(out.s[0][i]);
 
@@ -499,14 +499,14 @@ Test(zk_adam, rejects_bad_parameters)
                           .grad_scale = 1};
     float x = 0.0f;
 
-    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, NULL, ZS_DTYPE_F32, 1), ZS_ERR_INVALID);
     cr_assert_neq(strstr(zk_last_error(), "step"), NULL, "message: %s", zk_last_error());
     P.step = 1;
     P.beta2 = 1.0f;
-    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, NULL, ZS_DTYPE_F32, 1), ZS_ERR_INVALID);
     P.beta2 = 0.999f;
-    cr_assert_eq(zk_adam_step(NULL, &P, NULL, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
-    cr_assert_eq(zk_adam_step(NULL, &P, NULL, NULL, NULL, NULL, NULL, ZK_DTYPE_F32, 0), ZS_OK);
-    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, &x, (zk_dtype_t)7, 1), ZS_ERR_INVALID);
-    cr_assert_eq(zk_adam_step(NULL, NULL, &x, &x, &x, &x, NULL, ZK_DTYPE_F32, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, &P, NULL, &x, &x, &x, NULL, ZS_DTYPE_F32, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, &P, NULL, NULL, NULL, NULL, NULL, ZS_DTYPE_F32, 0), ZS_OK);
+    cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, &x, (zs_dtype_t)7, 1), ZS_ERR_INVALID);
+    cr_assert_eq(zk_adam_step(NULL, NULL, &x, &x, &x, &x, NULL, ZS_DTYPE_F32, 1), ZS_ERR_INVALID);
 }

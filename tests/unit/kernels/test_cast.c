@@ -26,7 +26,7 @@ static int zt_bf16_is_nan(uint16_t h)
 }
 
 /* All 65 536 patterns of dt to fp32 and back, at a misaligned address. */
-static void zt_roundtrip(zk_exec_t ex, zk_dtype_t dt)
+static void zt_roundtrip(zk_exec_t ex, zs_dtype_t dt)
 {
     const size_t n = 65536;
     zt_buf_t bh, bf, bb;
@@ -37,19 +37,19 @@ static void zt_roundtrip(zk_exec_t ex, zk_dtype_t dt)
     for (size_t i = 0; i < n; i++) {
         h[i] = (uint16_t)i;
     }
-    cr_assert_eq(zk_cast(&ex, f, ZK_DTYPE_F32, h, dt, n), ZS_OK, "%s", zk_last_error());
-    cr_assert_eq(zk_cast(&ex, back, dt, f, ZK_DTYPE_F32, n), ZS_OK, "%s", zk_last_error());
+    cr_assert_eq(zk_cast(&ex, f, ZS_DTYPE_F32, h, dt, n), ZS_OK, "%s", zk_last_error());
+    cr_assert_eq(zk_cast(&ex, back, dt, f, ZS_DTYPE_F32, n), ZS_OK, "%s", zk_last_error());
     for (size_t i = 0; i < n; i++) {
         uint16_t x = (uint16_t)i;
-        uint32_t want = dt == ZK_DTYPE_F16 ? zt_ref_f16_to_f32_bits(x) : (uint32_t)x << 16;
-        int nan = dt == ZK_DTYPE_F16 ? zt_f16_is_nan(x) : zt_bf16_is_nan(x);
-        uint16_t quiet = dt == ZK_DTYPE_F16 ? 0x0200 : 0x0040;
+        uint32_t want = dt == ZS_DTYPE_F16 ? zt_ref_f16_to_f32_bits(x) : (uint32_t)x << 16;
+        int nan = dt == ZS_DTYPE_F16 ? zt_f16_is_nan(x) : zt_bf16_is_nan(x);
+        uint16_t quiet = dt == ZS_DTYPE_F16 ? 0x0200 : 0x0040;
 
         cr_assert_eq(zt_f32_bits(f[i]), want, "%s %s %04zx -> fp32 %08x, want %08x",
-                     zk_variant_name(ex.variant), zk_dtype_name(dt), i, zt_f32_bits(f[i]), want);
+                     zk_variant_name(ex.variant), zs_dtype_name(dt), i, zt_f32_bits(f[i]), want);
         /* numbers and quiet NaNs come back exactly; a signalling NaN comes back quieted */
         cr_assert_eq(back[i], nan ? (uint16_t)(x | quiet) : x, "%s %s %04zx came back as %04x",
-                     zk_variant_name(ex.variant), zk_dtype_name(dt), i, back[i]);
+                     zk_variant_name(ex.variant), zs_dtype_name(dt), i, back[i]);
     }
     zt_free(&bh);
     zt_free(&bf);
@@ -58,8 +58,8 @@ static void zt_roundtrip(zk_exec_t ex, zk_dtype_t dt)
 
 static void zt_roundtrip_both(zk_exec_t ex)
 {
-    zt_roundtrip(ex, ZK_DTYPE_F16);
-    zt_roundtrip(ex, ZK_DTYPE_BF16);
+    zt_roundtrip(ex, ZS_DTYPE_F16);
+    zt_roundtrip(ex, ZS_DTYPE_BF16);
 }
 
 ZT_VARIANT_TESTS(zk_cast, all_half_patterns_round_trip, zt_roundtrip_both)
@@ -114,19 +114,19 @@ static void zt_from_f32(zk_exec_t ex)
     zt_buf_t bs, bd;
 
     for (int dti = 1; dti <= 2; dti++) {
-        zk_dtype_t dt = (zk_dtype_t)dti;
+        zs_dtype_t dt = (zs_dtype_t)dti;
         for (size_t k = 0; k < ZT_N_OFFSETS; k++) {
             float *s = zt_alloc(&bs, 4 * n, 4 * zt_offsets[k]);
             uint16_t *d = zt_alloc(&bd, 2 * n, 2 * zt_offsets[(k + 2) % ZT_N_OFFSETS]);
             size_t len = k == 0 ? n : 1 + zt_u64() % 5000; /* short calls too */
 
             memcpy(s, src, 4 * len);
-            cr_assert_eq(zk_cast(&ex, d, dt, s, ZK_DTYPE_F32, len), ZS_OK);
+            cr_assert_eq(zk_cast(&ex, d, dt, s, ZS_DTYPE_F32, len), ZS_OK);
             for (size_t i = 0; i < len; i++) {
-                uint16_t want = dt == ZK_DTYPE_F16 ? zt_ref_f16(s[i]) : zt_ref_bf16(s[i]);
+                uint16_t want = dt == ZS_DTYPE_F16 ? zt_ref_f16(s[i]) : zt_ref_bf16(s[i]);
                 cr_assert_eq(d[i], want, "%s fp32 %08x (%a) -> %s %04x, want %04x",
                              zk_variant_name(ex.variant), zt_f32_bits(s[i]), (double)s[i],
-                             zk_dtype_name(dt), d[i], want);
+                             zs_dtype_name(dt), d[i], want);
             }
             zt_free(&bs);
             zt_free(&bd);
@@ -164,7 +164,7 @@ static void zt_all_pairs(zk_exec_t ex)
         for (int s = 0; s < 3; s++) {
             for (int d = 0; d < 3; d++) {
                 zt_buf_t bs, bd;
-                size_t ss = zk_dtype_size((zk_dtype_t)s), ds = zk_dtype_size((zk_dtype_t)d);
+                size_t ss = zs_dtype_size((zs_dtype_t)s), ds = zs_dtype_size((zs_dtype_t)d);
                 unsigned char *src = zt_alloc(&bs, ss * n, ss * zt_offsets[li % ZT_N_OFFSETS]);
                 unsigned char *dst = zt_alloc(&bd, ds * n, ds);
 
@@ -177,7 +177,7 @@ static void zt_all_pairs(zk_exec_t ex)
                         memcpy(src + 2 * i, &h, 2);
                     }
                 }
-                cr_assert_eq(zk_cast(&ex, dst, (zk_dtype_t)d, src, (zk_dtype_t)s, n), ZS_OK);
+                cr_assert_eq(zk_cast(&ex, dst, (zs_dtype_t)d, src, (zs_dtype_t)s, n), ZS_OK);
                 for (size_t i = 0; i < n; i++) {
                     float f;
                     uint16_t h, got16;
@@ -209,19 +209,19 @@ ZT_VARIANT_TESTS(zk_cast, every_dtype_pair_and_length, zt_all_pairs)
 /* ---- determinism: the same bits for every thread count, alignment and variant ---- */
 
 /* n random elements of dt (fp32 values with specials, rounded by the kernels' conversion) */
-static void *zt_cast_src(zk_dtype_t dt, size_t n)
+static void *zt_cast_src(zs_dtype_t dt, size_t n)
 {
-    size_t es = zk_dtype_size(dt);
+    size_t es = zs_dtype_size(dt);
     unsigned char *p = malloc(es * n + 4);
 
     cr_assert_not_null(p);
     for (size_t i = 0; i < n; i++) {
         float f = zt_u64() % 4 == 0 ? zt_bits_f32((uint32_t)zt_u64())
                                     : zt_or_special(zt_logu(-30, 20), 9);
-        if (dt == ZK_DTYPE_F32) {
+        if (dt == ZS_DTYPE_F32) {
             memcpy(p + 4 * i, &f, 4);
         } else {
-            uint16_t h = dt == ZK_DTYPE_F16 ? zk_f32_to_f16(f) : zk_f32_to_bf16(f);
+            uint16_t h = dt == ZS_DTYPE_F16 ? zk_f32_to_f16(f) : zk_f32_to_bf16(f);
             memcpy(p + 2 * i, &h, 2);
         }
     }
@@ -229,10 +229,10 @@ static void *zt_cast_src(zk_dtype_t dt, size_t n)
 }
 
 /* dst = cast(src) on copies at misalignments derived from `off`; the result lands in out */
-static void zt_cast_run(zk_exec_t ex, zk_dtype_t ddt, zk_dtype_t sdt, const void *src0, size_t n,
+static void zt_cast_run(zk_exec_t ex, zs_dtype_t ddt, zs_dtype_t sdt, const void *src0, size_t n,
                         size_t off, void *out)
 {
-    size_t ds = zk_dtype_size(ddt), ss = zk_dtype_size(sdt);
+    size_t ds = zs_dtype_size(ddt), ss = zs_dtype_size(sdt);
     zt_buf_t bs, bd;
     void *src = zt_alloc(&bs, ss * n, ss * off);
     void *dst = zt_alloc(&bd, ds * n, ds * ((off * 5) % 17));
@@ -255,17 +255,17 @@ static void zt_cast_vs_scalar(zk_exec_t ex)
         size_t off = zt_edge_offset(li);
 
         for (int s = 0; s < 3; s++) {
-            void *src = zt_cast_src((zk_dtype_t)s, n);
+            void *src = zt_cast_src((zs_dtype_t)s, n);
             void *want = malloc(4 * n + 4), *got = malloc(4 * n + 4);
 
             cr_assert(want != NULL && got != NULL);
             for (int d = 0; d < 3; d++) {
-                zt_cast_run(ref, (zk_dtype_t)d, (zk_dtype_t)s, src, n, off, want);
-                zt_cast_run(ex, (zk_dtype_t)d, (zk_dtype_t)s, src, n, off, got);
-                zt_assert_same_bits(got, want, n, zk_dtype_size((zk_dtype_t)d),
+                zt_cast_run(ref, (zs_dtype_t)d, (zs_dtype_t)s, src, n, off, want);
+                zt_cast_run(ex, (zs_dtype_t)d, (zs_dtype_t)s, src, n, off, got);
+                zt_assert_same_bits(got, want, n, zs_dtype_size((zs_dtype_t)d),
                                     "%s vs scalar, %s -> %s, n %zu, off %zu",
-                                    zk_variant_name(ex.variant), zk_dtype_name((zk_dtype_t)s),
-                                    zk_dtype_name((zk_dtype_t)d), n, off);
+                                    zk_variant_name(ex.variant), zs_dtype_name((zs_dtype_t)s),
+                                    zs_dtype_name((zs_dtype_t)d), n, off);
             }
             free(src);
             free(want);
@@ -285,7 +285,7 @@ static void zt_cast_pool_split(zk_exec_t ex)
 
     cr_assert(want != NULL && got != NULL);
     for (int s = 0; s < 3; s++) {
-        void *src = zt_cast_src((zk_dtype_t)s, n);
+        void *src = zt_cast_src((zs_dtype_t)s, n);
 
         for (int d = 0; d < 3; d++) {
             zk_exec_t one = {.variant = ex.variant, .pool = NULL};
@@ -293,16 +293,16 @@ static void zt_cast_pool_split(zk_exec_t ex)
             if (d == s) {
                 continue; /* a copy */
             }
-            zt_cast_run(one, (zk_dtype_t)d, (zk_dtype_t)s, src, n, 0, want);
+            zt_cast_run(one, (zs_dtype_t)d, (zs_dtype_t)s, src, n, 0, want);
             for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
                 for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
                     zk_exec_t pooled = {.variant = ex.variant, .pool = zt_pool(zt_threads[ti])};
 
-                    zt_cast_run(pooled, (zk_dtype_t)d, (zk_dtype_t)s, src, n, offs[oi], got);
-                    zt_assert_same_bits(got, want, n, zk_dtype_size((zk_dtype_t)d),
+                    zt_cast_run(pooled, (zs_dtype_t)d, (zs_dtype_t)s, src, n, offs[oi], got);
+                    zt_assert_same_bits(got, want, n, zs_dtype_size((zs_dtype_t)d),
                                         "%s, %s -> %s, %u threads, offset %zu",
-                                        zk_variant_name(ex.variant), zk_dtype_name((zk_dtype_t)s),
-                                        zk_dtype_name((zk_dtype_t)d), zt_threads[ti], offs[oi]);
+                                        zk_variant_name(ex.variant), zs_dtype_name((zs_dtype_t)s),
+                                        zs_dtype_name((zs_dtype_t)d), zt_threads[ti], offs[oi]);
                     zk_pool_destroy(pooled.pool);
                 }
             }

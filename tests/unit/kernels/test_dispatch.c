@@ -69,8 +69,8 @@ Test(zk_dispatch, explicit_variant_checked)
     cr_assert_eq(zk_set_default_variant(ZK_VARIANT_SCALAR), ZS_OK);
     cr_assert_eq(zk_default_variant(), ZK_VARIANT_SCALAR);
     cr_assert_str_eq(zk_variant_name(ZK_VARIANT_AVX512), "avx512");
-    cr_assert_str_eq(zk_dtype_name(ZK_DTYPE_BF16), "bf16");
-    cr_assert_eq(zk_dtype_size(ZK_DTYPE_F16), 2);
+    cr_assert_str_eq(zs_dtype_name(ZS_DTYPE_BF16), "bf16");
+    cr_assert_eq(zs_dtype_size(ZS_DTYPE_F16), 2);
 }
 
 typedef struct zt_cover {

@@ -9,10 +9,11 @@
  */
 #include "zk_int.h"
 
+#include "zs/error.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -21,11 +22,12 @@
  * dtype keeps the alignment of its base pointer in every chunk. */
 #define ZK_GRAIN 1024
 
-static __thread char zk_errbuf[256];
+/* zk_last_error(): the kernels' own message per thread, apart from libzc's */
+static _Thread_local zs_lasterr_t zk_lasterr;
 
 static pthread_once_t zk_init_once = PTHREAD_ONCE_INIT;
 static zs_status_t zk_init_status = ZS_OK;
-static char zk_init_msg[sizeof(zk_errbuf)];
+static char zk_init_msg[ZS_ERRMSG_LEN];
 static volatile int zk_default = ZK_VARIANT_SCALAR;
 
 zs_status_t zk_error_set(zs_status_t status, const char *fmt, ...)
@@ -33,14 +35,14 @@ zs_status_t zk_error_set(zs_status_t status, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(zk_errbuf, sizeof(zk_errbuf), fmt, ap);
+    status = zs_lasterr_vset(&zk_lasterr, status, fmt, ap);
     va_end(ap);
     return status;
 }
 
 const char *zk_last_error(void)
 {
-    return zk_errbuf;
+    return zs_lasterr_get(&zk_lasterr);
 }
 
 static const char *const zk_variant_names[ZK_VARIANT_COUNT] = {"scalar", "avx2", "avx512"};
@@ -109,18 +111,17 @@ static void zk_init_run(void)
         }
     }
     if (v == ZK_VARIANT_COUNT) {
-        zk_init_status = ZS_ERR_INVALID;
-        snprintf(zk_init_msg, sizeof(zk_init_msg),
-                 "ZEROD_KERNELS=%s names no kernel variant (scalar, avx2, avx512)", env);
+        zk_init_status =
+            zs_errf(zk_init_msg, sizeof(zk_init_msg), ZS_ERR_INVALID,
+                    "ZEROD_KERNELS=%s names no kernel variant (scalar, avx2, avx512)", env);
         return;
     }
     if (!zk_variant_supported((zk_variant_t)v)) {
-        zk_init_status = ZS_ERR_UNSUPPORTED;
-        snprintf(zk_init_msg, sizeof(zk_init_msg),
-                 "ZEROD_KERNELS=%s: this CPU cannot run the %s kernels (needs %s)", env,
-                 zk_variant_names[v],
-                 v == ZK_VARIANT_AVX2 ? "AVX2, FMA and F16C"
-                                      : "AVX-512 F/BW/VL, AVX2, FMA and F16C");
+        zk_init_status = zs_errf(zk_init_msg, sizeof(zk_init_msg), ZS_ERR_UNSUPPORTED,
+                                 "ZEROD_KERNELS=%s: this CPU cannot run the %s kernels (needs %s)",
+                                 env, zk_variant_names[v],
+                                 v == ZK_VARIANT_AVX2 ? "AVX2, FMA and F16C"
+                                                      : "AVX-512 F/BW/VL, AVX2, FMA and F16C");
         return;
     }
     zk_default = v;

@@ -1,49 +1,36 @@
 /* zc_last_error(): one message per thread, kept where a failure is decided. */
 #include "zc_int.h"
 
+#include "zs/error.h"
 #include "zs/status.h"
 
-#include <stdio.h>
-#include <string.h>
-
-static _Thread_local char zc_errmsg[ZC_ERRMSG_LEN];
+/* libzc's own message per thread, apart from the kernels' (zk_last_error) */
+static _Thread_local zs_lasterr_t zc_lasterr;
 
 int zc_fail(int status, const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(zc_errmsg, sizeof(zc_errmsg), fmt, ap);
+    zs_lasterr_vset(&zc_lasterr, (zs_status_t)status, fmt, ap);
     va_end(ap);
     return status;
 }
 
 int zc_fail_prefix(int status, const char *what)
 {
-    char tmp[ZC_ERRMSG_LEN];
-    size_t n;
-
-    if (zc_errmsg[0] == '\0') {
-        snprintf(zc_errmsg, sizeof(zc_errmsg), "%s: %s", what, zs_status_string(status));
-        return status;
-    }
-    memcpy(tmp, zc_errmsg, sizeof(tmp));
-    n = (size_t)snprintf(zc_errmsg, sizeof(zc_errmsg), "%s: ", what);
-    if (n < sizeof(zc_errmsg)) {
-        memcpy(zc_errmsg + n, tmp, sizeof(zc_errmsg) - n - 1);
-        zc_errmsg[sizeof(zc_errmsg) - 1] = '\0';
-    }
+    zs_lasterr_prefix(&zc_lasterr, (zs_status_t)status, what);
     return status;
 }
 
 void zc_error_clear(void)
 {
-    zc_errmsg[0] = '\0';
+    zs_lasterr_clear(&zc_lasterr);
 }
 
 ZC_API const char *zc_last_error(void)
 {
-    return zc_errmsg;
+    return zs_lasterr_get(&zc_lasterr);
 }
 
 ZC_API const char *zc_status_name(int status)

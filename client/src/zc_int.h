@@ -9,6 +9,7 @@
 #include "zerod/zc.h"
 
 #include "zerod/ipc/v1/ipc.pb-c.h"
+#include "zs/error.h"
 #include "zs/time.h"
 
 #include <stdarg.h>
@@ -29,14 +30,14 @@ extern "C" {
 #define ZC_DEFAULT_TIMEOUT_MS 60000
 /* The default deadline is at least 2 x the daemon's peer deadline + this (HelloReply). */
 #define ZC_PEER_DEADLINE_MARGIN_MS 10000
-#define ZC_ERRMSG_LEN              1024
+#define ZC_ERRMSG_LEN              ZS_ERRMSG_LEN
 
 typedef Zerod__Ipc__V1__Frame zc_frame_t;
 typedef Zerod__Ipc__V1__Frame__BodyCase zc_body_case_t;
 
 /* ---- errors (error.c) ---------------------------------------------------------------- */
 
-/* Keep a message for zc_last_error() in this thread and return status. */
+/* Keep a message for zc_last_error() in this thread and return status (zs_lasterr_t). */
 int zc_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefix the current message: "what: <message>". Returns status. */
 int zc_fail_prefix(int status, const char *what);

@@ -36,6 +36,7 @@
 #define _GNU_SOURCE
 #include "zs/config.h"
 
+#include "zs/error.h"
 #include "zs/log.h"
 
 #include <ctype.h>
@@ -59,21 +60,6 @@ extern char **environ;
 typedef unsigned __int128 zs_u128_t;
 
 #define ZS_U128_MAX (~(zs_u128_t)0)
-
-static void zs_config_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void zs_config_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Numbers                                                                                    */
@@ -375,8 +361,7 @@ static zs_status_t zs_cfg_u64_range_check(const zs_config_row_t *row, uint64_t v
     row->parser->format(row, &b, lo, sizeof(lo));
     b = (uint64_t)range->max;
     row->parser->format(row, &b, hi, sizeof(hi));
-    zs_config_err(err, errlen, "out of range [%s, %s]", lo, hi);
-    return ZS_ERR_INVALID;
+    return zs_errf(err, errlen, ZS_ERR_INVALID, "out of range [%s, %s]", lo, hi);
 }
 
 static zs_status_t zs_cfg_size_parse(const zs_config_row_t *row, const char *value, void *field,
@@ -395,11 +380,11 @@ static zs_status_t zs_cfg_size_parse(const zs_config_row_t *row, const char *val
         }
         *(uint64_t *)field = v;
     } else if (status == ZS_ERR_OVERFLOW) {
-        zs_config_err(err, errlen, "a size must be below 16EiB (2^64 bytes)");
+        zs_errf(err, errlen, status, "a size must be below 16EiB (2^64 bytes)");
     } else if (strchr(value, '-') != NULL) {
-        zs_config_err(err, errlen, "a size cannot be negative");
+        zs_errf(err, errlen, status, "a size cannot be negative");
     } else {
-        zs_config_err(err, errlen, "expected a size such as 512MiB, 4k, 1GB, 5e8 or bytes");
+        zs_errf(err, errlen, status, "expected a size such as 512MiB, 4k, 1GB, 5e8 or bytes");
     }
     return status;
 }
@@ -435,9 +420,9 @@ static zs_status_t zs_cfg_duration_parse(const zs_config_row_t *row, const char 
         }
         *(uint64_t *)field = v;
     } else if (status == ZS_ERR_OVERFLOW) {
-        zs_config_err(err, errlen, "a duration must be below 2^64 ns (about 584 years)");
+        zs_errf(err, errlen, status, "a duration must be below 2^64 ns (about 584 years)");
     } else {
-        zs_config_err(err, errlen, "expected a duration such as 60s, 250ms, 10min");
+        zs_errf(err, errlen, status, "expected a duration such as 60s, 250ms, 10min");
     }
     return status;
 }
@@ -468,8 +453,7 @@ static zs_status_t zs_cfg_bool_parse(const zs_config_row_t *row, const char *val
     int b;
 
     if (zs_parse_bool(value, &b) != ZS_OK) {
-        zs_config_err(err, errlen, "expected true/false, yes/no, on/off or 1/0");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected true/false, yes/no, on/off or 1/0");
     }
     *(int *)field = b;
     return ZS_OK;
@@ -524,8 +508,7 @@ static zs_status_t zs_cfg_str_set(const char *value, void *field, char *err, siz
     char *copy = strdup(value);
 
     if (copy == NULL) {
-        zs_config_err(err, errlen, "out of memory");
-        return ZS_ERR_NO_MEMORY;
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
     }
     *(char **)field = copy;
     return ZS_OK;
@@ -535,8 +518,7 @@ static zs_status_t zs_cfg_path_parse(const zs_config_row_t *row, const char *val
                                      char *err, size_t errlen)
 {
     if (value[0] == '\0') {
-        zs_config_err(err, errlen, "expected a non-empty path");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected a non-empty path");
     }
     return zs_cfg_str_set(value, field, err, errlen);
 }
@@ -566,8 +548,8 @@ static zs_status_t zs_cfg_range_check(const zs_config_row_t *row, double v, char
     const zs_config_range_t *range = row->arg;
 
     if (range != NULL && (v < range->min || v > range->max)) {
-        zs_config_err(err, errlen, "out of range [%.17g, %.17g]", range->min, range->max);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "out of range [%.17g, %.17g]", range->min,
+                       range->max);
     }
     return ZS_OK;
 }
@@ -582,23 +564,19 @@ static zs_status_t zs_cfg_int_parse(const zs_config_row_t *row, const char *valu
     zs_status_t status;
 
     if (zs_trim_copy(value, buf, sizeof(buf)) != 0) {
-        zs_config_err(err, errlen, "expected an integer");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected an integer");
     }
     p = (buf[0] == '-' || buf[0] == '+') ? buf + 1 : buf;
     if (!isdigit((unsigned char)*p)) {
-        zs_config_err(err, errlen, "expected an integer");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected an integer");
     }
     errno = 0;
     v = strtoll(buf, &end, 10);
     if (*end != '\0') {
-        zs_config_err(err, errlen, "expected an integer");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected an integer");
     }
     if (errno == ERANGE) {
-        zs_config_err(err, errlen, "does not fit in a 64-bit integer");
-        return ZS_ERR_OVERFLOW;
+        return zs_errf(err, errlen, ZS_ERR_OVERFLOW, "does not fit in a 64-bit integer");
     }
     status = zs_cfg_range_check(row, (double)v, err, errlen);
     if (status != ZS_OK) {
@@ -622,18 +600,16 @@ static zs_status_t zs_cfg_double_parse(const zs_config_row_t *row, const char *v
     zs_status_t status;
 
     if (zs_trim_copy(value, buf, sizeof(buf)) != 0 || buf[0] == '\0') {
-        zs_config_err(err, errlen, "expected a number");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected a number");
     }
     errno = 0;
     v = strtod(buf, &end);
     if (end == buf || *end != '\0' || isnan(v)) {
-        zs_config_err(err, errlen, "expected a number");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "expected a number");
     }
     if (isinf(v)) {
-        zs_config_err(err, errlen, "expected a finite number");
-        return errno == ERANGE ? ZS_ERR_OVERFLOW : ZS_ERR_INVALID;
+        return zs_errf(err, errlen, errno == ERANGE ? ZS_ERR_OVERFLOW : ZS_ERR_INVALID,
+                       "expected a finite number");
     }
     status = zs_cfg_range_check(row, v, err, errlen);
     if (status != ZS_OK) {
@@ -795,9 +771,8 @@ static zs_status_t zs_config_apply(const zs_config_row_t *row, void *obj, const 
     return ZS_OK;
 
 err_bad_value:
-    zs_config_err(err, errlen, "config key '%s' (from %s): invalid value '%s': %s", row->name,
-                  origin, (row->flags & ZS_CONFIG_SECRET) ? "<hidden>" : value, reason);
-    return status;
+    return zs_errf(err, errlen, status, "config key '%s' (from %s): invalid value '%s': %s",
+                   row->name, origin, (row->flags & ZS_CONFIG_SECRET) ? "<hidden>" : value, reason);
 }
 
 void zs_config_cleanup(const zs_config_table_t *t, void *obj)
@@ -868,9 +843,8 @@ zs_status_t zs_config_set(const zs_config_table_t *t, void *obj, const char *nam
 
     zs_config_origin(src, name != NULL ? name : "", origin, sizeof(origin));
     if (row == NULL) {
-        zs_config_err(err, errlen, "unknown config key '%s' (from %s)", name ? name : "(null)",
-                      origin);
-        return ZS_ERR_NOT_FOUND;
+        return zs_errf(err, errlen, ZS_ERR_NOT_FOUND, "unknown config key '%s' (from %s)",
+                       name ? name : "(null)", origin);
     }
     return zs_config_apply(row, obj, value, origin, 1, err, errlen);
 }
@@ -907,7 +881,7 @@ static void zs_config_file_fail(zs_config_file_ctx_t *ctx, zs_status_t status, c
         return;
     }
     va_start(ap, fmt);
-    vsnprintf(ctx->err + off, ctx->errlen - (size_t)off, fmt, ap);
+    zs_verrf(ctx->err + off, ctx->errlen - (size_t)off, status, fmt, ap);
     va_end(ap);
 }
 
@@ -991,13 +965,12 @@ zs_status_t zs_config_load_file(const zs_config_table_t *t, void *obj, const cha
     ctx.fp = fopen(path, "re");
     if (ctx.fp == NULL) {
         int e = errno;
-        zs_config_err(err, errlen, "cannot open config file '%s': %s", path, strerror(e));
-        return (e == ENOENT) ? ZS_ERR_NOT_FOUND : ZS_ERR_IO;
+        return zs_errf(err, errlen, (e == ENOENT) ? ZS_ERR_NOT_FOUND : ZS_ERR_IO,
+                       "cannot open config file '%s': %s", path, strerror(e));
     }
     rc = ini_parse_stream(zs_config_file_read, &ctx, zs_config_file_handler, &ctx);
     if (ctx.status == ZS_OK && ferror(ctx.fp)) {
-        zs_config_err(err, errlen, "%s: read error", path);
-        ctx.status = ZS_ERR_IO;
+        ctx.status = zs_errf(err, errlen, ZS_ERR_IO, "%s: read error", path);
     } else if (ctx.status == ZS_OK && rc != 0) {
         ctx.lineno = rc;
         zs_config_file_fail(&ctx, ZS_ERR_CONFIG, "syntax error");
@@ -1105,12 +1078,12 @@ static zs_status_t zs_config_load_flag(const zs_config_table_t *t, void *obj,
     snprintf(origin, sizeof(origin), "--%s", name);
     row = zs_config_find(t, name);
     if (row == NULL) {
-        zs_config_err(err, errlen, "unknown config key '%s' (from %s)", name, origin);
-        return ZS_ERR_NOT_FOUND;
+        return zs_errf(err, errlen, ZS_ERR_NOT_FOUND, "unknown config key '%s' (from %s)", name,
+                       origin);
     }
     if (value == NULL) {
-        zs_config_err(err, errlen, "config key '%s' (from %s): missing value", row->name, origin);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "config key '%s' (from %s): missing value",
+                       row->name, origin);
     }
     return zs_config_apply(row, obj, value, origin, 1, err, errlen);
 }

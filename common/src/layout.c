@@ -1,9 +1,8 @@
 #include "zs/layout.h"
 
+#include "zs/error.h"
 #include "zs/mem.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -14,21 +13,6 @@
 #define ZS_LAYOUT_DEFAULT_MAX_NUMEL (1ull << 58)
 #define ZS_LAYOUT_MAX_ALIGN         (1u << 20)
 #define ZS_LAYOUT_HASH_TAG          "zerod.layout.v1"
-
-static void zs_layout_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void zs_layout_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void zs_layout_hash_u64(XXH3_state_t *st, uint64_t v)
 {
@@ -74,39 +58,36 @@ static zs_status_t zs_layout_check_spec(const zs_layout_spec_t *spec, uint64_t *
     uint64_t n_params = 0;
 
     if (spec->world == 0 || spec->world > ZS_LAYOUT_MAX_WORLD) {
-        zs_layout_err(err, errlen, "layout: world %u is out of range 1..%u", spec->world,
-                      ZS_LAYOUT_MAX_WORLD);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "layout: world %u is out of range 1..%u",
+                       spec->world, ZS_LAYOUT_MAX_WORLD);
     }
     if (spec->bucket_size == 0) {
-        zs_layout_err(err, errlen, "layout: reduce_bucket_size must be at least 1 element");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "layout: reduce_bucket_size must be at least 1 element");
     }
     if ((align & (align - 1)) != 0 || align > ZS_LAYOUT_MAX_ALIGN) {
-        zs_layout_err(err, errlen, "layout: elem_align %u is not a power of two <= %u", align,
-                      ZS_LAYOUT_MAX_ALIGN);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "layout: elem_align %u is not a power of two <= %u", align,
+                       ZS_LAYOUT_MAX_ALIGN);
     }
     if (spec->n_groups > ZS_LAYOUT_MAX_GROUPS) {
-        zs_layout_err(err, errlen, "layout: %u param groups exceed the limit of %u", spec->n_groups,
-                      ZS_LAYOUT_MAX_GROUPS);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "layout: %u param groups exceed the limit of %u", spec->n_groups,
+                       ZS_LAYOUT_MAX_GROUPS);
     }
     if (spec->n_groups > 0 && spec->group_n_params == NULL) {
-        zs_layout_err(err, errlen, "layout: group_n_params is NULL");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "layout: group_n_params is NULL");
     }
     for (uint32_t g = 0; g < spec->n_groups; g++) {
         n_params += spec->group_n_params[g];
     }
     if (n_params > ZS_LAYOUT_MAX_PARAMS) {
-        zs_layout_err(err, errlen, "layout: %llu parameters exceed the limit of %u",
-                      (unsigned long long)n_params, ZS_LAYOUT_MAX_PARAMS);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "layout: %llu parameters exceed the limit of %u",
+                       (unsigned long long)n_params, ZS_LAYOUT_MAX_PARAMS);
     }
     if (n_params > 0 && spec->numel == NULL) {
-        zs_layout_err(err, errlen, "layout: numel is NULL");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "layout: numel is NULL");
     }
     *n_params_p = n_params;
     return ZS_OK;
@@ -160,15 +141,13 @@ static zs_status_t zs_layout_close_bucket(zs_layout_t *layout, zs_layout_bucket_
         status = zs_add_u64(layout->total_numel, b->padded, &layout->total_numel);
     }
     if (status != ZS_OK) {
-        zs_layout_err(err, errlen, "layout: flat size overflows 64 bits at bucket %u",
-                      layout->n_buckets);
-        return status;
+        return zs_errf(err, errlen, status, "layout: flat size overflows 64 bits at bucket %u",
+                       layout->n_buckets);
     }
     if (layout->total_numel > max_numel) {
-        zs_layout_err(err, errlen,
-                      "layout: padded size %llu elements exceeds the limit of %llu elements",
-                      (unsigned long long)layout->total_numel, (unsigned long long)max_numel);
-        return ZS_ERR_LIMIT;
+        return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                       "layout: padded size %llu elements exceeds the limit of %llu elements",
+                       (unsigned long long)layout->total_numel, (unsigned long long)max_numel);
     }
     b->slice = b->padded / layout->world;
     layout->shard_numel += b->slice;
@@ -229,10 +208,9 @@ static zs_status_t zs_layout_build(zs_layout_t *layout, const zs_layout_spec_t *
                 start = 0;
             }
             if (numel > max_numel) {
-                zs_layout_err(err, errlen,
-                              "layout: parameter %u has %llu elements, over the limit of %llu", id,
-                              (unsigned long long)numel, (unsigned long long)max_numel);
-                return ZS_ERR_LIMIT;
+                return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                               "layout: parameter %u has %llu elements, over the limit of %llu", id,
+                               (unsigned long long)numel, (unsigned long long)max_numel);
             }
             p->id = id;
             p->group = g;
@@ -268,8 +246,7 @@ static zs_status_t zs_layout_build(zs_layout_t *layout, const zs_layout_spec_t *
     return ZS_OK;
 
 err_overflow:
-    zs_layout_err(err, errlen, "layout: sizes overflow 64-bit arithmetic");
-    return ZS_ERR_OVERFLOW;
+    return zs_errf(err, errlen, ZS_ERR_OVERFLOW, "layout: sizes overflow 64-bit arithmetic");
 }
 
 zs_status_t zs_layout_create(const zs_layout_spec_t *spec, zs_layout_t **layout_p, char *err,
@@ -298,8 +275,8 @@ zs_status_t zs_layout_create(const zs_layout_spec_t *spec, zs_layout_t **layout_
     layout->n_params = (uint32_t)n_params;
     status = zs_layout_alloc(layout, n_params);
     if (status != ZS_OK) {
-        zs_layout_err(err, errlen, "layout: out of memory for %llu parameters",
-                      (unsigned long long)n_params);
+        zs_errf(err, errlen, status, "layout: out of memory for %llu parameters",
+                (unsigned long long)n_params);
         goto err_destroy;
     }
     for (uint32_t g = 0; g < spec->n_groups; g++) {

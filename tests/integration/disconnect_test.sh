@@ -9,36 +9,26 @@
 #   disconnect_test.sh WORLD ZEROD MESH_TRAINER DISCONNECT_CLIENT ZEROCTL
 set -uo pipefail
 world=$1 zerod=$2 trainer=$3 client=$4 zeroctl=$5
-work=$(mktemp -d /tmp/zd-disc-XXXXXX)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+zd_workdir disc
+zd_case="world $world"
 declare -a dpids=() tpids=()
 summary=()
 cleanup() {
-    for p in "${tpids[@]}" "${dpids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    if [ "${keep:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
+    zd_kill_all "${tpids[@]}" "${dpids[@]}"
 }
-trap cleanup EXIT
-fail() {
-    echo "FAIL (world $world, $case_): $*"
-    for f in "$work"/*.log "$work"/*.out; do
-        [ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-    done
-    keep=1
-    exit 1
+on_fail() {
+    zd_show_logs 20 "$work"/*.log "$work"/*.out
+}
+# begin NAME: the case that runs now (in FAIL lines and job ids)
+begin() {
+    case_=$1
+    zd_case="world $world, $case_"
 }
 
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
-chmod 600 "$work/token"
-port=$(/usr/bin/python3 -c '
-import random, socket
-for _ in range(256):
-    p = random.randrange(20000, 32768)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    print(p)
-    break')
+zd_token "$work/token"
+port=$(zd_free_port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=$world
 trained=2 # steps before the disruption
 final=5   # steps the last trainers train to, then verify
@@ -46,33 +36,19 @@ final=5   # steps the last trainers train to, then verify
 # start_daemons [ENV=VALUE...]: one daemon per rank, a 60 s linger, quick peer detection
 start_daemons() {
     for ((i = 0; i < world; i++)); do
-        rm -f "$work/d$i.out" "$work/d$i.log" # before the daemon truncates them: no stale READY
-        env "$@" "$zerod" --socket "$work/z$i.sock" --device "cpu:$i" --token-file "$work/token" \
-            --job-linger 60s --mesh-timeout 20s --collective-timeout 5s \
-            --heartbeat-interval 200ms --heartbeat-timeout 2s \
-            >"$work/d$i.out" 2>"$work/d$i.log" </dev/null &
-        dpids[$i]=$!
+        zd_spawn "$work/d$i.out" "$work/d$i.log" env "$@" "$zerod" --socket "$work/z$i.sock" \
+            --device "cpu:$i" --token-file "$work/token" --job-linger 60s --mesh-timeout 20s \
+            --collective-timeout 5s --heartbeat-interval 200ms --heartbeat-timeout 2s
+        dpids[i]=$zd_pid
     done
     for ((i = 0; i < world; i++)); do
-        for _ in $(seq 1 100); do
-            grep -q '^READY' "$work/d$i.out" 2>/dev/null && break
-            kill -0 "${dpids[$i]}" 2>/dev/null || fail "daemon $i exited at start"
-            sleep 0.1
-        done
-        grep -q '^READY' "$work/d$i.out" || fail "daemon $i not ready within 10 s"
+        zd_wait_ready "${dpids[$i]}" "$work/d$i.out" "daemon $i" || fail "daemon $i exited at start"
     done
 }
 
 stop_daemons() {
     for i in "${!dpids[@]}"; do
-        local p=${dpids[$i]}
-        kill -0 "$p" 2>/dev/null || fail "daemon $i died"
-        kill -TERM "$p"
-        for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$p" 2>/dev/null && fail "daemon $i ignored SIGTERM for 10 s"
-        wait "$p"
-        local rc=$?
-        [ $rc = 0 ] || fail "daemon $i exited $rc after SIGTERM"
+        zd_stop "${dpids[$i]}" "daemon $i"
     done
     dpids=()
 }
@@ -83,29 +59,12 @@ trainer() {
     shift 2
     RANK=$i ZEROD_SOCKET="$work/z$i.sock" ZEROD_JOB="disc-$world-$case_-$$" \
         "$trainer" "$@" >"$work/$out" 2>&1 </dev/null &
-    tpids[$i]=$!
+    tpids[i]=$!
 }
 
 # wait_pid PID SECONDS -> rc (fails when it outlives the limit)
 wait_pid() {
-    local p=$1 limit=$2
-    for _ in $(seq 1 $((limit * 10))); do
-        if ! kill -0 "$p" 2>/dev/null; then
-            wait "$p"
-            rc=$?
-            return 0
-        fi
-        sleep 0.1
-    done
-    fail "process $p still running after $limit s"
-}
-
-wait_for_line() { # FILE REGEX SECONDS
-    for _ in $(seq 1 $(($3 * 10))); do
-        grep -qE "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "no line matching '$2' in $1 within $3 s"
+    zd_wait_pid "$1" "$2" "process $1"
 }
 
 # train_all STEPS TAG [args...]: every rank trains to STEPS and keeps the job (detach, no end)
@@ -134,7 +93,9 @@ check_daemons() {
 d = json.load(sys.stdin)
 print(int(d["job"]["step"]) if d["has_job"] else "none")' <<<"$js")
             [ "$step" = "$want" ] && break
-            [ "$step" != none ] && [ "$step" -lt "$want" ] || break
+            if ! { [ "$step" != none ] && [ "$step" -lt "$want" ]; }; then
+                break
+            fi
             sleep 0.2
         done
         [ "$step" = "$want" ] || fail "daemon $i: job at step '$step', expected $want ($js)"
@@ -194,7 +155,7 @@ others_wait() {
 
 for point in before-hello after-hello mid-frame; do
     for how in close kill; do
-        case_="$point-$how"
+        begin "$point-$how"
         start_daemons
         train_all $trained first
         raw "$point" "$how"
@@ -205,7 +166,7 @@ done
 # after Attach, before its reply: the attach runs (a re-attach of the lingering job), its reply
 # goes nowhere, the disconnect releases the job again (and at world 2 aborts the mesh)
 for how in close kill; do
-    case_="attach-$how"
+    begin "attach-$how"
     start_daemons
     train_all $trained first
     if [ "$world" -gt 1 ]; then
@@ -214,7 +175,7 @@ for how in close kill; do
         # wait mesh_timeout for a coordinator that never comes: a slow start, under TSan)
         others_start
         for ((i = 1; i < world; i++)); do
-            wait_for_line "$work/d$i.log" "re-attached at step $trained" 30
+            zd_wait_for_line "$work/d$i.log" "re-attached at step $trained" 30
         done
     fi
     raw attach "$how"
@@ -223,8 +184,8 @@ for how in close kill; do
 done
 
 # a refused uid: SO_PEERCRED refuses it; it closes before the refusal is written
-case_="refused-uid"
-if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && [ -z "$(ldd "$client" | grep 'not found')" ]; then
+begin "refused-uid"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && [[ $(ldd "$client") != *"not found"* ]]; then
     install -m 755 "$client" "$work/client-copy"
     # and the build tree's libraries it loads (libzc in a sanitizer build): uid 65534 may not
     # enter the checkout (a clone in a mktemp -d directory is 0700)
@@ -252,7 +213,7 @@ fi
 
 # a BucketReady in flight: the trainer dies right after its first bucket of step 3 went out
 for how in close kill; do
-    case_="bucket-$how"
+    begin "bucket-$how"
     start_daemons
     train_all $trained first
     others_start
@@ -272,12 +233,12 @@ phases=(step)
 [ "$world" -gt 1 ] && phases+=(allgather)
 for phase in "${phases[@]}"; do
     for how in TERM KILL; do
-        case_="$phase-$how"
+        begin "$phase-$how"
         start_daemons ZEROD_TEST_PAUSE="$phase:400"
         train_all $trained first
         others_start
         trainer 0 t0.die.out --steps $final
-        wait_for_line "$work/d0.log" "ZEROD_TEST_PAUSE: $phase of step $((trained + 1)) " 30
+        zd_wait_for_line "$work/d0.log" "ZEROD_TEST_PAUSE: $phase of step $((trained + 1)) " 30
         kill -$how "${tpids[0]}"
         wait_pid "${tpids[0]}" 30
         others_wait
@@ -292,7 +253,7 @@ done
 
 # after Detach (the job kept): the trainer then dies with its socket open
 for how in close kill; do
-    case_="detach-$how"
+    begin "detach-$how"
     start_daemons
     for ((i = 0; i < world; i++)); do
         if [ $i = 0 ]; then

@@ -4,45 +4,24 @@
 # Every wait is bounded; every process started here is stopped on exit.
 set -uo pipefail
 mode=$1 zerod=$2 trainer=$3
-work=$(mktemp -d /tmp/zd-mesh-XXXXXX)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+zd_case=$mode
+zd_workdir mesh
 declare -a dpids=() tpids=()
 ns_made=()
 
 cleanup() {
-    for p in "${tpids[@]}" "${dpids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    zd_kill_all "${tpids[@]}" "${dpids[@]}"
     for n in "${ns_made[@]}"; do ip netns del "$n" 2>/dev/null; done
-    if [ "${keep:-0}" = 1 ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
-trap cleanup EXIT
-
-fail() {
-    echo "FAIL ($mode): $*"
-    for f in "$work"/*.log "$work"/*.out; do
-        [ -f "$f" ] && { echo "--- $f"; tail -n 25 "$f"; }
-    done
-    keep=1
-    exit 1
+on_fail() {
+    zd_show_logs 25 "$work"/*.log "$work"/*.out
 }
 
-free_port() { # below the ephemeral range, which UCX's own TCP listeners draw from
-    /usr/bin/python3 -c '
-import random, socket
-for _ in range(256):
-    p = random.randrange(20000, 32768)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    print(p)
-    break'
-}
-
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
-chmod 600 "$work/token"
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/badtoken"
-chmod 600 "$work/badtoken"
-port=$(free_port)
+zd_token "$work/token"
+zd_token "$work/badtoken"
+port=$(zd_free_port)
 export MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ZEROD_JOB="mesh-$mode-$$"
 
 # start_daemon I [NETNS] [flags...]
@@ -51,17 +30,11 @@ start_daemon() {
     shift 2
     local pre=()
     [ -n "$ns" ] && pre=(ip netns exec "$ns")
-    rm -f "$work/d$i.out" # before the daemon truncates it: no stale READY of an earlier one
-    "${pre[@]}" "$zerod" --socket "$work/z$i.sock" --device "cpu:$i" --token-file "$work/token" \
-        --mesh-timeout 20s --collective-timeout 2s --heartbeat-interval 500ms "$@" \
-        >"$work/d$i.out" 2>"$work/d$i.log" </dev/null &
-    dpids[$i]=$!
-    for _ in $(seq 1 100); do
-        grep -q '^READY' "$work/d$i.out" 2>/dev/null && return 0
-        kill -0 "${dpids[$i]}" 2>/dev/null || fail "daemon $i exited at start"
-        sleep 0.1
-    done
-    fail "daemon $i not ready within 10 s"
+    zd_spawn "$work/d$i.out" "$work/d$i.log" "${pre[@]}" "$zerod" --socket "$work/z$i.sock" \
+        --device "cpu:$i" --token-file "$work/token" --mesh-timeout 20s --collective-timeout 2s \
+        --heartbeat-interval 500ms "$@"
+    dpids[i]=$zd_pid
+    zd_wait_ready "${dpids[$i]}" "$work/d$i.out" "daemon $i" || fail "daemon $i exited at start"
 }
 
 # start_trainer I RANK WORLD [NETNS] [args...]
@@ -71,48 +44,22 @@ start_trainer() {
     local pre=()
     [ -n "$ns" ] && pre=(ip netns exec "$ns")
     RANK=$rank WORLD_SIZE=$world ZEROD_SOCKET="$work/z$i.sock" \
-        "${pre[@]}" env RANK=$rank WORLD_SIZE=$world ZEROD_SOCKET="$work/z$i.sock" \
+        "${pre[@]}" env RANK="$rank" WORLD_SIZE="$world" ZEROD_SOCKET="$work/z$i.sock" \
         MASTER_ADDR="$MASTER_ADDR" MASTER_PORT="$MASTER_PORT" ZEROD_JOB="$ZEROD_JOB" \
         "$trainer" "$@" >"$work/t$i.out" 2>&1 </dev/null &
-    tpids[$i]=$!
+    tpids[i]=$!
 }
 
 # wait_trainer I SECONDS -> sets rc
 wait_trainer() {
-    local i=$1 limit=$2
-    for _ in $(seq 1 $((limit * 10))); do
-        if ! kill -0 "${tpids[$i]}" 2>/dev/null; then
-            wait "${tpids[$i]}"
-            rc=$?
-            return 0
-        fi
-        sleep 0.1
-    done
-    fail "trainer $i still running after ${limit} s"
+    zd_wait_pid "${tpids[$1]}" "$2" "trainer $1"
 }
 
-wait_for_line() { # FILE REGEX SECONDS
-    for _ in $(seq 1 $(($3 * 10))); do
-        grep -qE "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "no line matching '$2' in $1 within $3 s"
-}
-
+# stop_daemons: every daemon in dpids (a case unsets those it killed on purpose) is still
+# running, stops on SIGTERM within 5 s with exit 0 and removes its socket
 stop_daemons() {
     for i in "${!dpids[@]}"; do
-        local p=${dpids[$i]} drc
-        if ! kill -0 "$p" 2>/dev/null; then # a daemon no case killed on purpose (those are
-            wait "$p"                         # unset from dpids) must still be running
-            drc=$?
-            fail "daemon $i died before it was stopped (exit $drc)"
-        fi
-        kill -TERM "$p"
-        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$p" 2>/dev/null && fail "daemon $i ignored SIGTERM for 5 s"
-        wait "$p"
-        drc=$?
-        [ "$drc" = 0 ] || fail "daemon $i exited $drc after SIGTERM"
+        zd_stop "${dpids[$i]}" "daemon $i" 5
         [ -e "$work/z$i.sock" ] && fail "daemon $i left its socket"
     done
     dpids=()
@@ -121,7 +68,7 @@ stop_daemons() {
 # expect_algo REGEX: every daemon logged the collectives algorithm it agreed on, matching REGEX
 expect_algo() {
     for i in "${!dpids[@]}"; do
-        wait_for_line "$work/d$i.log" "collectives: " 10
+        zd_wait_for_line "$work/d$i.log" "collectives: " 10
         grep -qE "collectives: $1" "$work/d$i.log" ||
             fail "daemon $i: collectives not '$1': $(grep -h 'collectives: ' "$work/d$i.log")"
     done
@@ -175,10 +122,10 @@ kill-daemon)
     world=3
     for ((i = 0; i < world; i++)); do start_daemon $i ""; done
     for ((i = 0; i < world; i++)); do start_trainer $i $i $world "" --steps 100000 --sleep-ms 20; done
-    wait_for_line "$work/t0.out" "step 3 " 30
+    zd_wait_for_line "$work/t0.out" "step 3 " 30
     kill -KILL "${dpids[1]}"
     t0=$(date +%s.%N)
-    for i in 0 1 2; do wait_trainer $i 10; codes[$i]=$rc; done
+    for i in 0 1 2; do wait_trainer $i 10; codes[i]=$rc; done
     elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
     unset 'dpids[1]'
     for i in 0 2; do
@@ -204,16 +151,16 @@ peer-lost-w2 | peer-lost-w3)
                 --heartbeat-timeout ${hb_timeout}s
         done
         for ((i = 0; i < world; i++)); do
-            start_trainer $i $i $world "" --steps 100000 --sleep-ms 20
+            start_trainer $i $i "$world" "" --steps 100000 --sleep-ms 20
         done
-        wait_for_line "$work/t0.out" "step 3 " 30
+        zd_wait_for_line "$work/t0.out" "step 3 " 30
         victim=1
         kill -$how "${dpids[$victim]}"
         t0=$(date +%s.%N)
         for ((i = 0; i < world; i++)); do
             [ $i = $victim ] && continue
             wait_trainer $i 20
-            codes[$i]=$rc
+            codes[i]=$rc
         done
         elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
         for ((i = 0; i < world; i++)); do
@@ -250,10 +197,10 @@ kill-trainer)
     start_trainer 0 0 $world "" --steps 8
     start_trainer 1 1 $world "" --steps 8 --hang-at 4
     start_trainer 2 2 $world "" --steps 8
-    wait_for_line "$work/t1.out" "hanging in step 4" 60
+    zd_wait_for_line "$work/t1.out" "hanging in step 4" 60
     sleep 0.3
     kill -KILL "${tpids[1]}"
-    for i in 0 1 2; do wait_trainer $i 10; codes[$i]=$rc; done
+    for i in 0 1 2; do wait_trainer $i 10; codes[i]=$rc; done
     [ "${codes[1]}" = 137 ] || fail "trainer 1 was not killed by SIGKILL (rc ${codes[1]})"
     for i in 0 2; do
         [ "${codes[$i]}" = 4 ] || fail "rank $i exited ${codes[$i]}, expected a clean libzc error"
@@ -300,7 +247,7 @@ wrong-token | wrong-layout | duplicate-rank | unreachable)
         start_trainer 1 1 2 "" --steps 2
         ;;
     esac
-    for i in "${!tpids[@]}"; do wait_trainer "$i" 20; codes[$i]=$rc; done
+    for i in "${!tpids[@]}"; do wait_trainer "$i" 20; codes[i]=$rc; done
     for i in "${!tpids[@]}"; do
         [ "${codes[$i]}" = 4 ] || fail "trainer $i exited ${codes[$i]}, expected a refused attach"
     done

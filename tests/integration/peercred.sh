@@ -8,26 +8,25 @@ if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
     echo "SKIP: needs root and setpriv to connect as another user"
     exit 77
 fi
-work=$(mktemp -d /tmp/zd-cred-XXXXXX)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+zd_workdir cred
 chmod 755 "$work"
 # the build tree may sit under a directory other users cannot enter: run a copy
 install -m 755 "$zeroctl" "$work/zeroctl"
 ldd "$work/zeroctl" | grep -q "not found" && { echo "SKIP: zeroctl needs libraries outside the system path"; exit 77; }
 zeroctl=$work/zeroctl
 pid=
-trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; cat "$work/d.log"; exit 1; }
+cleanup() { zd_kill_all "$pid"; }
+on_fail() { zd_show_logs +1 "$work/d.log"; }
 
 start() { # flags...
-    rm -f "$work/d.out" # before the child truncates it: no stale READY from the last daemon
-    "$zerod" --socket "$work/z.sock" --device cpu "$@" >"$work/d.out" 2>"$work/d.log" </dev/null &
-    pid=$!
-    for _ in $(seq 1 100); do grep -q '^READY' "$work/d.out" 2>/dev/null && return; sleep 0.1; done
-    fail "zerod not ready"
+    zd_spawn "$work/d.out" "$work/d.log" "$zerod" --socket "$work/z.sock" --device cpu "$@"
+    pid=$zd_pid
+    zd_wait_ready "$pid" "$work/d.out" zerod || fail "zerod exited at start"
 }
 stop() {
-    kill -TERM $pid
-    wait $pid || fail "zerod exited $? after SIGTERM"
+    zd_stop "$pid" zerod
     pid=
 }
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
@@ -64,7 +63,7 @@ for _ in $(seq 1 50); do
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.close()' "$work/z.sock" 2>/dev/null
 done
 sleep 0.2
-kill -0 $pid 2>/dev/null || fail "zerod died after refused peers closed early"
+kill -0 "$pid" 2>/dev/null || fail "zerod died after refused peers closed early"
 "$zeroctl" -s "$work/z.sock" status >/dev/null || fail "zerod stopped answering after refused peers"
 stop
 echo "PASS: 0660 socket, SO_PEERCRED refusal logged, allowed_group '$group' owns the socket and its member is admitted, 50 refused early closers survived"

@@ -6,13 +6,15 @@
 # its group. Usage: zerod_cli.sh ZEROD ZEROCTL
 set -uo pipefail
 zerod=$1 zeroctl=$2
-work=$(mktemp -d /tmp/zd-cli-XXXXXX)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+zd_workdir cli
 pid=
-trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
-fail() {
-    echo "FAIL: $*"
-    [ -f "$work/d.log" ] && { echo "--- daemon log"; cat "$work/d.log"; }
-    exit 1
+cleanup() {
+    zd_kill_all "$pid"
+}
+on_fail() {
+    zd_show_logs +1 "$work/d.log"
 }
 
 # refused KEY ARGS...: zerod -t exits 2 and its message names KEY
@@ -41,28 +43,22 @@ refused threads --threads 0
 refused socket --socket ""
 ZEROD_FRAME_TIMEOUT=0 refused frame_timeout
 refused token_file --token-file "$work/missing-token"
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+zd_token "$work/token"
 chmod 644 "$work/token"
 refused token_file --token-file "$work/token"
 chmod 600 "$work/token"
 "$zerod" -t --device cpu --socket "$work/t.sock" --token-file "$work/token" --job-linger 0 \
     >/dev/null || fail "a good config with job_linger 0 was refused"
 
-# start ARGS...: a daemon on $work/z.sock in the background; waits for READY
+# start ARGS...: a daemon on $work/z.sock in the background; waits for READY (status 1 when
+# it exits first)
 start() {
-    rm -f "$work/d.out" "$work/d.log" # before the child truncates them: no stale READY
-    "$zerod" --device cpu --socket "$work/z.sock" "$@" >"$work/d.out" 2>"$work/d.log" </dev/null &
-    pid=$!
-    for _ in $(seq 1 100); do
-        grep -q '^READY' "$work/d.out" 2>/dev/null && return 0
-        kill -0 $pid 2>/dev/null || return 1
-        sleep 0.1
-    done
-    fail "zerod not ready within 10 s"
+    zd_spawn "$work/d.out" "$work/d.log" "$zerod" --device cpu --socket "$work/z.sock" "$@"
+    pid=$zd_pid
+    zd_wait_ready "$pid" "$work/d.out" zerod
 }
 stop() {
-    kill -TERM $pid
-    wait $pid || fail "zerod exited $? after SIGTERM"
+    zd_stop "$pid" zerod
     pid=
 }
 # start_fails WHAT ARGS...: the daemon exits non-zero at start, logging WHAT

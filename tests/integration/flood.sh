@@ -11,7 +11,8 @@
 set -euo pipefail
 zerod=$1 zeroctl=$2 fuzz=$3 rundir=$4
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=daemon_mem.sh
 . "$here/daemon_mem.sh"
 sock="$rundir/zerod.sock"
@@ -24,22 +25,7 @@ if [ -n "${TSAN_OPTIONS:-}" ]; then
     GROWTH_MAX_KIB=$((GROWTH_MAX_KIB * 8))
 fi
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
-GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES "$ctl" start "$zerod" "$rundir"
-started=1
-pid=$(cat "$rundir/pid")
+GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES zd_ctl_start "$zerod" "$rundir"
 "$zeroctl" -s "$sock" status >/dev/null || fail "zeroctl status does not answer"
 zd_wait_idle "$pid" "$zeroctl" "$sock" || fail "the daemon is not idle after start"
 base=$(zd_kib "$pid" RssAnon)
@@ -66,6 +52,5 @@ echo "after the flood: RssAnon $(zd_kib "$pid" RssAnon) KiB, zeroctl status answ
 [ $((peak - base)) -le "$GROWTH_MAX_KIB" ] ||
     fail "a client that never reads made the daemon grow by $((peak - base)) KiB for" \
         "$FLOOD_MIB MiB of requests: replies are queued without a bound"
-started=0
-"$ctl" stop "$rundir"
+zd_ctl_stop
 echo "PASS"

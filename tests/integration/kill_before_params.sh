@@ -11,29 +11,16 @@
 set -euo pipefail
 zerod=$1 train=$2 zeroctl=$3 rundir=$4
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 export ZEROD_SOCKET="$rundir/zerod.sock"
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
 
 if ! command -v strace >/dev/null 2>&1 || ! strace -f -o /dev/null -e trace=none true >/dev/null 2>&1; then
     echo "SKIP: no strace that can trace here (it places the kill between Attach and ParamsReady)"
     exit 77
 fi
 
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
-"$ctl" start "$zerod" "$rundir" --job-linger 60s --max-shard-bytes 256MiB
-started=1
+zd_ctl_start "$zerod" "$rundir" --job-linger 60s --max-shard-bytes 256MiB
 
 # The uninterrupted run, as another job.
 ZEROD_JOB=kbp_ref "$train" --steps 12 --dump "$rundir/ref.dump" >"$rundir/ref.out" 2>&1 ||
@@ -61,6 +48,5 @@ cmp -s "$rundir/ref.dump" "$rundir/second.dump" ||
     fail "the next trainer's parameters differ from the uninterrupted run's"
 echo "next trainer: 12 steps, $(wc -l <"$rundir/second.dump") parameters bit-identical to the uninterrupted run"
 
-started=0
-"$ctl" stop "$rundir"
+zd_ctl_stop
 echo "PASS"

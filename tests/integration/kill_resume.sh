@@ -6,25 +6,12 @@
 set -euo pipefail
 zerod=$1 train=$2 rundir=$3
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 export ZEROD_SOCKET="$rundir/zerod.sock"
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
 # job_linger 30 s: the killed trainer's job must survive until the re-attach.
-"$ctl" start "$zerod" "$rundir" --job-linger 30s --max-shard-bytes 256MiB
-started=1
+zd_ctl_start "$zerod" "$rundir" --job-linger 30s --max-shard-bytes 256MiB
 
 # Run A, first life: SIGKILL during step 5 after the first of its 2 buckets went out.
 set +e
@@ -40,11 +27,7 @@ if grep -q '^step 5 ' "$rundir/a1.out"; then
 fi
 
 # The daemon dropped the partial step and keeps the job.
-for _ in $(seq 1 50); do
-    grep -q "trainer of job 'resume_a' disconnected at step 4" "$rundir/zerod.log" && break
-    sleep 0.1
-done
-grep -q "trainer of job 'resume_a' disconnected at step 4; partial micro-step dropped" \
+zd_poll 5 grep -q "trainer of job 'resume_a' disconnected at step 4; partial micro-step dropped" \
     "$rundir/zerod.log" || fail "daemon log does not show the dropped partial step"
 
 # Run A, second life: resumes at step 4 and trains to 12.
@@ -71,18 +54,12 @@ cmp "$rundir/a.dump" "$rundir/b.dump" || {
 echo "resumed run == uninterrupted run: 676 parameters bit-identical"
 
 # SIGTERM with job resume_b lingering: exit 0 at once, socket removed.
-pid=$(cat "$rundir/pid")
 kill -TERM "$pid"
-for _ in $(seq 1 100); do
-    [ -f "$rundir/rc" ] && break
-    sleep 0.1
-done
-[ -f "$rundir/rc" ] || fail "zerod did not exit within 10 s of SIGTERM"
+zd_poll 10 test -f "$rundir/rc" || fail "zerod did not exit within 10 s of SIGTERM"
 [ "$(cat "$rundir/rc")" = 0 ] || fail "zerod exited $(cat "$rundir/rc") after SIGTERM"
 [ ! -e "$ZEROD_SOCKET" ] || fail "zerod left its socket $ZEROD_SOCKET behind"
 grep -q "job 'resume_b' ends (daemon stopped)" "$rundir/zerod.log" ||
     fail "the lingering job was not dropped at shutdown"
 # daemon_ctl.sh stop: checks rc, socket and the log's ERROR lines once more.
-started=0
-"$ctl" stop "$rundir"
+zd_ctl_stop
 echo "PASS"

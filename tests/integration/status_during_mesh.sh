@@ -8,33 +8,20 @@
 set -euo pipefail
 zerod=$1 train=$2 zeroctl=$3 rundir=$4
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 MESH_TIMEOUT_S=10
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-started=0 tpid=
+tpid=
 cleanup() {
-    if [ -n "$tpid" ]; then
-        kill "$tpid" 2>/dev/null || true
-    fi
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir/d" >/dev/null 2>&1 || true
-    fi
+    zd_kill_all "$tpid"
 }
-trap cleanup EXIT
 
 rm -rf "$rundir"
 mkdir -p "$rundir"
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$rundir/token"
-chmod 600 "$rundir/token"
-"$ctl" start "$zerod" "$rundir/d" --token-file "$rundir/token" --mesh-timeout "${MESH_TIMEOUT_S}s"
-started=1
-rundir_d="$rundir/d"
-sock="$rundir_d/zerod.sock"
+zd_token "$rundir/token"
+zd_ctl_start "$zerod" "$rundir/d" --token-file "$rundir/token" --mesh-timeout "${MESH_TIMEOUT_S}s"
+sock="$rundir/d/zerod.sock"
 
 # Rank 1 of a world-2 job whose coordinator (port 9, discard) never answers.
 ZEROD_SOCKET=$sock ZEROD_JOB=status_during_mesh RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
@@ -55,6 +42,5 @@ tpid=
 echo "the trainer's attach ended with exit $rc_t: $(tail -n 1 "$rundir/trainer.out")"
 [ "$rc" = 0 ] || fail "zeroctl status got no answer within 2 s while one client's attach waited" \
     "for its mesh (up to mesh_timeout = ${MESH_TIMEOUT_S} s): the engine serves nothing else"
-started=0
-"$ctl" stop "$rundir_d"
+zd_ctl_stop
 echo "PASS"

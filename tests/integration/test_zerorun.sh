@@ -11,38 +11,31 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/zerorun-test.XXXXXX")
 mark="zrtest$$x$RANDOM"
 unset ZEROD_SOCKET_DIR ZEROD_SOCKET ZEROD_JOB
 
-fail() {
-    echo "FAIL [$case_]: $*" >&2
-    for f in "$tmp"/out "$tmp"/err; do
-        [ -f "$f" ] && sed "s|^|  $(basename "$f"): |" "$f" >&2
-    done
-    exit 1
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+zd_case=$case_
+zd_outdir=$tmp # zd_expect_rc's out and err
+on_fail() {
+    zd_show_logs +1 "$tmp/out" "$tmp/err"
 }
-
 cleanup() {
     pkill -KILL -f "$mark" 2>/dev/null || true
     pkill -KILL -f "$tmp/" 2>/dev/null || true
     rm -rf "$tmp"
 }
-trap cleanup EXIT
-
-# expect_rc RC CMD...: run CMD with output to $tmp/out and $tmp/err, require exit code RC.
-expect_rc() {
-    local want=$1 rc=0
-    shift
-    "$@" >"$tmp/out" 2>"$tmp/err" </dev/null || rc=$?
-    [ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want"
-}
 
 # no_leftovers: no process of ours runs (trainers by marker, daemons by directory).
+none_left() {
+    left=$(pgrep -af -- "$mark|$tmp/" | grep -v pgrep || true)
+    [ -z "$left" ]
+}
 no_leftovers() {
-    local left
-    for _ in $(seq 1 20); do
-        left=$(pgrep -af -- "$mark|$tmp/" | grep -v pgrep || true)
-        [ -z "$left" ] && return 0
-        sleep 0.1
-    done
-    fail "processes left behind: $left"
+    zd_poll 2 none_left || fail "processes left behind: $left"
+}
+
+# daemons_running: both private daemons of a 2-rank zerorun run
+daemons_running() {
+    [ "$(pgrep -fc -- "$tmp/zerorun-.*/zerod-cpu")" = 2 ]
 }
 
 now_ms() {
@@ -51,34 +44,35 @@ now_ms() {
 
 case "$case_" in
 usage)
-    expect_rc 0 "$zerorun" --help
+    zd_expect_rc 0 "$zerorun" --help
     grep -q -- '--spawn-daemons' "$tmp/out" || fail "--help does not document --spawn-daemons"
-    expect_rc 0 "$zerorun" --version
+    zd_expect_rc 0 "$zerorun" --version
     grep -q '^zerorun ' "$tmp/out" || fail "--version prints no version"
-    expect_rc 2 "$zerorun" -- true
+    zd_expect_rc 2 "$zerorun" -- true
     grep -q -- '--nproc' "$tmp/err" || fail "missing --nproc not named"
-    expect_rc 2 "$zerorun" --nproc 0 -- true
+    zd_expect_rc 2 "$zerorun" --nproc 0 -- true
     grep -q "'0'" "$tmp/err" || fail "bad --nproc value not named"
-    expect_rc 2 "$zerorun" --nproc 1
-    expect_rc 2 "$zerorun" --nproc 1 --frobnicate -- true
-    expect_rc 2 "$zerorun" --nproc 1 --timeout -1 -- true
-    expect_rc 2 "$zerorun" --nproc 1 --master-port 70000 -- true
-    expect_rc 2 "$zerorun" --nproc 1 --daemon "$tmp/no-such-zerod" -- true
+    zd_expect_rc 2 "$zerorun" --nproc 1
+    zd_expect_rc 2 "$zerorun" --nproc 1 --frobnicate -- true
+    zd_expect_rc 2 "$zerorun" --nproc 1 --timeout -1 -- true
+    zd_expect_rc 2 "$zerorun" --nproc 1 --master-port 70000 -- true
+    zd_expect_rc 2 "$zerorun" --nproc 1 --daemon "$tmp/no-such-zerod" -- true
     ;;
 train)
     # (1) a real job on a private daemon, then (5) no daemon left and the directory removed
-    expect_rc 0 "$zerorun" --nproc 1 --spawn-daemons --daemon "$zerod" --socket-dir "$tmp" \
+    zd_expect_rc 0 "$zerorun" --nproc 1 --spawn-daemons --daemon "$zerod" --socket-dir "$tmp" \
         -- "$train" --steps 5
     grep -q '^\[rank 0\] step 5 ' "$tmp/out" || fail "no '[rank 0] step 5' line"
     grep -q '^\[rank 0\] attached job zerorun-' "$tmp/out" || fail "default job id not used"
     no_leftovers
-    [ -z "$(ls "$tmp" | grep -v '^out$\|^err$')" ] || fail "private directory left: $(ls "$tmp")"
+    [ -z "$(find "$tmp" -mindepth 1 -maxdepth 1 ! -name out ! -name err)" ] ||
+        fail "private directory left: $(ls "$tmp")"
     # without --daemon: found next to zerorun's build tree (../daemon/zerod)
-    expect_rc 0 "$zerorun" --nproc 1 --spawn-daemons --socket-dir "$tmp" -- "$train" --steps 2
+    zd_expect_rc 0 "$zerorun" --nproc 1 --spawn-daemons --socket-dir "$tmp" -- "$train" --steps 2
     grep -q '^\[rank 0\] step 2 ' "$tmp/out" || fail "no '[rank 0] step 2' line (default zerod)"
     no_leftovers
     # a daemon that cannot start: named with its log, everything stopped, the logs kept
-    expect_rc 1 "$zerorun" --nproc 2 --spawn-daemons --daemon /bin/false --socket-dir "$tmp" \
+    zd_expect_rc 1 "$zerorun" --nproc 2 --spawn-daemons --daemon /bin/false --socket-dir "$tmp" \
         -- sh -c ": $mark"
     grep -q 'zerod for rank [01] .*exited with code 1 before it was ready' "$tmp/err" ||
         fail "failed daemon not reported"
@@ -88,16 +82,16 @@ train)
 failure)
     # (2) rank 1 fails with code 3: named, rank 0 (sleeping) stopped at once, exit 1
     t0=$(now_ms)
-    expect_rc 1 "$zerorun" --nproc 2 -- sh -c "[ \"\$RANK\" = 1 ] && exit 3; sleep 5; : $mark"
+    zd_expect_rc 1 "$zerorun" --nproc 2 -- sh -c "[ \"\$RANK\" = 1 ] && exit 3; sleep 5; : $mark"
     t1=$(now_ms)
     grep -q '^zerorun: rank 1 exited with code 3$' "$tmp/err" || fail "failure not named"
     [ $((t1 - t0)) -lt 3000 ] || fail "took $((t1 - t0)) ms to stop the job"
     no_leftovers
     # a signal is named too
-    expect_rc 1 "$zerorun" --nproc 1 -- sh -c "kill -SEGV \$\$; : $mark"
+    zd_expect_rc 1 "$zerorun" --nproc 1 -- sh -c "kill -SEGV \$\$; : $mark"
     grep -q '^zerorun: rank 0 killed by signal 11' "$tmp/err" || fail "signal not named"
     # a command that does not exist: 127, with the reason under the rank prefix
-    expect_rc 1 "$zerorun" --nproc 1 -- "$tmp/no-such-trainer"
+    zd_expect_rc 1 "$zerorun" --nproc 1 -- "$tmp/no-such-trainer"
     grep -q '^\[rank 0\] zerorun: cannot execute' "$tmp/err" || fail "exec error not shown"
     grep -q '^zerorun: rank 0 exited with code 127$' "$tmp/err" || fail "127 not named"
     ;;
@@ -105,7 +99,7 @@ term_grace)
     # a trainer that ignores SIGTERM is killed after the grace period; its children too
     t0=$(now_ms)
     # (rank 1 fails only once rank 0 ignores SIGTERM: else rank 0 may die of it before its trap)
-    expect_rc 1 "$zerorun" --nproc 2 -- \
+    zd_expect_rc 1 "$zerorun" --nproc 2 -- \
         sh -c "trap '' TERM; if [ \"\$RANK\" = 1 ]; then
                    while [ ! -e $tmp/trapped ]; do sleep 0.05; done; exit 4
                fi; touch $tmp/trapped; sleep 60; : $mark"
@@ -117,23 +111,26 @@ term_grace)
     ;;
 env)
     # (3) the torchrun environment, one line per rank, prefixed
+    # shellcheck disable=SC2016 # expanded by the ranks' sh
     show='echo $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $ZEROD_JOB $ZEROD_SOCKET'
-    expect_rc 0 "$zerorun" --nproc 2 -- sh -c "$show"
+    zd_expect_rc 0 "$zerorun" --nproc 2 -- sh -c "$show"
     for r in 0 1; do
         grep -Eq "^\[rank $r\] $r 2 $r 127\.0\.0\.1 [0-9]+ zerorun-[0-9]+-[0-9]+ /run/zerod/zerod-cpu$r\.sock$" \
             "$tmp/out" || fail "rank $r environment wrong"
     done
     [ "$(cut -d' ' -f7,8 "$tmp/out" | sort -u | wc -l)" = 1 ] || fail "ranks differ in port/job"
-    expect_rc 0 "$zerorun" --nproc 2 --master-addr 127.0.0.2 --master-port 29555 --job j7 \
+    zd_expect_rc 0 "$zerorun" --nproc 2 --master-addr 127.0.0.2 --master-port 29555 --job j7 \
         --socket-dir /srv/zd -- sh -c "$show; echo to-stderr >&2; printf no-newline"
     grep -q '^\[rank 1\] 1 2 1 127\.0\.0\.2 29555 j7 /srv/zd/zerod-cpu1\.sock$' "$tmp/out" ||
         fail "explicit options not passed"
     grep -q '^\[rank 0\] to-stderr$' "$tmp/err" || fail "stderr not prefixed"
     grep -q '^\[rank 1\] no-newline$' "$tmp/out" || fail "last partial line lost"
-    ZEROD_SOCKET_DIR=/srv/zz expect_rc 0 "$zerorun" --nproc 1 -- sh -c 'echo $ZEROD_SOCKET'
+    # shellcheck disable=SC2016 # expanded by the rank's sh
+    ZEROD_SOCKET_DIR=/srv/zz zd_expect_rc 0 "$zerorun" --nproc 1 -- sh -c 'echo $ZEROD_SOCKET'
     grep -q '^\[rank 0\] /srv/zz/zerod-cpu0\.sock$' "$tmp/out" || fail "ZEROD_SOCKET_DIR ignored"
     # with daemons: ZEROD_SOCKET is the private daemon's socket
-    expect_rc 0 "$zerorun" --nproc 1 --spawn-daemons --daemon "$zerod" --socket-dir "$tmp" \
+    # shellcheck disable=SC2016 # expanded by the rank's sh
+    zd_expect_rc 0 "$zerorun" --nproc 1 --spawn-daemons --daemon "$zerod" --socket-dir "$tmp" \
         -- sh -c 'echo $ZEROD_SOCKET; test -S "$ZEROD_SOCKET"'
     grep -Eq "^\[rank 0\] $tmp/zerorun-[^/]+/zerod-cpu0\.sock$" "$tmp/out" ||
         fail "ZEROD_SOCKET is not the private daemon's"
@@ -145,11 +142,7 @@ daemon_killed)
     "$zerorun" --nproc 2 --spawn-daemons --daemon "$zerod" --socket-dir "$tmp" -- \
         "$train" --steps 100000 >"$tmp/out" 2>"$tmp/err" </dev/null &
     pid=$!
-    for _ in $(seq 1 200); do
-        grep -q '^\[rank 1\] step 3 ' "$tmp/out" 2>/dev/null && break
-        sleep 0.1
-    done
-    grep -q '^\[rank 1\] step 3 ' "$tmp/out" || fail "the job did not reach step 3"
+    zd_poll 20 grep -qs '^\[rank 1\] step 3 ' "$tmp/out" || fail "the job did not reach step 3"
     dpid=$(pgrep -f -- "$tmp/zerorun-.*/zerod-cpu1") || fail "rank 1's daemon not found"
     kill -KILL "$dpid"
     rc=0
@@ -175,18 +168,11 @@ sigint)
         sh -c "sh -c 'sleep 60; : $mark' & touch $tmp/started-\$RANK; sleep 60; : $mark" \
         >"$tmp/out" 2>"$tmp/err" </dev/null &
     pid=$!
-    for _ in $(seq 1 100); do
-        [ -e "$tmp/started-0" ] && [ -e "$tmp/started-1" ] && break
-        sleep 0.1
-    done
-    [ -e "$tmp/started-0" ] && [ -e "$tmp/started-1" ] || fail "job did not start"
-    [ "$(pgrep -fc -- "$tmp/zerorun-.*/zerod-cpu")" = 2 ] || fail "daemons are not running"
+    both_started() { [ -e "$tmp/started-0" ] && [ -e "$tmp/started-1" ]; }
+    zd_poll 10 both_started || fail "job did not start"
+    daemons_running || fail "daemons are not running"
     kill -INT "$pid"
-    for _ in $(seq 1 150); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && fail "zerorun still runs 15 s after SIGINT"
+    zd_poll 15 zd_gone "$pid" || fail "zerorun still runs 15 s after SIGINT"
     rc=0
     wait "$pid" || rc=$?
     [ "$rc" = 130 ] || fail "zerorun exited $rc after SIGINT, expected 130"
@@ -202,11 +188,7 @@ sigint)
     "$zerorun" --nproc 2 --spawn-daemons --daemon "$tmp/slow-zerod" --socket-dir "$tmp" -- \
         sh -c ": $mark" >"$tmp/out" 2>"$tmp/err" </dev/null &
     pid=$!
-    for _ in $(seq 1 100); do
-        [ "$(pgrep -fc -- "$tmp/zerorun-.*/zerod-cpu")" = 2 ] && break
-        sleep 0.1
-    done
-    [ "$(pgrep -fc -- "$tmp/zerorun-.*/zerod-cpu")" = 2 ] || fail "daemons did not start"
+    zd_poll 10 daemons_running || fail "daemons did not start"
     kill -TERM "$pid"
     rc=0
     wait "$pid" || rc=$?
@@ -218,4 +200,4 @@ sigint)
     exit 2
     ;;
 esac
-echo "PASS [$case_]"
+echo "PASS ($case_)"

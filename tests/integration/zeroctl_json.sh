@@ -5,48 +5,29 @@
 set -euo pipefail
 zerod=$1 train=$2 zeroctl=$3 rundir=$4
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 py=/usr/bin/python3
 export ZEROD_SOCKET="$rundir/zerod.sock"
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
+zd_outdir=$rundir # zd_expect_rc's out and err
+on_fail() {
+    zd_show_logs +1 "$rundir/out" "$rundir/err"
 }
 
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
-# expect_rc RC CMD...: run CMD, require exit code RC.
-expect_rc() {
-    local want=$1 rc=0
-    shift
-    "$@" >"$rundir/out" 2>"$rundir/err" || rc=$?
-    if [ "$rc" != "$want" ]; then
-        cat "$rundir/out" "$rundir/err" >&2
-        fail "'$*' exited $rc, expected $want"
-    fi
-}
-
-"$ctl" start "$zerod" "$rundir" --job-linger 30s --max-shard-bytes 256MiB
-started=1
+zd_ctl_start "$zerod" "$rundir" --job-linger 30s --max-shard-bytes 256MiB
 
 # usage errors: 2, with a message on stderr naming the problem
-expect_rc 2 "$zeroctl" --json frobnicate
+zd_expect_rc 2 "$zeroctl" --json frobnicate
 grep -q "unknown command 'frobnicate'" "$rundir/err" || fail "no message for a bad command"
-expect_rc 2 "$zeroctl" --json
-expect_rc 2 "$zeroctl" --timeout 0 status
+zd_expect_rc 2 "$zeroctl" --json
+zd_expect_rc 2 "$zeroctl" --timeout 0 status
 # unreachable: 7
-expect_rc 7 "$zeroctl" --json -s "$rundir/nothing-here.sock" status
-expect_rc 7 "$zeroctl" --json -s /nonexistent-dir/zerod.sock shard
+zd_expect_rc 7 "$zeroctl" --json -s "$rundir/nothing-here.sock" status
+zd_expect_rc 7 "$zeroctl" --json -s /nonexistent-dir/zerod.sock shard
 
 # no job yet: status says so, shard is a daemon error (1)
-expect_rc 0 "$zeroctl" --json status
+zd_expect_rc 0 "$zeroctl" --json status
 "$py" -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -55,7 +36,7 @@ assert s["command"] == "status", s
 assert s["has_job"] is False and s["job"] is None, s
 assert s["memory"] == [], s
 ' "$rundir/out" || fail "status --json without a job"
-expect_rc 1 "$zeroctl" --json shard
+zd_expect_rc 1 "$zeroctl" --json shard
 grep -q "no job on this daemon" "$rundir/err" || fail "shard without a job: no message"
 
 # a job left behind by --keep, 3 steps done
@@ -65,9 +46,9 @@ cat "$rundir/train.out"
 elements=$(sed -n 's/.* \([0-9][0-9]*\) elements, step 0$/\1/p' "$rundir/train.out")
 [ -n "$elements" ] || fail "train_mlp did not print its element count"
 
-expect_rc 0 "$zeroctl" --json status
+zd_expect_rc 0 "$zeroctl" --json status
 cp "$rundir/out" "$rundir/status.json"
-expect_rc 0 "$zeroctl" --json shard
+zd_expect_rc 0 "$zeroctl" --json shard
 cp "$rundir/out" "$rundir/shard.json"
 
 "$py" - "$rundir/status.json" "$rundir/shard.json" "$elements" <<'EOF'
@@ -140,9 +121,8 @@ print("zeroctl --json: status and shard agree with the layout (Ψ = %d, shard %d
 EOF
 
 # the human table is there too, with units in the header
-expect_rc 0 "$zeroctl" status
+zd_expect_rc 0 "$zeroctl" status
 grep -q 'MEASURED (B)' "$rundir/out" || fail "status table has no units"
 
-started=0
-"$ctl" stop "$rundir"
+zd_ctl_stop
 echo "PASS"

@@ -7,30 +7,18 @@
 set -euo pipefail
 zerod=$1 zeroctl=$2 train=$3 rundir=$4
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=daemon_mem.sh
+. "$here/daemon_mem.sh"
 sock="$rundir/zerod.sock"
 # Under a sanitizer the daemon's RSS also counts shadow memory (TSan) or freed blocks held in
 # quarantine (ASan): the refusals still prove the limits, the RSS figures are only printed.
 check_rss=1
-if [ -n "${TSAN_OPTIONS:-}${ASAN_OPTIONS:-}" ]; then
+if zd_sanitized; then
     check_rss=0
 fi
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
-"$ctl" start "$zerod" "$rundir" --frame-timeout 30s --max-shard-bytes 64MiB
-started=1
-pid=$(cat "$rundir/pid")
+zd_ctl_start "$zerod" "$rundir" --frame-timeout 30s --max-shard-bytes 64MiB
 
 # 300 connections of one uid: those past 256 are refused naming the limit
 /usr/bin/python3 - "$sock" <<'EOF' || fail "connection limit"
@@ -56,7 +44,7 @@ sys.exit(0 if refused == 300 - 256 else 1)
 EOF
 
 # 48 connections each sending 15 of a frame's 16 MiB: the buffers stop at 512 MiB in all
-rss_before=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
+rss_before=$(zd_kib "$pid" VmRSS)
 /usr/bin/python3 - "$sock" "$pid" "$check_rss" <<'EOF' || fail "buffer budget"
 import socket, struct, sys, time
 path, pid, check_rss = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
@@ -93,17 +81,16 @@ EOF
 "$zeroctl" -s "$sock" status >/dev/null || fail "zeroctl status does not answer"
 ZEROD_SOCKET=$sock ZEROD_JOB=conn_limits "$train" --steps 3 >"$rundir/train.out" 2>&1 ||
     { cat "$rundir/train.out"; fail "a trainer cannot train after the limits were hit"; }
-for _ in $(seq 1 50); do
-    rss_after=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid/status")
-    [ "$rss_after" -lt $((rss_before + 65536)) ] && break
-    sleep 0.1
-done
+rss_back() {
+    rss_after=$(zd_kib "$pid" VmRSS)
+    [ "$rss_after" -lt $((rss_before + 65536)) ]
+}
+zd_poll 5 rss_back || true
 echo "daemon VmRSS: $((rss_before >> 10)) MiB before, $((rss_after >> 10)) MiB after the buffers were freed"
 if [ "$check_rss" = 1 ]; then
     [ "$rss_after" -lt $((rss_before + 65536)) ] || fail "the frame buffers were not given back"
 else
     echo "(a sanitizer build: RSS not checked)"
 fi
-started=0
-"$ctl" stop "$rundir"
+zd_ctl_stop
 echo "PASS"

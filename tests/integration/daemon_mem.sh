@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by live_fuzz.sh and leak_check.sh: what a daemon holds, from outside it.
+# Sourced by live_fuzz.sh, leak_check.sh, flood.sh and conn_limits.sh: what a daemon holds,
+# from outside it.
 #   ZD_MALLOC_TUNABLES  glibc settings to start the daemon with (see below)
 #   zd_fd_count PID     open fds
 #   zd_kib PID FIELD    a /proc/PID/status field in KiB (VmRSS, RssAnon, RssShmem)
@@ -12,6 +13,19 @@
 #                       bytes malloc has handed out and not had back (malloc_stats' "Total
 #                       (incl. mmap) in use"), read by attaching gdb for a second; prints
 #                       nothing (status 1) without gdb or without ptrace permission.
+#   zd_sanitized        status 0 in a sanitizer build (ctest sets ASAN_OPTIONS or TSAN_OPTIONS
+#                       there): its allocator is its own, RSS says little, and LeakSanitizer
+#                       checks the daemon's heap when it exits instead (daemon_ctl.sh stop)
+#   zd_mem_baseline PID DIR
+#                       takes and prints the figures zd_mem_compare compares with: fds, malloc in
+#                       use (zd_heap_in_use twice: what gdb's first call touches belongs to the
+#                       baseline; "?" unmeasured), RssAnon, RssShmem, VmRSS, and the anonymous
+#                       mappings (DIR/anon0.txt); DIR also holds gdb's files
+#   zd_mem_compare PID DIR WHAT TOL_KIB
+#                       takes the same figures again and prints them with their differences;
+#                       status 1 after a FAIL line for each that is not as before WHAT (e.g.
+#                       "the fuzz"): fds, then (not in a sanitizer build) malloc in use,
+#                       RssShmem, and RssAnon by more than TOL_KIB
 #
 # Why the tunables. glibc's defaults make RSS a poor measure of what the daemon holds:
 #  - the mmap threshold rises to the size of the largest mmapped block freed (up to 32 MiB)
@@ -82,4 +96,67 @@ zd_heap_in_use() {
         -ex 'call (int)close($fd)' >"$out.gdb" 2>&1 || return 1
     awk '/^Total/ { t = 1 } t && /in use bytes/ { print $NF; found = 1; exit }
          END { exit !found }' "$out" 2>/dev/null
+}
+
+zd_sanitized() {
+    [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]
+}
+
+# zd_mem_figures PID DIR N: "fds heap anon shmem rss" (heap first: the others are read once gdb
+# has let go of the daemon); the anonymous mappings in DIR/anonN.txt
+zd_mem_figures() {
+    local heap
+    heap=$(zd_heap_in_use "$1" "$2/heap.txt" || echo "?")
+    zd_anon_maps "$1" >"$2/anon$3.txt"
+    echo "$(zd_fd_count "$1") $heap $(zd_kib "$1" RssAnon) $(zd_kib "$1" RssShmem)" \
+        "$(zd_kib "$1" VmRSS)"
+}
+
+zd_mem_baseline() {
+    zd_heap_in_use "$1" "$2/heap.txt" >/dev/null || true
+    read -r zd_mem0_fds zd_mem0_heap zd_mem0_anon zd_mem0_shmem zd_mem0_rss \
+        < <(zd_mem_figures "$1" "$2" 0)
+    echo "baseline: fds $zd_mem0_fds, malloc in use $zd_mem0_heap B, RssAnon $zd_mem0_anon KiB," \
+        "RssShmem $zd_mem0_shmem KiB, VmRSS $zd_mem0_rss KiB"
+}
+
+zd_mem_compare() {
+    local pid=$1 dir=$2 what=$3 tol=$4 status=0
+    local fds0=$zd_mem0_fds heap0=$zd_mem0_heap anon0=$zd_mem0_anon shmem0=$zd_mem0_shmem
+    local fds1 heap1 anon1 shmem1 rss1
+    read -r fds1 heap1 anon1 shmem1 rss1 < <(zd_mem_figures "$pid" "$dir" 1)
+    echo "after:    fds $fds1, malloc in use $heap1 B, RssAnon $anon1 KiB, RssShmem $shmem1 KiB," \
+        "VmRSS $rss1 KiB"
+    echo "          (fds $((fds1 - fds0)), RssAnon $((anon1 - anon0)) KiB of a tolerance of" \
+        "$tol KiB, RssShmem $((shmem1 - shmem0)) KiB, VmRSS $((rss1 - zd_mem0_rss)) KiB)"
+    if [ "$anon1" != "$anon0" ]; then
+        echo "          anonymous memory by mapping, before and after (KiB):"
+        diff "$dir/anon0.txt" "$dir/anon1.txt" | sed -n 's/^\([<>]\)/            \1/p' || true
+    fi
+    if [ "$fds1" != "$fds0" ]; then
+        echo "FAIL: the daemon holds $fds1 fds, $fds0 before $what:" >&2
+        ls -l "/proc/$pid/fd" >&2
+        status=1
+    fi
+    if zd_sanitized; then
+        echo "sanitizer build: memory not compared (LeakSanitizer checks the heap at exit)"
+        return "$status"
+    fi
+    if [ "$heap0" = "?" ] || [ "$heap1" = "?" ]; then
+        echo "malloc in use: not measured (no gdb, or no permission to attach)"
+    elif [ "$heap1" != "$heap0" ]; then
+        echo "FAIL: malloc holds $heap1 bytes, $heap0 before $what: $((heap1 - heap0)) bytes" \
+            "leaked" >&2
+        status=1
+    fi
+    if [ $((anon1 - anon0)) -gt "$tol" ]; then
+        echo "FAIL: RssAnon grew by $((anon1 - anon0)) KiB (tolerance $tol KiB)" >&2
+        status=1
+    fi
+    if [ "$shmem1" != "$shmem0" ]; then
+        echo "FAIL: RssShmem is $shmem1 KiB, $shmem0 KiB before: shared regions outlive their" \
+            "job" >&2
+        status=1
+    fi
+    return "$status"
 }

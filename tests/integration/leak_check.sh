@@ -23,7 +23,8 @@ set -euo pipefail
 zerod=$1 train=$2 zeroctl=$3 fuzz=$4 rundir=$5
 cycles=${6:-200}
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=daemon_mem.sh
 . "$here/daemon_mem.sh"
 sock="$rundir/zerod.sock"
@@ -34,19 +35,6 @@ RSS_TOL_KIB=8 # two pages
 MAX_ADVANCE=3 # steps a cycle's trainer may complete before it is killed
 final=$((cycles * MAX_ADVANCE + 10))
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
 case "$cycles" in
 '' | *[!0-9]* | 0) fail "CYCLES '$cycles' is not a positive number" ;;
 esac
@@ -55,16 +43,10 @@ if command -v strace >/dev/null 2>&1 &&
     strace -f -o /dev/null -e trace=none true >/dev/null 2>&1; then
     have_strace=1
 fi
-sanitized=0
-if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
-    sanitized=1
-fi
 
 # (the daemon warns about ZEROD_* variables it does not know: this script's stay here)
-GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES env -u ZEROD_LEAK_SEED -u ZEROD_LEAK_KINDS \
-    "$ctl" start "$zerod" "$rundir" --job-linger 60s --max-shard-bytes 256MiB
-started=1
-pid=$(cat "$rundir/pid")
+GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES ZD_PRIVATE_ENV="ZEROD_LEAK_SEED ZEROD_LEAK_KINDS" \
+    zd_ctl_start "$zerod" "$rundir" --job-linger 60s --max-shard-bytes 256MiB
 
 alive() { [ ! -f "$rundir/rc" ] && kill -0 "$pid" 2>/dev/null; }
 status_json() { "$zeroctl" -s "$sock" --json status 2>/dev/null || true; }
@@ -155,13 +137,7 @@ ZEROD_JOB=leak_warm "$train" --steps $((MAX_ADVANCE * 4)) >"$rundir/warm.out" 2>
 zd_wait_idle "$pid" "$zeroctl" "$sock" || fail "the daemon is not idle after the warm-up"
 # gdb first, and twice: what its first call into the daemon's libc touches (a page of libc's
 # and of ld.so's data) is then part of the baseline, not of the cycles.
-zd_heap_in_use "$pid" "$rundir/heap.txt" >/dev/null || true
-heap0=$(zd_heap_in_use "$pid" "$rundir/heap.txt" || echo "?")
-zd_anon_maps "$pid" >"$rundir/anon0.txt"
-fds0=$(zd_fd_count "$pid") anon0=$(zd_kib "$pid" RssAnon) shmem0=$(zd_kib "$pid" RssShmem)
-rss0=$(zd_kib "$pid" VmRSS)
-echo "baseline: fds $fds0, malloc in use $heap0 B, RssAnon $anon0 KiB, RssShmem $shmem0 KiB," \
-    "VmRSS $rss0 KiB"
+zd_mem_baseline "$pid" "$rundir"
 
 # The cycles.
 kinds=(die-at timer)
@@ -204,44 +180,6 @@ echo "final: resumed at step $at, trained to $final: $(wc -l <"$rundir/final.dum
 [ "$(released)" = - ] || fail "the job did not end with its last trainer"
 zd_wait_idle "$pid" "$zeroctl" "$sock" || echo "the daemon is not idle 15 s after the last trainer"
 
-heap1=$(zd_heap_in_use "$pid" "$rundir/heap.txt" || echo "?")
-zd_anon_maps "$pid" >"$rundir/anon1.txt"
-fds1=$(zd_fd_count "$pid") anon1=$(zd_kib "$pid" RssAnon) shmem1=$(zd_kib "$pid" RssShmem)
-rss1=$(zd_kib "$pid" VmRSS)
-echo "after:    fds $fds1, malloc in use $heap1 B, RssAnon $anon1 KiB, RssShmem $shmem1 KiB," \
-    "VmRSS $rss1 KiB"
-echo "          (fds $((fds1 - fds0)), RssAnon $((anon1 - anon0)) KiB of a tolerance of" \
-    "$RSS_TOL_KIB KiB, RssShmem $((shmem1 - shmem0)) KiB, VmRSS $((rss1 - rss0)) KiB)"
-if [ "$anon1" != "$anon0" ]; then
-    echo "          anonymous memory by mapping, before and after (KiB):"
-    diff "$rundir/anon0.txt" "$rundir/anon1.txt" | sed -n 's/^\([<>]\)/            \1/p' || true
-fi
-status=0
-if [ "$fds1" != "$fds0" ]; then
-    echo "FAIL: the daemon holds $fds1 fds, $fds0 before the cycles:" >&2
-    ls -l "/proc/$pid/fd" >&2
-    status=1
-fi
-if [ "$sanitized" = 1 ]; then
-    echo "sanitizer build: memory not compared (LeakSanitizer checks the heap at exit)"
-else
-    if [ "$heap0" = "?" ] || [ "$heap1" = "?" ]; then
-        echo "malloc in use: not measured (no gdb, or no permission to attach)"
-    elif [ "$heap1" != "$heap0" ]; then
-        echo "FAIL: malloc holds $heap1 bytes, $heap0 before: $((heap1 - heap0)) bytes in" \
-            "$cycles cycles" >&2
-        status=1
-    fi
-    if [ $((anon1 - anon0)) -gt "$RSS_TOL_KIB" ]; then
-        echo "FAIL: RssAnon grew by $((anon1 - anon0)) KiB (tolerance $RSS_TOL_KIB KiB)" >&2
-        status=1
-    fi
-    if [ "$shmem1" != "$shmem0" ]; then
-        echo "FAIL: RssShmem is $shmem1 KiB, $shmem0 KiB before: regions outlive their job" >&2
-        status=1
-    fi
-fi
-[ "$status" = 0 ] || exit 1
-started=0
-"$ctl" stop "$rundir"
+zd_mem_compare "$pid" "$rundir" "the $cycles cycles" "$RSS_TOL_KIB" || exit 1
+zd_ctl_stop
 echo "PASS"

@@ -17,7 +17,8 @@ set -euo pipefail
 zerod=$1 zeroctl=$2 train=$3 fuzz=$4 rundir=$5
 seconds=${6:-${ZEROD_FUZZ_SECONDS:-120}}
 here=$(cd "$(dirname "$0")" && pwd)
-ctl="$here/daemon_ctl.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=daemon_mem.sh
 . "$here/daemon_mem.sh"
 sock="$rundir/zerod.sock"
@@ -26,40 +27,15 @@ RSS_TOL_KIB=${RSS_TOL_KIB:-1024}
 WARMUP_SECONDS=5
 FRAME_TIMEOUT_MS=1000
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-
-started=0
-cleanup() {
-    if [ "$started" = 1 ]; then
-        "$ctl" stop "$rundir" >/dev/null 2>&1 || true
-    fi
-}
-trap cleanup EXIT
-
 case "$seconds" in
 '' | *[!0-9]*) fail "SECONDS '$seconds' is not a whole number of seconds" ;;
 esac
 
-# A sanitizer build (ctest sets *SAN_OPTIONS) has its own allocator: RSS says nothing there,
-# and LeakSanitizer checks the daemon's heap when it exits instead (daemon_ctl.sh stop).
-sanitized=0
-if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
-    sanitized=1
-fi
-
 # (the daemon warns about ZEROD_* variables it does not know: this script's stay here)
-GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES env -u ZEROD_FUZZ_SEED -u ZEROD_FUZZ_SECONDS \
-    "$ctl" start "$zerod" "$rundir" --frame-timeout "${FRAME_TIMEOUT_MS}ms" \
+GLIBC_TUNABLES=$ZD_MALLOC_TUNABLES ZD_PRIVATE_ENV="ZEROD_FUZZ_SEED ZEROD_FUZZ_SECONDS" \
+    zd_ctl_start "$zerod" "$rundir" --frame-timeout "${FRAME_TIMEOUT_MS}ms" \
     --max-shard-bytes 16MiB --job-linger 300ms
-started=1
-pid=$(cat "$rundir/pid")
 
-fd_count() { zd_fd_count "$pid"; }
-kib() { zd_kib "$pid" "$1"; }
-heap() { zd_heap_in_use "$pid" "$rundir/heap.txt" || echo "?"; }
 alive() { [ ! -f "$rundir/rc" ] && kill -0 "$pid" 2>/dev/null; }
 
 # Idle: no job (the fuzz jobs linger 300 ms) and no connection open but the listening
@@ -81,11 +57,7 @@ ZEROD_FUZZ_SEED=1 "$fuzz" --socket "$sock" --seconds "$WARMUP_SECONDS" \
 "$fuzz" --socket "$sock" --hold 100 >>"$rundir/warmup.out" 2>&1 || true
 alive || { cat "$rundir/warmup.out"; fail "zerod died during the warm-up (exit $(cat "$rundir/rc"))"; }
 idle || fail "the daemon is not idle 15 s after the warm-up:$(echo; ls -l "/proc/$pid/fd")"
-heap >/dev/null # gdb's first call: what it touches belongs to the baseline
-heap0=$(heap)
-fds0=$(fd_count) anon0=$(kib RssAnon) shmem0=$(kib RssShmem) rss0=$(kib VmRSS)
-echo "baseline: fds $fds0, malloc in use $heap0 B, RssAnon $anon0 KiB, RssShmem $shmem0 KiB," \
-    "VmRSS $rss0 KiB"
+zd_mem_baseline "$pid" "$rundir"
 
 # The fuzz.
 echo "fuzz: $seconds s"
@@ -99,7 +71,6 @@ if ! alive; then
     deaths=1
     echo "daemon deaths: 1 (exit code $(cat "$rundir/rc" 2>/dev/null || echo '?'); last log lines:)" >&2
     tail -n 20 "$rundir/zerod.log" >&2
-    started=0
     fail "zerod died during the fuzz"
 fi
 echo "daemon deaths: $deaths"
@@ -114,35 +85,7 @@ fi
 echo "zeroctl status answers"
 
 idle || echo "the daemon is not idle 15 s after the fuzz (a connection or a job kept?)"
-heap1=$(heap)
-fds1=$(fd_count) anon1=$(kib RssAnon) shmem1=$(kib RssShmem) rss1=$(kib VmRSS)
-echo "after:    fds $fds1, malloc in use $heap1 B, RssAnon $anon1 KiB, RssShmem $shmem1 KiB," \
-    "VmRSS $rss1 KiB"
-echo "          (fds $((fds1 - fds0)), RssAnon $((anon1 - anon0)) KiB of a tolerance of" \
-    "$RSS_TOL_KIB KiB, RssShmem $((shmem1 - shmem0)) KiB)"
-if [ "$fds1" != "$fds0" ]; then
-    echo "FAIL: the daemon holds $fds1 fds, $fds0 before the fuzz:" >&2
-    ls -l "/proc/$pid/fd" >&2
-    status=1
-fi
-if [ "$sanitized" = 1 ]; then
-    echo "sanitizer build: memory not compared (LeakSanitizer checks the heap at exit)"
-else
-    if [ "$heap0" = "?" ] || [ "$heap1" = "?" ]; then
-        echo "malloc in use: not measured (no gdb, or no permission to attach)"
-    elif [ "$heap1" != "$heap0" ]; then
-        echo "FAIL: malloc holds $heap1 bytes, $heap0 before the fuzz: $((heap1 - heap0)) bytes leaked" >&2
-        status=1
-    fi
-    if [ $((anon1 - anon0)) -gt "$RSS_TOL_KIB" ]; then
-        echo "FAIL: RssAnon grew by $((anon1 - anon0)) KiB (tolerance $RSS_TOL_KIB KiB)" >&2
-        status=1
-    fi
-    if [ "$shmem1" != "$shmem0" ]; then
-        echo "FAIL: RssShmem is $shmem1 KiB, $shmem0 KiB before: shared regions outlive their job" >&2
-        status=1
-    fi
-fi
+zd_mem_compare "$pid" "$rundir" "the fuzz" "$RSS_TOL_KIB" || status=1
 
 # Every log line is one of the daemon's own: a client's bytes (job ids, versions) must not
 # start a line of their own (a forged WARN/ERROR, or a `<0>` priority under journald).
@@ -166,7 +109,6 @@ echo "train_mlp after the fuzz: 20 steps, $(wc -l <"$rundir/after.dump") paramet
 
 # SIGTERM, whatever failed above: exit 0 (a sanitizer build's leak check at exit), socket
 # removed, and no ERROR line in the log.
-started=0
-"$ctl" stop "$rundir" || status=1
+zd_ctl_stop || status=1
 [ "$status" = 0 ] || exit 1
 echo "PASS"

@@ -16,6 +16,7 @@ start)
     mkdir -p "$rundir"
     sock="$rundir/zerod.sock"
     # subshell keeps the exit code; setsid detaches it from ctest's process group
+    # shellcheck disable=SC2016 # expanded by that bash
     setsid bash -c '"$@" >"$0/zerod.log" 2>&1 </dev/null & echo $! >"$0/pid"; wait $!; echo $? >"$0/rc"' \
         "$rundir" "$zerod" --socket "$sock" --device cpu "$@" >/dev/null 2>&1 </dev/null &
     for _ in $(seq 1 100); do
@@ -38,7 +39,9 @@ stop)
     rundir=$1
     allowed=${2:-}
     pid=$(cat "$rundir/pid" 2>/dev/null || true)
-    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+    if [ -n "$pid" ]; then
+        kill -TERM "$pid" 2>/dev/null || true
+    fi
     for _ in $(seq 1 100); do
         [ -f "$rundir/rc" ] && break
         sleep 0.1

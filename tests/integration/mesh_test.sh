@@ -75,6 +75,19 @@ expect_algo() {
     grep -h "collectives: " "$work/d0.log" | head -n 1
 }
 
+# verified WORLD REGEX: every rank's trainer exits 0 and verifies, every daemon agreed on an
+# algorithm matching REGEX; the daemons stop
+verified() {
+    for ((i = 0; i < $1; i++)); do
+        wait_trainer $i 120
+        [ "$rc" = 0 ] || fail "rank $i exited $rc"
+        grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
+    done
+    grep -h "verify ok" "$work"/t*.out
+    expect_algo "$2"
+    stop_daemons
+}
+
 # run_world WORLD [trainer args...]: every rank trains and verifies. DFLAGS: more daemon flags
 # (an array of "I:flag value" per daemon, or "*:flag value" for all); ALGO: expected algorithm.
 run_world() {
@@ -89,14 +102,7 @@ run_world() {
         start_daemon $i "" "${extra[@]}"
     done
     for ((i = 0; i < world; i++)); do start_trainer $i $i "$world" "" --verify "$@"; done
-    for ((i = 0; i < world; i++)); do
-        wait_trainer $i 120
-        [ "$rc" = 0 ] || fail "rank $i exited $rc"
-        grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
-    done
-    grep -h "verify ok" "$work"/t*.out
-    expect_algo "${ALGO:-direct}"
-    stop_daemons
+    verified "$world" "${ALGO:-direct}"
 }
 DFLAGS=()
 
@@ -292,14 +298,7 @@ netns)
     start_daemon 1 "zdB$$"
     start_trainer 0 0 2 "zdA$$" --verify --steps 10
     start_trainer 1 1 2 "zdB$$" --verify --steps 10
-    for i in 0 1; do
-        wait_trainer $i 120
-        [ "$rc" = 0 ] || fail "rank $i exited $rc"
-        grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
-    done
-    grep -h "verify ok" "$work"/t*.out
-    expect_algo "ring over UCX .*another host or in other namespaces"
-    stop_daemons
+    verified 2 "ring over UCX .*another host or in other namespaces"
     ;;
 *)
     echo "unknown mode $mode" >&2

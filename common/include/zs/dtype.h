@@ -15,10 +15,18 @@
 extern "C" {
 #endif
 
+/* XX(NAME, value, "name", bytes per element). Values go on the wire and into zerod/zc.h's
+ * zc_dtype_t and the Python package (generated and checked at build time from this map):
+ * never renumber, only append, keeping them 0..ZS_DTYPE_COUNT-1. */
+#define ZS_DTYPE_MAP(XX)                                                                           \
+    XX(F32, 0, "fp32", 4)                                                                          \
+    XX(F16, 1, "fp16", 2)                                                                          \
+    XX(BF16, 2, "bf16", 2)
+
 typedef enum zs_dtype {
-    ZS_DTYPE_F32 = 0,
-    ZS_DTYPE_F16 = 1,
-    ZS_DTYPE_BF16 = 2,
+#define ZS_DTYPE_ENUM_(name, value, str, bytes) ZS_DTYPE_##name = (value),
+    ZS_DTYPE_MAP(ZS_DTYPE_ENUM_)
+#undef ZS_DTYPE_ENUM_
 } zs_dtype_t;
 
 #define ZS_DTYPE_COUNT 3
@@ -27,11 +35,11 @@ typedef enum zs_dtype {
 static inline size_t zs_dtype_size(zs_dtype_t dtype)
 {
     switch (dtype) {
-    case ZS_DTYPE_F32:
-        return 4;
-    case ZS_DTYPE_F16:
-    case ZS_DTYPE_BF16:
-        return 2;
+#define ZS_DTYPE_SIZE_(name, value, str, bytes)                                                    \
+    case ZS_DTYPE_##name:                                                                          \
+        return (bytes);
+        ZS_DTYPE_MAP(ZS_DTYPE_SIZE_)
+#undef ZS_DTYPE_SIZE_
     }
     return 0;
 }

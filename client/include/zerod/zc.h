@@ -44,23 +44,38 @@ extern "C" {
 #define ZC_VERSION_MINOR 1
 #define ZC_VERSION_PATCH 0
 
-/* Status codes (same values as the daemon's). Only the common ones are named here. */
+/* Status codes: zerod's wire values (common/include/zs/status.h, ZS_STATUS_MAP); libzc's build
+ * checks each against that table. zc_status_name() gives the name without "ZC_". */
 #define ZC_OK                  0
 #define ZC_ERR_NO_MEMORY       (-1)
 #define ZC_ERR_INVALID         (-2)
 #define ZC_ERR_IO              (-3)
+#define ZC_ERR_NOT_FOUND       (-4)
+#define ZC_ERR_EXISTS          (-5)
 #define ZC_ERR_BUSY            (-6)
 #define ZC_ERR_TIMEOUT         (-7)
+#define ZC_ERR_UNSUPPORTED     (-8)
+#define ZC_ERR_OVERFLOW        (-9)
+#define ZC_ERR_LIMIT           (-10)
+#define ZC_ERR_PERMISSION      (-11)
 #define ZC_ERR_PROTOCOL        (-20)
 #define ZC_ERR_VERSION         (-21)
+#define ZC_ERR_FRAME_TOO_LARGE (-22)
 #define ZC_ERR_CLOSED          (-23)
 #define ZC_ERR_CONFIG          (-30)
 #define ZC_ERR_LAYOUT_MISMATCH (-31)
 #define ZC_ERR_STATE           (-32)
 #define ZC_ERR_LOSS_SCALE      (-33)
 #define ZC_ERR_PEER_LOST       (-40)
+#define ZC_ERR_ABORTED         (-41)
+#define ZC_ERR_AUTH            (-42)
 #define ZC_ERR_UNREACHABLE     (-43)
+#define ZC_ERR_UCX             (-44)
+#define ZC_ERR_CUDA            (-50)
+#define ZC_ERR_NCCL            (-51)
+#define ZC_ERR_NO_DEVICE       (-52)
 
+/* Element types: zerod's (common/include/zs/dtype.h, ZS_DTYPE_MAP), checked the same way. */
 typedef enum zc_dtype {
     ZC_DTYPE_F32 = 0,
     ZC_DTYPE_F16 = 1,

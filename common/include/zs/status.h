@@ -1,9 +1,12 @@
 /*
  * zs_status_t: the one status enum of the whole project.
  *
- * Generated from ZS_STATUS_MAP so names, strings and the protobuf enum
- * (proto/zerod/common/v1/status.proto, generated at build time by zs_gen_status_proto)
- * can never drift. Values go on the wire: never renumber, only append.
+ * Generated from ZS_STATUS_MAP so names, strings, the protobuf enum
+ * (proto/zerod/common/v1/status.proto) and the Python package's codes
+ * (client/python/zerod/_codes.py), both written at build time by zs_gen_codes
+ * (common/src/gen_codes.c), can never drift; libzc checks zerod/zc.h's ZC_* codes against it
+ * at build time (client/src/codes.c, client/check_codes.cmake). Values go on the wire: never
+ * renumber, only append.
  */
 #ifndef ZS_STATUS_H
 #define ZS_STATUS_H

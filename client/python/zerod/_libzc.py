@@ -18,13 +18,15 @@ __all__ = [
     "DTYPE_BF16",
 ]
 
-DTYPE_F32 = 0
-DTYPE_F16 = 1
-DTYPE_BF16 = 2
-
-ZC_OK = 0
-ZC_ERR_BUSY = -6
-ZC_ERR_PEER_LOST = -40
+# The codes are generated from common's tables and checked at build time (_codes.py).
+from ._codes import (  # noqa: F401 (DTYPE_*: the package's names for them)
+    DTYPE_BF16,
+    DTYPE_F16,
+    DTYPE_F32,
+    ZC_ERR_INVALID,
+    ZC_ERR_STATE,
+    ZC_OK,
+)
 
 _OPEN_FIELD_SOCKET_PATH = 1 << 0
 _OPEN_FIELD_TIMEOUT_MS = 1 << 1
@@ -342,7 +344,7 @@ class Session:
     def param_ptr(self, pid):
         addr = self._lib.zc_session_param_ptr(self._h, pid)
         if not addr:
-            _raise(self._lib, -2, "param_ptr(%d) failed" % pid)
+            _raise(self._lib, ZC_ERR_INVALID, "param_ptr(%d) failed" % pid)
         return addr
 
     def param_numel(self, pid):
@@ -352,7 +354,7 @@ class Session:
         """Stage 1: parameter pid's place in the full-gradient region."""
         addr = self._lib.zc_session_param_grad_ptr(self._h, pid)
         if not addr:
-            _raise(self._lib, -32, "param_grad_ptr(%d) failed" % pid)
+            _raise(self._lib, ZC_ERR_STATE, "param_grad_ptr(%d) failed" % pid)
         return addr
 
     # ---- stage 2 slots ------------------------------------------------------------------

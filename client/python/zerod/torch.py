@@ -24,15 +24,15 @@ import ctypes
 
 import torch
 
-from ._libzc import (
+from ._codes import (
     DTYPE_BF16,
     DTYPE_F16,
     DTYPE_F32,
+    STATUS,
     ZC_ERR_BUSY,
-    ZC_ERR_PEER_LOST,
-    Session,
-    ZerodError,
+    ZC_ERR_LAYOUT_MISMATCH,
 )
+from ._libzc import Session, ZerodError
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError"]
 
@@ -360,7 +360,7 @@ class ZerodEngine(torch.nn.Module):
             for pid, p in enumerate(self._params):
                 n = s.param_numel(pid)
                 if n != p.numel():
-                    raise ZerodError(-31, "ERR_LAYOUT_MISMATCH",
+                    raise ZerodError(ZC_ERR_LAYOUT_MISMATCH, STATUS[ZC_ERR_LAYOUT_MISMATCH][0],
                                      "parameter %d has %d elements, the layout %d"
                                      % (pid, p.numel(), n))
                 view = _tensor_at(s.param_ptr(pid), n, self.dtype).view(p.shape)

@@ -186,7 +186,33 @@ static void expect_result(const Zerod__Ipc__V1__Result *r, zs_status_t want, con
     }
 }
 
-/* A frame-level fault: ErrorReply (echoing seq) naming the problem, then the daemon closes. */
+/* The daemon still serves a fresh, well-behaved trainer: attach, params, one step, detach. */
+static void daemon_still_serves(void)
+{
+    th_model_t m = {.n_groups = 1, .gnp = {2}, .numel = {24, 9}, .n_params = 2, .total = 33};
+    th_session_t ts;
+    zc_step_result_t res;
+    float init[33], grads[33], after[33];
+
+    for (int i = 0; i < 33; i++) {
+        init[i] = 0.5f;
+        grads[i] = (i % 2) ? 0.25f : -0.25f;
+    }
+    th_attach(&ts, "bad_input_probe", &m, ZC_DTYPE_F32, NULL);
+    cr_assert_eq(ts.info.resumed, 0, "the probe job should be fresh");
+    th_init_params(&ts, init);
+    th_submit(&ts, grads, 0);
+    cr_assert_eq(th_step(&ts, &res), ZC_OK, "probe step: %s", zc_last_error());
+    cr_assert_eq(res.step, 1);
+    th_read_params(&ts, after);
+    /* Adam's first step moves every element by lr against its gradient's sign */
+    cr_assert(after[0] > init[0] && after[1] < init[1], "probe params did not move: %g %g",
+              after[0], after[1]);
+    th_end(&ts);
+}
+
+/* A frame-level fault: ErrorReply (echoing seq) naming the problem, then the daemon closes. The
+ * connection is freed, and a fresh trainer is still served. */
 static void expect_error_then_close(raw_conn_t *c, uint64_t seq, zs_status_t want, const char *what,
                                     const char *needle1, const char *needle2)
 {
@@ -198,22 +224,46 @@ static void expect_error_then_close(raw_conn_t *c, uint64_t seq, zs_status_t wan
     zerod__ipc__v1__frame__free_unpacked(f, NULL);
     cr_assert_null(raw_recv(c), "%s: the daemon kept the connection open after an ErrorReply",
                    what);
+    raw_close(c);
+    daemon_still_serves();
 }
 
-static void raw_hello(raw_conn_t *c, Zerod__Ipc__V1__Role role)
+/* Sends a Hello (version NULL: none); returns its seq. */
+static uint64_t raw_send_hello(raw_conn_t *c, uint32_t protocol, const char *version,
+                               Zerod__Ipc__V1__Role role)
 {
     frame_t f = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
-    frame_t *r;
 
-    h.protocol = 1;
-    h.version = (char *)"test_bad_input";
+    h.protocol = protocol;
+    if (version != NULL) {
+        h.version = (char *)version;
+    }
     h.role = role;
     f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
     f.hello = &h;
     raw_send(c, &f);
-    r = raw_expect(c, ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY, "hello");
-    cr_assert_eq(r->seq, f.seq);
+    return f.seq;
+}
+
+/* Sends a StatusRequest; returns its seq. */
+static uint64_t raw_send_status(raw_conn_t *c)
+{
+    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StatusRequest sr = ZEROD__IPC__V1__STATUS_REQUEST__INIT;
+
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
+    f.status = &sr;
+    raw_send(c, &f);
+    return f.seq;
+}
+
+static void raw_hello(raw_conn_t *c, Zerod__Ipc__V1__Role role)
+{
+    uint64_t seq = raw_send_hello(c, 1, "test_bad_input", role);
+    frame_t *r = raw_expect(c, ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY, "hello");
+
+    cr_assert_eq(r->seq, seq);
     cr_assert_eq(r->hello_reply->result->status, ZEROD__COMMON__V1__STATUS__ZS_OK);
     cr_assert_eq(r->hello_reply->protocol, 1);
     zerod__ipc__v1__frame__free_unpacked(r, NULL);
@@ -314,6 +364,16 @@ static frame_t *raw_bucket(raw_conn_t *c, uint32_t slot, uint32_t bucket)
     return r;
 }
 
+/* BucketReady; its SlotFree's Result must be `want` naming needle1 (and needle2). */
+static void raw_bucket_expect(raw_conn_t *c, uint32_t slot, uint32_t bucket, zs_status_t want,
+                              const char *what, const char *needle1, const char *needle2)
+{
+    frame_t *r = raw_bucket(c, slot, bucket);
+
+    expect_result(r->slot_free->result, want, what, needle1, needle2);
+    zerod__ipc__v1__frame__free_unpacked(r, NULL);
+}
+
 static void raw_step_ok(raw_conn_t *c, uint64_t want_step)
 {
     frame_t f = ZEROD__IPC__V1__FRAME__INIT;
@@ -344,29 +404,14 @@ static void raw_detach_end(raw_conn_t *c)
     zerod__ipc__v1__frame__free_unpacked(r, NULL);
 }
 
-/* The daemon still serves a fresh, well-behaved trainer: attach, params, one step, detach. */
-static void daemon_still_serves(void)
+/* The end of a request-level case: the connection still steps and ends its job; then a fresh
+ * trainer is served. */
+static void raw_finish(raw_conn_t *c)
 {
-    th_model_t m = {.n_groups = 1, .gnp = {2}, .numel = {24, 9}, .n_params = 2, .total = 33};
-    th_session_t ts;
-    zc_step_result_t res;
-    float init[33], grads[33], after[33];
-
-    for (int i = 0; i < 33; i++) {
-        init[i] = 0.5f;
-        grads[i] = (i % 2) ? 0.25f : -0.25f;
-    }
-    th_attach(&ts, "bad_input_probe", &m, ZC_DTYPE_F32, NULL);
-    cr_assert_eq(ts.info.resumed, 0, "the probe job should be fresh");
-    th_init_params(&ts, init);
-    th_submit(&ts, grads, 0);
-    cr_assert_eq(th_step(&ts, &res), ZC_OK, "probe step: %s", zc_last_error());
-    cr_assert_eq(res.step, 1);
-    th_read_params(&ts, after);
-    /* Adam's first step moves every element by lr against its gradient's sign */
-    cr_assert(after[0] > init[0] && after[1] < init[1], "probe params did not move: %g %g",
-              after[0], after[1]);
-    th_end(&ts);
+    raw_step_ok(c, 1);
+    raw_detach_end(c);
+    raw_close(c);
+    daemon_still_serves();
 }
 
 /* ---- frame-level faults: ErrorReply, connection closed ------------------------------- */
@@ -382,8 +427,6 @@ Test(zerod_bad_input, truncated_frame_then_eof)
     cr_assert_eq(shutdown(c->fd, SHUT_WR), 0);
     expect_error_then_close(c, 0, ZS_ERR_PROTOCOL, "truncated frame", "truncated frame",
                             "14 of 104 bytes");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, truncated_frame_times_out)
@@ -396,8 +439,6 @@ Test(zerod_bad_input, truncated_frame_times_out)
     raw_write(c, buf, sizeof(buf)); /* and then nothing: frame_timeout is 2 s */
     expect_error_then_close(c, 0, ZS_ERR_TIMEOUT, "stalled frame", "truncated frame",
                             "frame_timeout (2000 ms)");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, frame_over_16_mib)
@@ -410,8 +451,6 @@ Test(zerod_bad_input, frame_over_16_mib)
     raw_write(c, hdr, sizeof(hdr));
     expect_error_then_close(c, 0, ZS_ERR_FRAME_TOO_LARGE, "frame over 16 MiB",
                             "frame length 16777217", "ZS_MAX_FRAME");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, zero_length_frame)
@@ -421,8 +460,6 @@ Test(zerod_bad_input, zero_length_frame)
 
     raw_write(c, hdr, sizeof(hdr));
     expect_error_then_close(c, 0, ZS_ERR_PROTOCOL, "zero-length frame", "frame length is 0", NULL);
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, unknown_message)
@@ -435,8 +472,6 @@ Test(zerod_bad_input, unknown_message)
     raw_write(c, buf, sizeof(buf));
     expect_error_then_close(c, 7, ZS_ERR_PROTOCOL, "unknown message", "unknown message",
                             "protocol 1");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, undecodable_frame)
@@ -448,58 +483,35 @@ Test(zerod_bad_input, undecodable_frame)
     raw_write(c, buf, sizeof(buf));
     expect_error_then_close(c, 0, ZS_ERR_PROTOCOL, "undecodable frame",
                             "is not a valid zerod.ipc.v1.Frame", NULL);
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, message_before_hello)
 {
     raw_conn_t *c = raw_open();
-    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__StatusRequest sr = ZEROD__IPC__V1__STATUS_REQUEST__INIT;
+    uint64_t seq = raw_send_status(c);
 
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
-    f.status = &sr;
-    raw_send(c, &f);
-    expect_error_then_close(c, f.seq, ZS_ERR_PROTOCOL, "message before hello",
-                            "status before hello", "the first frame must be hello");
-    raw_close(c);
-    daemon_still_serves();
+    expect_error_then_close(c, seq, ZS_ERR_PROTOCOL, "message before hello", "status before hello",
+                            "the first frame must be hello");
 }
 
 Test(zerod_bad_input, hello_twice)
 {
     raw_conn_t *c = raw_open();
-    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    uint64_t seq;
 
     raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_CONTROL);
-    h.protocol = 1;
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
-    raw_send(c, &f);
-    expect_error_then_close(c, f.seq, ZS_ERR_PROTOCOL, "hello twice", "hello",
+    seq = raw_send_hello(c, 1, NULL, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
+    expect_error_then_close(c, seq, ZS_ERR_PROTOCOL, "hello twice", "hello",
                             "sent twice on one connection");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, hello_without_role)
 {
     raw_conn_t *c = raw_open();
-    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    uint64_t seq = raw_send_hello(c, 1, NULL, ZEROD__IPC__V1__ROLE__ROLE_UNSPECIFIED);
 
-    h.protocol = 1;
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_UNSPECIFIED;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
-    raw_send(c, &f);
-    expect_error_then_close(c, f.seq, ZS_ERR_PROTOCOL, "hello without role", "hello.role",
+    expect_error_then_close(c, seq, ZS_ERR_PROTOCOL, "hello without role", "hello.role",
                             "neither trainer (1) nor control (2)");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, control_role_sends_attach)
@@ -516,44 +528,28 @@ Test(zerod_bad_input, control_role_sends_attach)
     raw_send(c, &f);
     expect_error_then_close(c, f.seq, ZS_ERR_PERMISSION, "wrong role", "attach",
                             "not allowed for role control");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, trainer_role_sends_status)
 {
     raw_conn_t *c = raw_open();
-    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__StatusRequest sr = ZEROD__IPC__V1__STATUS_REQUEST__INIT;
+    uint64_t seq;
 
     raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
-    f.status = &sr;
-    raw_send(c, &f);
-    expect_error_then_close(c, f.seq, ZS_ERR_PERMISSION, "wrong role", "status",
+    seq = raw_send_status(c);
+    expect_error_then_close(c, seq, ZS_ERR_PERMISSION, "wrong role", "status",
                             "not allowed for role trainer");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 Test(zerod_bad_input, protocol_version_mismatch)
 {
     raw_conn_t *c = raw_open();
-    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    uint64_t seq = raw_send_hello(c, 2, "9.9.9", ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
 
-    h.protocol = 2;
-    h.version = (char *)"9.9.9";
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
-    raw_send(c, &f);
     /* both versions in the message */
-    expect_error_then_close(c, f.seq, ZS_ERR_VERSION, "version mismatch",
+    expect_error_then_close(c, seq, ZS_ERR_VERSION, "version mismatch",
                             "hello.protocol: client speaks protocol 2 (version 9.9.9)",
                             "daemon speaks protocol 1");
-    raw_close(c);
-    daemon_still_serves();
 }
 
 /* ---- request-level faults: an error Result, the connection goes on -------------------- */
@@ -561,21 +557,13 @@ Test(zerod_bad_input, protocol_version_mismatch)
 Test(zerod_bad_input, unknown_bucket)
 {
     raw_conn_t *c = raw_open();
-    frame_t *r;
 
     raw_trainer(c, "bad_unknown_bucket");
-    r = raw_bucket(c, 0, 99);
-    expect_result(r->slot_free->result, ZS_ERR_INVALID, "unknown bucket", "BucketReady.bucket 99",
-                  "unknown (layout has 2)");
-    zerod__ipc__v1__frame__free_unpacked(r, NULL);
+    raw_bucket_expect(c, 0, 99, ZS_ERR_INVALID, "unknown bucket", "BucketReady.bucket 99",
+                      "unknown (layout has 2)");
     /* the slot came back and the connection still works */
-    r = raw_bucket(c, 0, 1);
-    expect_result(r->slot_free->result, ZS_OK, "bucket 1", "", NULL);
-    zerod__ipc__v1__frame__free_unpacked(r, NULL);
-    raw_step_ok(c, 1);
-    raw_detach_end(c);
-    raw_close(c);
-    daemon_still_serves();
+    raw_bucket_expect(c, 0, 1, ZS_OK, "bucket 1", "", NULL);
+    raw_finish(c);
 }
 
 Test(zerod_bad_input, slot_submitted_twice_in_one_write)
@@ -608,15 +596,8 @@ Test(zerod_bad_input, slot_submitted_twice_in_one_write)
     }
     cr_assert(ok == 1 && dup == 1, "%d good and %d refused SlotFree", ok, dup);
     /* after its SlotFree the slot is free again */
-    {
-        frame_t *r = raw_bucket(c, 1, 1);
-        expect_result(r->slot_free->result, ZS_OK, "slot 1 again", "", NULL);
-        zerod__ipc__v1__frame__free_unpacked(r, NULL);
-    }
-    raw_step_ok(c, 1);
-    raw_detach_end(c);
-    raw_close(c);
-    daemon_still_serves();
+    raw_bucket_expect(c, 1, 1, ZS_OK, "slot 1 again", "", NULL);
+    raw_finish(c);
 }
 
 Test(zerod_bad_input, slot_out_of_range)
@@ -624,22 +605,14 @@ Test(zerod_bad_input, slot_out_of_range)
     raw_conn_t *c = raw_open();
     uint32_t n_slots;
     char needle[64];
-    frame_t *r;
 
     n_slots = raw_trainer(c, "bad_slot_range");
-    r = raw_bucket(c, n_slots, 0);
     snprintf(needle, sizeof(needle), "BucketReady.slot %u is out of range (%u slots)", n_slots,
              n_slots);
-    expect_result(r->slot_free->result, ZS_ERR_INVALID, "slot out of range", needle, NULL);
-    zerod__ipc__v1__frame__free_unpacked(r, NULL);
-    r = raw_bucket(c, 1000000, 0);
-    expect_result(r->slot_free->result, ZS_ERR_INVALID, "slot far out of range",
-                  "BucketReady.slot 1000000", NULL);
-    zerod__ipc__v1__frame__free_unpacked(r, NULL);
-    raw_step_ok(c, 1);
-    raw_detach_end(c);
-    raw_close(c);
-    daemon_still_serves();
+    raw_bucket_expect(c, n_slots, 0, ZS_ERR_INVALID, "slot out of range", needle, NULL);
+    raw_bucket_expect(c, 1000000, 0, ZS_ERR_INVALID, "slot far out of range",
+                      "BucketReady.slot 1000000", NULL);
+    raw_finish(c);
 }
 
 /* A refused Attach: AttachReply with an error naming the key, no fds, connection usable. */

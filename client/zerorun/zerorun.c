@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "zr_int.h"
+#include "zs/version.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -31,9 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef ZEROD_VERSION
-#define ZEROD_VERSION "0.0.0"
-#endif
 
 #define ZR_DEFAULT_SOCKET_DIR "/run/zerod"
 #define ZR_DEFAULT_TIMEOUT_S  30.0
@@ -210,7 +208,7 @@ static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
             zr_usage(stdout);
             return ZR_EXIT_OK;
         case OPT_VERSION:
-            printf("zerorun %s\n", ZEROD_VERSION);
+            printf("zerorun %s\n", ZS_VERSION);
             return ZR_EXIT_OK;
         default:
             return zr_usage_error();

@@ -1,11 +1,16 @@
-#include "job.h"
-
+/*
+ * The lifecycle of the daemon's job (job.h): creation from an Attach, re-attach, the mesh of a
+ * world > 1 job, trainer checks, detach, linger, status. The arithmetic is in step.c.
+ */
+#define _GNU_SOURCE
+#include "job_int.h"
 #include "mesh.h"
-#include "zs/log.h"
+#include "zs/error.h"
+#include "zs/time.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,63 +19,48 @@
 const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads",      "master",
                                                      "m",      "v",     "accumulator"};
 
-static void zd_job_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void zd_job_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* ---- creation -------------------------------------------------------------------------- */
 
 static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_t errlen)
 {
     size_t idlen = spec->job_id != NULL ? strlen(spec->job_id) : 0;
 
     if (idlen == 0 || idlen >= ZD_JOB_ID_MAX) {
-        zd_job_err(err, errlen, "attach: job_id must be 1..%d characters (got %zu)",
-                   ZD_JOB_ID_MAX - 1, idlen);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: job_id must be 1..%d characters (got %zu)", ZD_JOB_ID_MAX - 1,
+                       idlen);
     }
     for (size_t i = 0; i < idlen; i++) {
         unsigned char c = (unsigned char)spec->job_id[i];
         if (c < 0x21 || c > 0x7e) {
-            zd_job_err(err, errlen, "attach: job_id has a non-printable or space character at %zu",
-                       i);
-            return ZS_ERR_INVALID;
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "attach: job_id has a non-printable or space character at %zu", i);
         }
     }
     if (spec->world == 0 || spec->world > ZS_LAYOUT_MAX_WORLD) {
-        zd_job_err(err, errlen, "attach: world %u is out of range 1..%u", spec->world,
-                   ZS_LAYOUT_MAX_WORLD);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: world %u is out of range 1..%u",
+                       spec->world, ZS_LAYOUT_MAX_WORLD);
     }
     if (spec->rank >= spec->world) {
-        zd_job_err(err, errlen, "attach: rank %u is not below world %u", spec->rank, spec->world);
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: rank %u is not below world %u",
+                       spec->rank, spec->world);
     }
     if (spec->n_groups == 0) {
-        zd_job_err(err, errlen, "attach: groups is empty (at least one param group is needed)");
-        return ZS_ERR_INVALID;
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: groups is empty (at least one param group is needed)");
     }
-    if ((unsigned)spec->dtype > ZS_DTYPE_BF16) {
-        zd_job_err(err, errlen, "attach: dtype %d is not fp32, fp16 or bf16", (int)spec->dtype);
-        return ZS_ERR_INVALID;
+    if (zs_dtype_size(spec->dtype) == 0) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: dtype %d is not fp32, fp16 or bf16",
+                       (int)spec->dtype);
     }
     return ZS_OK;
 }
 
-/* Sizes of every term; ZS_ERR_OVERFLOW on wraparound. */
+/* Sizes of every term of design.md §2, measured and by formula; ZS_ERR_OVERFLOW on wraparound. */
 static zs_status_t zd_job_sizes(zd_job_t *job)
 {
     const zs_layout_t *l = job->layout;
-    uint64_t dsize = zs_dtype_size(job->dtype);
-    uint64_t psi = l->param_numel;
-    uint64_t n = job->world;
-    uint64_t shard_bytes;
+    uint64_t dsize = zs_dtype_size(job->dtype), psi = l->param_numel, shard_bytes;
     zs_status_t st;
 
     st = zs_mul_u64(l->total_numel, dsize, &job->mem_bytes[ZD_MEM_PARAMS]);
@@ -87,17 +77,13 @@ static zs_status_t zd_job_sizes(zd_job_t *job)
         return st;
     }
     job->mem_bytes[ZD_MEM_GRADS] = job->cfg.stage == 1 ? job->mem_bytes[ZD_MEM_PARAMS] : 0;
-    job->mem_bytes[ZD_MEM_MASTER] = shard_bytes;
-    job->mem_bytes[ZD_MEM_M] = shard_bytes;
-    job->mem_bytes[ZD_MEM_V] = shard_bytes;
-    job->mem_bytes[ZD_MEM_ACC] = shard_bytes;
-
-    /* design.md §2: stage 2 = dΨ + 16Ψ/N (+ slots); stage 1 adds dΨ of full gradients. */
+    /* stage 2 = dΨ + 16Ψ/N (+ slots); stage 1 adds dΨ of full gradients */
     job->mem_formula[ZD_MEM_PARAMS] = dsize * psi;
     job->mem_formula[ZD_MEM_SLOTS] = job->mem_bytes[ZD_MEM_SLOTS];
     job->mem_formula[ZD_MEM_GRADS] = job->cfg.stage == 1 ? dsize * psi : 0;
     for (int t = ZD_MEM_MASTER; t <= ZD_MEM_ACC; t++) {
-        job->mem_formula[t] = 4 * psi / n;
+        job->mem_bytes[t] = shard_bytes;
+        job->mem_formula[t] = 4 * psi / job->world;
     }
     return ZS_OK;
 }
@@ -113,8 +99,10 @@ static zs_status_t zd_job_check_limit(const zd_job_t *job, uint64_t max_bytes, c
             break;
         }
     }
-    if (max_bytes != 0 && total > max_bytes) {
-        zd_job_err(err, errlen,
+    if (max_bytes == 0 || total <= max_bytes) {
+        return ZS_OK;
+    }
+    return zs_errf(err, errlen, ZS_ERR_LIMIT,
                    "attach: layout needs %llu bytes on this rank (params %llu, slots %llu, grads "
                    "%llu, shard 4x%llu), over max_shard_bytes = %llu",
                    (unsigned long long)total, (unsigned long long)job->mem_bytes[ZD_MEM_PARAMS],
@@ -122,9 +110,6 @@ static zs_status_t zd_job_check_limit(const zd_job_t *job, uint64_t max_bytes, c
                    (unsigned long long)job->mem_bytes[ZD_MEM_GRADS],
                    (unsigned long long)job->mem_bytes[ZD_MEM_MASTER],
                    (unsigned long long)max_bytes);
-        return ZS_ERR_LIMIT;
-    }
-    return ZS_OK;
 }
 
 static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
@@ -136,8 +121,8 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
     for (int i = 0; i < 4; i++) {
         st = zs_aligned_alloc(bytes, ZS_CACHE_LINE, (void **)arrays[i]);
         if (st != ZS_OK) {
-            zd_job_err(err, errlen, "attach: cannot allocate %zu bytes of shard state", bytes);
-            return st;
+            return zs_errf(err, errlen, st, "attach: cannot allocate %zu bytes of shard state",
+                           bytes);
         }
     }
     st = zs_region_create("zerod-params", (size_t)job->mem_bytes[ZD_MEM_PARAMS], &job->params);
@@ -148,124 +133,89 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
         st = zs_region_create("zerod-grads", (size_t)job->mem_bytes[ZD_MEM_GRADS], &job->grads);
     }
     if (st != ZS_OK) {
-        zd_job_err(err, errlen, "attach: cannot create shared regions (%s): %s",
-                   zs_status_string(st), strerror(errno));
+        return zs_errf(err, errlen, st, "attach: cannot create shared regions (%s): %s",
+                       zs_status_string(st), strerror(errno));
     }
-    return st;
+    job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
+    if (job->acc_clean == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
+    }
+    memset(job->acc_clean, 1, job->layout->n_buckets); /* zs_aligned_alloc zero-fills acc */
+    return ZS_OK;
 }
 
-zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err, size_t errlen)
+/* The training config and the per-group options of the spec. */
+static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_spec_t *spec, char *err,
+                                       size_t errlen)
 {
-    zs_layout_spec_t lspec;
-    zd_job_t *job;
     char ignored[256];
     zs_status_t st;
 
-    st = zd_job_check_spec(spec, err, errlen);
-    if (st != ZS_OK) {
-        goto err;
-    }
-    job = calloc(1, sizeof(*job));
-    if (job == NULL) {
-        st = ZS_ERR_NO_MEMORY;
-        goto err;
-    }
-    job->params = (zs_region_t)ZS_REGION_INIT;
-    job->slots = (zs_region_t)ZS_REGION_INIT;
-    job->grads = (zs_region_t)ZS_REGION_INIT;
-    snprintf(job->id, sizeof(job->id), "%s", spec->job_id);
-    snprintf(job->coordinator, sizeof(job->coordinator), "%s",
-             spec->coordinator ? spec->coordinator : "");
-    job->rank = spec->rank;
-    job->world = spec->world;
-    job->dtype = spec->dtype;
-    job->n_slots = spec->n_slots;
-
     st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(ignored), err, errlen);
     if (st != ZS_OK) {
-        goto err_destroy;
+        return st;
     }
     if (job->cfg.dtype != spec->dtype) {
-        zd_job_err(err, errlen,
-                   "attach: dtype %s does not match the config, which asks for %s "
-                   "(fp16.enabled / bf16.enabled)",
-                   zs_dtype_name(spec->dtype), zs_dtype_name(job->cfg.dtype));
-        st = ZS_ERR_CONFIG;
-        goto err_destroy;
+        return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                       "attach: dtype %s does not match the config, which asks for %s "
+                       "(fp16.enabled / bf16.enabled)",
+                       zs_dtype_name(spec->dtype), zs_dtype_name(job->cfg.dtype));
     }
     job->config_hash = zd_train_config_hash(&job->cfg);
     job->group_opts = calloc(spec->n_groups, sizeof(*job->group_opts));
     if (job->group_opts == NULL) {
-        st = ZS_ERR_NO_MEMORY;
-        goto err_destroy;
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
     }
     for (uint32_t g = 0; g < spec->n_groups; g++) {
         st = zd_group_opts_parse(spec->group_json ? spec->group_json[g] : NULL, &job->cfg.opt, g,
                                  &job->group_opts[g], err, errlen);
         if (st != ZS_OK) {
-            goto err_destroy;
+            return st;
         }
         if (job->cfg.optimizer_adamw && !job->group_opts[g].adam_w_mode) {
-            zd_job_err(err, errlen,
-                       "attach: groups[%u].options.adam_w_mode false contradicts optimizer.type "
-                       "AdamW",
-                       g);
-            st = ZS_ERR_CONFIG;
-            goto err_destroy;
+            return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                           "attach: groups[%u].options.adam_w_mode false contradicts "
+                           "optimizer.type AdamW",
+                           g);
         }
     }
+    return ZS_OK;
+}
 
-    memset(&lspec, 0, sizeof(lspec));
-    lspec.world = spec->world;
-    lspec.bucket_size = job->cfg.reduce_bucket_size;
-    lspec.elem_align = ZS_ELEM_ALIGN;
-    lspec.round_robin = job->cfg.round_robin_gradients;
-    lspec.max_numel =
-        spec->max_shard_bytes ? spec->max_shard_bytes / zs_dtype_size(spec->dtype) : 0;
-    lspec.n_groups = spec->n_groups;
-    lspec.group_n_params = spec->group_n_params;
-    lspec.numel = spec->numel;
-    st = zs_layout_create(&lspec, &job->layout, err, errlen);
+/* The layout of the spec's parameters, its sizes within max_shard_bytes, and the memory. */
+static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_spec_t *spec, uint64_t max_bytes,
+                                 char *err, size_t errlen)
+{
+    zs_layout_spec_t ls;
+    zs_status_t st;
+
+    memset(&ls, 0, sizeof(ls));
+    ls.world = spec->world;
+    ls.bucket_size = job->cfg.reduce_bucket_size;
+    ls.elem_align = ZS_ELEM_ALIGN;
+    ls.round_robin = job->cfg.round_robin_gradients;
+    ls.max_numel = max_bytes ? max_bytes / zs_dtype_size(spec->dtype) : 0;
+    ls.n_groups = spec->n_groups;
+    ls.group_n_params = spec->group_n_params;
+    ls.numel = spec->numel;
+    st = zs_layout_create(&ls, &job->layout, err, errlen);
     if (st == ZS_ERR_LIMIT) {
         size_t used = strlen(err);
         snprintf(err + used, errlen - used, " (max_shard_bytes = %llu)",
-                 (unsigned long long)spec->max_shard_bytes);
+                 (unsigned long long)max_bytes);
     }
     if (st != ZS_OK) {
-        goto err_destroy;
+        return st;
     }
-    st = zd_job_sizes(job);
-    if (st != ZS_OK) {
-        zd_job_err(err, errlen, "attach: layout sizes overflow 64-bit arithmetic");
-        goto err_destroy;
+    if (zd_job_sizes(job) != ZS_OK) {
+        return zs_errf(err, errlen, ZS_ERR_OVERFLOW,
+                       "attach: layout sizes overflow 64-bit arithmetic");
     }
-    st = zd_job_check_limit(job, spec->max_shard_bytes, err, errlen);
-    if (st != ZS_OK) {
-        goto err_destroy;
-    }
-    st = zd_job_alloc(job, err, errlen);
-    if (st != ZS_OK) {
-        goto err_destroy;
-    }
-    job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
-    if (job->acc_clean == NULL) {
-        zd_job_err(err, errlen, "attach: out of memory");
-        st = ZS_ERR_NO_MEMORY;
-        goto err_destroy;
-    }
-    memset(job->acc_clean, 1, job->layout->n_buckets); /* zd_job_alloc zero-fills acc */
-    zd_scaler_init(&job->scaler, &job->cfg);
-    job->last_grad_norm = 0;
-    *job_p = job;
-    return ZS_OK;
-
-err_destroy:
-    zd_job_destroy(job);
-err:
-    return st;
+    st = zd_job_check_limit(job, max_bytes, err, errlen);
+    return st == ZS_OK ? zd_job_alloc(job, err, errlen) : st;
 }
 
-void zd_job_destroy(zd_job_t *job)
+static void zd_job_destroy(zd_job_t *job)
 {
     if (job == NULL) {
         return;
@@ -285,272 +235,571 @@ void zd_job_destroy(zd_job_t *job)
     free(job);
 }
 
-/* This rank's slice of bucket b inside a full-layout region of the job's dtype. */
-static void *zd_job_slice_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b)
+static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *env,
+                                 zd_job_t **job_p, char *err, size_t errlen)
 {
-    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
-    uint64_t elem = bk->offset + (uint64_t)job->rank * bk->slice;
-
-    return (char *)region->addr + elem * zs_dtype_size(job->dtype);
-}
-
-/* This rank's whole bucket b inside a full-layout region. */
-static void *zd_job_bucket_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b)
-{
-    return (char *)region->addr + job->layout->buckets[b].offset * zs_dtype_size(job->dtype);
-}
-
-zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
-{
-    const zs_layout_t *l = job->layout;
-    zs_status_t st = ZS_OK;
-
-    job->params_stale = true;
-    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
-        const zs_layout_bucket_t *bk = &l->buckets[b];
-        st = zk_cast(exec, zd_job_slice_ptr(job, &job->params, b), job->dtype,
-                     job->master + bk->shard_offset, ZS_DTYPE_F32, bk->slice);
-        if (st != ZS_OK) {
-            zd_job_err(err, errlen, "cast: %s", zk_last_error());
-            break;
-        }
-        st = job->coll->ops->all_gather(job->coll, zd_job_bucket_ptr(job, &job->params, b),
-                                        job->dtype, bk->slice, err, errlen);
-    }
-    if (st == ZS_OK) {
-        job->params_stale = false;
-    }
-    return st;
-}
-
-zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
-{
-    const zs_layout_t *l = job->layout;
-    zs_status_t st = ZS_OK;
-
-    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
-        const zs_layout_bucket_t *bk = &l->buckets[b];
-        st = zk_cast(exec, job->master + bk->shard_offset, ZS_DTYPE_F32,
-                     zd_job_slice_ptr(job, &job->params, b), job->dtype, bk->slice);
-    }
-    if (st != ZS_OK) {
-        zd_job_err(err, errlen, "loading parameters: %s", zk_last_error());
-        return st;
-    }
-    job->params_loaded = true;
-    if (job->world > 1) {
-        st = zd_job_refresh_params(job, exec, err, errlen);
-    }
-    return st;
-}
-
-zs_status_t zd_job_share_regions(zd_job_t *job, char *err, size_t errlen)
-{
-    const zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
-
-    return zd_coll_share(job->coll, regions, 3, err, errlen);
-}
-
-/* Reduce-scatter `src` (bucket b of this rank) into the accumulator: the first contribution of
- * an accumulation window overwrites (no read of a zero accumulator), later ones add. */
-static zs_status_t zd_job_reduce_bucket(zd_job_t *job, const void *src, uint32_t b, char *err,
-                                        size_t errlen)
-{
-    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
-    unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
-
-    job->acc_clean[b] = 0;
-    return job->coll->ops->reduce_scatter(job->coll, src, job->dtype, bk->slice,
-                                          job->acc + bk->shard_offset, flags, err, errlen);
-}
-
-zs_status_t zd_job_accumulate_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
-                                   uint32_t bucket, char *err, size_t errlen)
-{
-    const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
-
-    (void)exec;
-    return zd_job_reduce_bucket(job, src, bucket, err, errlen);
-}
-
-void zd_job_drop_partial(zd_job_t *job)
-{
-    memset(job->acc, 0, (size_t)job->mem_bytes[ZD_MEM_ACC]);
-    memset(job->acc_clean, 1, job->layout->n_buckets);
-    if (job->grads.addr != NULL) {
-        memset(job->grads.addr, 0, job->grads.size);
-    }
-}
-
-/* Stage 1 at the boundary: reduce-scatter the full-gradient region into the accumulator and
- * zero it for the next accumulation. */
-static zs_status_t zd_job_consume_grads(zd_job_t *job, char *err, size_t errlen)
-{
-    const zs_layout_t *l = job->layout;
-    size_t dsize = zs_dtype_size(job->dtype);
-
-    for (uint32_t b = 0; b < l->n_buckets; b++) {
-        const zs_layout_bucket_t *bk = &l->buckets[b];
-        zs_status_t st =
-            zd_job_reduce_bucket(job, zd_job_bucket_ptr(job, &job->grads, b), b, err, errlen);
-        if (st != ZS_OK) {
-            return st;
-        }
-        memset((char *)job->grads.addr + bk->offset * dsize, 0, (size_t)(bk->padded * dsize));
-    }
-    return ZS_OK;
-}
-
-/* Fault injection for the disconnect tests (tests/integration/disconnect_test.sh), never set
- * in production: ZEROD_TEST_PAUSE=<phase>:<ms> makes every step sleep at that phase ("step":
- * before its first collective; "allgather": after the first bucket's all-gather) and log it,
- * so that a test can kill a trainer exactly there. Engine thread only. */
-static void zd_job_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
-{
-    static bool parsed;
-    static char want[16];
-    static unsigned ms;
-
-    if (!parsed) {
-        const char *env = getenv("ZEROD_TEST_PAUSE");
-        parsed = true;
-        if (env != NULL && sscanf(env, "%15[a-z]:%u", want, &ms) != 2) {
-            zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE='%s' is not <phase>:<ms>; ignored", env);
-            ms = 0;
-        }
-    }
-    if (ms == 0 || strcmp(want, phase) != 0) {
-        return;
-    }
-    zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
-            (unsigned long long)step, job->id, ms);
-    usleep(ms * 1000u);
-}
-
-zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                        zd_step_out_t *out, char *err, size_t errlen)
-{
-    const zs_layout_t *l = job->layout;
-    const zd_train_config_t *cfg = &job->cfg;
-    double sumsq = 0, scaled_norm, grad_norm, c, n_avg, S;
-    int nonfinite = 0;
-    bool check, overflow;
-    uint64_t t;
-    float grad_scale;
+    zd_job_t *job;
     zs_status_t st;
 
-    zd_job_test_pause(job, "step", job->step + 1);
-    if (cfg->stage == 1) {
-        st = zd_job_consume_grads(job, err, errlen);
-        if (st != ZS_OK) {
-            return st;
-        }
-    }
-    /* 1. overflow flag and sum of squares in one pass; global: SUM and MAX over ranks */
-    st = zk_sumsq(exec, job->acc, l->shard_numel, &sumsq, &nonfinite);
+    st = zd_job_check_spec(spec, err, errlen);
     if (st != ZS_OK) {
-        goto err_kernel;
-    }
-    {
-        double vals[2] = {sumsq, nonfinite ? 1.0 : 0.0};
-        static const zd_reduce_op_t ops[2] = {ZD_REDUCE_SUM, ZD_REDUCE_MAX};
-        st = job->coll->ops->all_reduce(job->coll, vals, ops, 2, err, errlen);
-        if (st != ZS_OK) {
-            return st;
-        }
-        sumsq = vals[0];
-        nonfinite = vals[1] != 0.0 || !isfinite(sumsq);
-    }
-    check = job->dtype == ZS_DTYPE_F16 || (job->dtype == ZS_DTYPE_BF16 && cfg->bf16_check_overflow);
-    overflow = check && nonfinite;
-
-    /* 2. loss-scaler update; S is the scale this step's backward used */
-    S = job->scaler.cur_scale;
-    st = zd_scaler_update(&job->scaler, overflow);
-    if (st != ZS_OK) {
-        zd_job_drop_partial(job);
-        zd_job_err(err, errlen,
-                   "step %llu: gradients overflowed with the loss scale already at its minimum "
-                   "%g (fp16.min_loss_scale) and hysteresis spent",
-                   (unsigned long long)job->step + 1, job->scaler.min_scale);
         return st;
     }
-    /* 3. skip */
-    if (overflow) {
-        zd_job_drop_partial(job);
-        job->skipped_steps++;
-        job->last_grad_norm = -1;
-        out->skipped = true;
-        out->grad_norm = -1;
-        return ZS_OK;
+    job = calloc(1, sizeof(*job));
+    if (job == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
     }
-    /* 4. norm of the averaged gradient */
-    n_avg = cfg->allreduce_mean ? (double)job->world : 1.0;
-    scaled_norm = sqrt(sumsq) / (n_avg * cfg->gradient_accumulation_steps);
-    grad_norm = isfinite(scaled_norm) ? scaled_norm / S : -1;
-    /* 5. combined factor */
-    c = S;
-    if (cfg->gradient_clipping > 0) {
-        double clip = fmax(1.0, (scaled_norm / S + 1e-6) / cfg->gradient_clipping);
-        c = clip * S;
+    job->params = (zs_region_t)ZS_REGION_INIT;
+    job->slots = (zs_region_t)ZS_REGION_INIT;
+    job->grads = (zs_region_t)ZS_REGION_INIT;
+    snprintf(job->id, sizeof(job->id), "%s", spec->job_id);
+    snprintf(job->coordinator, sizeof(job->coordinator), "%s",
+             spec->coordinator ? spec->coordinator : "");
+    job->rank = spec->rank;
+    job->world = spec->world;
+    job->dtype = spec->dtype;
+    job->n_slots = env->n_slots;
+    st = zd_job_parse_config(job, spec, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
     }
-    grad_scale = (float)(1.0 / (n_avg * cfg->gradient_accumulation_steps * c));
+    if (st != ZS_OK) {
+        zd_job_destroy(job);
+        return st;
+    }
+    zd_scaler_init(&job->scaler, &job->cfg);
+    *job_p = job;
+    return ZS_OK;
+}
 
-    /* 6-7. Adam per group over this rank's slices, cast into the params region */
-    t = job->step + 1;
-    for (uint32_t g = 0; g < l->n_groups; g++) {
-        const zs_layout_group_t *grp = &l->groups[g];
-        zd_group_opts_t *o = &job->group_opts[g];
-        zk_adam_params_t p;
+void zd_job_drop(zd_job_t **job_p, const char *why)
+{
+    zd_job_t *job = *job_p;
 
-        if (group_lr != NULL) {
-            o->lr = group_lr[g];
-        }
-        p.lr = (float)o->lr;
-        p.beta1 = (float)o->beta1;
-        p.beta2 = (float)o->beta2;
-        p.eps = (float)o->eps;
-        p.weight_decay = (float)o->weight_decay;
-        p.adam_w_mode = o->adam_w_mode;
-        p.bias_correction = o->bias_correction;
-        p.step = t;
-        p.grad_scale = grad_scale;
-        for (uint32_t b = grp->first_bucket; b < grp->first_bucket + grp->n_buckets; b++) {
-            const zs_layout_bucket_t *bk = &l->buckets[b];
-            uint64_t off = bk->shard_offset;
-            st = zk_adam_step(exec, &p, job->master + off, job->m + off, job->v + off,
-                              job->acc + off, zd_job_slice_ptr(job, &job->params, b), job->dtype,
-                              bk->slice);
-            if (st != ZS_OK) {
-                goto err_kernel;
-            }
-        }
+    if (job == NULL) {
+        return;
     }
-    memset(job->acc_clean, 1, l->n_buckets); /* Adam zeroed every accumulator slice */
-    /* Adam ran on every rank (it cannot fail for want of a peer): the step is committed. An
-     * interrupted all-gather below is redone from the master on re-attach. */
-    job->step = t;
-    job->last_grad_norm = grad_norm;
-    out->skipped = false;
-    out->grad_norm = grad_norm;
-    if (job->world > 1) {
-        job->params_stale = true;
-        for (uint32_t b = 0; b < l->n_buckets; b++) {
-            st = job->coll->ops->all_gather(job->coll, zd_job_bucket_ptr(job, &job->params, b),
-                                            job->dtype, l->buckets[b].slice, err, errlen);
-            if (st != ZS_OK) {
-                return st;
-            }
-            if (b == 0) {
-                zd_job_test_pause(job, "allgather", job->step);
-            }
-        }
-        job->params_stale = false;
+    zs_info(ZS_SUB_ENGINE, "job '%s' ends (%s) at step %llu", job->id, why,
+            (unsigned long long)job->step);
+    zd_mesh_leave(job->mesh);
+    zd_job_destroy(job);
+    *job_p = NULL;
+    zs_log_set_rank(-1);
+}
+
+/* ---- the mesh ---------------------------------------------------------------------------- */
+
+/* The mesh aborted (a peer lost, a collective timed out, a trainer gone): tear it down and
+ * drop the partial micro-step. The shard stays at the last completed step; every rank's trainer
+ * gets ERR_PEER_LOST until it re-attaches, which forms a new mesh. */
+static void zd_job_mesh_failed(zd_job_t *job, const zd_job_env_t *env)
+{
+    if (job->mesh == NULL) {
+        return;
+    }
+    zd_mesh_aborted(job->mesh, job->mesh_why, sizeof(job->mesh_why));
+    zd_coll_destroy(job->coll);
+    job->coll = NULL;
+    zd_mesh_destroy(job->mesh);
+    job->mesh = NULL;
+    job->mesh_lost = true;
+    zd_step_drop_partial(job);
+    zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE,
+                    "job '%s' keeps step %llu; its trainers must re-attach (%s)", job->id,
+                    (unsigned long long)job->step, job->mesh_why);
+}
+
+static zs_status_t zd_job_mesh_create(zd_job_t *job, const zd_job_env_t *env, char *err,
+                                      size_t errlen)
+{
+    zd_mesh_params_t mp;
+    uint8_t token[ZD_TOKEN_MAX];
+    size_t token_len = 0;
+    char what[512];
+    zs_status_t st;
+
+    st = zd_mesh_read_token(env->token_file, token, &token_len, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    memset(&mp, 0, sizeof(mp));
+    mp.job_id = job->id;
+    mp.rank = job->rank;
+    mp.world = job->world;
+    mp.coordinator = job->coordinator;
+    mp.layout_hash = job->layout->hash;
+    mp.config_hash = job->config_hash;
+    mp.step = job->step;
+    mp.params_loaded = job->params_loaded;
+    mp.token = token;
+    mp.token_len = token_len;
+    mp.mesh_timeout_ns = env->mesh_timeout_ns;
+    mp.collective_timeout_ns = env->collective_timeout_ns;
+    mp.heartbeat_interval_ns = env->heartbeat_interval_ns;
+    mp.heartbeat_timeout_ns = env->heartbeat_timeout_ns;
+    mp.cancel = env->cancel;
+    mp.wake = env->wake;
+    mp.wake_arg = env->arg;
+    snprintf(what, sizeof(what), "forming the mesh of job '%s' (rank %u of %u, coordinator %s)",
+             job->id, job->rank, job->world, job->coordinator);
+    env->busy(env->arg, what);
+    st = zd_mesh_create(&mp, &job->mesh, err, errlen);
+    explicit_bzero(token, sizeof(token));
+    return st;
+}
+
+/* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and, when
+ * the job already has parameters, redo the all-gather from the master shards. */
+static zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err,
+                                    size_t errlen)
+{
+    const zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
+    zs_status_t st;
+
+    if (job->coll != NULL) {
+        return ZS_OK; /* world 1, or a re-attach that kept the job: the mesh is still up */
+    }
+    if (job->world == 1) {
+        st = zd_coll_local_create(env->exec, &job->coll);
+        return st == ZS_OK ? st : zs_errf(err, errlen, st, "attach: out of memory");
+    }
+    st = zd_job_mesh_create(job, env, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_coll_ucx_create(job->mesh, env->exec, env->direct_collectives, &job->coll);
+    if (st != ZS_OK) {
+        zd_mesh_destroy(job->mesh);
+        job->mesh = NULL;
+        return zs_errf(err, errlen, st, "attach: cannot create the UCX collectives");
+    }
+    job->mesh_lost = false;
+    job->mesh_why[0] = '\0';
+    st = zd_coll_share(job->coll, regions, 3, err, errlen);
+    if (st == ZS_OK && job->params_loaded) {
+        st = zd_step_refresh_params(job, env->exec, err, errlen);
+    }
+    if (st != ZS_OK) {
+        zd_job_mesh_failed(job, env);
+    }
+    return st;
+}
+
+/* ---- attach -------------------------------------------------------------------------------- */
+
+/* A re-attach of the kept job: the same rank, world, layout and config, and no live trainer. */
+static zs_status_t zd_job_check_reattach(const zd_job_t *job, uint64_t conn,
+                                         const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    zd_train_config_t cfg;
+    zs_layout_spec_t ls;
+    uint64_t hash;
+    zs_status_t st;
+
+    if (job->attached_conn != 0 && !(job->mesh_lost && job->attached_conn == conn)) {
+        return zs_errf(err, errlen, ZS_ERR_BUSY, "busy: job '%s' is attached by another trainer",
+                       job->id);
+    }
+    if (spec->rank != job->rank || spec->world != job->world) {
+        return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
+                       "re-attach of job '%s' as rank %u of %u, but the job is rank %u of %u",
+                       job->id, spec->rank, spec->world, job->rank, job->world);
+    }
+    /* compare hashes computed from the request, without allocating a second job */
+    st = zd_train_config_parse(spec->config_json, &cfg, NULL, 0, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    memset(&ls, 0, sizeof(ls));
+    ls.world = spec->world;
+    ls.bucket_size = cfg.reduce_bucket_size;
+    ls.elem_align = ZS_ELEM_ALIGN;
+    ls.round_robin = cfg.round_robin_gradients;
+    ls.n_groups = spec->n_groups;
+    ls.group_n_params = spec->group_n_params;
+    ls.numel = spec->numel;
+    hash = zs_layout_spec_hash(&ls);
+    if (hash != job->layout->hash) {
+        return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
+                       "re-attach of job '%s' with layout hash 0x%016llx, but the job has layout "
+                       "hash 0x%016llx",
+                       job->id, (unsigned long long)hash, (unsigned long long)job->layout->hash);
+    }
+    if (zd_train_config_hash(&cfg) != job->config_hash || spec->dtype != job->dtype) {
+        return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                       "re-attach of job '%s' with config hash 0x%016llx (dtype %s), but the job "
+                       "has config hash 0x%016llx (dtype %s)",
+                       job->id, (unsigned long long)zd_train_config_hash(&cfg),
+                       zs_dtype_name(spec->dtype), (unsigned long long)job->config_hash,
+                       zs_dtype_name(job->dtype));
     }
     return ZS_OK;
+}
 
-err_kernel:
-    zd_job_err(err, errlen, "step %llu: kernel failed: %s (%s)", (unsigned long long)job->step + 1,
-               zs_status_string(st), zk_last_error());
+/* Another job holds the daemon: busy, for as long as its trainer or its linger lasts. */
+static zs_status_t zd_job_busy(const zd_job_t *job, uint64_t conn, char *err, size_t errlen)
+{
+    uint64_t now = zs_time_now_ns();
+
+    if (job->attached_conn != 0 && job->attached_conn != conn) {
+        return zs_errf(err, errlen, ZS_ERR_BUSY, "busy: this daemon serves job '%s' (attached)",
+                       job->id);
+    }
+    return zs_errf(err, errlen, ZS_ERR_BUSY,
+                   "busy: this daemon keeps job '%s' for a re-attach for %.0f s more "
+                   "(job_linger)",
+                   job->id,
+                   job->linger_until_ns > now ? (double)(job->linger_until_ns - now) * 1e-9 : 0.0);
+}
+
+static int zd_dup_fd(int fd)
+{
+    return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->layout_hash = job->layout->hash;
+    out->step = job->step;
+    /* a job whose first trainer died before ParamsReady has no values yet: its next trainer
+     * starts it like a fresh one (writes the initial values, ParamsReady) */
+    out->resumed = resumed && job->params_loaded;
+    out->loss_scale = job->scaler.cur_scale;
+    out->n_slots = job->n_slots;
+    out->slot_bytes = job->slot_bytes;
+    out->params_bytes = job->params.size;
+    out->grads_bytes = job->grads.size;
+    out->stage = job->cfg.stage;
+    out->gradient_accumulation_steps = job->cfg.gradient_accumulation_steps;
+    out->config_hash = job->config_hash;
+    out->bucket_size = job->cfg.reduce_bucket_size;
+    out->round_robin = job->cfg.round_robin_gradients;
+    out->elem_align = job->layout->elem_align;
+    out->fds[out->n_fds++] = zd_dup_fd(job->params.fd);
+    out->fds[out->n_fds++] = zd_dup_fd(job->slots.fd);
+    if (job->grads.fd >= 0) {
+        out->fds[out->n_fds++] = zd_dup_fd(job->grads.fd);
+    }
+}
+
+static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
+                                     const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    zd_job_t *job = NULL;
+    zs_status_t st;
+
+    st = zd_job_create(spec, env, &job, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' refused: %s", spec->job_id,
+                        err);
+        return st;
+    }
+    zs_log_set_rank((int)job->rank);
+    st = zd_job_form_mesh(job, env, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' failed: %s", spec->job_id,
+                        err);
+        zd_job_destroy(job);
+        zs_log_set_rank(-1);
+        return st;
+    }
+    zs_info(ZS_SUB_ENGINE,
+            "job '%s' attached: rank %u/%u, %s, stage %u, %llu params in %u buckets, shard %llu "
+            "elements, layout 0x%016llx",
+            job->id, job->rank, job->world, zs_dtype_name(job->dtype), job->cfg.stage,
+            (unsigned long long)job->layout->param_numel, job->layout->n_buckets,
+            (unsigned long long)job->layout->shard_numel, (unsigned long long)job->layout->hash);
+    *job_p = job;
+    return ZS_OK;
+}
+
+zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn,
+                          const zd_job_spec_t *spec, zd_attach_out_t *out, char *err, size_t errlen)
+{
+    zd_job_t *job = *job_p;
+    bool resumed = job != NULL;
+    zs_status_t st;
+
+    if (job != NULL && (spec->job_id == NULL || strcmp(job->id, spec->job_id) != 0)) {
+        return zd_job_busy(job, conn, err, errlen);
+    }
+    if (job == NULL) {
+        st = zd_job_attach_new(job_p, env, spec, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        job = *job_p;
+    } else {
+        st = zd_job_check_reattach(job, conn, spec, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        st = zd_job_form_mesh(job, env, err, errlen);
+        if (st != ZS_OK) {
+            zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "re-attach of job '%s' failed: %s",
+                            spec->job_id, err);
+            return st;
+        }
+        zs_info(ZS_SUB_ENGINE, "job '%s' re-attached at step %llu", job->id,
+                (unsigned long long)job->step);
+    }
+    job->attached_conn = conn;
+    zd_job_attach_out(job, resumed, out);
+    return ZS_OK;
+}
+
+/* ---- the trainer's requests -------------------------------------------------------------- */
+
+/* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
+static zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded,
+                                          char *err, size_t errlen)
+{
+    if (job == NULL || job->attached_conn != conn) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "no job attached on this connection (send Attach first)");
+    }
+    if (job->mesh_lost) {
+        return zs_errf(err, errlen, ZS_ERR_PEER_LOST,
+                       "%s; job '%s' is at step %llu: re-attach every rank to continue",
+                       job->mesh_why, job->id, (unsigned long long)job->step);
+    }
+    if (loaded && !job->params_loaded) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "job '%s' has no initial parameters yet (send ParamsReady after writing "
+                       "them into the params region)",
+                       job->id);
+    }
+    return ZS_OK;
+}
+
+zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn, char *err,
+                                size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, false, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (job->params_loaded) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "job '%s' already has its parameters (a resumed job keeps them)", job->id);
+    }
+    return zd_step_load_params(job, env->exec, err, errlen);
+}
+
+zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                uint32_t slot, uint32_t bucket, uint32_t micro_step, char *err,
+                                size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+    char why[ZD_MAX_MSG];
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (job->cfg.stage == 1) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "BucketReady in stage 1: gradients go in the grads region until Step");
+    }
+    if (slot >= job->n_slots) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.slot %u is out of range (%u slots)", slot, job->n_slots);
+    }
+    if (bucket >= job->layout->n_buckets) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.bucket %u is unknown (layout has %u)", bucket,
+                       job->layout->n_buckets);
+    }
+    if (micro_step >= job->cfg.gradient_accumulation_steps) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.micro_step %u is out of range (gradient_accumulation_steps "
+                       "%u)",
+                       micro_step, job->cfg.gradient_accumulation_steps);
+    }
+    (void)env;
+    st = zd_step_reduce_slot(job, slot, bucket, why, sizeof(why));
+    return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
+}
+
+static zs_status_t zd_job_step_checked(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                       const double *group_lr, size_t n_group_lr,
+                                       zd_step_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (n_group_lr != 0 && n_group_lr != job->layout->n_groups) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "Step.group_lr has %zu entries; the job has %u groups", n_group_lr,
+                       job->layout->n_groups);
+    }
+    for (size_t g = 0; g < n_group_lr; g++) {
+        if (!isfinite(group_lr[g]) || group_lr[g] < 0) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "Step.group_lr[%zu] = %g is not a finite lr >= 0", g, group_lr[g]);
+        }
+    }
+    st = zd_step_run(job, env->exec, n_group_lr != 0 ? group_lr : NULL, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    zs_debug(ZS_SUB_ENGINE, "step %llu: skipped=%d grad_norm=%g loss_scale=%g",
+             (unsigned long long)job->step, out->skipped, out->grad_norm, job->scaler.cur_scale);
     return st;
+}
+
+zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                        const double *group_lr, size_t n_group_lr, zd_step_out_t *out, char *err,
+                        size_t errlen)
+{
+    zs_status_t st = zd_job_step_checked(job, env, conn, group_lr, n_group_lr, out, err, errlen);
+
+    if (job != NULL) { /* where the job stands, whatever happened */
+        out->step = job->step;
+        out->loss_scale = job->scaler.cur_scale;
+        out->skipped_steps = job->skipped_steps;
+    }
+    return st;
+}
+
+/* The trainer is gone (disconnected, or detached keeping the job): drop its partial micro-step
+ * and keep the job for job_linger. */
+static void zd_job_release_trainer(zd_job_t *job, const zd_job_env_t *env)
+{
+    zd_step_drop_partial(job);
+    job->attached_conn = 0;
+    job->linger_until_ns = zs_time_now_ns() + env->job_linger_ns;
+}
+
+zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn, bool end_job,
+                          char *err, size_t errlen)
+{
+    zd_job_t *job = *job_p;
+
+    /* a detach works on a job whose mesh was lost too: that is how a job ends after a fault */
+    if (job == NULL || job->attached_conn != conn) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "no job attached on this connection (send Attach first)");
+    }
+    if (end_job) {
+        zd_job_drop(job_p, "trainer detached");
+    } else {
+        /* the mesh stays up (its watch beats on): the trainers of every rank detach between
+         * steps and a later re-attach continues on the same mesh */
+        zd_job_release_trainer(job, env);
+    }
+    return ZS_OK;
+}
+
+void zd_job_disconnect(zd_job_t *job, const zd_job_env_t *env, uint64_t conn)
+{
+    if (job == NULL || job->attached_conn != conn) {
+        return;
+    }
+    if (job->mesh != NULL) {
+        zd_mesh_abort(job->mesh, job->rank, "rank %u: its trainer disconnected", job->rank);
+        zd_job_mesh_failed(job, env);
+    }
+    zd_job_release_trainer(job, env);
+    zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE,
+                    "trainer of job '%s' disconnected at step %llu; partial micro-step dropped; "
+                    "keeping the job %.0f s for a re-attach",
+                    job->id, (unsigned long long)job->step, (double)env->job_linger_ns * 1e-9);
+}
+
+/* ---- between requests ---------------------------------------------------------------------- */
+
+uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env)
+{
+    zd_job_t *job = *job_p;
+    uint64_t now;
+
+    if (job == NULL) {
+        return UINT64_MAX;
+    }
+    if (job->mesh != NULL) {
+        zd_mesh_tick(job->mesh);
+        if (zd_mesh_aborted(job->mesh, NULL, 0)) {
+            zd_job_mesh_failed(job, env);
+        }
+    }
+    if (job->attached_conn != 0) {
+        return UINT64_MAX;
+    }
+    now = zs_time_now_ns();
+    if (now >= job->linger_until_ns) {
+        zd_job_drop(job_p, "job_linger passed with no trainer");
+        return UINT64_MAX;
+    }
+    return job->linger_until_ns - now;
+}
+
+int zd_job_poll_fd(zd_job_t *job)
+{
+    return job != NULL && job->mesh != NULL ? zd_mesh_arm(job->mesh) : -1;
+}
+
+/* ---- what the job says about itself -------------------------------------------------------- */
+
+void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
+{
+    snprintf(s->job_id, sizeof(s->job_id), "%s", job->id);
+    s->rank = job->rank;
+    s->world = job->world;
+    s->stage = job->cfg.stage;
+    s->dtype = job->dtype;
+    s->step = job->step;
+    s->skipped_steps = job->skipped_steps;
+    s->loss_scale = job->scaler.cur_scale;
+    s->grad_norm = job->last_grad_norm;
+    s->trainer_attached = job->attached_conn != 0;
+    s->param_numel = job->layout->param_numel;
+    s->layout_hash = job->layout->hash;
+    snprintf(s->collectives, sizeof(s->collectives), "%s",
+             job->coll != NULL ? job->coll->algo
+             : job->mesh_lost  ? "none (the mesh was lost: trainers must re-attach)"
+                               : "none (no mesh yet)");
+    memcpy(s->mem_bytes, job->mem_bytes, sizeof(s->mem_bytes));
+    memcpy(s->mem_formula, job->mem_formula, sizeof(s->mem_formula));
+}
+
+zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,
+                              char *err, size_t errlen)
+{
+    const zs_layout_t *l;
+    double sumsq = 0;
+    int nonfinite = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (job == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NOT_FOUND, "no job on this daemon");
+    }
+    l = job->layout;
+    out->groups = calloc(l->n_groups, sizeof(*out->groups));
+    if (out->groups == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+    }
+    snprintf(out->job_id, sizeof(out->job_id), "%s", job->id);
+    out->rank = job->rank;
+    out->world = job->world;
+    out->total_numel = l->total_numel;
+    out->param_numel = l->param_numel;
+    out->shard_numel = l->shard_numel;
+    out->n_buckets = l->n_buckets;
+    out->max_bucket_numel = l->max_bucket_numel;
+    out->bucket_size = l->bucket_size;
+    out->layout_hash = l->hash;
+    out->n_groups = l->n_groups;
+    for (uint32_t g = 0; g < l->n_groups; g++) {
+        out->groups[g] = (zd_group_shard_t){
+            l->groups[g].n_params,   l->groups[g].n_buckets,         l->groups[g].flat_offset,
+            l->groups[g].flat_numel, l->groups[g].shard_offset,      l->groups[g].shard_numel,
+            job->group_opts[g].lr,   job->group_opts[g].weight_decay};
+    }
+    zk_sumsq(env->exec, job->master, l->shard_numel, &sumsq, &nonfinite);
+    out->master_sumsq = nonfinite ? NAN : sumsq;
+    return ZS_OK;
 }

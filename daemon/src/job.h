@@ -1,39 +1,91 @@
 /*
- * A job's state on this daemon (design.md §1-3): layout, fp32 shard (master, m, v,
- * accumulator), shared regions, loss scaler, counters. Owned and mutated by the engine
- * thread only.
+ * One job on this daemon (design.md §1-3): its lifecycle -- attach (a fresh job, or a re-attach
+ * of the job kept after its trainer went), the mesh of its daemons, ParamsReady, buckets, steps,
+ * detach, linger -- and its state (layout, fp32 shard, shared regions, loss scaler), private to
+ * job.c and step.c. The engine thread alone calls these; each returns a status and, on failure,
+ * a message naming the field, the rank or the limit in err.
  */
 #ifndef ZD_JOB_H
 #define ZD_JOB_H
 
-#include "coll.h"
-#include "scaler.h"
-#include "train_config.h"
 #include "zk/kernels.h"
-#include "zs/layout.h"
-#include "zs/mem.h"
+#include "zs/dtype.h"
+#include "zs/log.h"
+#include "zs/status.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define ZD_JOB_ID_MAX 128
-#define ZD_MAX_SLOTS  64
-#define ZD_MAX_MSG    512
+/* Gradient slots a trainer can fill ahead of the daemon: the bucket_slots limit and the width
+ * of a connection's slot bitmask (rpc.c). */
+#define ZD_MAX_SLOTS 64
+/* A message returned to a client (Result.message) or logged for one request. */
+#define ZD_MAX_MSG 512
 
+typedef struct zd_job zd_job_t;
+
+/* What a job needs from the daemon: settings, the kernels, and a way back to the engine. */
+typedef struct zd_job_env {
+    const zk_exec_t *exec;
+    const char *token_file;
+    uint64_t mesh_timeout_ns;
+    uint64_t collective_timeout_ns;
+    uint64_t heartbeat_interval_ns;
+    uint64_t heartbeat_timeout_ns;
+    bool direct_collectives;
+    const atomic_bool *cancel; /* the daemon stops: mesh formation and waits end */
+    void (*wake)(void *arg);   /* a peer was lost (called from the mesh watch thread) */
+    void (*busy)(void *arg, const char *what); /* a long operation begins ("forming the mesh") */
+    void *arg;                                 /* of wake and busy */
+    zs_ratelimit_t *warn_rl;                   /* warnings a trainer can cause at will */
+    /* reloadable (SIGHUP): read when used */
+    uint64_t job_linger_ns;
+    uint64_t max_shard_bytes;
+    uint32_t n_slots;
+} zd_job_env_t;
+
+/* What a trainer attaches with. */
 typedef struct zd_job_spec {
     const char *job_id;
     uint32_t rank;
     uint32_t world;
-    const char *coordinator;
+    const char *coordinator; /* host:port of rank 0's daemon (world > 1) */
     zs_dtype_t dtype;
     uint32_t n_groups;
     const uint32_t *group_n_params;
     const uint64_t *numel;         /* group-major */
     const char *const *group_json; /* [n_groups], may hold NULL */
     const char *config_json;
-    uint32_t n_slots;
-    uint64_t max_shard_bytes;
 } zd_job_spec_t;
+
+/* What an attach gives the trainer (AttachReply); fds are new descriptors the caller owns. */
+typedef struct zd_attach_out {
+    uint64_t layout_hash;
+    uint64_t step;
+    bool resumed; /* a live job whose params region holds its values */
+    double loss_scale;
+    uint32_t n_slots;
+    uint64_t slot_bytes, params_bytes, grads_bytes;
+    uint32_t stage;
+    uint32_t gradient_accumulation_steps;
+    uint64_t config_hash;
+    uint64_t bucket_size;
+    bool round_robin;
+    uint32_t elem_align;
+    int fds[3]; /* params, slots, and (stage 1) grads */
+    int n_fds;
+} zd_attach_out_t;
+
+typedef struct zd_step_out {
+    uint64_t step; /* the job's step after the call */
+    bool skipped;
+    double grad_norm;
+    double loss_scale;
+    uint64_t skipped_steps;
+} zd_step_out_t;
 
 /* Bytes of each term of design.md §2, measured and by formula. */
 typedef enum zd_mem_term {
@@ -47,71 +99,72 @@ typedef enum zd_mem_term {
     ZD_MEM_COUNT
 } zd_mem_term_t;
 
-typedef struct zd_job {
-    char id[ZD_JOB_ID_MAX];
-    uint32_t rank, world;
-    char coordinator[256];
-    zs_dtype_t dtype;
-    zd_train_config_t cfg;
-    uint64_t config_hash;
-    zs_layout_t *layout;
-    zd_group_opts_t *group_opts; /* [n_groups] */
-    float *master, *m, *v, *acc; /* [layout->shard_numel] each */
-    uint8_t *acc_clean;          /* [n_buckets]: the bucket's accumulator slice is all zero */
-    zs_region_t params;          /* total_numel x dtype */
-    zs_region_t slots;           /* n_slots x slot_bytes */
-    zs_region_t grads;           /* stage 1: total_numel x dtype */
-    uint32_t n_slots;
-    uint64_t slot_bytes;
-    zd_scaler_t scaler;
-    bool params_loaded;       /* master initialized from the params region */
-    uint64_t attached_conn;   /* connection of the attached trainer, 0 when none */
-    uint64_t linger_until_ns; /* monotonic; job dropped then if no trainer re-attached */
-    zd_coll_t *coll;          /* NULL while the mesh is down (world > 1) */
-    zd_mesh_t *mesh;          /* world > 1 */
-    bool mesh_lost;           /* the mesh aborted: trainers must re-attach */
-    char mesh_why[512];
-    bool params_stale; /* an all-gather was interrupted: redo it from the master */
-    uint64_t step;
-    uint64_t skipped_steps;
-    double last_grad_norm;
-    uint64_t mem_bytes[ZD_MEM_COUNT];
-    uint64_t mem_formula[ZD_MEM_COUNT];
-} zd_job_t;
-
 extern const char *const zd_mem_term_names[ZD_MEM_COUNT];
 
-/* Validate the spec, compute the layout, allocate shard and regions. err names the field. */
-zs_status_t zd_job_create(const zd_job_spec_t *spec, zd_job_t **job_p, char *err, size_t errlen);
-void zd_job_destroy(zd_job_t *job);
+/* What Status says about the job. */
+typedef struct zd_job_status {
+    char job_id[ZD_JOB_ID_MAX];
+    uint32_t rank, world, stage;
+    zs_dtype_t dtype;
+    uint64_t step, skipped_steps;
+    double loss_scale, grad_norm;
+    bool trainer_attached;
+    uint64_t param_numel, layout_hash;
+    char collectives[256];
+    uint64_t mem_bytes[ZD_MEM_COUNT], mem_formula[ZD_MEM_COUNT];
+} zd_job_status_t;
 
-/* Fresh job: load the fp32 master from this rank's slices of the params region, then
- * all-gather so every rank starts from the owners' values. */
-zs_status_t zd_job_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+/* ShardInfo. */
+typedef struct zd_group_shard {
+    uint32_t n_params, n_buckets;
+    uint64_t flat_offset, flat_numel, shard_offset, shard_numel;
+    double lr, weight_decay;
+} zd_group_shard_t;
 
-/* Recast this rank's slices from the master and all-gather every bucket (after a re-formed
- * mesh, or an interrupted all-gather). */
-zs_status_t zd_job_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+typedef struct zd_shard_out {
+    char job_id[ZD_JOB_ID_MAX];
+    uint32_t rank, world;
+    uint64_t total_numel, param_numel, shard_numel, max_bucket_numel, bucket_size, layout_hash;
+    uint32_t n_buckets, n_groups;
+    zd_group_shard_t *groups; /* [n_groups], malloc'd: the caller frees */
+    double master_sumsq;      /* NaN when the master holds a non-finite value */
+} zd_shard_out_t;
 
-/* Offer the job's shared regions (params, slots, grads) to the collectives (after the mesh
- * formed): co-located daemons then read them in place. A collective: every rank calls it. */
-zs_status_t zd_job_share_regions(zd_job_t *job, char *err, size_t errlen);
+/* The daemon holds at most one job: *job_p. Attach connection `conn` to the job of spec: a new
+ * job (when *job_p is NULL), or a re-attach of *job_p (the same id, rank, layout and config, its
+ * trainer gone); ZS_ERR_BUSY for another job. At world > 1 the mesh forms (bounded by
+ * mesh_timeout) unless it is still up. */
+zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn,
+                          const zd_job_spec_t *spec, zd_attach_out_t *out, char *err,
+                          size_t errlen);
+/* A fresh job's trainer wrote the initial values into the params region. */
+zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn, char *err,
+                                size_t errlen);
+/* Stage 2: slot `slot` holds bucket `bucket` of micro-step `micro_step`: reduce-scatter it. */
+zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                uint32_t slot, uint32_t bucket, uint32_t micro_step, char *err,
+                                size_t errlen);
+/* The optimizer step of semantics.md §3 (group_lr: NULL or n_groups learning rates). */
+zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                        const double *group_lr, size_t n_group_lr, zd_step_out_t *out, char *err,
+                        size_t errlen);
+/* The trainer detaches: end_job drops the job (*job_p becomes NULL); otherwise it is kept,
+ * with its mesh, for job_linger. */
+zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn, bool end_job,
+                          char *err, size_t errlen);
+/* Connection `conn` closed: if it held the job, the partial micro-step is dropped, the mesh of
+ * a world > 1 job aborted, and the job kept for job_linger. */
+void zd_job_disconnect(zd_job_t *job, const zd_job_env_t *env, uint64_t conn);
+/* Between requests: take in a lost mesh, and drop the job when its linger ran out. Returns the
+ * nanoseconds until the linger deadline (UINT64_MAX: none). */
+uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env);
+/* The job's UCX event fd, armed for poll(); -1: none; -2: events are pending (do not sleep). */
+int zd_job_poll_fd(zd_job_t *job);
+/* End the job (tell the peers, free everything); *job_p becomes NULL. NULL is a no-op. */
+void zd_job_drop(zd_job_t **job_p, const char *why);
 
-/* Stage 2: reduce-scatter the slot into the accumulator slice. */
-zs_status_t zd_job_accumulate_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
-                                   uint32_t bucket, char *err, size_t errlen);
-
-typedef struct zd_step_out {
-    bool skipped;
-    double grad_norm;
-} zd_step_out_t;
-
-/* semantics.md §3 in order. group_lr: NULL or one per group. On ZS_ERR_LOSS_SCALE the
- * accumulators are zeroed and nothing else changes. */
-zs_status_t zd_job_step(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                        zd_step_out_t *out, char *err, size_t errlen);
-
-/* Drop a partial accumulation (trainer died mid-step): zero acc and the stage-1 grads. */
-void zd_job_drop_partial(zd_job_t *job);
+void zd_job_status(const zd_job_t *job, zd_job_status_t *status_p);
+zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,
+                              char *err, size_t errlen);
 
 #endif

@@ -5,6 +5,7 @@
 #include "server.h"
 #include "zk/kernels.h"
 #include "zs/log.h"
+#include "zs/version.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -13,10 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#ifndef ZEROD_VERSION
-#define ZEROD_VERSION "0.0.0"
-#endif
 
 #define ZD_EXIT_USAGE 2
 
@@ -161,7 +158,7 @@ static int zd_args_parse(zd_args_t *a, int argc, char **argv)
         } else if (c == OPT_PRINT) {
             a->print = true;
         } else if (c == OPT_VERSION) {
-            printf("zerod %s\n", ZEROD_VERSION);
+            printf("zerod %s\n", ZS_VERSION);
             return 0;
         } else if (c == OPT_HELP) {
             zd_usage(stdout);

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "mesh.h"
+#include "zs/version.h"
 
 #include "ucx_util.h"
 #include "watch.h"
@@ -25,14 +26,10 @@
 /* a barrier polls without sleeping this long, then sleeps 50 us between polls */
 #define ZD_BARRIER_SPIN_NS (2u * 1000u * 1000u)
 
-#ifndef ZEROD_VERSION
-#define ZEROD_VERSION "0.0.0"
-#endif
-
-#define ZD_NONCE_LEN  32
-#define ZD_HMAC_LEN   32
-#define ZD_MSG_MAX    (1u << 20)
-#define ZD_IDLE_SPINS 2000
+#define ZD_NONCE_LEN       32
+#define ZD_HMAC_LEN        32
+#define ZD_MSG_MAX         (1u << 20)
+#define ZD_IDLE_SPINS      2000
 
 typedef Zerod__Mesh__V1__MeshMsg zd_mesh_msg_t;
 
@@ -455,7 +452,7 @@ static zs_status_t zd_boot_check_hello(zd_mesh_t *mesh, zd_boot_t *b, zd_boot_co
     *fatal_p = true;
     if (h->protocol != ZD_MESH_PROTOCOL) {
         zd_mesh_fail(why, wlen, "rank %u speaks mesh protocol %u (zerod %s), rank 0 speaks %d (%s)",
-                     h->rank, h->protocol, h->zerod_version, ZD_MESH_PROTOCOL, ZEROD_VERSION);
+                     h->rank, h->protocol, h->zerod_version, ZD_MESH_PROTOCOL, ZS_VERSION);
         return ZS_ERR_VERSION;
     }
     if (strcmp(h->job_id, p->job_id) != 0) {
@@ -847,7 +844,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *ro
                 h.layout_hash = p->layout_hash;
                 h.config_hash = p->config_hash;
                 h.protocol = ZD_MESH_PROTOCOL;
-                h.zerod_version = (char *)ZEROD_VERSION;
+                h.zerod_version = (char *)ZS_VERSION;
                 h.ucx_version = ucxv;
                 h.step = p->step;
                 h.params_loaded = p->params_loaded;

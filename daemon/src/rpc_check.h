@@ -1,15 +1,22 @@
 /*
- * Frame decoding and message validation for the local IPC (design.md §4), kept free of libuv
- * so that unit tests and the libFuzzer target drive exactly the code the daemon runs.
+ * What a request frame may be (design.md §4): the payload decoded into a zerod.ipc.v1.Frame,
+ * and the message allowed now, from this role. Free of libuv and of the engine, so that unit
+ * tests and the libFuzzer target drive exactly the code the daemon runs. Part of rpc.
  */
-#ifndef ZD_IPC_CHECK_H
-#define ZD_IPC_CHECK_H
+#ifndef ZD_RPC_CHECK_H
+#define ZD_RPC_CHECK_H
 
-#include "engine.h"
+#include "zerod/ipc/v1/ipc.pb-c.h"
+#include "zs/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* ipc.proto PROTOCOL_VERSION */
+#define ZD_IPC_PROTOCOL 1
+
+typedef Zerod__Ipc__V1__Frame zd_frame_t;
 
 typedef enum zd_role {
     ZD_ROLE_NONE = 0, /* before Hello */
@@ -17,18 +24,16 @@ typedef enum zd_role {
     ZD_ROLE_CONTROL = 2,
 } zd_role_t;
 
-/* Try to take one frame off the front of buf[0..len).
- *  ZS_OK with *frame_p set and *consumed_p bytes used: a frame (caller frees it);
- *  ZS_OK with *frame_p NULL: more bytes needed (*need_p: the whole frame's size, or 4);
- *  ZS_ERR_FRAME_TOO_LARGE / ZS_ERR_PROTOCOL with a message: close the connection. */
-zs_status_t zd_ipc_decode(const uint8_t *buf, size_t len, zd_frame_t **frame_p, size_t *consumed_p,
-                          size_t *need_p, char *err, size_t errlen);
+/* A frame's payload (the bytes after the length prefix) as a Frame the caller frees with
+ * zerod__ipc__v1__frame__free_unpacked; ZS_ERR_PROTOCOL naming the size when it is none. */
+zs_status_t zd_rpc_decode(const uint8_t *payload, size_t len, zd_frame_t **frame_p, char *err,
+                          size_t errlen);
 
 /* Is this message allowed now, from this role? ZS_ERR_PROTOCOL / ZS_ERR_VERSION /
  * ZS_ERR_PERMISSION with a message naming the message or field. */
-zs_status_t zd_ipc_check(zd_role_t role, const zd_frame_t *frame, char *err, size_t errlen);
+zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *frame, char *err, size_t errlen);
 
 /* "attach", "bucket_ready", ... */
-const char *zd_ipc_body_name(int body_case);
+const char *zd_rpc_body_name(int body_case);
 
 #endif

@@ -1,10 +1,12 @@
 #define _GNU_SOURCE
 #include "server.h"
 
-#include "engine.h"
-#include "ipc_check.h"
+#include "dconfig.h"
+#include "rpc.h"
+#include "zs/frame.h"
 #include "zs/log.h"
 #include "zs/time.h"
+#include "zs/version.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -22,12 +24,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-#ifndef ZEROD_VERSION
-#define ZEROD_VERSION "0.0.0"
-#endif
-
 #define ZD_READ_CHUNK (256u << 10)
-#define ZD_MAX_MSG    512
 /* Warnings a local user can cause at will (bad frames, refused connections): per uid, a burst
  * of ZD_WARN_BURST per ZD_WARN_INTERVAL_NS, then a count of what was suppressed. */
 /* Back-pressure: a connection whose requests wait in the engine beyond these bounds, or whose
@@ -63,11 +60,9 @@ typedef struct zd_conn {
     zd_server_t *srv;
     uint64_t id;
     uid_t uid; /* SO_PEERCRED; (uid_t)-1 when unknown */
-    zd_role_t role;
+    zd_rpc_session_t *session;
     uint8_t *buf;
     size_t len, cap, need;
-    uint32_t n_slots;
-    uint64_t slot_busy;
     bool closing;
     bool reading; /* uv_read_start is in effect (false while throttled) */
     int open_handles;
@@ -84,6 +79,7 @@ struct zd_server {
     uv_async_t async;
     uv_signal_t sig_term, sig_int, sig_hup;
     zd_engine_t *engine;
+    zd_rpc_t rpc;
     const zd_server_params_t *params;
     uint64_t frame_timeout_ms;
     gid_t allowed_gid;
@@ -96,7 +92,6 @@ struct zd_server {
     dev_t sock_dev;  /* the socket file we bound: removed at stop only if it is still ours */
     ino_t sock_ino;
     zd_warn_peer_t warn[ZD_WARN_PEERS];
-    zd_engine_status_t status; /* scratch for Status replies */
     char read_buf[ZD_READ_CHUNK];
 };
 
@@ -265,20 +260,11 @@ static void zd_conn_send(zd_conn_t *c, zd_reply_t *reply)
 /* An ErrorReply naming the problem, then close (bad frame, wrong role, ...). */
 static void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char *msg)
 {
-    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__ErrorReply er = ZEROD__IPC__V1__ERROR_REPLY__INIT;
-    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
     zd_reply_t *reply;
 
     zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s (%s); closing it",
                     (unsigned long long)c->id, msg, zs_status_name(st));
-    r.status = (Zerod__Common__V1__Status)st;
-    r.message = (char *)msg;
-    er.result = &r;
-    f.seq = seq;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ERROR;
-    f.error = &er;
-    reply = zd_reply_pack(c->id, &f);
+    reply = zd_rpc_error(seq, st, msg);
     if (reply != NULL) {
         zd_conn_send(c, reply);
     }
@@ -287,174 +273,35 @@ static void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char 
 
 /* ---- receiving ------------------------------------------------------------------------ */
 
-static void zd_conn_hello(zd_conn_t *c, const zd_frame_t *f)
+/* One whole frame (length prefix and payload) to rpc: answered here, or sent to the engine
+ * (counted for back-pressure). Returns false when the connection is being closed. */
+static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
 {
-    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__HelloReply hr = ZEROD__IPC__V1__HELLO_REPLY__INIT;
-    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
-    zd_reply_t *reply;
+    zd_reply_t *reply = NULL;
+    bool submitted = false, close = false, keep;
+    char why[ZD_MAX_MSG];
+    zs_status_t st =
+        zd_rpc_frame(&c->srv->rpc, c->session, frame + ZS_FRAME_HEADER, len - ZS_FRAME_HEADER,
+                     &reply, &submitted, &close, why, sizeof(why));
 
-    c->role =
-        f->hello->role == ZEROD__IPC__V1__ROLE__ROLE_TRAINER ? ZD_ROLE_TRAINER : ZD_ROLE_CONTROL;
-    r.status = ZEROD__COMMON__V1__STATUS__ZS_OK;
-    r.message = (char *)"";
-    hr.result = &r;
-    hr.protocol = ZD_IPC_PROTOCOL;
-    hr.version = (char *)ZEROD_VERSION;
-    hr.pid = (int32_t)getpid();
-    hr.device = (char *)c->srv->params->device;
-    hr.peer_deadline_ms = zd_config_peer_deadline_ns(c->srv->params->config) / 1000000u;
-    out.seq = f->seq;
-    out.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY;
-    out.hello_reply = &hr;
-    reply = zd_reply_pack(c->id, &out);
-    if (reply != NULL) {
-        zd_conn_send(c, reply);
-    }
-    zs_debug(ZS_SUB_IPC, "connection %llu: hello from %s (%s)", (unsigned long long)c->id,
-             c->role == ZD_ROLE_TRAINER ? "trainer" : "control", f->hello->version);
-}
-
-/* Status is answered here, from what the engine published, so that it comes back at once even
- * while the engine is busy for long (a mesh forming, a peer awaited, a big step). */
-static void zd_conn_status(zd_conn_t *c, const zd_frame_t *f)
-{
-    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__StatusReply s = ZEROD__IPC__V1__STATUS_REPLY__INIT;
-    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
-    Zerod__Ipc__V1__MemoryTerm terms[ZD_MEM_COUNT];
-    Zerod__Ipc__V1__MemoryTerm *term_ptrs[ZD_MEM_COUNT];
-    char formulas[ZD_MEM_COUNT][40];
-    zd_engine_status_t *st = &c->srv->status; /* one at a time: the loop thread */
-    uint64_t now = zs_time_now_ns();
-    zd_reply_t *reply;
-
-    zd_engine_status_get(c->srv->engine, st);
-    r.status = ZEROD__COMMON__V1__STATUS__ZS_OK;
-    r.message = (char *)"";
-    s.result = &r;
-    s.version = (char *)ZEROD_VERSION;
-    s.pid = (int32_t)getpid();
-    s.device = (char *)c->srv->params->device;
-    s.socket = (char *)c->srv->params->socket_path;
-    s.uptime_s = (double)(now - st->start_ns) * 1e-9;
-    s.activity = st->activity;
-    s.activity_s = st->activity[0] != '\0' ? (double)(now - st->activity_since_ns) * 1e-9 : 0;
-    if (st->has_job) {
-        const char *d = st->dtype == ZS_DTYPE_F32 ? "4" : "2";
-
-        s.has_job = true;
-        s.job_id = st->job_id;
-        s.rank = st->rank;
-        s.world = st->world;
-        s.stage = st->stage;
-        s.step = st->step;
-        s.skipped_steps = st->skipped_steps;
-        s.loss_scale = st->loss_scale;
-        s.grad_norm = st->grad_norm;
-        s.trainer_attached = st->trainer_attached;
-        s.param_numel = st->param_numel;
-        s.layout_hash = st->layout_hash;
-        s.dtype = (Zerod__Ipc__V1__DType)st->dtype;
-        s.collectives = st->collectives;
-        for (int t = 0; t < ZD_MEM_COUNT; t++) {
-            zerod__ipc__v1__memory_term__init(&terms[t]);
-            terms[t].name = (char *)zd_mem_term_names[t];
-            terms[t].bytes = st->mem_bytes[t];
-            terms[t].formula_bytes = st->mem_formula[t];
-            if (t == ZD_MEM_PARAMS) {
-                snprintf(formulas[t], sizeof(formulas[t]), "%sΨ", d);
-            } else if (t == ZD_MEM_SLOTS) {
-                snprintf(formulas[t], sizeof(formulas[t]), "bucket_slots × largest bucket");
-            } else if (t == ZD_MEM_GRADS) {
-                snprintf(formulas[t], sizeof(formulas[t]), "%s%s", st->stage == 1 ? d : "0",
-                         st->stage == 1 ? "Ψ" : "");
-            } else {
-                snprintf(formulas[t], sizeof(formulas[t]), "4Ψ/N");
-            }
-            terms[t].formula = formulas[t];
-            term_ptrs[t] = &terms[t];
-        }
-        s.n_memory = ZD_MEM_COUNT;
-        s.memory = term_ptrs;
-    }
-    out.seq = f->seq;
-    out.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY;
-    out.status_reply = &s;
-    reply = zd_reply_pack(c->id, &out);
-    if (reply != NULL) {
-        zd_conn_send(c, reply);
-    }
-}
-
-/* A slot submitted while still in flight: answered here, not queued. */
-static bool zd_conn_check_slot(zd_conn_t *c, zd_frame_t *f)
-{
-    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
-    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
-    uint32_t slot = f->bucket_ready->slot;
-    char msg[160];
-    zd_reply_t *reply;
-
-    if (slot >= c->n_slots || slot >= 64) {
-        return true; /* the engine names the range */
-    }
-    if (!(c->slot_busy & (1ull << slot))) {
-        c->slot_busy |= 1ull << slot;
-        return true;
-    }
-    snprintf(msg, sizeof(msg),
-             "BucketReady.slot %u submitted twice: it is still in flight (wait for its SlotFree)",
-             slot);
-    zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s",
-                    (unsigned long long)c->id, msg);
-    r.status = ZEROD__COMMON__V1__STATUS__ZS_ERR_INVALID;
-    r.message = msg;
-    sf.result = &r;
-    sf.slot = slot;
-    sf.bucket = f->bucket_ready->bucket;
-    out.seq = f->seq;
-    out.body_case = ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE;
-    out.slot_free = &sf;
-    reply = zd_reply_pack(c->id, &out);
-    if (reply != NULL) {
-        zd_conn_send(c, reply);
-    }
-    return false;
-}
-
-/* Returns false when the connection is being closed. */
-static bool zd_conn_dispatch(zd_conn_t *c, zd_frame_t *f, size_t size)
-{
-    char err[ZD_MAX_MSG];
-    zs_status_t st;
-
-    st = zd_ipc_check(c->role, f, err, sizeof(err));
+    keep = !close;
     if (st != ZS_OK) {
-        zd_conn_fail(c, f->seq, st, err);
-        zerod__ipc__v1__frame__free_unpacked(f, NULL);
-        return false;
+        zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s (%s)%s",
+                        (unsigned long long)c->id, why, zs_status_name(st),
+                        close ? "; closing it" : "");
     }
-    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO) {
-        zd_conn_hello(c, f);
-        zerod__ipc__v1__frame__free_unpacked(f, NULL);
-        return true;
+    if (reply != NULL) {
+        zd_conn_send(c, reply);
     }
-    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_STATUS) {
-        zd_conn_status(c, f);
-        zerod__ipc__v1__frame__free_unpacked(f, NULL);
-        return true;
+    if (submitted) {
+        c->inflight_len[(c->inflight_head + c->inflight) % ZD_CONN_MAX_INFLIGHT] = (uint32_t)len;
+        c->inflight++;
+        c->inflight_bytes += len;
     }
-    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY && !zd_conn_check_slot(c, f)) {
-        zerod__ipc__v1__frame__free_unpacked(f, NULL);
-        return true;
+    if (!keep) {
+        zd_conn_close_soon(c);
     }
-    zd_engine_submit(c->srv->engine, c->id, f); /* the engine frees f */
-    c->inflight_len[(c->inflight_head + c->inflight) % ZD_CONN_MAX_INFLIGHT] = (uint32_t)size;
-    c->inflight++;
-    c->inflight_bytes += size;
-    return true;
+    return keep;
 }
 
 static void zd_frame_timer_cb(uv_timer_t *t)
@@ -572,21 +419,22 @@ static void zd_conn_pump(zd_conn_t *c)
         return;
     }
     while (!zd_conn_throttled(c)) {
-        zd_frame_t *f = NULL;
         size_t used = 0;
-        zs_status_t st = zd_ipc_decode(c->buf, c->len, &f, &used, &c->need, err, sizeof(err));
+        bool keep;
+        zs_status_t st = zs_frame_parse(c->buf, c->len, &used, &c->need, err, sizeof(err));
 
         if (st != ZS_OK) {
             zd_conn_fail(c, 0, st, err);
             return;
         }
-        if (f == NULL) {
+        if (used == 0) {
             break;
         }
+        keep = zd_conn_frame(c, c->buf, used);
         memmove(c->buf, c->buf + used, c->len - used);
         c->len -= used;
         progressed = true;
-        if (!zd_conn_dispatch(c, f, used)) {
+        if (!keep) {
             return;
         }
     }
@@ -630,6 +478,7 @@ static void zd_conn_handle_closed(uv_handle_t *h)
         return;
     }
     c->srv->buffered -= c->cap;
+    zd_rpc_session_destroy(c->session);
     free(c->buf);
     free(c);
 }
@@ -650,8 +499,8 @@ static void zd_conn_close(zd_conn_t *c)
     if (c->next != NULL) {
         c->next->prev = c->prev;
     }
-    if (c->role == ZD_ROLE_TRAINER) {
-        zd_engine_disconnect(srv->engine, c->id);
+    if (c->session != NULL) {
+        zd_rpc_closed(&srv->rpc, c->session);
     }
     uv_close((uv_handle_t *)&c->pipe, zd_conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, zd_conn_handle_closed);
@@ -734,6 +583,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
     c->srv = srv;
     c->id = ++srv->next_conn_id;
     c->uid = (uid_t)-1;
+    c->session = zd_rpc_session_create(c->id);
     uv_pipe_init(srv->loop, &c->pipe, 0);
     uv_timer_init(srv->loop, &c->timer);
     c->pipe.data = c;
@@ -744,7 +594,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         srv->conns->prev = c;
     }
     srv->conns = c;
-    if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
+    if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0 || c->session == NULL) {
         zd_conn_close(c);
         return;
     }
@@ -785,33 +635,31 @@ static void zd_server_close_all(zd_server_t *srv)
     uv_close((uv_handle_t *)&srv->sig_hup, NULL);
 }
 
-/* Hand engine replies to their connections (a reply for a closed connection is dropped),
- * keeping the connection's slot bookkeeping in step. */
-static void zd_server_deliver(zd_server_t *srv, zd_reply_t *r)
+/* Hand engine results to their connections as replies (a result for a closed connection is
+ * dropped); each ends one request of the connection's back-pressure count. */
+static void zd_server_deliver(zd_server_t *srv, zd_resp_t *r)
 {
     while (r != NULL) {
-        zd_reply_t *next = r->next;
+        zd_resp_t *next = r->next;
         zd_conn_t *c = zd_server_find_conn(srv, r->conn_id);
+        zd_reply_t *reply;
 
         r->next = NULL;
         if (c == NULL) {
-            zd_reply_free(r);
-        } else {
-            if (r->slot_freed >= 0 && r->slot_freed < 64) {
-                c->slot_busy &= ~(1ull << r->slot_freed);
-            }
-            if (r->n_slots > 0 || r->detached) {
-                c->n_slots = r->detached ? 0 : r->n_slots;
-                c->slot_busy = 0;
-            }
-            if (c->inflight > 0) {
-                c->inflight_bytes -= c->inflight_len[c->inflight_head];
-                c->inflight_head = (c->inflight_head + 1) % ZD_CONN_MAX_INFLIGHT;
-                c->inflight--;
-            }
-            zd_conn_send(c, r);
-            zd_conn_pump(c);
+            zd_resp_free(r);
+            r = next;
+            continue;
         }
+        reply = zd_rpc_result(c->session, r); /* takes r */
+        if (c->inflight > 0) {
+            c->inflight_bytes -= c->inflight_len[c->inflight_head];
+            c->inflight_head = (c->inflight_head + 1) % ZD_CONN_MAX_INFLIGHT;
+            c->inflight--;
+        }
+        if (reply != NULL) {
+            zd_conn_send(c, reply);
+        }
+        zd_conn_pump(c);
         r = next;
     }
 }
@@ -820,10 +668,10 @@ static void zd_async_cb(uv_async_t *a)
 {
     zd_server_t *srv = a->data;
 
-    zd_server_deliver(srv, zd_engine_take_replies(srv->engine));
+    zd_server_deliver(srv, zd_engine_take_results(srv->engine));
     if (srv->stopping && zd_engine_stopped(srv->engine) && !uv_is_closing((uv_handle_t *)a)) {
         /* every reply is out (or queued in libuv): close connections after their writes */
-        zd_reply_t *late = zd_engine_take_replies(srv->engine);
+        zd_resp_t *late = zd_engine_take_results(srv->engine);
         if (late == NULL) {
             zd_server_close_all(srv);
         } else {
@@ -1057,14 +905,12 @@ int zd_server_run(const zd_server_params_t *params)
     ep.max_shard_bytes = cfg->max_shard_bytes;
     ep.job_linger_ns = cfg->job_linger_ns;
     ep.threads = (unsigned)cfg->threads;
-    ep.device = params->device;
     ep.token_file = cfg->token_file;
     ep.mesh_timeout_ns = cfg->mesh_timeout_ns;
     ep.collective_timeout_ns = cfg->collective_timeout_ns;
     ep.heartbeat_interval_ns = cfg->heartbeat_interval_ns;
     ep.heartbeat_timeout_ns = cfg->heartbeat_timeout_ns;
     ep.direct_collectives = cfg->direct_collectives != 0;
-    ep.socket_path = params->socket_path;
     ep.notify = zd_engine_notify;
     ep.notify_arg = &srv->async;
     if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {
@@ -1072,6 +918,11 @@ int zd_server_run(const zd_server_params_t *params)
         uv_run(srv->loop, UV_RUN_DEFAULT);
         goto out_free;
     }
+
+    srv->rpc.engine = srv->engine;
+    srv->rpc.device = params->device;
+    srv->rpc.socket_path = params->socket_path;
+    srv->rpc.peer_deadline_ms = zd_config_peer_deadline_ns(cfg) / 1000000u;
 
     uv_signal_init(srv->loop, &srv->sig_term);
     uv_signal_init(srv->loop, &srv->sig_int);
@@ -1087,7 +938,7 @@ int zd_server_run(const zd_server_params_t *params)
         rc = 1;
         goto out_engine;
     }
-    zs_info(ZS_SUB_MAIN, "zerod %s ready on %s (device %s, pid %d)", ZEROD_VERSION,
+    zs_info(ZS_SUB_MAIN, "zerod %s ready on %s (device %s, pid %d)", ZS_VERSION,
             params->socket_path, params->device, (int)getpid());
     /* readiness line for launchers that wait on stdout */
     printf("READY %s\n", params->socket_path);

@@ -1,8 +1,9 @@
 /* libFuzzer target: the daemon's frame decoder and message validation, fed a byte stream as
  * it would arrive on one connection (design.md §4), plus the JSON config validation that an
  * Attach triggers. */
-#include "ipc_check.h"
+#include "rpc_check.h"
 #include "train_config.h"
+#include "zs/frame.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,13 +17,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while (off < size) {
         zd_frame_t *f = NULL;
         size_t used = 0, need = 0;
-        zs_status_t st = zd_ipc_decode(data + off, size - off, &f, &used, &need, err, sizeof(err));
+        zs_status_t st = zs_frame_parse(data + off, size - off, &used, &need, err, sizeof(err));
 
-        if (st != ZS_OK || f == NULL) {
+        if (st != ZS_OK || used == 0) {
+            break;
+        }
+        st = zd_rpc_decode(data + off + ZS_FRAME_HEADER, used - ZS_FRAME_HEADER, &f, err,
+                           sizeof(err));
+        if (st != ZS_OK) {
             break;
         }
         off += used;
-        st = zd_ipc_check(role, f, err, sizeof(err));
+        st = zd_rpc_check(role, f, err, sizeof(err));
         if (st == ZS_OK && f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO) {
             role = f->hello->role == ZEROD__IPC__V1__ROLE__ROLE_TRAINER ? ZD_ROLE_TRAINER
                                                                         : ZD_ROLE_CONTROL;

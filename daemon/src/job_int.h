@@ -1,0 +1,65 @@
+/*
+ * The job's state, shared by job.c (its lifecycle) and step.c (the arithmetic of a step): never
+ * included elsewhere.
+ */
+#ifndef ZD_JOB_INT_H
+#define ZD_JOB_INT_H
+
+#include "coll.h"
+#include "job.h"
+#include "scaler.h"
+#include "train_config.h"
+#include "zs/layout.h"
+#include "zs/mem.h"
+
+struct zd_job {
+    char id[ZD_JOB_ID_MAX];
+    uint32_t rank, world;
+    char coordinator[256];
+    zs_dtype_t dtype;
+    zd_train_config_t cfg;
+    uint64_t config_hash;
+    zs_layout_t *layout;
+    zd_group_opts_t *group_opts; /* [n_groups] */
+    float *master, *m, *v, *acc; /* [layout->shard_numel] each */
+    uint8_t *acc_clean;          /* [n_buckets]: the bucket's accumulator slice is all zero */
+    zs_region_t params;          /* total_numel x dtype */
+    zs_region_t slots;           /* n_slots x slot_bytes */
+    zs_region_t grads;           /* stage 1: total_numel x dtype */
+    uint32_t n_slots;
+    uint64_t slot_bytes;
+    zd_scaler_t scaler;
+    bool params_loaded;       /* master initialized from the params region */
+    uint64_t attached_conn;   /* connection of the attached trainer, 0 when none */
+    uint64_t linger_until_ns; /* monotonic; the job is dropped then if no trainer re-attached */
+    zd_coll_t *coll;          /* NULL while the mesh is down (world > 1) */
+    zd_mesh_t *mesh;          /* world > 1 */
+    bool mesh_lost;           /* the mesh aborted: every rank's trainer must re-attach */
+    char mesh_why[512];
+    bool params_stale; /* an all-gather was interrupted: redo it from the master */
+    uint64_t step;
+    uint64_t skipped_steps;
+    double last_grad_norm;
+    uint64_t mem_bytes[ZD_MEM_COUNT];
+    uint64_t mem_formula[ZD_MEM_COUNT];
+};
+
+/* ---- step.c ----------------------------------------------------------------------------- */
+
+/* Fresh job: load the fp32 master from this rank's slices of the params region, then
+ * all-gather so every rank starts from the owners' values. */
+zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+/* Recast this rank's slices from the master and all-gather every bucket (a re-formed mesh, or
+ * an interrupted all-gather). */
+zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+/* Stage 2: reduce-scatter the slot into the accumulator slice. */
+zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,
+                                size_t errlen);
+/* semantics.md §3 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
+ * accumulators are zeroed and nothing else changes. */
+zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
+                        zd_step_out_t *out, char *err, size_t errlen);
+/* Drop a partial accumulation: zero the accumulator and the stage-1 grads. */
+void zd_step_drop_partial(zd_job_t *job);
+
+#endif

@@ -1,0 +1,634 @@
+#define _GNU_SOURCE
+#include "rpc.h"
+
+#include "rpc_check.h"
+#include "zs/error.h"
+#include "zs/frame.h"
+#include "zs/layout.h"
+#include "zs/log.h"
+#include "zs/time.h"
+#include "zs/version.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+_Static_assert(ZD_MAX_SLOTS <= 64, "a session's slots are the bits of a uint64_t");
+/* ipc.proto's DType carries zs_dtype_t's values */
+_Static_assert(ZEROD__IPC__V1__DTYPE__DTYPE_F32 == (int)ZS_DTYPE_F32 &&
+                   ZEROD__IPC__V1__DTYPE__DTYPE_F16 == (int)ZS_DTYPE_F16 &&
+                   ZEROD__IPC__V1__DTYPE__DTYPE_BF16 == (int)ZS_DTYPE_BF16,
+               "ipc.proto DType and zs_dtype_t differ");
+
+struct zd_rpc_session {
+    uint64_t conn_id;
+    zd_role_t role;
+    uint32_t n_slots;   /* given by the attach; 0 when no job is attached */
+    uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */
+};
+
+zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id)
+{
+    zd_rpc_session_t *s = calloc(1, sizeof(*s));
+
+    if (s != NULL) {
+        s->conn_id = conn_id;
+    }
+    return s;
+}
+
+void zd_rpc_session_destroy(zd_rpc_session_t *s)
+{
+    free(s);
+}
+
+/* ---- replies ------------------------------------------------------------------------------ */
+
+void zd_reply_free(zd_reply_t *reply)
+{
+    if (reply == NULL) {
+        return;
+    }
+    for (int i = 0; i < reply->n_fds; i++) {
+        if (reply->fds[i] >= 0) {
+            close(reply->fds[i]);
+        }
+    }
+    free(reply->buf);
+    free(reply);
+}
+
+/* The length prefix and the packed frame, in a new reply (NULL on allocation failure). */
+static zd_reply_t *zd_rpc_pack(const zd_frame_t *frame)
+{
+    size_t len = zerod__ipc__v1__frame__get_packed_size(frame);
+    zd_reply_t *reply = calloc(1, sizeof(*reply));
+    char err[128];
+
+    if (reply == NULL) {
+        return NULL;
+    }
+    reply->buf = malloc(len + ZS_FRAME_HEADER);
+    if (reply->buf == NULL || zs_frame_header(len, reply->buf, err, sizeof(err)) != ZS_OK) {
+        zs_error(ZS_SUB_IPC, "cannot send a %s reply of %zu bytes: %s",
+                 zd_rpc_body_name(frame->body_case), len, reply->buf ? err : "out of memory");
+        free(reply->buf);
+        free(reply);
+        return NULL;
+    }
+    zerod__ipc__v1__frame__pack(frame, reply->buf + ZS_FRAME_HEADER);
+    reply->len = len + ZS_FRAME_HEADER;
+    return reply;
+}
+
+static Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg)
+{
+    Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
+
+    r.status = (Zerod__Common__V1__Status)status;
+    r.message = (char *)(msg != NULL ? msg : "");
+    return r;
+}
+
+zd_reply_t *zd_rpc_error(uint64_t seq, zs_status_t status, const char *msg)
+{
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ErrorReply er = ZEROD__IPC__V1__ERROR_REPLY__INIT;
+    Zerod__Ipc__V1__Result r = zd_rpc_result_of(status, msg);
+
+    er.result = &r;
+    f.seq = seq;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ERROR;
+    f.error = &er;
+    return zd_rpc_pack(&f);
+}
+
+/* ---- what is answered here ------------------------------------------------------------------ */
+
+static zd_reply_t *zd_rpc_hello(const zd_rpc_t *rpc, zd_rpc_session_t *s, const zd_frame_t *f)
+{
+    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__HelloReply hr = ZEROD__IPC__V1__HELLO_REPLY__INIT;
+    Zerod__Ipc__V1__Result r = zd_rpc_result_of(ZS_OK, NULL);
+
+    s->role =
+        f->hello->role == ZEROD__IPC__V1__ROLE__ROLE_TRAINER ? ZD_ROLE_TRAINER : ZD_ROLE_CONTROL;
+    hr.result = &r;
+    hr.protocol = ZD_IPC_PROTOCOL;
+    hr.version = (char *)ZS_VERSION;
+    hr.pid = (int32_t)getpid();
+    hr.device = (char *)rpc->device;
+    hr.peer_deadline_ms = rpc->peer_deadline_ms;
+    out.seq = f->seq;
+    out.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY;
+    out.hello_reply = &hr;
+    zs_debug(ZS_SUB_IPC, "connection %llu: hello from %s (%s)", (unsigned long long)s->conn_id,
+             s->role == ZD_ROLE_TRAINER ? "trainer" : "control", f->hello->version);
+    return zd_rpc_pack(&out);
+}
+
+/* The memory terms of Status, each beside its formula of design.md §2. */
+static void zd_rpc_memory(const zd_job_status_t *j, Zerod__Ipc__V1__MemoryTerm *terms,
+                          Zerod__Ipc__V1__MemoryTerm **ptrs, char (*formulas)[40])
+{
+    const char *d = j->dtype == ZS_DTYPE_F32 ? "4" : "2";
+
+    for (int t = 0; t < ZD_MEM_COUNT; t++) {
+        zerod__ipc__v1__memory_term__init(&terms[t]);
+        terms[t].name = (char *)zd_mem_term_names[t];
+        terms[t].bytes = j->mem_bytes[t];
+        terms[t].formula_bytes = j->mem_formula[t];
+        if (t == ZD_MEM_PARAMS) {
+            snprintf(formulas[t], sizeof(formulas[t]), "%sΨ", d);
+        } else if (t == ZD_MEM_SLOTS) {
+            snprintf(formulas[t], sizeof(formulas[t]), "bucket_slots × largest bucket");
+        } else if (t == ZD_MEM_GRADS) {
+            snprintf(formulas[t], sizeof(formulas[t]), "%s%s", j->stage == 1 ? d : "0",
+                     j->stage == 1 ? "Ψ" : "");
+        } else {
+            snprintf(formulas[t], sizeof(formulas[t]), "4Ψ/N");
+        }
+        terms[t].formula = formulas[t];
+        ptrs[t] = &terms[t];
+    }
+}
+
+/* Status, from what the engine published: it comes back at once even while the engine is busy
+ * for long (a mesh forming, a peer awaited, a big step). */
+static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
+{
+    static zd_engine_status_t st; /* the loop thread only */
+    Zerod__Ipc__V1__Frame out = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StatusReply s = ZEROD__IPC__V1__STATUS_REPLY__INIT;
+    Zerod__Ipc__V1__Result r = zd_rpc_result_of(ZS_OK, NULL);
+    Zerod__Ipc__V1__MemoryTerm terms[ZD_MEM_COUNT];
+    Zerod__Ipc__V1__MemoryTerm *term_ptrs[ZD_MEM_COUNT];
+    char formulas[ZD_MEM_COUNT][40];
+    uint64_t now = zs_time_now_ns();
+
+    zd_engine_status_get(rpc->engine, &st);
+    s.result = &r;
+    s.version = (char *)ZS_VERSION;
+    s.pid = (int32_t)getpid();
+    s.device = (char *)rpc->device;
+    s.socket = (char *)rpc->socket_path;
+    s.uptime_s = (double)(now - st.start_ns) * 1e-9;
+    s.activity = st.activity;
+    s.activity_s = st.activity[0] != '\0' ? (double)(now - st.activity_since_ns) * 1e-9 : 0;
+    if (st.has_job) {
+        const zd_job_status_t *j = &st.job;
+        s.has_job = true;
+        s.job_id = (char *)j->job_id;
+        s.rank = j->rank;
+        s.world = j->world;
+        s.stage = j->stage;
+        s.step = j->step;
+        s.skipped_steps = j->skipped_steps;
+        s.loss_scale = j->loss_scale;
+        s.grad_norm = j->grad_norm;
+        s.trainer_attached = j->trainer_attached;
+        s.param_numel = j->param_numel;
+        s.layout_hash = j->layout_hash;
+        s.dtype = (Zerod__Ipc__V1__DType)j->dtype;
+        s.collectives = (char *)j->collectives;
+        zd_rpc_memory(j, terms, term_ptrs, formulas);
+        s.n_memory = ZD_MEM_COUNT;
+        s.memory = term_ptrs;
+    }
+    out.seq = f->seq;
+    out.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY;
+    out.status_reply = &s;
+    return zd_rpc_pack(&out);
+}
+
+static Zerod__Ipc__V1__Frame zd_rpc_slot_free_frame(uint64_t seq, Zerod__Ipc__V1__SlotFree *sf,
+                                                    Zerod__Ipc__V1__Result *r, uint32_t slot,
+                                                    uint32_t bucket)
+{
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
+
+    sf->result = r;
+    sf->slot = slot;
+    sf->bucket = bucket;
+    f.seq = seq;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE;
+    f.slot_free = sf;
+    return f;
+}
+
+/* A slot submitted while still in flight is answered here, not queued: it would be reduced
+ * twice. Returns the refusal, or NULL when the slot is taken now (or out of range: the job names
+ * the range). */
+static zd_reply_t *zd_rpc_take_slot(zd_rpc_session_t *s, const zd_frame_t *f, bool *refused_p,
+                                    char *msg, size_t msglen)
+{
+    Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
+    Zerod__Ipc__V1__Result r;
+    Zerod__Ipc__V1__Frame out;
+    uint32_t slot = f->bucket_ready->slot;
+
+    *refused_p = false;
+    if (slot >= s->n_slots || slot >= ZD_MAX_SLOTS) {
+        return NULL;
+    }
+    if (!(s->slot_busy & (1ull << slot))) {
+        s->slot_busy |= 1ull << slot;
+        return NULL;
+    }
+    *refused_p = true;
+    snprintf(msg, msglen,
+             "BucketReady.slot %u submitted twice: it is still in flight (wait for its SlotFree)",
+             slot);
+    r = zd_rpc_result_of(ZS_ERR_INVALID, msg);
+    out = zd_rpc_slot_free_frame(f->seq, &sf, &r, slot, f->bucket_ready->bucket);
+    return zd_rpc_pack(&out);
+}
+
+/* ---- what goes to the engine ------------------------------------------------------------------
+ */
+
+/* An Attach's spec, pointing into the frame and into arrays made here (freed together). */
+typedef struct zd_rpc_attach_mem {
+    zd_frame_t *frame;
+    uint32_t *gnp;
+    uint64_t *numel;
+    const char **gjson;
+} zd_rpc_attach_mem_t;
+
+static void zd_rpc_release_frame(void *mem)
+{
+    zerod__ipc__v1__frame__free_unpacked(mem, NULL);
+}
+
+static void zd_rpc_release_attach(void *mem)
+{
+    zd_rpc_attach_mem_t *m = mem;
+
+    zerod__ipc__v1__frame__free_unpacked(m->frame, NULL);
+    free(m->gnp);
+    free(m->numel);
+    free(m->gjson);
+    free(m);
+}
+
+/* Every count the client controls is bounded before it is used. */
+static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, size_t errlen)
+{
+    const Zerod__Ipc__V1__Attach *at = f->attach;
+    zd_rpc_attach_mem_t *m;
+    size_t n_params = 0, k = 0;
+
+    if (at->n_groups == 0 || at->n_groups > ZS_LAYOUT_MAX_GROUPS) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: groups has %zu entries (allowed 1..%u)", at->n_groups,
+                       ZS_LAYOUT_MAX_GROUPS);
+    }
+    for (size_t g = 0; g < at->n_groups; g++) {
+        n_params += at->groups[g]->n_numel;
+    }
+    if (n_params > ZS_LAYOUT_MAX_PARAMS) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: %zu parameters exceed the limit of %u",
+                       n_params, ZS_LAYOUT_MAX_PARAMS);
+    }
+    if (zs_dtype_from_int((long)at->dtype, &req->u.attach.dtype) != ZS_OK) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: dtype %d is not fp32, fp16 or bf16",
+                       (int)at->dtype);
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL || (m->gnp = calloc(at->n_groups, sizeof(*m->gnp))) == NULL ||
+        (m->numel = calloc(n_params ? n_params : 1, sizeof(*m->numel))) == NULL ||
+        (m->gjson = calloc(at->n_groups, sizeof(*m->gjson))) == NULL) {
+        zd_rpc_release_attach(m);
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for %zu parameters",
+                       n_params);
+    }
+    for (size_t g = 0; g < at->n_groups; g++) {
+        m->gnp[g] = (uint32_t)at->groups[g]->n_numel;
+        m->gjson[g] = at->groups[g]->options_json;
+        for (size_t i = 0; i < at->groups[g]->n_numel; i++) {
+            m->numel[k++] = at->groups[g]->numel[i];
+        }
+    }
+    m->frame = f;
+    req->u.attach = (zd_job_spec_t){at->job_id,
+                                    at->rank,
+                                    at->world,
+                                    at->coordinator,
+                                    req->u.attach.dtype,
+                                    (uint32_t)at->n_groups,
+                                    m->gnp,
+                                    m->numel,
+                                    m->gjson,
+                                    at->config_json};
+    req->release = zd_rpc_release_attach;
+    req->mem = m;
+    return ZS_OK;
+}
+
+/* The engine request of a checked frame; takes the frame. */
+static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t **req_p, char *err,
+                                  size_t errlen)
+{
+    zd_req_t *req = calloc(1, sizeof(*req));
+    zs_status_t st = ZS_OK;
+
+    if (req == NULL) {
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory queueing a request");
+    }
+    req->conn_id = s->conn_id;
+    req->seq = f->seq;
+    req->release = zd_rpc_release_frame;
+    req->mem = f;
+    switch (f->body_case) {
+    case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
+        req->kind = ZD_REQ_ATTACH;
+        req->release = NULL;
+        st = zd_rpc_attach_spec(f, req, err, errlen);
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
+        req->kind = ZD_REQ_PARAMS_READY;
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
+        req->kind = ZD_REQ_BUCKET_READY;
+        req->u.bucket_ready.slot = f->bucket_ready->slot;
+        req->u.bucket_ready.bucket = f->bucket_ready->bucket;
+        req->u.bucket_ready.micro_step = f->bucket_ready->micro_step;
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_STEP:
+        req->kind = ZD_REQ_STEP;
+        req->u.step.group_lr = f->step->group_lr;
+        req->u.step.n_group_lr = f->step->n_group_lr;
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_DETACH:
+        req->kind = ZD_REQ_DETACH;
+        req->u.detach.end_job = f->detach->end_job;
+        break;
+    default: /* zd_rpc_check let only the bodies above through, and ShardInfo */
+        req->kind = ZD_REQ_SHARD_INFO;
+        break;
+    }
+    if (st != ZS_OK) {
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        free(req);
+        return st;
+    }
+    *req_p = req;
+    return ZS_OK;
+}
+
+/* The reply a refused Attach gets: the kind's own reply with the error. */
+static zd_reply_t *zd_rpc_refused(zd_rpc_session_t *s, zd_req_kind_t kind, uint64_t seq,
+                                  zs_status_t st, const char *msg)
+{
+    zd_resp_t *resp = calloc(1, sizeof(*resp));
+
+    if (resp == NULL) {
+        return NULL;
+    }
+    resp->kind = kind;
+    resp->conn_id = s->conn_id;
+    resp->seq = seq;
+    resp->status = st;
+    snprintf(resp->msg, sizeof(resp->msg), "%s", msg);
+    return zd_rpc_result(s, resp);
+}
+
+zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t *payload,
+                         size_t len, zd_reply_t **reply_p, bool *submitted_p, bool *close_p,
+                         char *why, size_t whylen)
+{
+    zd_frame_t *f = NULL;
+    zd_req_t *req = NULL;
+    bool refused = false;
+    uint64_t seq;
+    zd_req_kind_t kind;
+    zs_status_t st;
+
+    *reply_p = NULL;
+    *submitted_p = false;
+    *close_p = false;
+    st = zd_rpc_decode(payload, len, &f, why, whylen);
+    if (st == ZS_OK) {
+        st = zd_rpc_check(s->role, f, why, whylen);
+    }
+    if (st != ZS_OK) {
+        *reply_p = zd_rpc_error(f != NULL ? f->seq : 0, st, why);
+        *close_p = true;
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return st;
+    }
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO ||
+        f->body_case == ZEROD__IPC__V1__FRAME__BODY_STATUS) {
+        *reply_p = f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO ? zd_rpc_hello(rpc, s, f)
+                                                                     : zd_rpc_status(rpc, f);
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return ZS_OK;
+    }
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY) {
+        *reply_p = zd_rpc_take_slot(s, f, &refused, why, whylen);
+        if (refused) {
+            zerod__ipc__v1__frame__free_unpacked(f, NULL);
+            return ZS_ERR_INVALID;
+        }
+    }
+    seq = f->seq;
+    kind = f->body_case == ZEROD__IPC__V1__FRAME__BODY_ATTACH ? ZD_REQ_ATTACH : ZD_REQ_SHARD_INFO;
+    st = zd_rpc_request(s, f, &req, why, whylen); /* takes f */
+    if (st != ZS_OK) {
+        *reply_p = kind == ZD_REQ_ATTACH ? zd_rpc_refused(s, kind, seq, st, why)
+                                         : zd_rpc_error(seq, st, why);
+        return st;
+    }
+    zd_engine_submit(rpc->engine, req);
+    *submitted_p = true;
+    return ZS_OK;
+}
+
+void zd_rpc_closed(const zd_rpc_t *rpc, zd_rpc_session_t *s)
+{
+    zd_req_t *req;
+
+    if (s->role != ZD_ROLE_TRAINER) {
+        return;
+    }
+    req = calloc(1, sizeof(*req));
+    if (req == NULL) {
+        zs_error(ZS_SUB_ENGINE, "out of memory queueing a disconnect");
+        return;
+    }
+    req->kind = ZD_REQ_DISCONNECT;
+    req->conn_id = s->conn_id;
+    zd_engine_submit(rpc->engine, req);
+}
+
+/* ---- results ------------------------------------------------------------------------------------
+ */
+
+static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
+                                Zerod__Ipc__V1__AttachReply *ar)
+{
+    const zd_attach_out_t *a = &resp->u.attach;
+
+    if (resp->status != ZS_OK) {
+        return;
+    }
+    ar->layout_hash = a->layout_hash;
+    ar->step = a->step;
+    ar->resumed = a->resumed;
+    ar->loss_scale = a->loss_scale;
+    ar->n_slots = a->n_slots;
+    ar->slot_bytes = a->slot_bytes;
+    ar->params_bytes = a->params_bytes;
+    ar->grads_bytes = a->grads_bytes;
+    ar->stage = a->stage;
+    ar->gradient_accumulation_steps = a->gradient_accumulation_steps;
+    ar->config_hash = a->config_hash;
+    ar->bucket_size = a->bucket_size;
+    ar->round_robin = a->round_robin;
+    ar->elem_align = a->elem_align;
+    s->n_slots = a->n_slots;
+    s->slot_busy = 0;
+}
+
+static void zd_rpc_shard_reply(const zd_shard_out_t *o, Zerod__Ipc__V1__ShardInfoReply *si,
+                               Zerod__Ipc__V1__GroupShard *groups,
+                               Zerod__Ipc__V1__GroupShard **group_ptrs)
+{
+    si->job_id = (char *)o->job_id;
+    si->rank = o->rank;
+    si->world = o->world;
+    si->total_numel = o->total_numel;
+    si->param_numel = o->param_numel;
+    si->shard_numel = o->shard_numel;
+    si->n_buckets = o->n_buckets;
+    si->max_bucket_numel = o->max_bucket_numel;
+    si->bucket_size = o->bucket_size;
+    si->layout_hash = o->layout_hash;
+    si->master_sumsq = o->master_sumsq;
+    for (uint32_t g = 0; g < o->n_groups; g++) {
+        const zd_group_shard_t *in = &o->groups[g];
+        zerod__ipc__v1__group_shard__init(&groups[g]);
+        groups[g].group = g;
+        groups[g].n_params = in->n_params;
+        groups[g].n_buckets = in->n_buckets;
+        groups[g].flat_offset = in->flat_offset;
+        groups[g].flat_numel = in->flat_numel;
+        groups[g].shard_offset = in->shard_offset;
+        groups[g].shard_numel = in->shard_numel;
+        groups[g].lr = in->lr;
+        groups[g].weight_decay = in->weight_decay;
+        group_ptrs[g] = &groups[g];
+    }
+    si->n_groups = o->n_groups;
+    si->groups = group_ptrs;
+}
+
+/* Pack the frame of a result; an AttachReply carries the job's fds. */
+static zd_reply_t *zd_rpc_pack_result(zd_resp_t *resp, const zd_frame_t *f)
+{
+    zd_reply_t *reply = zd_rpc_pack(f);
+
+    if (reply != NULL && resp->kind == ZD_REQ_ATTACH && resp->status == ZS_OK) {
+        memcpy(reply->fds, resp->u.attach.fds, sizeof(reply->fds));
+        reply->n_fds = resp->u.attach.n_fds;
+        resp->u.attach.n_fds = 0; /* the reply owns them now */
+    }
+    return reply;
+}
+
+static zd_reply_t *zd_rpc_encode_shard(zd_resp_t *resp, Zerod__Ipc__V1__Frame *f,
+                                       Zerod__Ipc__V1__Result *r)
+{
+    Zerod__Ipc__V1__ShardInfoReply si = ZEROD__IPC__V1__SHARD_INFO_REPLY__INIT;
+    Zerod__Ipc__V1__GroupShard *groups = NULL;
+    Zerod__Ipc__V1__GroupShard **ptrs = NULL;
+    zd_reply_t *reply;
+    uint32_t n = resp->status == ZS_OK ? resp->u.shard.n_groups : 0;
+
+    if (n > 0) {
+        groups = calloc(n, sizeof(*groups));
+        ptrs = calloc(n, sizeof(*ptrs));
+        if (groups == NULL || ptrs == NULL) {
+            free(groups);
+            free(ptrs);
+            return NULL;
+        }
+        zd_rpc_shard_reply(&resp->u.shard, &si, groups, ptrs);
+    }
+    si.result = r;
+    f->body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY;
+    f->shard_info_reply = &si;
+    reply = zd_rpc_pack(f);
+    free(groups);
+    free(ptrs);
+    return reply;
+}
+
+zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
+{
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__Result r = zd_rpc_result_of(resp->status, resp->msg);
+    Zerod__Ipc__V1__AttachReply ar = ZEROD__IPC__V1__ATTACH_REPLY__INIT;
+    Zerod__Ipc__V1__ParamsReadyReply pr = ZEROD__IPC__V1__PARAMS_READY_REPLY__INIT;
+    Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
+    Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
+    Zerod__Ipc__V1__DetachReply dr = ZEROD__IPC__V1__DETACH_REPLY__INIT;
+    zd_reply_t *reply = NULL;
+
+    f.seq = resp->seq;
+    if (resp->status == ZS_ERR_ABORTED) { /* the daemon stops: the request did not run */
+        reply = zd_rpc_error(resp->seq, resp->status, resp->msg);
+        zd_resp_free(resp);
+        return reply;
+    }
+    switch (resp->kind) {
+    case ZD_REQ_ATTACH:
+        zd_rpc_attach_reply(s, resp, &ar);
+        ar.result = &r;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY;
+        f.attach_reply = &ar;
+        break;
+    case ZD_REQ_PARAMS_READY:
+        pr.result = &r;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY;
+        f.params_ready_reply = &pr;
+        break;
+    case ZD_REQ_BUCKET_READY:
+        if (resp->u.slot_free.slot < ZD_MAX_SLOTS) {
+            s->slot_busy &= ~(1ull << resp->u.slot_free.slot);
+        }
+        f = zd_rpc_slot_free_frame(resp->seq, &sf, &r, resp->u.slot_free.slot,
+                                   resp->u.slot_free.bucket);
+        break;
+    case ZD_REQ_STEP:
+        sr.result = &r;
+        sr.step = resp->u.step.step;
+        sr.loss_scale = resp->u.step.loss_scale;
+        sr.skipped_steps = resp->u.step.skipped_steps;
+        sr.skipped = resp->u.step.skipped;
+        sr.grad_norm = resp->u.step.grad_norm;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY;
+        f.step_reply = &sr;
+        break;
+    case ZD_REQ_DETACH:
+        s->n_slots = 0; /* the connection holds no job any more */
+        s->slot_busy = 0;
+        dr.result = &r;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY;
+        f.detach_reply = &dr;
+        break;
+    case ZD_REQ_SHARD_INFO:
+        reply = zd_rpc_encode_shard(resp, &f, &r);
+        zd_resp_free(resp);
+        return reply;
+    case ZD_REQ_DISCONNECT:
+        zd_resp_free(resp);
+        return NULL;
+    }
+    reply = zd_rpc_pack_result(resp, &f);
+    zd_resp_free(resp);
+    return reply;
+}

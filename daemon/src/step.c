@@ -1,0 +1,300 @@
+/*
+ * The arithmetic of a job (semantics.md §3): loading the master from the params region, the
+ * reduce-scatter of gradient buckets into the accumulator, and the optimizer step -- overflow
+ * check, loss scaler, global norm, clip, Adam on this rank's shard, cast, all-gather.
+ */
+#define _GNU_SOURCE
+#include "job_int.h"
+#include "zs/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* This rank's slice of bucket b inside a full-layout region of the job's dtype. */
+static void *zd_step_slice_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b)
+{
+    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
+    uint64_t elem = bk->offset + (uint64_t)job->rank * bk->slice;
+
+    return (char *)region->addr + elem * zs_dtype_size(job->dtype);
+}
+
+/* This rank's whole bucket b inside a full-layout region. */
+static void *zd_step_bucket_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b)
+{
+    return (char *)region->addr + job->layout->buckets[b].offset * zs_dtype_size(job->dtype);
+}
+
+zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+    zs_status_t st = ZS_OK;
+
+    job->params_stale = true;
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+        const zs_layout_bucket_t *bk = &l->buckets[b];
+        st = zk_cast(exec, zd_step_slice_ptr(job, &job->params, b), job->dtype,
+                     job->master + bk->shard_offset, ZS_DTYPE_F32, bk->slice);
+        if (st != ZS_OK) {
+            return zs_errf(err, errlen, st, "cast: %s", zk_last_error());
+        }
+        st = job->coll->ops->all_gather(job->coll, zd_step_bucket_ptr(job, &job->params, b),
+                                        job->dtype, bk->slice, err, errlen);
+    }
+    if (st == ZS_OK) {
+        job->params_stale = false;
+    }
+    return st;
+}
+
+zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+    zs_status_t st = ZS_OK;
+
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+        const zs_layout_bucket_t *bk = &l->buckets[b];
+        st = zk_cast(exec, job->master + bk->shard_offset, ZS_DTYPE_F32,
+                     zd_step_slice_ptr(job, &job->params, b), job->dtype, bk->slice);
+    }
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "loading parameters: %s", zk_last_error());
+    }
+    job->params_loaded = true;
+    if (job->world > 1) {
+        st = zd_step_refresh_params(job, exec, err, errlen);
+    }
+    return st;
+}
+
+/* Reduce-scatter `src` (bucket b of this rank) into the accumulator: the first contribution of
+ * an accumulation window overwrites (no read of a zero accumulator), later ones add. */
+static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, uint32_t b, char *err,
+                                         size_t errlen)
+{
+    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
+    unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
+
+    job->acc_clean[b] = 0;
+    return job->coll->ops->reduce_scatter(job->coll, src, job->dtype, bk->slice,
+                                          job->acc + bk->shard_offset, flags, err, errlen);
+}
+
+zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,
+                                size_t errlen)
+{
+    const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
+
+    return zd_step_reduce_bucket(job, src, bucket, err, errlen);
+}
+
+void zd_step_drop_partial(zd_job_t *job)
+{
+    memset(job->acc, 0, (size_t)job->mem_bytes[ZD_MEM_ACC]);
+    memset(job->acc_clean, 1, job->layout->n_buckets);
+    if (job->grads.addr != NULL) {
+        memset(job->grads.addr, 0, job->grads.size);
+    }
+}
+
+/* Stage 1 at the boundary: reduce-scatter the full-gradient region into the accumulator and
+ * zero it for the next accumulation. */
+static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+    size_t dsize = zs_dtype_size(job->dtype);
+
+    for (uint32_t b = 0; b < l->n_buckets; b++) {
+        const zs_layout_bucket_t *bk = &l->buckets[b];
+        zs_status_t st =
+            zd_step_reduce_bucket(job, zd_step_bucket_ptr(job, &job->grads, b), b, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        memset((char *)job->grads.addr + bk->offset * dsize, 0, (size_t)(bk->padded * dsize));
+    }
+    return ZS_OK;
+}
+
+/* Fault injection for the disconnect tests (tests/integration/disconnect_test.sh), never set
+ * in production: ZEROD_TEST_PAUSE=<phase>:<ms> makes every step sleep at that phase ("step":
+ * before its first collective; "allgather": after the first bucket's all-gather) and log it,
+ * so that a test can kill a trainer exactly there. Engine thread only. */
+static void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
+{
+    static bool parsed;
+    static char want[16];
+    static unsigned ms;
+
+    if (!parsed) {
+        const char *env = getenv("ZEROD_TEST_PAUSE");
+        parsed = true;
+        if (env != NULL && sscanf(env, "%15[a-z]:%u", want, &ms) != 2) {
+            zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE='%s' is not <phase>:<ms>; ignored", env);
+            ms = 0;
+        }
+    }
+    if (ms == 0 || strcmp(want, phase) != 0) {
+        return;
+    }
+    zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
+            (unsigned long long)step, job->id, ms);
+    usleep(ms * 1000u);
+}
+
+/* 1. The sum of squares and the overflow flag of the accumulator, global over the ranks
+ * (SUM and MAX, in rank order so every rank gets the same bits). */
+static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
+                                bool *nonfinite_p, char *err, size_t errlen)
+{
+    static const zd_reduce_op_t ops[2] = {ZD_REDUCE_SUM, ZD_REDUCE_MAX};
+    double vals[2];
+    int nonfinite = 0;
+    zs_status_t st;
+
+    st = zk_sumsq(exec, job->acc, job->layout->shard_numel, &vals[0], &nonfinite);
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
+                       (unsigned long long)job->step + 1, zs_status_string(st), zk_last_error());
+    }
+    vals[1] = nonfinite ? 1.0 : 0.0;
+    st = job->coll->ops->all_reduce(job->coll, vals, ops, 2, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    *sumsq_p = vals[0];
+    *nonfinite_p = vals[1] != 0.0 || !isfinite(vals[0]);
+    return ZS_OK;
+}
+
+/* 4-5. The norm of the averaged gradient, and the one factor that unscales, averages and
+ * clips (grad_scale multiplies the accumulator in Adam). S: the loss scale of this step. */
+static float zd_step_grad_scale(const zd_job_t *job, double sumsq, double S, double *grad_norm_p)
+{
+    const zd_train_config_t *cfg = &job->cfg;
+    double n_avg = cfg->allreduce_mean ? (double)job->world : 1.0;
+    double scaled_norm = sqrt(sumsq) / (n_avg * cfg->gradient_accumulation_steps);
+    double c = S;
+
+    *grad_norm_p = isfinite(scaled_norm) ? scaled_norm / S : -1;
+    if (cfg->gradient_clipping > 0) {
+        c = fmax(1.0, (scaled_norm / S + 1e-6) / cfg->gradient_clipping) * S;
+    }
+    return (float)(1.0 / (n_avg * cfg->gradient_accumulation_steps * c));
+}
+
+/* 6-7. Adam per group over this rank's slices, cast into the params region. */
+static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
+                                float grad_scale, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+
+    for (uint32_t g = 0; g < l->n_groups; g++) {
+        const zs_layout_group_t *grp = &l->groups[g];
+        zd_group_opts_t *o = &job->group_opts[g];
+        zk_adam_params_t p = {0};
+
+        if (group_lr != NULL) {
+            o->lr = group_lr[g];
+        }
+        p.lr = (float)o->lr;
+        p.beta1 = (float)o->beta1;
+        p.beta2 = (float)o->beta2;
+        p.eps = (float)o->eps;
+        p.weight_decay = (float)o->weight_decay;
+        p.adam_w_mode = o->adam_w_mode;
+        p.bias_correction = o->bias_correction;
+        p.step = job->step + 1;
+        p.grad_scale = grad_scale;
+        for (uint32_t b = grp->first_bucket; b < grp->first_bucket + grp->n_buckets; b++) {
+            uint64_t off = l->buckets[b].shard_offset;
+            zs_status_t st = zk_adam_step(exec, &p, job->master + off, job->m + off, job->v + off,
+                                          job->acc + off, zd_step_slice_ptr(job, &job->params, b),
+                                          job->dtype, l->buckets[b].slice);
+            if (st != ZS_OK) {
+                return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
+                               (unsigned long long)job->step + 1, zs_status_string(st),
+                               zk_last_error());
+            }
+        }
+    }
+    memset(job->acc_clean, 1, l->n_buckets); /* Adam zeroed every accumulator slice */
+    return ZS_OK;
+}
+
+/* 8. Every rank's new slices into every params region (world > 1). */
+static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+
+    job->params_stale = true;
+    for (uint32_t b = 0; b < l->n_buckets; b++) {
+        zs_status_t st =
+            job->coll->ops->all_gather(job->coll, zd_step_bucket_ptr(job, &job->params, b),
+                                       job->dtype, l->buckets[b].slice, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        if (b == 0) {
+            zd_step_test_pause(job, "allgather", job->step);
+        }
+    }
+    job->params_stale = false;
+    return ZS_OK;
+}
+
+zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
+                        zd_step_out_t *out, char *err, size_t errlen)
+{
+    double sumsq = 0, S, grad_norm;
+    bool nonfinite = false, overflow;
+    float grad_scale;
+    zs_status_t st;
+
+    zd_step_test_pause(job, "step", job->step + 1);
+    if (job->cfg.stage == 1) {
+        st = zd_step_consume_grads(job, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+    }
+    st = zd_step_norm(job, exec, &sumsq, &nonfinite, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    overflow = nonfinite && (job->dtype == ZS_DTYPE_F16 ||
+                             (job->dtype == ZS_DTYPE_BF16 && job->cfg.bf16_check_overflow));
+    /* 2. loss-scaler update; S is the scale this step's backward used */
+    S = job->scaler.cur_scale;
+    st = zd_scaler_update(&job->scaler, overflow);
+    if (st != ZS_OK) {
+        zd_step_drop_partial(job);
+        return zs_errf(err, errlen, st,
+                       "step %llu: gradients overflowed with the loss scale already at its "
+                       "minimum %g (fp16.min_loss_scale) and hysteresis spent",
+                       (unsigned long long)job->step + 1, job->scaler.min_scale);
+    }
+    if (overflow) { /* 3. skip */
+        zd_step_drop_partial(job);
+        job->skipped_steps++;
+        job->last_grad_norm = -1;
+        out->skipped = true;
+        out->grad_norm = -1;
+        return ZS_OK;
+    }
+    grad_scale = zd_step_grad_scale(job, sumsq, S, &grad_norm);
+    st = zd_step_adam(job, exec, group_lr, grad_scale, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    /* Adam ran on every rank (it cannot fail for want of a peer): the step is committed. An
+     * interrupted all-gather below is redone from the master on re-attach. */
+    job->step++;
+    job->last_grad_norm = grad_norm;
+    out->skipped = false;
+    out->grad_norm = grad_norm;
+    return job->world > 1 ? zd_step_all_gather(job, err, errlen) : ZS_OK;
+}

@@ -11,8 +11,8 @@
  * sets them). Exit codes: 0 (close), killed by 9 (kill), 2 usage, 3 the daemon could not be
  * reached or did not answer Hello.
  */
+#include "raw_frame.h"
 #include "reference.h"
-#include "zerod/ipc/v1/ipc.pb-c.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -21,7 +21,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 static int usage(void)
@@ -37,36 +36,15 @@ static const char *env_or(const char *name, const char *def)
     return v != NULL && v[0] != '\0' ? v : def;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Length prefix + packed frame (the caller frees). */
-static uint8_t *pack(Zerod__Ipc__V1__Frame *f, size_t *len_p)
+static uint8_t *pack(const Zerod__Ipc__V1__Frame *f, size_t *len_p)
 {
-    size_t n = zerod__ipc__v1__frame__get_packed_size(f);
-    uint8_t *buf = malloc(n + 4);
+    uint8_t *buf = malloc(rf_frame_size(f));
 
     if (buf == NULL) {
         return NULL;
     }
-    for (int i = 0; i < 4; i++) {
-        buf[i] = (uint8_t)(n >> (8 * i));
-    }
-    zerod__ipc__v1__frame__pack(f, buf + 4);
-    *len_p = n + 4;
+    *len_p = rf_frame_pack(f, buf);
     return buf;
 }
 
@@ -87,7 +65,7 @@ static int hello(int fd)
     f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
     f.hello = &h;
     buf = pack(&f, &n);
-    rc = buf != NULL ? write_all(fd, buf, n) : -1;
+    rc = buf != NULL ? rf_send_all(fd, buf, n) : -1;
     free(buf);
     if (rc != 0 || recv(fd, reply, sizeof(reply), 0) <= 0) {
         return -1;
@@ -134,7 +112,6 @@ static uint8_t *attach_frame(size_t *len_p)
 int main(int argc, char **argv)
 {
     const char *point, *how, *path = env_or("ZEROD_SOCKET", "/run/zerod/zerod-cpu0.sock");
-    struct sockaddr_un sa;
     struct timeval tv = {10, 0};
     uint8_t *frame = NULL;
     size_t n = 0;
@@ -148,11 +125,8 @@ int main(int argc, char **argv)
     if (strcmp(how, "close") != 0 && strcmp(how, "kill") != 0) {
         return usage();
     }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    fd = rf_connect(path, 0);
+    if (fd < 0) {
         fprintf(stderr, "zd_disconnect_client: cannot connect to %s: %s\n", path, strerror(errno));
         return 3;
     }
@@ -174,7 +148,7 @@ int main(int argc, char **argv)
             return 3;
         }
         /* mid-frame: the length and half of the Attach; attach: all of it, reply unread */
-        if (write_all(fd, frame, point[0] == 'm' ? 4 + (n - 4) / 2 : n) != 0) {
+        if (rf_send_all(fd, frame, point[0] == 'm' ? 4 + (n - 4) / 2 : n) != 0) {
             fprintf(stderr, "zd_disconnect_client: send: %s\n", strerror(errno));
             return 3;
         }

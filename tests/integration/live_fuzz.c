@@ -89,7 +89,7 @@ static unsigned lf_plan_frames(lf_gen_t *gn, lf_buf_t *b, unsigned n_frames, uin
             atomic_fetch_add(&lf_g.st.frames_mutated, 1);
             if (lf_g.trace) {
                 printf("     mutated: now %zu bytes, header says %u\n", b->len - off,
-                       b->len - off >= 4 ? lf_get_le32(b->p + off) : 0);
+                       b->len - off >= 4 ? rf_get_le32(b->p + off) : 0);
             }
         }
     }
@@ -105,7 +105,7 @@ static void lf_send_lockstep(lf_conn_t *c, const lf_buf_t *b)
         size_t n = b->len - off;
 
         if (n >= 4) {
-            uint32_t flen = lf_get_le32(b->p + off);
+            uint32_t flen = rf_get_le32(b->p + off);
             if ((size_t)flen + 4 < n) {
                 n = (size_t)flen + 4;
             }
@@ -237,7 +237,7 @@ static void lf_big(lf_conn_t *c, uint64_t *r, uint64_t *seq)
         lf_buf_frame(&b, &f);
     }
     if (over) { /* the big frame's header one byte over ZS_MAX_FRAME */
-        lf_put_le32(b.p + last, LF_MAX_FRAME + 1);
+        rf_put_le32(b.p + last, LF_MAX_FRAME + 1);
     }
     atomic_fetch_add(&lf_g.st.frames_sent, lr != NULL ? 2 : 1);
     atomic_fetch_add(&lf_g.st.big_frames, 1);
@@ -397,7 +397,7 @@ static void lf_run_connection(uint64_t seed)
         cut = b.len;
         lf_gen_frame(gn, (lf_kind_t)(LF_ATTACH + lf_below(&rng, 8)), ++seq, &b);
         if (lf_chance(&rng, 20)) {
-            lf_put_le32(b.p + cut, LF_MAX_FRAME); /* a header promising 16 MiB */
+            rf_put_le32(b.p + cut, LF_MAX_FRAME); /* a header promising 16 MiB */
         }
         b.len = cut + 1 + lf_below(&rng, (uint32_t)(b.len - cut - 1)); /* never all of it */
         atomic_fetch_add(&lf_g.st.frames_sent, 1);
@@ -652,10 +652,10 @@ static int lf_vanish(unsigned n)
             break;
         }
         lf_vanish_frames(&b, false);
-        lf_conn_write(&c, b.p, lf_get_le32(b.p) + 4, NULL, 0); /* the Hello */
+        lf_conn_write(&c, b.p, rf_get_le32(b.p) + 4, NULL, 0); /* the Hello */
         lf_conn_read(&c, 1, 5000, 1u << 16, 0);
         shutdown(c.fd, SHUT_RD);
-        lf_conn_write(&c, b.p + lf_get_le32(b.p) + 4, b.len - lf_get_le32(b.p) - 4, NULL, 0);
+        lf_conn_write(&c, b.p + rf_get_le32(b.p) + 4, b.len - rf_get_le32(b.p) - 4, NULL, 0);
         lf_sleep_ms(50);
         close(c.fd);
         free(c.rx.p);

@@ -6,7 +6,7 @@
 #ifndef LF_LIVE_FUZZ_H
 #define LF_LIVE_FUZZ_H
 
-#include "zerod/ipc/v1/ipc.pb-c.h"
+#include "raw_frame.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -94,9 +94,7 @@ typedef struct lf_buf {
 
 void lf_buf_reserve(lf_buf_t *b, size_t more);
 void lf_buf_put(lf_buf_t *b, const void *data, size_t n);
-void lf_put_le32(uint8_t *p, uint32_t v);
-uint32_t lf_get_le32(const uint8_t *p);
-/* Length header + packed frame. */
+/* Length header + packed frame (raw_frame.h has the header's rf_put_le32 / rf_get_le32). */
 void lf_buf_frame(lf_buf_t *b, const lf_frame_t *f);
 
 /* Jobs a well-behaved trainer would attach (re-attach, resume, stage 1, accumulation, fp16,

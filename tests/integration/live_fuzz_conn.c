@@ -14,7 +14,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,29 +72,14 @@ void lf_conn_drop_fds(lf_conn_t *c)
 
 int lf_connect(void)
 {
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-
-    if (fd < 0) {
-        return -1;
-    }
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", lf_g.socket);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
+    return rf_connect(lf_g.socket, SOCK_NONBLOCK);
 }
 
 /* Decode the frames in rx; false on a frame no daemon may send. */
 static bool lf_conn_parse(lf_conn_t *c)
 {
     while (c->rx.len >= 4) {
-        uint32_t n = lf_get_le32(c->rx.p);
+        uint32_t n = rf_get_le32(c->rx.p);
         lf_frame_t *f;
 
         if (n == 0 || n > LF_MAX_FRAME) {

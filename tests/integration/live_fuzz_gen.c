@@ -35,28 +35,11 @@ void lf_buf_put(lf_buf_t *b, const void *data, size_t n)
     b->len += n;
 }
 
-void lf_put_le32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-uint32_t lf_get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Length header + packed frame. */
 void lf_buf_frame(lf_buf_t *b, const lf_frame_t *f)
 {
-    size_t n = zerod__ipc__v1__frame__get_packed_size(f);
-
-    lf_buf_reserve(b, n + 4);
-    lf_put_le32(b->p + b->len, (uint32_t)n);
-    zerod__ipc__v1__frame__pack(f, b->p + b->len + 4);
-    b->len += n + 4;
+    lf_buf_reserve(b, rf_frame_size(f));
+    b->len += rf_frame_pack(f, b->p + b->len);
 }
 
 /* ---- valid frames of every message ---------------------------------------------------- */
@@ -428,21 +411,21 @@ bool lf_mutate(uint64_t *r, lf_buf_t *b, size_t off)
     case 3: /* body cut short, header fixed: an undecodable frame */
         if (n > 1) {
             b->len -= 1 + lf_below(r, (uint32_t)n - 1);
-            lf_put_le32(b->p + off, (uint32_t)(b->len - off - 4));
+            rf_put_le32(b->p + off, (uint32_t)(b->len - off - 4));
         }
         return true;
     case 4: /* a wrong length */
         if (lf_chance(r, 50)) {
-            lf_put_le32(b->p + off, lens[lf_below(r, 8)]);
+            rf_put_le32(b->p + off, lens[lf_below(r, 8)]);
         } else {
-            lf_put_le32(b->p + off, (uint32_t)((int64_t)n + (int64_t)lf_below(r, 9) - 4));
+            rf_put_le32(b->p + off, (uint32_t)((int64_t)n + (int64_t)lf_below(r, 9) - 4));
         }
         return true;
     case 5: /* garbage of a plausible length */
         b->len = off;
         n = lf_below(r, 64);
         lf_buf_reserve(b, n + 4);
-        lf_put_le32(b->p + off, (uint32_t)n);
+        rf_put_le32(b->p + off, (uint32_t)n);
         for (size_t i = 0; i < n; i++) {
             b->p[off + 4 + i] = (uint8_t)lf_rand(r);
         }
@@ -459,7 +442,7 @@ bool lf_mutate(uint64_t *r, lf_buf_t *b, size_t off)
             body[at + i] = (uint8_t)lf_rand(r);
         }
         b->len += k;
-        lf_put_le32(b->p + off, (uint32_t)(n + k));
+        rf_put_le32(b->p + off, (uint32_t)(n + k));
         return true;
     }
     case 7: { /* an unknown field: tag 31..2^29, varint or length-delimited */
@@ -477,7 +460,7 @@ bool lf_mutate(uint64_t *r, lf_buf_t *b, size_t off)
         extra[k++] = 0x2a;
         extra[k++] = 0x2a;
         lf_buf_put(b, extra, k);
-        lf_put_le32(b->p + off, (uint32_t)(n + k));
+        rf_put_le32(b->p + off, (uint32_t)(n + k));
         return true;
     }
     case 8: { /* the frame twice */

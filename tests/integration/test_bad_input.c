@@ -6,6 +6,7 @@
  * case a fresh, well-behaved trainer still attaches, loads its parameters and steps.
  */
 #include "harness.h"
+#include "raw_frame.h"
 
 #include "zerod/ipc/v1/ipc.pb-c.h"
 #include "zs/status.h"
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 typedef Zerod__Ipc__V1__Frame frame_t;
@@ -35,19 +35,12 @@ typedef struct raw_conn {
 static raw_conn_t *raw_open(void)
 {
     raw_conn_t *c = calloc(1, sizeof(*c));
-    struct sockaddr_un sa;
     struct timeval tv = {10, 0}; /* a daemon that never answers fails the test, not ctest */
     const char *path = th_socket();
 
     cr_assert_not_null(c);
-    c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_geq(c->fd, 0, "socket: %s", strerror(errno));
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    cr_assert_lt(strlen(path), sizeof(sa.sun_path));
-    memcpy(sa.sun_path, path, strlen(path));
-    cr_assert_eq(connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect %s: %s", path,
-                 strerror(errno));
+    c->fd = rf_connect(path, 0);
+    cr_assert_geq(c->fd, 0, "connect %s: %s", path, strerror(errno));
     cr_assert_eq(setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
     return c;
 }
@@ -60,40 +53,17 @@ static void raw_close(raw_conn_t *c)
 
 static void raw_write(raw_conn_t *c, const void *data, size_t n)
 {
-    const uint8_t *p = data;
-
-    while (n > 0) {
-        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        cr_assert_gt(w, 0, "send: %s", strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
+    cr_assert_eq(rf_send_all(c->fd, data, n), 0, "send: %s", strerror(errno));
 }
 
 /* Length header + packed frame at out; returns the bytes used. Sets a fresh seq if 0. */
 static size_t raw_pack(raw_conn_t *c, frame_t *f, uint8_t *out, size_t cap)
 {
-    size_t n;
-
     if (f->seq == 0) {
         f->seq = ++c->seq;
     }
-    n = zerod__ipc__v1__frame__get_packed_size(f);
-    cr_assert_leq(n + 4, cap);
-    put_le32(out, (uint32_t)n);
-    zerod__ipc__v1__frame__pack(f, out + 4);
-    return n + 4;
+    cr_assert_leq(rf_frame_size(f), cap);
+    return rf_frame_pack(f, out);
 }
 
 static void raw_send(raw_conn_t *c, frame_t *f)
@@ -114,8 +84,7 @@ static frame_t *raw_recv(raw_conn_t *c)
         ssize_t n;
 
         if (c->len >= 4) {
-            uint32_t flen = (uint32_t)c->buf[0] | (uint32_t)c->buf[1] << 8 |
-                            (uint32_t)c->buf[2] << 16 | (uint32_t)c->buf[3] << 24;
+            uint32_t flen = rf_get_le32(c->buf);
             cr_assert(flen > 0 && flen + 4 <= sizeof(c->buf), "daemon sent a frame of %u bytes",
                       flen);
             if (c->len >= flen + 4) {
@@ -422,7 +391,7 @@ Test(zerod_bad_input, truncated_frame_then_eof)
     uint8_t buf[14] = {0};
 
     raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
-    put_le32(buf, 100);
+    rf_put_le32(buf, 100);
     raw_write(c, buf, sizeof(buf)); /* header + 10 of 100 bytes */
     cr_assert_eq(shutdown(c->fd, SHUT_WR), 0);
     expect_error_then_close(c, 0, ZS_ERR_PROTOCOL, "truncated frame", "truncated frame",
@@ -435,7 +404,7 @@ Test(zerod_bad_input, truncated_frame_times_out)
     uint8_t buf[14] = {0};
 
     raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
-    put_le32(buf, 100);
+    rf_put_le32(buf, 100);
     raw_write(c, buf, sizeof(buf)); /* and then nothing: frame_timeout is 2 s */
     expect_error_then_close(c, 0, ZS_ERR_TIMEOUT, "stalled frame", "truncated frame",
                             "frame_timeout (2000 ms)");
@@ -447,7 +416,7 @@ Test(zerod_bad_input, frame_over_16_mib)
     uint8_t hdr[4];
 
     raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
-    put_le32(hdr, RAW_MAX_FRAME + 1); /* the header alone must be refused */
+    rf_put_le32(hdr, RAW_MAX_FRAME + 1); /* the header alone must be refused */
     raw_write(c, hdr, sizeof(hdr));
     expect_error_then_close(c, 0, ZS_ERR_FRAME_TOO_LARGE, "frame over 16 MiB",
                             "frame length 16777217", "ZS_MAX_FRAME");

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -64,6 +65,21 @@ double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps)
     free(a);
     free(b);
     return (double)bytes / med / 1e9;
+}
+
+int zb_usage_error(const char *prog)
+{
+    fprintf(stderr, "Try '%s --help'.\n", prog);
+    return 2;
+}
+
+int zb_no_operands(const char *prog, int argc, char *const argv[])
+{
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        return 2;
+    }
+    return 0;
 }
 
 int zb_parse_uint(const char *prog, const char *opt, const char *arg, unsigned lo, unsigned hi,

@@ -1,9 +1,10 @@
 /*
- * bench_util: what the benchmark programs of bench/ share: a median of doubles, whole-buffer
- * pipe I/O, a free loopback port, the load average, a private temp directory and a token file,
- * forked children that report through pipes, and the zerod processes they start (fork + exec with
- * stdout and stderr to a log file, ready once its `READY <socket>` line is in the log, stopped with
- * SIGTERM, then SIGKILL after a bounded wait). The clock is zs_time_now_s() (zs/time.h).
+ * bench_util: what the benchmark programs of bench/ share: option errors, a median of doubles,
+ * whole-buffer pipe I/O, a free loopback port, the load average, a private temp directory and a
+ * token file, forked children that report through pipes, and the zerod processes they start
+ * (fork + exec with stdout and stderr to a log file, ready once its `READY <socket>` line is in
+ * the log, stopped with SIGTERM, then SIGKILL after a bounded wait). The clock is zs_time_now_s()
+ * (zs/time.h).
  *
  * Errors are printed here, once, prefixed with the program's name (`prog`).
  */
@@ -28,6 +29,13 @@ double zb_median(double *v, unsigned n);
  * ZB_MAX_REPS) copies after a warm-up, GB/s = bytes / t (GB = 1e9 B); 0 when out of memory. */
 #define ZB_MAX_REPS 64u
 double zb_memcpy_gbps(const char *prog, size_t bytes, unsigned reps);
+
+/* The default case of a getopt_long loop: "Try 'prog --help'." on stderr; returns 2 (usage). */
+int zb_usage_error(const char *prog);
+
+/* After the getopt_long loop: 2 after "prog: unexpected argument 'x'" on stderr when an operand
+ * is left, else 0. */
+int zb_no_operands(const char *prog, int argc, char *const argv[]);
 
 /* An integer option value in lo..hi into *out: 0, or -1 after printing
  * "prog: --opt 'arg' is not in lo..hi". */

@@ -498,15 +498,10 @@ static int cb_parse(int argc, char **argv, cb_opts_t *o)
             cb_usage(stdout);
             return -1;
         default:
-            fprintf(stderr, "Try 'coll_bench --help'.\n");
-            return 2;
+            return zb_usage_error("coll_bench");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "coll_bench: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return zb_no_operands("coll_bench", argc, argv);
 }
 
 int main(int argc, char **argv)

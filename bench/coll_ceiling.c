@@ -198,12 +198,10 @@ int main(int argc, char **argv)
                    "memfds, with no UCX and no messages: this machine's ceiling for coll_bench.\n");
             return 0;
         default:
-            fprintf(stderr, "Try 'coll_ceiling --help'.\n");
-            return 2;
+            return zb_usage_error("coll_ceiling");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "coll_ceiling: unexpected argument '%s'\n", argv[optind]);
+    if (zb_no_operands("coll_ceiling", argc, argv) != 0) {
         return 2;
     }
     if (zk_init() != ZS_OK) {

@@ -433,15 +433,11 @@ static int ib_parse(int argc, char **argv, ib_opts_t *o)
             ib_usage(stdout);
             return -1;
         default:
-            fprintf(stderr, "Try 'ipc_bench --help'.\n");
-            return 2;
+            return zb_usage_error("ipc_bench");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "ipc_bench: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (zb_zerod_locate("ipc_bench", &o->zerod) != 0) {
+    if (zb_no_operands("ipc_bench", argc, argv) != 0 ||
+        zb_zerod_locate("ipc_bench", &o->zerod) != 0) {
         return 2;
     }
     return 0;

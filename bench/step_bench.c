@@ -293,15 +293,11 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
             sb_usage(stdout);
             return -1;
         default:
-            fprintf(stderr, "Try 'step_bench --help'.\n");
-            return 2;
+            return zb_usage_error("step_bench");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "step_bench: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (zb_zerod_locate("step_bench", &o->zerod) != 0) {
+    if (zb_no_operands("step_bench", argc, argv) != 0 ||
+        zb_zerod_locate("step_bench", &o->zerod) != 0) {
         return 2;
     }
     return 0;

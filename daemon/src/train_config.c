@@ -1,23 +1,261 @@
 #include "train_config.h"
 
+#include "zs/config.h"
+
 #define XXH_STATIC_LINKING_ONLY
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <xxhash.h>
 
-/* Parsing context: the dotted path of the object being read, for messages. */
-typedef struct zd_cfg_ctx {
+#define ZD_TC_OFF(field) offsetof(zd_train_config_t, field)
+
+/* ---- the table (semantics.md §1) ---------------------------------------------------------- */
+
+static const zd_tc_choice_t zd_tc_stage_choices[] = {
+    {"0", 0, "stage 0 is plain data parallelism: use DDP; zerod serves stages 1 and 2"},
+    {"1", 1, NULL},
+    {"2", 2, NULL},
+    {"3", 3, "stage 3 parameter partitioning is not implemented; zerod serves stages 1 and 2"},
+    {NULL, 0, NULL},
+};
+
+static const zd_tc_choice_t zd_tc_offload_opt_choices[] = {
+    {"none", 0, NULL},
+    {"cpu", 1, NULL},
+    {"nvme", 0, "NVMe offload is not implemented; use \"cpu\""},
+    {NULL, 0, NULL},
+};
+
+static const zd_tc_choice_t zd_tc_offload_param_choices[] = {
+    {"none", 0, NULL},
+    {"cpu", 0, "parameter offload is a stage 3 feature, which zerod does not implement"},
+    {"nvme", 0, "parameter offload is a stage 3 feature, which zerod does not implement"},
+    {NULL, 0, NULL},
+};
+
+static const zd_tc_choice_t zd_tc_allreduce_choices[] = {
+    {"mean", 1, NULL},
+    {"sum", 0, NULL},
+    {NULL, 0, NULL},
+};
+
+static const zd_tc_choice_t zd_tc_optimizer_choices[] = {
+    {"Adam", 0, NULL},
+    {"AdamW", 1, NULL},
+    {NULL, 0, NULL},
+};
+
+/* Row shapes. `flags` ZD_TC_MATH marks what the config hash must cover. */
+#define ZD_TC_SECTION(path, doc)                                                                   \
+    {                                                                                              \
+        path, ZD_TC_OBJECT, ZD_TC_HONOURED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, 0, doc       \
+    }
+#define ZD_TC_FLAG(path, def, field, flags, doc)                                                   \
+    {                                                                                              \
+        path, ZD_TC_BOOL, ZD_TC_HONOURED, def, 0, 0, NULL, ZD_TC_STORE_BOOL, ZD_TC_OFF(field), 0,  \
+            flags, doc                                                                             \
+    }
+#define ZD_TC_INTEGER(path, def, min, max, store, field, flags, doc)                               \
+    {                                                                                              \
+        path, ZD_TC_INT, ZD_TC_HONOURED, def, min, max, NULL, store, ZD_TC_OFF(field), 0, flags,   \
+            doc                                                                                    \
+    }
+#define ZD_TC_REAL(path, def, min, max, field, flags, doc)                                         \
+    {                                                                                              \
+        path, ZD_TC_NUMBER, ZD_TC_HONOURED, def, min, max, NULL, ZD_TC_STORE_F64,                  \
+            ZD_TC_OFF(field), 0, flags, doc                                                        \
+    }
+/* An enum (type ZD_TC_ENUM) or an int (ZD_TC_INT) that takes only its choices. */
+#define ZD_TC_CHOICE(path, type, def, choices, store, offset, flags, doc)                          \
+    {                                                                                              \
+        path, type, ZD_TC_HONOURED, def, 0, 0, choices, store, offset, 0, flags, doc               \
+    }
+#define ZD_TC_TWO(path, def, min, max, field1, field2, flags, doc)                                 \
+    {                                                                                              \
+        path, ZD_TC_PAIR, ZD_TC_HONOURED, def, min, max, NULL, ZD_TC_STORE_F64, ZD_TC_OFF(field1), \
+            ZD_TC_OFF(field2), flags, doc                                                          \
+    }
+/* Refused with doc as the reason, unless its value is def (what zerod does anyway). */
+#define ZD_TC_REFUSE(path, type, def, doc)                                                         \
+    {                                                                                              \
+        path, type, ZD_TC_REFUSED, def, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, 0, doc                 \
+    }
+/* Accepted and listed in `ignored` (doc: why ignoring it cannot change the math). */
+#define ZD_TC_IGNORE(path, type, doc)                                                              \
+    {                                                                                              \
+        path, type, ZD_TC_IGNORED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, 0, doc                \
+    }
+
+#define ZD_TC_PER_BUCKET "not used: zerod reduce-scatters and all-gathers once per reduce bucket"
+#define ZD_TC_OWN_MEMORY "zerod allocates and pins its host memory itself"
+#define ZD_TC_MONITOR    "monitoring only; zerod exports its metrics itself"
+
+static const zd_tc_key_t zd_tc_keys[] = {
+    {"", ZD_TC_OBJECT, ZD_TC_HONOURED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, ZD_TC_OPEN,
+     "the training config; a top-level key zerod does not know (another DeepSpeed feature) is "
+     "ignored with a warning, unless it looks like a typo of a known key"},
+    ZD_TC_SECTION("zero_optimization", "ZeRO stage and buckets"),
+    ZD_TC_CHOICE("zero_optimization.stage", ZD_TC_INT, "2", zd_tc_stage_choices, ZD_TC_STORE_U32,
+                 ZD_TC_OFF(stage), ZD_TC_MATH,
+                 "1: optimizer state sharded; 2: gradients sharded too"),
+    ZD_TC_INTEGER("zero_optimization.reduce_bucket_size", "500000000", 1, 1e15, ZD_TC_STORE_U64,
+                  reduce_bucket_size, ZD_TC_MATH, "elements per gradient bucket (design.md §2)"),
+    ZD_TC_FLAG("zero_optimization.overlap_comm", "true", overlap_comm, 0,
+               "accepted; stage 2 always reduces buckets while backward continues"),
+    ZD_TC_FLAG("zero_optimization.contiguous_gradients", "true", contiguous_gradients, 0,
+               "accepted; zerod is always contiguous"),
+    ZD_TC_FLAG("zero_optimization.round_robin_gradients", "false", round_robin_gradients,
+               ZD_TC_MATH, "reorder each group's params round-robin before the layout"),
+    ZD_TC_SECTION("zero_optimization.offload_optimizer", "where the optimizer state lives"),
+    ZD_TC_CHOICE("zero_optimization.offload_optimizer.device", ZD_TC_ENUM, "\"none\"",
+                 zd_tc_offload_opt_choices, ZD_TC_STORE_BOOL, ZD_TC_OFF(offload_cpu), ZD_TC_MATH,
+                 "cpu: shard and Adam in host memory, CPU Adam even on a CUDA backend"),
+    ZD_TC_IGNORE("zero_optimization.offload_optimizer.pin_memory", ZD_TC_BOOL, ZD_TC_OWN_MEMORY),
+    ZD_TC_SECTION("zero_optimization.offload_param", "parameter offload, a stage 3 feature"),
+    ZD_TC_CHOICE("zero_optimization.offload_param.device", ZD_TC_ENUM, "\"none\"",
+                 zd_tc_offload_param_choices, ZD_TC_STORE_NONE, 0, 0, "only \"none\""),
+    ZD_TC_IGNORE("zero_optimization.offload_param.pin_memory", ZD_TC_BOOL, ZD_TC_OWN_MEMORY),
+    ZD_TC_REFUSE("zero_optimization.zero_quantized_weights", ZD_TC_BOOL, "false",
+                 "ZeRO++ quantized weights are a stage 3 feature, which zerod does not implement"),
+    ZD_TC_REFUSE("zero_optimization.zero_quantized_gradients", ZD_TC_BOOL, "false",
+                 "ZeRO++ quantized gradient communication is not implemented"),
+    ZD_TC_IGNORE("zero_optimization.allgather_partitions", ZD_TC_BOOL, ZD_TC_PER_BUCKET),
+    ZD_TC_IGNORE("zero_optimization.allgather_bucket_size", ZD_TC_INT, ZD_TC_PER_BUCKET),
+    ZD_TC_IGNORE("zero_optimization.reduce_scatter", ZD_TC_BOOL, ZD_TC_PER_BUCKET),
+    ZD_TC_SECTION("fp16", "fp16 params and grads, loss scaling"),
+    ZD_TC_FLAG("fp16.enabled", "false", fp16_enabled, ZD_TC_MATH,
+               "fp16 params and grads (fp16 and bf16 both false: fp32)"),
+    ZD_TC_REAL("fp16.loss_scale", "0", 0, 1e38, static_loss_scale, ZD_TC_MATH,
+               "0: dynamic loss scale; > 0: this static scale"),
+    ZD_TC_INTEGER("fp16.initial_scale_power", "16", 0, 126, ZD_TC_STORE_I32, initial_scale_power,
+                  ZD_TC_MATH, "the dynamic scale starts at 2^power"),
+    ZD_TC_INTEGER("fp16.loss_scale_window", "1000", 1, 1e9, ZD_TC_STORE_U32, loss_scale_window,
+                  ZD_TC_MATH, "good steps before the scale doubles"),
+    ZD_TC_INTEGER("fp16.hysteresis", "2", 1, 1e9, ZD_TC_STORE_U32, hysteresis, ZD_TC_MATH,
+                  "overflows tolerated before the scale halves"),
+    ZD_TC_FLAG("fp16.consecutive_hysteresis", "false", consecutive_hysteresis, ZD_TC_MATH,
+               "refill the hysteresis on every good step"),
+    ZD_TC_REAL("fp16.min_loss_scale", "1", 0, 1e38, min_loss_scale, ZD_TC_MATH | ZD_TC_MIN_OPEN,
+               "floor of the dynamic scale; an overflow there with hysteresis spent is an error"),
+    ZD_TC_SECTION("bf16", "bf16 params and grads"),
+    ZD_TC_FLAG("bf16.enabled", "false", bf16_enabled, ZD_TC_MATH,
+               "bf16 params and grads (not together with fp16.enabled)"),
+    ZD_TC_FLAG("bf16.check_grad_overflow", "true", bf16_check_overflow, ZD_TC_MATH,
+               "skip steps whose gradients hold inf or nan"),
+    ZD_TC_REAL("gradient_clipping", "1.0", 0, 1e38, gradient_clipping, ZD_TC_MATH,
+               "largest global gradient norm; 0 disables clipping"),
+    ZD_TC_INTEGER("gradient_accumulation_steps", "1", 1, 1e6, ZD_TC_STORE_U32,
+                  gradient_accumulation_steps, ZD_TC_MATH, "micro-steps per optimizer step"),
+    ZD_TC_CHOICE("gradient_allreduce_op", ZD_TC_ENUM, "\"mean\"", zd_tc_allreduce_choices,
+                 ZD_TC_STORE_BOOL, ZD_TC_OFF(allreduce_mean), ZD_TC_MATH,
+                 "sum: gradients are not divided by the world size"),
+    ZD_TC_SECTION("optimizer", "the optimizer zerod runs on the shard"),
+    ZD_TC_CHOICE("optimizer.type", ZD_TC_ENUM, "\"AdamW\"", zd_tc_optimizer_choices,
+                 ZD_TC_STORE_BOOL, ZD_TC_OFF(optimizer_adamw), ZD_TC_MATH | ZD_TC_NOCASE,
+                 "any case; Adam with adam_w_mode false is L2 mode"),
+    ZD_TC_SECTION("optimizer.params", "hyper-parameters; a param group may override each"),
+    ZD_TC_REAL("optimizer.params.lr", "1e-3", 0, 1e6, opt.lr, ZD_TC_MATH, "learning rate"),
+    ZD_TC_TWO("optimizer.params.betas", "[0.9, 0.999]", 0, 0.999999999, opt.beta1, opt.beta2,
+              ZD_TC_MATH, "Adam's beta1 and beta2"),
+    ZD_TC_REAL("optimizer.params.eps", "1e-8", 0, 1, opt.eps, ZD_TC_MATH,
+               "added to the denominator"),
+    ZD_TC_REAL("optimizer.params.weight_decay", "0", 0, 1e6, opt.weight_decay, ZD_TC_MATH,
+               "decoupled (adam_w_mode) or L2 weight decay"),
+    ZD_TC_FLAG("optimizer.params.bias_correction", "true", opt.bias_correction, ZD_TC_MATH,
+               "divide the moments by 1 - beta^t"),
+    ZD_TC_FLAG("optimizer.params.adam_w_mode", "true", opt.adam_w_mode, ZD_TC_MATH,
+               "false: L2 mode (only with optimizer.type Adam)"),
+    ZD_TC_IGNORE("steps_per_print", ZD_TC_INT, "DeepSpeed's progress log; the trainer logs"),
+    ZD_TC_IGNORE("wall_clock_breakdown", ZD_TC_BOOL,
+                 "DeepSpeed's timers; zeroctl stats reports zerod's"),
+    ZD_TC_IGNORE("tensorboard", ZD_TC_OBJECT, ZD_TC_MONITOR),
+    ZD_TC_IGNORE("wandb", ZD_TC_OBJECT, ZD_TC_MONITOR),
+    ZD_TC_IGNORE("csv_monitor", ZD_TC_OBJECT, ZD_TC_MONITOR),
+};
+
+#define ZD_TC_N_KEYS  ZS_ARRAY_SIZE(zd_tc_keys)
+#define ZD_TC_PATHLEN 192
+
+const zd_tc_key_t *zd_train_config_keys(size_t *n_p)
+{
+    if (n_p != NULL) {
+        *n_p = ZD_TC_N_KEYS;
+    }
+    return zd_tc_keys;
+}
+
+/* ---- table navigation --------------------------------------------------------------------- */
+
+static const char *zd_tc_leaf(const zd_tc_key_t *k)
+{
+    const char *dot = strrchr(k->path, '.');
+
+    return dot != NULL ? dot + 1 : k->path;
+}
+
+/* Is k a direct child of parent ("" is the root)? */
+static bool zd_tc_is_child(const zd_tc_key_t *parent, const zd_tc_key_t *k)
+{
+    size_t plen = strlen(parent->path);
+    const char *rest = k->path;
+
+    if (k == parent || k->path[0] == '\0') {
+        return false;
+    }
+    if (plen > 0) {
+        if (strncmp(k->path, parent->path, plen) != 0 || k->path[plen] != '.') {
+            return false;
+        }
+        rest = k->path + plen + 1;
+    }
+    return strchr(rest, '.') == NULL;
+}
+
+static const zd_tc_key_t *zd_tc_child(const zd_tc_key_t *parent, const char *name)
+{
+    for (size_t i = 0; i < ZD_TC_N_KEYS; i++) {
+        if (zd_tc_is_child(parent, &zd_tc_keys[i]) &&
+            strcmp(zd_tc_leaf(&zd_tc_keys[i]), name) == 0) {
+            return &zd_tc_keys[i];
+        }
+    }
+    return NULL;
+}
+
+static const zd_tc_key_t *zd_tc_find(const char *path)
+{
+    for (size_t i = 0; i < ZD_TC_N_KEYS; i++) {
+        if (strcmp(zd_tc_keys[i].path, path) == 0) {
+            return &zd_tc_keys[i];
+        }
+    }
+    return NULL;
+}
+
+/* ---- messages ----------------------------------------------------------------------------- */
+
+/* What one parse call writes to, and where values land. */
+typedef struct zd_tc_ctx {
+    char *base;      /* the struct values land in */
+    size_t base_off; /* its offset in zd_train_config_t: 0, or that of opt for a group */
+    size_t base_size;
+    char *ignored; /* NULL: not wanted */
+    size_t ignored_len;
+    bool ignored_full;
     char *err;
     size_t errlen;
-} zd_cfg_ctx_t;
+    bool seen[ZD_TC_N_KEYS];
+} zd_tc_ctx_t;
 
-static zs_status_t zd_cfg_fail(zd_cfg_ctx_t *ctx, const char *fmt, ...)
+static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-static zs_status_t zd_cfg_fail(zd_cfg_ctx_t *ctx, const char *fmt, ...)
+static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
 {
     va_list ap;
 
@@ -27,7 +265,22 @@ static zs_status_t zd_cfg_fail(zd_cfg_ctx_t *ctx, const char *fmt, ...)
     return ZS_ERR_CONFIG;
 }
 
-static const char *zd_cfg_type_name(const cJSON *item)
+/* `shown` "." `name`, the name as printable ASCII (a client's key must not forge a log line). */
+static void zd_tc_join(char *buf, size_t len, const char *shown, const char *name)
+{
+    size_t n = (size_t)snprintf(buf, len, "%s%s", shown, shown[0] != '\0' ? "." : "");
+
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0' && n + 5 < len; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\'' && *p != '\\') {
+            buf[n++] = (char)*p;
+        } else {
+            n += (size_t)snprintf(buf + n, len - n, "\\x%02x", *p);
+        }
+    }
+    buf[n < len ? n : len - 1] = '\0';
+}
+
+static const char *zd_tc_json_type(const cJSON *item)
 {
     if (cJSON_IsBool(item)) {
         return "a boolean";
@@ -47,429 +300,569 @@ static const char *zd_cfg_type_name(const cJSON *item)
     return "null";
 }
 
-/* A short rendering of a value for messages. */
-static void zd_cfg_render(const cJSON *item, char *buf, size_t len)
+/* Does the JSON type of item fit type (whatever its value)? */
+static bool zd_tc_json_fits(zd_tc_type_t type, const cJSON *item)
+{
+    switch (type) {
+    case ZD_TC_OBJECT:
+        return cJSON_IsObject(item);
+    case ZD_TC_BOOL:
+        return cJSON_IsBool(item);
+    case ZD_TC_INT:
+    case ZD_TC_NUMBER:
+        return cJSON_IsNumber(item);
+    case ZD_TC_ENUM:
+        return cJSON_IsString(item);
+    case ZD_TC_PAIR:
+        return cJSON_IsArray(item);
+    }
+    return false;
+}
+
+/* A short rendering of a value: "-3", "\"fast\"", or with its type when the type is wrong:
+ * "a string \"fast\"". */
+static void zd_tc_render(const cJSON *item, bool typed, char *buf, size_t len)
 {
     char *s = cJSON_PrintUnformatted(item);
+    const char *text = s != NULL ? s : "?";
+    int n = 0;
 
-    snprintf(buf, len, "%s", s != NULL ? s : "?");
-    if (strlen(buf) > 60) {
-        strcpy(buf + 56, "...");
+    if (typed && !cJSON_IsNull(item)) {
+        n = snprintf(buf, len, "%s ", zd_tc_json_type(item));
+    }
+    if (cJSON_IsNumber(item) && !isfinite(item->valuedouble)) {
+        text = item->valuedouble > 0 ? "inf" : "-inf"; /* cJSON prints null */
+    }
+    snprintf(buf + n, len - (size_t)n, "%s", text);
+    if (strlen(buf) > 72) {
+        strcpy(buf + 68, "...");
     }
     cJSON_free(s);
 }
 
-static zs_status_t zd_cfg_number(zd_cfg_ctx_t *ctx, const cJSON *item, const char *key, double min,
-                                 double max, bool integer, double *out)
+/* The accepted choices: "\"mean\" or \"sum\"", "1 or 2". */
+static void zd_tc_choices_text(const zd_tc_key_t *k, const char *quote, char *buf, size_t len)
 {
-    char val[80];
+    size_t n_ok = 0, i_ok = 0, used = 0;
+
+    for (const zd_tc_choice_t *c = k->choices; c->name != NULL; c++) {
+        n_ok += c->refused == NULL;
+    }
+    buf[0] = '\0';
+    for (const zd_tc_choice_t *c = k->choices; c->name != NULL && used < len; c++) {
+        if (c->refused != NULL) {
+            continue;
+        }
+        used += (size_t)snprintf(buf + used, len - used, "%s%s%s%s",
+                                 i_ok == 0 ? "" : (i_ok + 1 == n_ok ? " or " : ", "), quote,
+                                 c->name, quote);
+        i_ok++;
+    }
+}
+
+/* What a key takes, for "expected ...": "a positive integer up to 1e+15". with_max: say the
+ * upper bound too (not when the value broke the lower one). */
+static void zd_tc_expect(const zd_tc_key_t *k, zd_tc_type_t type, bool with_max, char *buf,
+                         size_t len)
+{
+    const char *noun = type == ZD_TC_INT ? "integer" : "number";
+    int n;
+
+    if (type == ZD_TC_BOOL || type == ZD_TC_OBJECT || type == ZD_TC_PAIR) {
+        snprintf(buf, len, "%s",
+                 type == ZD_TC_BOOL
+                     ? "true or false"
+                     : (type == ZD_TC_OBJECT ? "an object" : "an array of two numbers"));
+        return;
+    }
+    if (k->choices != NULL) {
+        zd_tc_choices_text(k, type == ZD_TC_ENUM ? "\"" : "", buf, len);
+        return;
+    }
+    if (k->min == 0) {
+        n = snprintf(buf, len, "a %s %s", (k->flags & ZD_TC_MIN_OPEN) ? "positive" : "non-negative",
+                     noun);
+    } else if (type == ZD_TC_INT && k->min == 1) {
+        n = snprintf(buf, len, "a positive integer");
+    } else {
+        n = snprintf(buf, len, "%s %s %s %.10g", type == ZD_TC_INT ? "an" : "a", noun,
+                     (k->flags & ZD_TC_MIN_OPEN) ? "above" : "from", k->min);
+    }
+    if (with_max && n > 0 && (size_t)n < len) {
+        snprintf(buf + n, len - (size_t)n, " %s %.10g",
+                 (k->flags & ZD_TC_MAX_OPEN) ? "below" : "up to", k->max);
+    }
+}
+
+/* "config key 'K': expected <what K takes>, got <value>". */
+static zs_status_t zd_tc_bad_value(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, zd_tc_type_t type,
+                                   const char *shown, const cJSON *item)
+{
+    char want[160], got[96];
+    bool fits = zd_tc_json_fits(type, item);
+    bool with_max = !(fits && cJSON_IsNumber(item) && item->valuedouble <= k->max);
+
+    zd_tc_expect(k, type, with_max, want, sizeof(want));
+    zd_tc_render(item, !fits, got, sizeof(got));
+    return zd_tc_fail(ctx, "config key '%s': expected %s, got %s", shown, want, got);
+}
+
+/* ---- values ------------------------------------------------------------------------------- */
+
+static void zd_tc_store(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, size_t offset, double v)
+{
+    char *field;
+    bool b = v != 0;
+    int32_t i32 = (int32_t)v;
+    uint32_t u32 = (uint32_t)v;
+    uint64_t u64 = (uint64_t)v;
+
+    if (k->store == ZD_TC_STORE_NONE || offset < ctx->base_off ||
+        offset >= ctx->base_off + ctx->base_size) {
+        return;
+    }
+    field = ctx->base + (offset - ctx->base_off);
+    switch (k->store) {
+    case ZD_TC_STORE_BOOL:
+        memcpy(field, &b, sizeof(b));
+        break;
+    case ZD_TC_STORE_I32:
+        memcpy(field, &i32, sizeof(i32));
+        break;
+    case ZD_TC_STORE_U32:
+        memcpy(field, &u32, sizeof(u32));
+        break;
+    case ZD_TC_STORE_U64:
+        memcpy(field, &u64, sizeof(u64));
+        break;
+    case ZD_TC_STORE_F64:
+        memcpy(field, &v, sizeof(v));
+        break;
+    case ZD_TC_STORE_NONE:
+        break;
+    }
+}
+
+/* The choice item names: by name for an enum, by value for an int. NULL: none. */
+static const zd_tc_choice_t *zd_tc_choice(const zd_tc_key_t *k, const cJSON *item)
+{
+    for (const zd_tc_choice_t *c = k->choices; c->name != NULL; c++) {
+        if (k->type == ZD_TC_ENUM &&
+            ((k->flags & ZD_TC_NOCASE) ? strcasecmp(c->name, item->valuestring)
+                                       : strcmp(c->name, item->valuestring)) == 0) {
+            return c;
+        }
+        if (k->type == ZD_TC_INT && item->valuedouble == (double)c->value) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* A choice of an enum or int row: store its value, or refuse it with its reason. */
+static zs_status_t zd_tc_set_choice(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const char *shown,
+                                    const cJSON *item)
+{
+    const zd_tc_choice_t *c = zd_tc_choice(k, item);
+    char got[96];
+
+    if (c == NULL) {
+        return zd_tc_bad_value(ctx, k, k->type, shown, item);
+    }
+    if (c->refused != NULL) {
+        zd_tc_render(item, false, got, sizeof(got));
+        return zd_tc_fail(ctx, "config key '%s': %s is not supported (%s)", shown, got, c->refused);
+    }
+    zd_tc_store(ctx, k, k->offset, c->value);
+    return ZS_OK;
+}
+
+/* A number of an INT or NUMBER row (type), or one element of a PAIR row, checked for range. */
+static zs_status_t zd_tc_number(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, zd_tc_type_t type,
+                                const char *shown, const cJSON *item, double *v_p)
+{
     double v;
 
     if (!cJSON_IsNumber(item)) {
-        zd_cfg_render(item, val, sizeof(val));
-        return zd_cfg_fail(ctx, "config key '%s': expected a number, got %s %s", key,
-                           zd_cfg_type_name(item), val);
+        return zd_tc_bad_value(ctx, k, type, shown, item);
     }
     v = item->valuedouble;
-    if (!isfinite(v) || v < min || v > max) {
-        return zd_cfg_fail(ctx, "config key '%s': value %g is out of range [%g, %g]", key, v, min,
-                           max);
+    if (!isfinite(v) || (type == ZD_TC_INT && floor(v) != v)) {
+        return zd_tc_bad_value(ctx, k, type, shown, item);
     }
-    if (integer && floor(v) != v) {
-        return zd_cfg_fail(ctx, "config key '%s': value %g is not an integer", key, v);
+    if (k->choices == NULL &&
+        (v < k->min || v > k->max || ((k->flags & ZD_TC_MIN_OPEN) && v == k->min) ||
+         ((k->flags & ZD_TC_MAX_OPEN) && v == k->max))) {
+        return zd_tc_bad_value(ctx, k, type, shown, item);
     }
-    *out = v;
+    *v_p = v;
     return ZS_OK;
 }
 
-static zs_status_t zd_cfg_bool(zd_cfg_ctx_t *ctx, const cJSON *item, const char *key, bool *out)
+static zs_status_t zd_tc_set_pair(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const char *shown,
+                                  const cJSON *item)
 {
-    char val[80];
+    char elem[ZD_TC_PATHLEN + 8];
+    double v[2];
+    zs_status_t st;
 
-    if (!cJSON_IsBool(item)) {
-        zd_cfg_render(item, val, sizeof(val));
-        return zd_cfg_fail(ctx, "config key '%s': expected true or false, got %s %s", key,
-                           zd_cfg_type_name(item), val);
+    if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2) {
+        return zd_tc_bad_value(ctx, k, ZD_TC_PAIR, shown, item);
     }
-    *out = cJSON_IsTrue(item);
+    for (int i = 0; i < 2; i++) {
+        snprintf(elem, sizeof(elem), "%s[%d]", shown, i);
+        st = zd_tc_number(ctx, k, ZD_TC_NUMBER, elem, cJSON_GetArrayItem(item, i), &v[i]);
+        if (st != ZS_OK) {
+            return st;
+        }
+    }
+    zd_tc_store(ctx, k, k->offset, v[0]);
+    zd_tc_store(ctx, k, k->offset2, v[1]);
     return ZS_OK;
 }
 
-static zs_status_t zd_cfg_object(zd_cfg_ctx_t *ctx, const cJSON *item, const char *key)
+/* One value of a leaf row (not an object). */
+static zs_status_t zd_tc_set_leaf(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const char *shown,
+                                  const cJSON *item)
 {
-    char val[80];
+    double v;
+    zs_status_t st;
 
-    if (!cJSON_IsObject(item)) {
-        zd_cfg_render(item, val, sizeof(val));
-        return zd_cfg_fail(ctx, "config key '%s': expected an object, got %s %s", key,
-                           zd_cfg_type_name(item), val);
+    switch (k->type) {
+    case ZD_TC_BOOL:
+        if (!cJSON_IsBool(item)) {
+            return zd_tc_bad_value(ctx, k, k->type, shown, item);
+        }
+        zd_tc_store(ctx, k, k->offset, cJSON_IsTrue(item) ? 1 : 0);
+        return ZS_OK;
+    case ZD_TC_INT:
+    case ZD_TC_NUMBER:
+        st = zd_tc_number(ctx, k, k->type, shown, item, &v);
+        if (st == ZS_OK && k->choices != NULL) {
+            return zd_tc_set_choice(ctx, k, shown, item);
+        }
+        if (st == ZS_OK) {
+            zd_tc_store(ctx, k, k->offset, v);
+        }
+        return st;
+    case ZD_TC_ENUM:
+        if (!cJSON_IsString(item)) {
+            return zd_tc_bad_value(ctx, k, k->type, shown, item);
+        }
+        return zd_tc_set_choice(ctx, k, shown, item);
+    case ZD_TC_PAIR:
+        return zd_tc_set_pair(ctx, k, shown, item);
+    case ZD_TC_OBJECT:
+        break;
     }
-    return ZS_OK;
+    return zd_tc_fail(ctx, "config key '%s': no parser for this key", shown);
 }
 
-#define ZD_CFG_TRY(expr)                                                                           \
-    do {                                                                                           \
-        zs_status_t _st = (expr);                                                                  \
-        if (_st != ZS_OK) {                                                                        \
-            return _st;                                                                            \
-        }                                                                                          \
-    } while (0)
+/* ---- unknown keys ------------------------------------------------------------------------- */
 
-static zs_status_t zd_cfg_opt_params(zd_cfg_ctx_t *ctx, const cJSON *obj, const char *prefix,
-                                     zd_group_opts_t *o)
+/* Optimal string alignment distance, ignoring case; anything over `cap` is cap + 1. */
+static size_t zd_tc_distance(const char *a, const char *b, size_t cap)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    size_t d[3][65], *prev2 = d[0], *prev = d[1], *cur = d[2];
+
+    if (la > 64 || lb > 64 || (la > lb ? la - lb : lb - la) > cap) {
+        return cap + 1;
+    }
+    for (size_t j = 0; j <= lb; j++) {
+        prev[j] = j;
+    }
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t best = prev[j - 1] + (ca != cb);
+            best = prev[j] + 1 < best ? prev[j] + 1 : best;
+            best = cur[j - 1] + 1 < best ? cur[j - 1] + 1 : best;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && prev2[j - 2] + 1 < best) {
+                best = prev2[j - 2] + 1;
+            }
+            cur[j] = best;
+        }
+        size_t *t = prev2;
+        prev2 = prev;
+        prev = cur;
+        cur = t;
+    }
+    return prev[lb] <= cap ? prev[lb] : cap + 1;
+}
+
+/* A hint for an unknown key `name` under `parent`: "; did you mean 'fp16.loss_scale'?" for a
+ * sibling one or two edits away, or "; 'stage' is a key of 'zero_optimization'" for a known key
+ * of another section. "" when nothing is close. Under an open object only keys zerod uses count
+ * (a typo of an ignored key changes nothing). */
+static void zd_tc_suggest(const zd_tc_key_t *parent, const char *shown_parent, const char *name,
+                          char *buf, size_t len)
+{
+    size_t cap = strlen(name) <= 4 ? 1 : 2, best_d = cap + 1;
+    const zd_tc_key_t *best = NULL;
+    bool used_only = (parent->flags & ZD_TC_OPEN) != 0;
+    char path[ZD_TC_PATHLEN];
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < ZD_TC_N_KEYS; i++) {
+        const zd_tc_key_t *k = &zd_tc_keys[i];
+        size_t d;
+        if (!zd_tc_is_child(parent, k) || (used_only && k->fate == ZD_TC_IGNORED)) {
+            continue;
+        }
+        d = zd_tc_distance(name, zd_tc_leaf(k), cap);
+        if (d < best_d) {
+            best_d = d;
+            best = k;
+        }
+    }
+    if (best != NULL) {
+        zd_tc_join(path, sizeof(path), shown_parent, zd_tc_leaf(best));
+        snprintf(buf, len, "; did you mean '%s'?", path);
+        return;
+    }
+    for (size_t i = 0; i < ZD_TC_N_KEYS; i++) {
+        const zd_tc_key_t *k = &zd_tc_keys[i];
+        if (strchr(k->path, '.') != NULL && strcasecmp(zd_tc_leaf(k), name) == 0 &&
+            !(used_only && k->fate == ZD_TC_IGNORED)) {
+            snprintf(buf, len, "; '%s' is a key of '%.*s'", zd_tc_leaf(k),
+                     (int)(zd_tc_leaf(k) - 1 - k->path), k->path);
+            return;
+        }
+    }
+}
+
+/* " (known keys of 'optimizer.params': lr, betas, ...)" */
+static void zd_tc_known(const zd_tc_key_t *parent, const char *shown_parent, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, " (known keys of '%s':", shown_parent);
+    const char *sep = " ";
+
+    for (size_t i = 0; i < ZD_TC_N_KEYS && used < len; i++) {
+        const zd_tc_key_t *k = &zd_tc_keys[i];
+        if (zd_tc_is_child(parent, k) && k->fate != ZD_TC_REFUSED) {
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, zd_tc_leaf(k));
+            sep = ", ";
+        }
+    }
+    if (used < len) {
+        snprintf(buf + used, len - used, ")");
+    }
+}
+
+/* Append a key to the caller's ignored list; "..." once it is full. */
+static void zd_tc_ignore(zd_tc_ctx_t *ctx, const char *shown)
+{
+    static const char more[] = ", ...";
+    size_t used;
+
+    if (ctx->ignored == NULL || ctx->ignored_full) {
+        return;
+    }
+    used = strlen(ctx->ignored);
+    if (used + (used > 0 ? 2 : 0) + strlen(shown) + sizeof(more) > ctx->ignored_len) {
+        ctx->ignored_full = true;
+        if (used + sizeof(more) <= ctx->ignored_len) {
+            snprintf(ctx->ignored + used, ctx->ignored_len - used, "%s", used > 0 ? more : "...");
+        }
+        return;
+    }
+    snprintf(ctx->ignored + used, ctx->ignored_len - used, "%s%s", used > 0 ? ", " : "", shown);
+}
+
+/* A key the table does not have under `parent`: refused, or ignored under an open object when
+ * it does not look like a typo. */
+static zs_status_t zd_tc_unknown(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent,
+                                 const char *shown_parent, const char *name, const char *shown)
+{
+    char hint[ZD_TC_PATHLEN + 64], known[512];
+
+    zd_tc_suggest(parent, shown_parent, name, hint, sizeof(hint));
+    if (hint[0] != '\0') {
+        return zd_tc_fail(ctx, "config key '%s' is unknown%s", shown, hint);
+    }
+    if (parent->flags & ZD_TC_OPEN) {
+        zd_tc_ignore(ctx, shown);
+        return ZS_OK;
+    }
+    zd_tc_known(parent, shown_parent, known, sizeof(known));
+    return zd_tc_fail(ctx, "config key '%s' is unknown%s", shown, known);
+}
+
+/* ---- objects ------------------------------------------------------------------------------ */
+
+/* A key of fate refused: an error, unless its value is the row's default. */
+static zs_status_t zd_tc_refuse(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const char *shown,
+                                const cJSON *item)
+{
+    cJSON *def = k->def != NULL ? cJSON_Parse(k->def) : NULL;
+    bool harmless = def != NULL && cJSON_Compare(def, item, true);
+    char got[96];
+
+    cJSON_Delete(def);
+    if (harmless) {
+        return ZS_OK;
+    }
+    if (k->def == NULL) {
+        return zd_tc_fail(ctx, "config key '%s' is not supported (%s)", shown, k->doc);
+    }
+    zd_tc_render(item, false, got, sizeof(got));
+    return zd_tc_fail(ctx, "config key '%s': %s is not supported (%s)", shown, got, k->doc);
+}
+
+/* Every member of the JSON object `obj`, which is the value of row `parent` (shown as
+ * `shown`). */
+static zs_status_t zd_tc_walk(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent, const char *shown,
+                              const cJSON *obj)
 {
     const cJSON *item;
-    char key[128];
-    double d;
+    char child[ZD_TC_PATHLEN];
+    zs_status_t st = ZS_OK;
 
-    ZD_CFG_TRY(zd_cfg_object(ctx, obj, prefix));
+    if (!cJSON_IsObject(obj)) {
+        return zd_tc_bad_value(ctx, parent, ZD_TC_OBJECT, shown, obj);
+    }
     cJSON_ArrayForEach(item, obj)
     {
-        snprintf(key, sizeof(key), "%s.%s", prefix, item->string);
-        if (strcmp(item->string, "lr") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 1e6, false, &o->lr));
-        } else if (strcmp(item->string, "eps") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 1, false, &o->eps));
-        } else if (strcmp(item->string, "weight_decay") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 1e6, false, &o->weight_decay));
-        } else if (strcmp(item->string, "bias_correction") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &o->bias_correction));
-        } else if (strcmp(item->string, "adam_w_mode") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &o->adam_w_mode));
-        } else if (strcmp(item->string, "betas") == 0) {
-            char val[80];
-            if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2) {
-                zd_cfg_render(item, val, sizeof(val));
-                return zd_cfg_fail(ctx, "config key '%s': expected [beta1, beta2], got %s", key,
-                                   val);
-            }
-            snprintf(key, sizeof(key), "%s.betas[0]", prefix);
-            ZD_CFG_TRY(
-                zd_cfg_number(ctx, cJSON_GetArrayItem(item, 0), key, 0, 0.999999999, false, &d));
-            o->beta1 = d;
-            snprintf(key, sizeof(key), "%s.betas[1]", prefix);
-            ZD_CFG_TRY(
-                zd_cfg_number(ctx, cJSON_GetArrayItem(item, 1), key, 0, 0.999999999, false, &d));
-            o->beta2 = d;
+        const zd_tc_key_t *k = zd_tc_child(parent, item->string);
+        zd_tc_join(child, sizeof(child), shown, item->string);
+        if (k == NULL) {
+            st = zd_tc_unknown(ctx, parent, shown, item->string, child);
+        } else if (k->fate == ZD_TC_REFUSED) {
+            st = zd_tc_refuse(ctx, k, child, item);
+        } else if (k->fate == ZD_TC_IGNORED) {
+            zd_tc_ignore(ctx, child);
         } else {
-            return zd_cfg_fail(ctx,
-                               "config key '%s' is unknown (known: lr, betas, eps, weight_decay, "
-                               "bias_correction, adam_w_mode)",
-                               key);
+            ctx->seen[k - zd_tc_keys] = true;
+            st = k->type == ZD_TC_OBJECT ? zd_tc_walk(ctx, k, child, item)
+                                         : zd_tc_set_leaf(ctx, k, child, item);
+        }
+        if (st != ZS_OK) {
+            return st;
         }
     }
     return ZS_OK;
 }
 
-static zs_status_t zd_cfg_optimizer(zd_cfg_ctx_t *ctx, const cJSON *obj, zd_train_config_t *cfg)
+/* Every row's default, parsed like a value (so a default is in its own range). */
+static zs_status_t zd_tc_defaults(zd_tc_ctx_t *ctx)
 {
-    const cJSON *item;
-    const cJSON *params = NULL;
-    bool adam_w_set = false;
-    char key[128];
-
-    ZD_CFG_TRY(zd_cfg_object(ctx, obj, "optimizer"));
-    cJSON_ArrayForEach(item, obj)
-    {
-        snprintf(key, sizeof(key), "optimizer.%s", item->string);
-        if (strcmp(item->string, "type") == 0) {
-            if (!cJSON_IsString(item)) {
-                return zd_cfg_fail(ctx, "config key '%s': expected \"Adam\" or \"AdamW\", got %s",
-                                   key, zd_cfg_type_name(item));
-            }
-            if (strcasecmp(item->valuestring, "adamw") == 0) {
-                cfg->optimizer_adamw = true;
-            } else if (strcasecmp(item->valuestring, "adam") == 0) {
-                cfg->optimizer_adamw = false;
-            } else {
-                return zd_cfg_fail(ctx,
-                                   "config key '%s': optimizer \"%s\" is not supported (zerod "
-                                   "runs Adam and AdamW)",
-                                   key, item->valuestring);
-            }
-        } else if (strcmp(item->string, "params") == 0) {
-            params = item;
-        } else {
-            return zd_cfg_fail(ctx, "config key '%s' is unknown (known: type, params)", key);
+    for (size_t i = 0; i < ZD_TC_N_KEYS; i++) {
+        const zd_tc_key_t *k = &zd_tc_keys[i];
+        cJSON *def;
+        zs_status_t st;
+        if (k->def == NULL || k->fate != ZD_TC_HONOURED) {
+            continue;
+        }
+        def = cJSON_Parse(k->def);
+        if (def == NULL) {
+            return zd_tc_fail(ctx, "config key '%s': default %s is not JSON", k->path, k->def);
+        }
+        st = zd_tc_set_leaf(ctx, k, k->path, def);
+        cJSON_Delete(def);
+        if (st != ZS_OK) {
+            return st;
         }
     }
-    if (params != NULL) {
-        ZD_CFG_TRY(zd_cfg_opt_params(ctx, params, "optimizer.params", &cfg->opt));
-        adam_w_set = cJSON_GetObjectItemCaseSensitive(params, "adam_w_mode") != NULL;
+    return ZS_OK;
+}
+
+/* Rules between keys, once every key is read. */
+static zs_status_t zd_tc_rules(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
+{
+    const zd_tc_key_t *awm = zd_tc_find("optimizer.params.adam_w_mode");
+
+    if (cfg->fp16_enabled && cfg->bf16_enabled) {
+        return zd_tc_fail(ctx, "config keys 'fp16.enabled' and 'bf16.enabled' are both true; "
+                               "choose one");
     }
+    cfg->dtype =
+        cfg->fp16_enabled ? ZS_DTYPE_F16 : (cfg->bf16_enabled ? ZS_DTYPE_BF16 : ZS_DTYPE_F32);
     if (cfg->optimizer_adamw) {
-        if (adam_w_set && !cfg->opt.adam_w_mode) {
-            return zd_cfg_fail(ctx, "config key 'optimizer.params.adam_w_mode': false contradicts "
-                                    "optimizer.type \"AdamW\" (use type \"Adam\" for L2 mode)");
+        if (awm != NULL && ctx->seen[awm - zd_tc_keys] && !cfg->opt.adam_w_mode) {
+            return zd_tc_fail(ctx, "config key 'optimizer.params.adam_w_mode': false contradicts "
+                                   "optimizer.type \"AdamW\" (use type \"Adam\" for L2 mode)");
         }
         cfg->opt.adam_w_mode = true;
     }
     return ZS_OK;
 }
 
-static zs_status_t zd_cfg_zero(zd_cfg_ctx_t *ctx, const cJSON *obj, zd_train_config_t *cfg,
-                               char *ignored, size_t ignored_len)
-{
-    const cJSON *item;
-    char key[128];
-    double d;
-
-    ZD_CFG_TRY(zd_cfg_object(ctx, obj, "zero_optimization"));
-    cJSON_ArrayForEach(item, obj)
-    {
-        snprintf(key, sizeof(key), "zero_optimization.%s", item->string);
-        if (strcmp(item->string, "stage") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 1e9, true, &d));
-            if (d == 0) {
-                return zd_cfg_fail(ctx,
-                                   "config key '%s': stage 0 is plain data parallelism; "
-                                   "use DDP (zerod serves stages 1 and 2)",
-                                   key);
-            }
-            if (d >= 3) {
-                return zd_cfg_fail(ctx,
-                                   "config key '%s': stage %g is not supported (zerod "
-                                   "serves stages 1 and 2; stage 3 parameter partitioning "
-                                   "is not implemented)",
-                                   key, d);
-            }
-            cfg->stage = (uint32_t)d;
-        } else if (strcmp(item->string, "reduce_bucket_size") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 1, 1e15, true, &d));
-            cfg->reduce_bucket_size = (uint64_t)d;
-        } else if (strcmp(item->string, "overlap_comm") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &cfg->overlap_comm));
-        } else if (strcmp(item->string, "contiguous_gradients") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &cfg->contiguous_gradients));
-        } else if (strcmp(item->string, "round_robin_gradients") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &cfg->round_robin_gradients));
-        } else if (strcmp(item->string, "offload_optimizer") == 0) {
-            const cJSON *dev;
-            ZD_CFG_TRY(zd_cfg_object(ctx, item, key));
-            cJSON_ArrayForEach(dev, item)
-            {
-                if (strcmp(dev->string, "device") != 0) {
-                    return zd_cfg_fail(ctx, "config key '%s.%s' is unknown (known: device)", key,
-                                       dev->string);
-                }
-                if (!cJSON_IsString(dev) || (strcmp(dev->valuestring, "none") != 0 &&
-                                             strcmp(dev->valuestring, "cpu") != 0)) {
-                    char val[80];
-                    zd_cfg_render(dev, val, sizeof(val));
-                    return zd_cfg_fail(ctx,
-                                       "config key '%s.device': expected \"none\" or \"cpu\", "
-                                       "got %s",
-                                       key, val);
-                }
-                cfg->offload_cpu = strcmp(dev->valuestring, "cpu") == 0;
-            }
-        } else if (strcmp(item->string, "allgather_partitions") == 0 ||
-                   strcmp(item->string, "allgather_bucket_size") == 0 ||
-                   strcmp(item->string, "reduce_scatter") == 0) {
-            /* DeepSpeed tuning knobs with no meaning here: zerod always reduce-scatters and
-             * all-gathers per bucket. */
-            if (ignored != NULL) {
-                size_t used = strlen(ignored);
-                snprintf(ignored + used, ignored_len - used, "%s%s", used ? ", " : "", key);
-            }
-        } else {
-            return zd_cfg_fail(ctx,
-                               "config key '%s' is unknown (known: stage, reduce_bucket_size, "
-                               "overlap_comm, contiguous_gradients, round_robin_gradients, "
-                               "offload_optimizer)",
-                               key);
-        }
-    }
-    return ZS_OK;
-}
-
-static zs_status_t zd_cfg_fp16(zd_cfg_ctx_t *ctx, const cJSON *obj, zd_train_config_t *cfg,
-                               bool *enabled)
-{
-    const cJSON *item;
-    char key[128];
-    double d;
-
-    ZD_CFG_TRY(zd_cfg_object(ctx, obj, "fp16"));
-    cJSON_ArrayForEach(item, obj)
-    {
-        snprintf(key, sizeof(key), "fp16.%s", item->string);
-        if (strcmp(item->string, "enabled") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, enabled));
-        } else if (strcmp(item->string, "loss_scale") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 1e38, false, &cfg->static_loss_scale));
-        } else if (strcmp(item->string, "initial_scale_power") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 0, 126, true, &d));
-            cfg->initial_scale_power = (int)d;
-        } else if (strcmp(item->string, "loss_scale_window") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 1, 1e9, true, &d));
-            cfg->loss_scale_window = (uint32_t)d;
-        } else if (strcmp(item->string, "hysteresis") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 1, 1e9, true, &d));
-            cfg->hysteresis = (uint32_t)d;
-        } else if (strcmp(item->string, "consecutive_hysteresis") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &cfg->consecutive_hysteresis));
-        } else if (strcmp(item->string, "min_loss_scale") == 0) {
-            ZD_CFG_TRY(zd_cfg_number(ctx, item, key, 1e-38, 1e38, false, &cfg->min_loss_scale));
-        } else {
-            return zd_cfg_fail(ctx,
-                               "config key '%s' is unknown (known: enabled, loss_scale, "
-                               "initial_scale_power, loss_scale_window, hysteresis, "
-                               "consecutive_hysteresis, min_loss_scale)",
-                               key);
-        }
-    }
-    return ZS_OK;
-}
-
-static zs_status_t zd_cfg_bf16(zd_cfg_ctx_t *ctx, const cJSON *obj, zd_train_config_t *cfg,
-                               bool *enabled)
-{
-    const cJSON *item;
-    char key[128];
-
-    ZD_CFG_TRY(zd_cfg_object(ctx, obj, "bf16"));
-    cJSON_ArrayForEach(item, obj)
-    {
-        snprintf(key, sizeof(key), "bf16.%s", item->string);
-        if (strcmp(item->string, "enabled") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, enabled));
-        } else if (strcmp(item->string, "check_grad_overflow") == 0) {
-            ZD_CFG_TRY(zd_cfg_bool(ctx, item, key, &cfg->bf16_check_overflow));
-        } else {
-            return zd_cfg_fail(
-                ctx, "config key '%s' is unknown (known: enabled, check_grad_overflow)", key);
-        }
-    }
-    return ZS_OK;
-}
-
-static void zd_train_config_defaults(zd_train_config_t *cfg)
-{
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->stage = 2;
-    cfg->reduce_bucket_size = 500000000ull;
-    cfg->overlap_comm = true;
-    cfg->contiguous_gradients = true;
-    cfg->dtype = ZS_DTYPE_F32;
-    cfg->initial_scale_power = 16;
-    cfg->loss_scale_window = 1000;
-    cfg->hysteresis = 2;
-    cfg->min_loss_scale = 1;
-    cfg->bf16_check_overflow = true;
-    cfg->gradient_clipping = 1.0;
-    cfg->gradient_accumulation_steps = 1;
-    cfg->allreduce_mean = true;
-    cfg->optimizer_adamw = true;
-    cfg->opt.lr = 1e-3;
-    cfg->opt.beta1 = 0.9;
-    cfg->opt.beta2 = 0.999;
-    cfg->opt.eps = 1e-8;
-    cfg->opt.weight_decay = 0;
-    cfg->opt.bias_correction = true;
-    cfg->opt.adam_w_mode = true;
-}
-
 zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char *ignored,
                                   size_t ignored_len, char *err, size_t errlen)
 {
-    zd_cfg_ctx_t ctx = {err, errlen};
     zd_train_config_t tmp;
-    cJSON *root;
-    const cJSON *item;
-    bool fp16 = false, bf16 = false;
-    zs_status_t status = ZS_OK;
-    double d;
+    zd_tc_ctx_t ctx = {.base = (char *)&tmp,
+                       .base_size = sizeof(tmp),
+                       .ignored = ignored_len > 0 ? ignored : NULL,
+                       .ignored_len = ignored_len,
+                       .err = err,
+                       .errlen = errlen};
+    cJSON *root = NULL;
+    zs_status_t st;
 
-    zd_train_config_defaults(&tmp);
+    memset(&tmp, 0, sizeof(tmp));
     if (ignored != NULL && ignored_len > 0) {
         ignored[0] = '\0';
     }
-    if (json == NULL || *json == '\0') {
-        *cfg = tmp;
-        return ZS_OK;
+    st = zd_tc_defaults(&ctx);
+    if (st != ZS_OK) {
+        return st;
     }
-    root = cJSON_Parse(json);
-    if (root == NULL) {
-        const char *at = cJSON_GetErrorPtr();
-        return zd_cfg_fail(&ctx, "config: not valid JSON near '%.20s'", at != NULL ? at : "?");
-    }
-    if (!cJSON_IsObject(root)) {
-        status = zd_cfg_fail(&ctx, "config: expected a JSON object at the top level");
-        goto out;
-    }
-    cJSON_ArrayForEach(item, root)
-    {
-        const char *k = item->string;
-        if (strcmp(k, "zero_optimization") == 0) {
-            status = zd_cfg_zero(&ctx, item, &tmp, ignored, ignored_len);
-        } else if (strcmp(k, "fp16") == 0) {
-            status = zd_cfg_fp16(&ctx, item, &tmp, &fp16);
-        } else if (strcmp(k, "bf16") == 0) {
-            status = zd_cfg_bf16(&ctx, item, &tmp, &bf16);
-        } else if (strcmp(k, "gradient_clipping") == 0) {
-            status = zd_cfg_number(&ctx, item, k, 0, 1e38, false, &tmp.gradient_clipping);
-        } else if (strcmp(k, "gradient_accumulation_steps") == 0) {
-            status = zd_cfg_number(&ctx, item, k, 1, 1e6, true, &d);
-            if (status == ZS_OK) {
-                tmp.gradient_accumulation_steps = (uint32_t)d;
-            }
-        } else if (strcmp(k, "gradient_allreduce_op") == 0) {
-            if (!cJSON_IsString(item) ||
-                (strcmp(item->valuestring, "mean") != 0 && strcmp(item->valuestring, "sum") != 0)) {
-                char val[80];
-                zd_cfg_render(item, val, sizeof(val));
-                status = zd_cfg_fail(&ctx, "config key '%s': expected \"mean\" or \"sum\", got %s",
-                                     k, val);
-            } else {
-                tmp.allreduce_mean = strcmp(item->valuestring, "mean") == 0;
-            }
-        } else if (strcmp(k, "optimizer") == 0) {
-            status = zd_cfg_optimizer(&ctx, item, &tmp);
-        } else if (ignored != NULL) {
-            size_t used = strlen(ignored);
-            snprintf(ignored + used, ignored_len - used, "%s%s", used ? ", " : "", k);
+    if (json != NULL && *json != '\0') {
+        root = cJSON_Parse(json);
+        if (root == NULL) {
+            const char *at = cJSON_GetErrorPtr();
+            return zd_tc_fail(&ctx, "config: not valid JSON near '%.20s'", at != NULL ? at : "?");
         }
-        if (status != ZS_OK) {
+        if (!cJSON_IsObject(root)) {
+            st = zd_tc_fail(&ctx, "config: expected a JSON object at the top level");
+            goto out;
+        }
+        st = zd_tc_walk(&ctx, &zd_tc_keys[0], "", root);
+        if (st != ZS_OK) {
             goto out;
         }
     }
-    if (fp16 && bf16) {
-        status = zd_cfg_fail(&ctx, "config keys 'fp16.enabled' and 'bf16.enabled' are both true; "
-                                   "choose one");
-        goto out;
+    st = zd_tc_rules(&ctx, &tmp);
+    if (st == ZS_OK) {
+        *cfg = tmp;
     }
-    tmp.dtype = fp16 ? ZS_DTYPE_F16 : (bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32);
-    *cfg = tmp;
 out:
     cJSON_Delete(root);
-    return status;
+    return st;
 }
 
 zs_status_t zd_group_opts_parse(const char *json, const zd_group_opts_t *base, uint32_t group,
                                 zd_group_opts_t *opts, char *err, size_t errlen)
 {
-    zd_cfg_ctx_t ctx = {err, errlen};
     zd_group_opts_t tmp = *base;
-    char prefix[64];
+    zd_tc_ctx_t ctx = {.base = (char *)&tmp,
+                       .base_off = offsetof(zd_train_config_t, opt),
+                       .base_size = sizeof(tmp),
+                       .err = err,
+                       .errlen = errlen};
+    char shown[64];
     cJSON *root;
-    zs_status_t status;
+    zs_status_t st;
 
     if (json == NULL || *json == '\0') {
         *opts = tmp;
         return ZS_OK;
     }
-    snprintf(prefix, sizeof(prefix), "groups[%u].options", group);
+    snprintf(shown, sizeof(shown), "groups[%u].options", group);
     root = cJSON_Parse(json);
     if (root == NULL) {
-        return zd_cfg_fail(&ctx, "%s: not valid JSON", prefix);
+        return zd_tc_fail(&ctx, "%s: not valid JSON", shown);
     }
-    status = zd_cfg_opt_params(&ctx, root, prefix, &tmp);
+    st = zd_tc_walk(&ctx, zd_tc_find("optimizer.params"), shown, root);
     cJSON_Delete(root);
-    if (status == ZS_OK) {
+    if (st == ZS_OK) {
         *opts = tmp;
     }
-    return status;
+    return st;
 }
 
 uint64_t zd_train_config_hash(const zd_train_config_t *c)
@@ -477,7 +870,9 @@ uint64_t zd_train_config_hash(const zd_train_config_t *c)
     char buf[1024];
     int n;
 
-    /* A canonical text of every field that changes the math; %a keeps doubles exact. */
+    /* A canonical text of every field that changes the math (the rows flagged ZD_TC_MATH; a
+     * unit test holds the two together); %a keeps doubles exact. The text is the one of
+     * earlier versions, so their hashes still match. */
     n = snprintf(buf, sizeof(buf),
                  "v1 stage=%u bucket=%llu rr=%d dtype=%d ls=%a isp=%d win=%u hyst=%u ch=%d "
                  "min=%a bf16chk=%d clip=%a G=%u mean=%d adamw=%d lr=%a b1=%a b2=%a eps=%a "
@@ -490,4 +885,93 @@ uint64_t zd_train_config_hash(const zd_train_config_t *c)
                  c->opt.eps, c->opt.weight_decay, c->opt.bias_correction, c->opt.adam_w_mode,
                  c->offload_cpu);
     return XXH3_64bits(buf, (size_t)n);
+}
+
+/* ---- printing the table ------------------------------------------------------------------- */
+
+static const char *zd_tc_type_name(const zd_tc_key_t *k)
+{
+    static const char *const names[] = {"object", "bool",   "int",
+                                        "number", "string", "[number, number]"};
+
+    return names[k->type];
+}
+
+/* The values a key takes: "[1, 1e+15]", "`\"mean\"`, `\"sum\"`" (md: each in backticks). */
+static void zd_tc_allowed(const zd_tc_key_t *k, bool md, char *buf, size_t len)
+{
+    const char *tick = md ? "`" : "";
+    size_t used = 0;
+
+    buf[0] = '\0';
+    if (k->fate == ZD_TC_REFUSED && k->def != NULL) {
+        snprintf(buf, len, "only %s%s%s", tick, k->def, tick);
+        return;
+    }
+    if (k->fate != ZD_TC_HONOURED || k->type == ZD_TC_OBJECT || k->type == ZD_TC_BOOL) {
+        return;
+    }
+    if (k->choices != NULL) {
+        for (const zd_tc_choice_t *c = k->choices; c->name != NULL && used < len; c++) {
+            const char *q = k->type == ZD_TC_ENUM ? "\"" : "";
+            if (c->refused == NULL) {
+                used += (size_t)snprintf(buf + used, len - used, "%s%s%s%s%s%s",
+                                         used > 0 ? ", " : "", tick, q, c->name, q, tick);
+            }
+        }
+        return;
+    }
+    snprintf(buf, len, "%s%s%s%.10g, %.10g%s%s", k->type == ZD_TC_PAIR ? "each in " : "", tick,
+             (k->flags & ZD_TC_MIN_OPEN) ? "(" : "[", k->min, k->max,
+             (k->flags & ZD_TC_MAX_OPEN) ? ")" : "]", tick);
+}
+
+/* The doc, then the refused choices with their reasons. */
+static void zd_tc_meaning(const zd_tc_key_t *k, bool md, char *buf, size_t len)
+{
+    const char *tick = md ? "`" : "";
+    size_t used = (size_t)snprintf(buf, len, "%s", k->doc);
+    const char *sep = ". Refused: ";
+
+    for (const zd_tc_choice_t *c = k->choices; c != NULL && c->name != NULL && used < len; c++) {
+        const char *q = k->type == ZD_TC_ENUM ? "\"" : "";
+        if (c->refused != NULL) {
+            used += (size_t)snprintf(buf + used, len - used, "%s%s%s%s%s%s (%s)", sep, tick, q,
+                                     c->name, q, tick, c->refused);
+            sep = "; ";
+        }
+    }
+}
+
+static const char *zd_tc_fate_name(const zd_tc_key_t *k)
+{
+    static const char *const names[] = {"honoured", "ignored", "refused"};
+
+    return names[k->fate];
+}
+
+void zd_train_config_print_keys(FILE *out, zd_train_config_format_t fmt)
+{
+    char allowed[256], meaning[1024], def[64];
+    bool md = fmt == ZD_TC_FORMAT_MARKDOWN;
+
+    if (md) {
+        fprintf(out, "| key | type | default | allowed | zerod | meaning |\n"
+                     "|---|---|---|---|---|---|\n");
+    }
+    for (size_t i = 1; i < ZD_TC_N_KEYS; i++) { /* row 0 is the root */
+        const zd_tc_key_t *k = &zd_tc_keys[i];
+        zd_tc_allowed(k, md, allowed, sizeof(allowed));
+        zd_tc_meaning(k, md, meaning, sizeof(meaning));
+        if (md) {
+            snprintf(def, sizeof(def), "%s%s%s", k->def != NULL ? "`" : "",
+                     k->def != NULL ? k->def : "", k->def != NULL ? "`" : "");
+            fprintf(out, "| `%s` | %s | %s | %s | %s | %s |\n", k->path, zd_tc_type_name(k), def,
+                    allowed, zd_tc_fate_name(k), meaning);
+        } else {
+            fprintf(out, "%-44s %-16s %-13s %s\n    %s\n", k->path, zd_tc_type_name(k),
+                    k->def != NULL ? k->def : "-",
+                    k->fate != ZD_TC_HONOURED ? zd_tc_fate_name(k) : allowed, meaning);
+        }
+    }
 }

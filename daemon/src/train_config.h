@@ -1,6 +1,12 @@
 /*
  * The training config a job attaches with: DeepSpeed key names and semantics
- * (semantics.md §1), parsed with cJSON, every key validated.
+ * (semantics.md §1), parsed with cJSON.
+ *
+ * One table (zd_train_config_keys()) describes every key: dotted path, JSON type, default,
+ * range or allowed values, one line of doc, where it lands in zd_train_config_t, and its fate
+ * (honoured, ignored with a warning, refused with a reason). Parsing, the messages for bad
+ * values and unknown keys, the list of ignored keys, per-group overrides and the key table of
+ * docs/training-config.md all come from it.
  */
 #ifndef ZD_TRAIN_CONFIG_H
 #define ZD_TRAIN_CONFIG_H
@@ -11,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Optimizer hyper-parameters of one param group. */
 typedef struct zd_group_opts {
@@ -31,7 +38,9 @@ typedef struct zd_train_config {
     bool round_robin_gradients;
     bool offload_cpu;
     /* precision */
-    zs_dtype_t dtype;
+    zs_dtype_t dtype;  /* from fp16.enabled / bf16.enabled */
+    bool fp16_enabled; /* as given; dtype is what the job uses */
+    bool bf16_enabled;
     double static_loss_scale; /* fp16.loss_scale: 0 = dynamic */
     int initial_scale_power;
     uint32_t loss_scale_window;
@@ -48,17 +57,89 @@ typedef struct zd_train_config {
     zd_group_opts_t opt;
 } zd_train_config_t;
 
-/* Parse a DeepSpeed-style JSON config. On error: ZS_ERR_CONFIG and a message naming the key
- * and value in err. Keys of other DeepSpeed features are collected in `ignored` (a comma
- * list, may be NULL) for the caller to warn about once. */
+/* Parse a DeepSpeed-style JSON config (NULL or "": every default). On error: ZS_ERR_CONFIG and
+ * a message naming the dotted key and the value in err, e.g. "config key
+ * 'zero_optimization.reduce_bucket_size': expected a positive integer, got -3". Keys that are
+ * accepted but not used (the table's ignored keys, and top-level keys of other DeepSpeed
+ * features) come back in `ignored` as a comma list of dotted keys ("" when none; ends in
+ * ", ..." when cut short), for the caller to warn about once; ignored may be NULL. */
 zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char *ignored,
                                   size_t ignored_len, char *err, size_t errlen);
 
-/* Parse one group's options JSON (keys of optimizer.params) over `base`. NULL/empty: base. */
+/* Parse one group's options JSON (keys of optimizer.params) over `base`. NULL/empty: base.
+ * Messages name the key as groups[<group>].options.<key>. */
 zs_status_t zd_group_opts_parse(const char *json, const zd_group_opts_t *base, uint32_t group,
                                 zd_group_opts_t *opts, char *err, size_t errlen);
 
-/* Stable hash of the parsed config (every field that changes the math). */
+/* Stable hash of the parsed config (every field that changes the math; key order and keys
+ * that do not change the math play no part). Compared across daemons and on re-attach. */
 uint64_t zd_train_config_hash(const zd_train_config_t *cfg);
+
+/* ---- the key table ------------------------------------------------------------------------ */
+
+typedef enum zd_tc_type {
+    ZD_TC_OBJECT, /* a section: its children are the rows "<path>.<name>" */
+    ZD_TC_BOOL,
+    ZD_TC_INT,
+    ZD_TC_NUMBER,
+    ZD_TC_ENUM, /* a string out of `choices` */
+    ZD_TC_PAIR, /* [a, b], two numbers in range: stored at offset and offset2 */
+} zd_tc_type_t;
+
+typedef enum zd_tc_fate {
+    ZD_TC_HONOURED, /* parsed, validated and used */
+    ZD_TC_IGNORED,  /* accepted and listed in `ignored`: ignoring it cannot change the math */
+    ZD_TC_REFUSED,  /* present = ZS_ERR_CONFIG with the row's doc as the reason */
+} zd_tc_fate_t;
+
+/* Where a value lands. */
+typedef enum zd_tc_store {
+    ZD_TC_STORE_NONE, /* validated only */
+    ZD_TC_STORE_BOOL,
+    ZD_TC_STORE_I32,
+    ZD_TC_STORE_U32,
+    ZD_TC_STORE_U64,
+    ZD_TC_STORE_F64,
+} zd_tc_store_t;
+
+enum {
+    ZD_TC_MATH = 1u << 0,     /* changes what a step computes: part of zd_train_config_hash */
+    ZD_TC_OPEN = 1u << 1,     /* object: an unknown child that is not a typo is ignored */
+    ZD_TC_NOCASE = 1u << 2,   /* enum: choices match whatever the case */
+    ZD_TC_MIN_OPEN = 1u << 3, /* the range excludes min */
+    ZD_TC_MAX_OPEN = 1u << 4, /* the range excludes max */
+};
+
+/* A value of an enum (name), or of an int (value; name is its decimal text). refused == NULL:
+ * accepted and stored as `value`; else refused with that reason. */
+typedef struct zd_tc_choice {
+    const char *name;
+    int value;
+    const char *refused;
+} zd_tc_choice_t;
+
+typedef struct zd_tc_key {
+    const char *path; /* dotted, "" for the root; a parent comes before its children */
+    zd_tc_type_t type;
+    zd_tc_fate_t fate;
+    const char *def;               /* JSON text of the default, parsed like a value; NULL: none */
+    double min, max;               /* INT, NUMBER, PAIR */
+    const zd_tc_choice_t *choices; /* ENUM, INT (optional); ends with a NULL name */
+    zd_tc_store_t store;
+    size_t offset, offset2; /* offsetof in zd_train_config_t */
+    unsigned flags;
+    const char *doc; /* one line; for an ignored or refused key, the reason */
+} zd_tc_key_t;
+
+/* The table, in document order (n_p may be NULL). */
+const zd_tc_key_t *zd_train_config_keys(size_t *n_p);
+
+typedef enum zd_train_config_format {
+    ZD_TC_FORMAT_TEXT,     /* one key per line, for a terminal */
+    ZD_TC_FORMAT_MARKDOWN, /* the table of docs/training-config.md */
+} zd_train_config_format_t;
+
+/* Print every key of the table: path, type, default, allowed values, fate, doc. */
+void zd_train_config_print_keys(FILE *out, zd_train_config_format_t fmt);
 
 #endif

@@ -634,13 +634,15 @@ Test(zerod_bad_input, config_wrong_type)
 {
     attach_refused("bad_cfg_type", small_numel, 2,
                    "{\"optimizer\": {\"params\": {\"lr\": \"fast\"}}}", ZS_ERR_CONFIG,
-                   "'optimizer.params.lr'", "expected a number, got a string");
+                   "'optimizer.params.lr': expected a non-negative number",
+                   "got a string \"fast\"");
 }
 
 Test(zerod_bad_input, config_negative_lr)
 {
     attach_refused("bad_cfg_lr", small_numel, 2, "{\"optimizer\": {\"params\": {\"lr\": -0.1}}}",
-                   ZS_ERR_CONFIG, "'optimizer.params.lr'", "-0.1 is out of range");
+                   ZS_ERR_CONFIG, "'optimizer.params.lr': expected a non-negative number",
+                   "got -0.1");
 }
 
 /* A job id with a newline cannot forge a line in the daemon's log: the refusal that quotes it

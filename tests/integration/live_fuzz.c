@@ -122,33 +122,11 @@ static void lf_trainer(lf_conn_t *c, lf_gen_t *gn, uint64_t *r, uint64_t *seq)
 {
     /* mostly one job, so that trainers meet it lingering and resume it */
     const lf_job_t *j = &lf_jobs[lf_chance(r, 60) ? 0 : lf_below(r, LF_N_JOBS)];
-    lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
-    Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
-    Zerod__Ipc__V1__Group grp = ZEROD__IPC__V1__GROUP__INIT;
-    Zerod__Ipc__V1__Group *pg = &grp;
     lf_buf_t b = {0};
     unsigned steps = 1 + lf_below(r, 4);
 
-    h.protocol = 1;
-    h.version = (char *)"live_fuzz";
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
-    f.seq = ++*seq;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
-    lf_buf_frame(&b, &f);
-    grp.n_numel = j->n;
-    grp.numel = (uint64_t *)j->numel;
-    at.job_id = (char *)j->id;
-    at.world = 1;
-    at.dtype = j->dtype;
-    at.n_groups = 1;
-    at.groups = &pg;
-    at.config_json = (char *)j->config;
-    f.seq = ++*seq;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
-    f.attach = &at;
-    lf_buf_frame(&b, &f);
+    lf_buf_hello(&b, ++*seq, 1, "live_fuzz");
+    lf_buf_attach(&b, ++*seq, j->id, j, j->config);
     atomic_fetch_add(&lf_g.st.frames_sent, 2);
     lf_send_lockstep(c, &b);
     if (c->n_fds > 0 && lf_chance(r, 50)) {
@@ -460,11 +438,6 @@ static void lf_odd_probe(unsigned index, unsigned n_threads)
     for (unsigned i = index; i < LF_N_ODD; i += n_threads) {
         for (int which = 0; which < 2; which++) {
             lf_conn_t c = {.fd = lf_connect(), .seed = i};
-            lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-            Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
-            Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
-            Zerod__Ipc__V1__Group grp = ZEROD__IPC__V1__GROUP__INIT;
-            Zerod__Ipc__V1__Group *pg = &grp;
             lf_buf_t b = {0};
 
             if (c.fd < 0) {
@@ -472,24 +445,9 @@ static void lf_odd_probe(unsigned index, unsigned n_threads)
                 return;
             }
             atomic_fetch_add(&lf_g.st.connections, 1);
-            h.protocol = which == 0 ? 1 : 2;
-            h.version = (char *)(which == 0 ? "live_fuzz" : lf_odd_strings[i]);
-            h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
-            f.seq = 1;
-            f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-            f.hello = &h;
-            lf_buf_frame(&b, &f);
+            lf_buf_hello(&b, 1, which == 0 ? 1 : 2, which == 0 ? "live_fuzz" : lf_odd_strings[i]);
             if (which == 0) {
-                grp.n_numel = lf_jobs[0].n;
-                grp.numel = (uint64_t *)lf_jobs[0].numel;
-                at.job_id = (char *)lf_odd_strings[i];
-                at.world = 1;
-                at.n_groups = 1;
-                at.groups = &pg;
-                f.seq = 2;
-                f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
-                f.attach = &at;
-                lf_buf_frame(&b, &f);
+                lf_buf_attach(&b, 2, lf_odd_strings[i], &lf_jobs[0], NULL);
             }
             atomic_fetch_add(&lf_g.st.frames_sent, which == 0 ? 2 : 1);
             if (lf_conn_write(&c, b.p, b.len, NULL, 0)) {
@@ -602,31 +560,11 @@ static int lf_hold(unsigned n)
 static void lf_vanish_frames(lf_buf_t *b, bool detach)
 {
     lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
-    Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
-    Zerod__Ipc__V1__Group grp = ZEROD__IPC__V1__GROUP__INIT;
-    Zerod__Ipc__V1__Group *pg = &grp;
     Zerod__Ipc__V1__Detach dt = ZEROD__IPC__V1__DETACH__INIT;
 
     b->len = 0;
-    h.protocol = 1;
-    h.version = (char *)"live_fuzz";
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
-    f.seq = 1;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
-    lf_buf_frame(b, &f);
-    grp.n_numel = lf_jobs[0].n;
-    grp.numel = (uint64_t *)lf_jobs[0].numel;
-    at.job_id = (char *)"live_fuzz_vanish";
-    at.world = 1;
-    at.n_groups = 1;
-    at.groups = &pg;
-    at.config_json = (char *)lf_jobs[0].config;
-    f.seq = 2;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
-    f.attach = &at;
-    lf_buf_frame(b, &f);
+    lf_buf_hello(b, 1, 1, "live_fuzz");
+    lf_buf_attach(b, 2, "live_fuzz_vanish", &lf_jobs[0], lf_jobs[0].config);
     if (detach) {
         dt.end_job = 1;
         f.seq = 3;

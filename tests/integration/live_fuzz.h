@@ -109,6 +109,12 @@ typedef struct lf_job {
 
 #define LF_N_JOBS 4
 extern const lf_job_t lf_jobs[LF_N_JOBS];
+/* A trainer's Hello (protocol, version) with seq, appended to b. */
+void lf_buf_hello(lf_buf_t *b, uint64_t seq, uint32_t protocol, const char *version);
+/* An Attach with seq, appended to b: job `id` (world 1) with j's params in one group, j's
+ * dtype, and `config` (NULL: none). */
+void lf_buf_attach(lf_buf_t *b, uint64_t seq, const char *id, const lf_job_t *j,
+                   const char *config);
 /* Strings with newlines, escapes, bytes that are not UTF-8, format directives. */
 #define LF_N_ODD 7
 extern const char *const lf_odd_strings[LF_N_ODD];

@@ -44,6 +44,43 @@ void lf_buf_frame(lf_buf_t *b, const lf_frame_t *f)
 
 /* ---- valid frames of every message ---------------------------------------------------- */
 
+void lf_buf_hello(lf_buf_t *b, uint64_t seq, uint32_t protocol, const char *version)
+{
+    lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+
+    h.protocol = protocol;
+    h.version = (char *)version;
+    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
+    f.seq = seq;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
+    f.hello = &h;
+    lf_buf_frame(b, &f);
+}
+
+void lf_buf_attach(lf_buf_t *b, uint64_t seq, const char *id, const lf_job_t *j, const char *config)
+{
+    lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
+    Zerod__Ipc__V1__Group grp = ZEROD__IPC__V1__GROUP__INIT;
+    Zerod__Ipc__V1__Group *pg = &grp;
+
+    grp.n_numel = j->n;
+    grp.numel = (uint64_t *)j->numel;
+    at.job_id = (char *)id;
+    at.world = 1;
+    at.dtype = j->dtype;
+    at.n_groups = 1;
+    at.groups = &pg;
+    if (config != NULL) {
+        at.config_json = (char *)config;
+    }
+    f.seq = seq;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
+    f.attach = &at;
+    lf_buf_frame(b, &f);
+}
+
 const lf_job_t lf_jobs[LF_N_JOBS] = {
     {"fz-a",
      {100, 37},

@@ -92,39 +92,26 @@ static inline zk_exec_t zt_exec_for(zk_variant_t v)
     return ex;
 }
 
-/* Test(suite, name_scalar), Test(suite, name_avx2), Test(suite, name_avx512) calling
- * fn(exec) with the variant's exec. */
-#define ZT_VARIANT_TESTS(suite, name, fn)                                                          \
-    Test(suite, name##_scalar)                                                                     \
+/* Test(suite, name) calling fn(exec) with variant v's exec. */
+#define ZT_VARIANT_TEST(suite, name, fn, v)                                                        \
+    Test(suite, name)                                                                              \
     {                                                                                              \
         zt_seed_init();                                                                            \
-        fn(zt_exec_for(ZK_VARIANT_SCALAR));                                                        \
-    }                                                                                              \
-    Test(suite, name##_avx2)                                                                       \
-    {                                                                                              \
-        zt_seed_init();                                                                            \
-        fn(zt_exec_for(ZK_VARIANT_AVX2));                                                          \
-    }                                                                                              \
-    Test(suite, name##_avx512)                                                                     \
-    {                                                                                              \
-        zt_seed_init();                                                                            \
-        fn(zt_exec_for(ZK_VARIANT_AVX512));                                                        \
+        fn(zt_exec_for(v));                                                                        \
     }
 
 /* Test(suite, name_avx2), Test(suite, name_avx512): fn(exec) for each SIMD variant, for the
  * tests that compare a variant with the scalar reference (skipped, with the reason, where the
  * CPU lacks the variant). */
 #define ZT_SIMD_VARIANT_TESTS(suite, name, fn)                                                     \
-    Test(suite, name##_avx2)                                                                       \
-    {                                                                                              \
-        zt_seed_init();                                                                            \
-        fn(zt_exec_for(ZK_VARIANT_AVX2));                                                          \
-    }                                                                                              \
-    Test(suite, name##_avx512)                                                                     \
-    {                                                                                              \
-        zt_seed_init();                                                                            \
-        fn(zt_exec_for(ZK_VARIANT_AVX512));                                                        \
-    }
+    ZT_VARIANT_TEST(suite, name##_avx2, fn, ZK_VARIANT_AVX2)                                       \
+    ZT_VARIANT_TEST(suite, name##_avx512, fn, ZK_VARIANT_AVX512)
+
+/* Test(suite, name_scalar), Test(suite, name_avx2), Test(suite, name_avx512) calling
+ * fn(exec) with the variant's exec. */
+#define ZT_VARIANT_TESTS(suite, name, fn)                                                          \
+    ZT_VARIANT_TEST(suite, name##_scalar, fn, ZK_VARIANT_SCALAR)                                   \
+    ZT_SIMD_VARIANT_TESTS(suite, name, fn)
 
 /* The lengths every kernel is tried at, and the misalignments (in elements) cycled over. */
 static const size_t zt_lengths[] = {0, 1, 15, 17, 1023, 1000003};

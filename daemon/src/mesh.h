@@ -78,11 +78,6 @@ bool zd_mesh_cancelled(const zd_mesh_t *mesh);
 /* Barrier over control messages, bounded by the collective timeout. */
 zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen);
 
-/* Wait for one UCX request (NULL or an error pointer is immediate) until the deadline,
- * progressing the worker and watching for aborts. */
-zs_status_t zd_mesh_wait(zd_mesh_t *mesh, void *request, zs_deadline_t deadline, const char *what,
-                         uint32_t peer, char *err, size_t errlen);
-
 /* Read the job token: the file must be a regular file, owned by this user, mode 0600 or
  * stricter, 16..4096 bytes. */
 zs_status_t zd_mesh_read_token(const char *path, uint8_t *buf, size_t *len_p, char *err,

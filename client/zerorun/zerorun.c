@@ -32,7 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #define ZR_DEFAULT_SOCKET_DIR "/run/zerod"
 #define ZR_DEFAULT_TIMEOUT_S  30.0
 #define ZR_TOKEN_BYTES        32

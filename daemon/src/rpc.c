@@ -266,6 +266,9 @@ static void zd_rpc_release_attach(void *mem)
 {
     zd_rpc_attach_mem_t *m = mem;
 
+    if (m == NULL) {
+        return;
+    }
     zerod__ipc__v1__frame__free_unpacked(m->frame, NULL);
     free(m->gnp);
     free(m->numel);
@@ -539,9 +542,9 @@ static zd_reply_t *zd_rpc_pack_result(zd_resp_t *resp, const zd_frame_t *f)
     return reply;
 }
 
-static zd_reply_t *zd_rpc_encode_shard(zd_resp_t *resp, Zerod__Ipc__V1__Frame *f,
-                                       Zerod__Ipc__V1__Result *r)
+static zd_reply_t *zd_rpc_encode_shard(const zd_resp_t *resp, Zerod__Ipc__V1__Result *r)
 {
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__ShardInfoReply si = ZEROD__IPC__V1__SHARD_INFO_REPLY__INIT;
     Zerod__Ipc__V1__GroupShard *groups = NULL;
     Zerod__Ipc__V1__GroupShard **ptrs = NULL;
@@ -559,9 +562,10 @@ static zd_reply_t *zd_rpc_encode_shard(zd_resp_t *resp, Zerod__Ipc__V1__Frame *f
         zd_rpc_shard_reply(&resp->u.shard, &si, groups, ptrs);
     }
     si.result = r;
-    f->body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY;
-    f->shard_info_reply = &si;
-    reply = zd_rpc_pack(f);
+    f.seq = resp->seq;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY;
+    f.shard_info_reply = &si;
+    reply = zd_rpc_pack(&f);
     free(groups);
     free(ptrs);
     return reply;
@@ -621,7 +625,7 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         f.detach_reply = &dr;
         break;
     case ZD_REQ_SHARD_INFO:
-        reply = zd_rpc_encode_shard(resp, &f, &r);
+        reply = zd_rpc_encode_shard(resp, &r);
         zd_resp_free(resp);
         return reply;
     case ZD_REQ_DISCONNECT:

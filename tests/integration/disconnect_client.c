@@ -51,19 +51,15 @@ static uint8_t *pack(const Zerod__Ipc__V1__Frame *f, size_t *len_p)
 /* Hello and its reply (any reply: a refused uid gets an ErrorReply, which is fine here). */
 static int hello(int fd)
 {
-    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    Zerod__Ipc__V1__Frame f;
+    Zerod__Ipc__V1__Hello h;
     uint8_t reply[4096];
     size_t n;
     uint8_t *buf;
     int rc;
 
-    h.protocol = 1;
-    h.version = "disconnect-client";
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
+    rf_hello_init(&f, &h, 1, "disconnect-client", ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
     f.seq = 1;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
     buf = pack(&f, &n);
     rc = buf != NULL ? rf_send_all(fd, buf, n) : -1;
     free(buf);

@@ -46,15 +46,11 @@ void lf_buf_frame(lf_buf_t *b, const lf_frame_t *f)
 
 void lf_buf_hello(lf_buf_t *b, uint64_t seq, uint32_t protocol, const char *version)
 {
-    lf_frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    lf_frame_t f;
+    Zerod__Ipc__V1__Hello h;
 
-    h.protocol = protocol;
-    h.version = (char *)version;
-    h.role = ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
+    rf_hello_init(&f, &h, protocol, version, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
     f.seq = seq;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
     lf_buf_frame(b, &f);
 }
 

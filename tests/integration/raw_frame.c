@@ -20,6 +20,20 @@ uint32_t rf_get_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+void rf_hello_init(Zerod__Ipc__V1__Frame *f, Zerod__Ipc__V1__Hello *h, uint32_t protocol,
+                   const char *version, Zerod__Ipc__V1__Role role)
+{
+    zerod__ipc__v1__frame__init(f);
+    zerod__ipc__v1__hello__init(h);
+    h->protocol = protocol;
+    if (version != NULL) {
+        h->version = (char *)version;
+    }
+    h->role = role;
+    f->body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
+    f->hello = h;
+}
+
 size_t rf_frame_size(const Zerod__Ipc__V1__Frame *f)
 {
     return zerod__ipc__v1__frame__get_packed_size(f) + 4;

@@ -14,6 +14,10 @@
 void rf_put_le32(uint8_t *p, uint32_t v);
 uint32_t rf_get_le32(const uint8_t *p);
 
+/* Initializes f as a Hello held in h: `protocol`, `version` (NULL: none) and `role`; seq 0. */
+void rf_hello_init(Zerod__Ipc__V1__Frame *f, Zerod__Ipc__V1__Hello *h, uint32_t protocol,
+                   const char *version, Zerod__Ipc__V1__Role role);
+
 /* Bytes of f on the wire: the length header and the packed frame. */
 size_t rf_frame_size(const Zerod__Ipc__V1__Frame *f);
 

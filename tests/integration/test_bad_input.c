@@ -201,16 +201,10 @@ static void expect_error_then_close(raw_conn_t *c, uint64_t seq, zs_status_t wan
 static uint64_t raw_send_hello(raw_conn_t *c, uint32_t protocol, const char *version,
                                Zerod__Ipc__V1__Role role)
 {
-    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Hello h = ZEROD__IPC__V1__HELLO__INIT;
+    frame_t f;
+    Zerod__Ipc__V1__Hello h;
 
-    h.protocol = protocol;
-    if (version != NULL) {
-        h.version = (char *)version;
-    }
-    h.role = role;
-    f.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
-    f.hello = &h;
+    rf_hello_init(&f, &h, protocol, version, role);
     raw_send(c, &f);
     return f.seq;
 }

@@ -144,9 +144,10 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
     return ZS_OK;
 }
 
-/* The training config and the per-group options of the spec. */
-static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_spec_t *spec, char *err,
-                                       size_t errlen)
+/* The training config and the per-group options of the spec; keys zerod does not use are
+ * logged (rate-limited: any trainer can send them). */
+static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_env_t *env,
+                                       const zd_job_spec_t *spec, char *err, size_t errlen)
 {
     char ignored[256];
     zs_status_t st;
@@ -154,6 +155,10 @@ static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_spec_t *spec,
     st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(ignored), err, errlen);
     if (st != ZS_OK) {
         return st;
+    }
+    if (ignored[0] != '\0') {
+        zs_warn_limited(env->warn_rl, ZS_SUB_CFG,
+                        "job '%s': config keys zerod does not use, ignored: %s", job->id, ignored);
     }
     if (job->cfg.dtype != spec->dtype) {
         return zs_errf(err, errlen, ZS_ERR_CONFIG,
@@ -259,7 +264,7 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     job->world = spec->world;
     job->dtype = spec->dtype;
     job->n_slots = env->n_slots;
-    st = zd_job_parse_config(job, spec, err, errlen);
+    st = zd_job_parse_config(job, env, spec, err, errlen);
     if (st == ZS_OK) {
         st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
     }

@@ -3,6 +3,7 @@
 #include "dconfig.h"
 #include "mesh.h"
 #include "server.h"
+#include "train_config.h"
 #include "zk/kernels.h"
 #include "zs/log.h"
 #include "zs/version.h"
@@ -23,6 +24,7 @@ enum {
     OPT_HELP = 'h',
     OPT_PRINT = 1000,
     OPT_VERSION,
+    OPT_TRAIN_KEYS,
     OPT_KEY_BASE = 2000,
 };
 
@@ -36,6 +38,8 @@ static void zd_usage(FILE *out)
         "  -c, --config FILE     config file (default %s if it exists; $ZEROD_CONFIG)\n"
         "      --print-config    print the effective config and exit\n"
         "  -t, --test-config     check the config and exit\n"
+        "      --print-training-keys[=text|markdown]\n"
+        "                        list the DeepSpeed training-config keys zerod knows and exit\n"
         "      --version         print the version and exit\n"
         "  -h, --help            this help\n"
         "\n"
@@ -129,6 +133,7 @@ static int zd_args_table(zd_args_t *a, int argc)
     a->opts[n++] = (struct option){"test-config", no_argument, NULL, OPT_TEST};
     a->opts[n++] = (struct option){"print-config", no_argument, NULL, OPT_PRINT};
     a->opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+    a->opts[n++] = (struct option){"print-training-keys", optional_argument, NULL, OPT_TRAIN_KEYS};
     a->opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
     for (size_t i = 0; i < n_keys; i++) {
         snprintf(a->names[i], sizeof(a->names[i]), "%s", zd_config_table.rows[i].name);
@@ -138,6 +143,20 @@ static int zd_args_table(zd_args_t *a, int argc)
         a->opts[n++] = (struct option){a->names[i], required_argument, NULL, OPT_KEY_BASE + (int)i};
     }
     return -1;
+}
+
+/* --print-training-keys[=FORMAT]: the exit code. */
+static int zd_print_training_keys(const char *format)
+{
+    if (format != NULL && strcmp(format, "text") != 0 && strcmp(format, "markdown") != 0) {
+        fprintf(stderr, "zerod: --print-training-keys: unknown format '%s' (text or markdown)\n",
+                format);
+        return ZD_EXIT_USAGE;
+    }
+    zd_train_config_print_keys(stdout, format != NULL && strcmp(format, "markdown") == 0
+                                           ? ZD_TC_FORMAT_MARKDOWN
+                                           : ZD_TC_FORMAT_TEXT);
+    return 0;
 }
 
 /* -1 to go on, else the exit code (--help, --version, a usage error). */
@@ -160,6 +179,8 @@ static int zd_args_parse(zd_args_t *a, int argc, char **argv)
         } else if (c == OPT_VERSION) {
             printf("zerod %s\n", ZS_VERSION);
             return 0;
+        } else if (c == OPT_TRAIN_KEYS) {
+            return zd_print_training_keys(optarg);
         } else if (c == OPT_HELP) {
             zd_usage(stdout);
             return 0;

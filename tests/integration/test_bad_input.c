@@ -641,14 +641,33 @@ Test(zerod_bad_input, config_negative_lr)
 
 /* A job id with a newline cannot forge a line in the daemon's log: the refusal that quotes it
  * is one line, the newline written as \n. */
-Test(zerod_bad_input, job_id_cannot_forge_a_log_line)
+/* How many lines of the daemon's log contain `needle`; `starts` counts those that begin with
+ * `prefix` (NULL: none). */
+static int daemon_log_count(const char *needle, const char *prefix, int *starts)
 {
     char log_path[512], line[4096];
     const char *sock = th_socket();
     const char *slash = strrchr(sock, '/');
-    int quoted = 0, forged = 0;
+    int n = 0;
     FILE *f;
 
+    cr_assert_not_null(slash);
+    snprintf(log_path, sizeof(log_path), "%.*s/zerod.log", (int)(slash - sock), sock);
+    f = fopen(log_path, "r");
+    cr_assert_not_null(f, "cannot read the daemon's log %s", log_path);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        n += strstr(line, needle) != NULL;
+        if (prefix != NULL && starts != NULL) {
+            *starts += strncmp(line, prefix, strlen(prefix)) == 0;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+Test(zerod_bad_input, job_id_cannot_forge_a_log_line)
+{
+    int forged = 0, quoted;
     raw_conn_t *c = raw_open();
     frame_t *r;
 
@@ -658,15 +677,26 @@ Test(zerod_bad_input, job_id_cannot_forge_a_log_line)
                   "job_id has a non-printable or space character", NULL);
     zerod__ipc__v1__frame__free_unpacked(r, NULL);
     raw_close(c);
-    cr_assert_not_null(slash);
-    snprintf(log_path, sizeof(log_path), "%.*s/zerod.log", (int)(slash - sock), sock);
-    f = fopen(log_path, "r");
-    cr_assert_not_null(f, "cannot read the daemon's log %s", log_path);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        forged += strncmp(line, "ERROR forged", 12) == 0;
-        quoted += strstr(line, "job 'forge\\nERROR forged by a client' refused") != NULL;
-    }
-    fclose(f);
+    quoted =
+        daemon_log_count("job 'forge\\nERROR forged by a client' refused", "ERROR forged", &forged);
     cr_assert_eq(forged, 0, "a client's job id started a line of the daemon's log");
     cr_assert_eq(quoted, 1, "the refusal is not logged (once) with the newline escaped");
+}
+
+Test(zerod_bad_input, unused_config_keys_are_named_in_the_log_once)
+{
+    raw_conn_t *c = raw_open();
+    frame_t *r;
+
+    raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
+    r = raw_attach(c, "unused-keys", small_numel, 2,
+                   "{\"train_batch_size\": 32, \"wall_clock_breakdown\": false}");
+    expect_result(r->attach_reply->result, ZS_OK, "attach", "", NULL);
+    zerod__ipc__v1__frame__free_unpacked(r, NULL);
+    raw_detach_end(c);
+    raw_close(c);
+    cr_assert_eq(daemon_log_count("job 'unused-keys': config keys zerod does not use, ignored: "
+                                  "train_batch_size, wall_clock_breakdown",
+                                  NULL, NULL),
+                 1, "the unused keys are not logged once, by name");
 }

@@ -50,6 +50,15 @@ chmod 600 "$work/token"
 "$zerod" -t --device cpu --socket "$work/t.sock" --token-file "$work/token" --job-linger 0 \
     >/dev/null || fail "a good config with job_linger 0 was refused"
 
+# the training-config keys, in both formats; an unknown format is a usage error naming it
+out=$("$zerod" --print-training-keys) || fail "--print-training-keys exited $?"
+grep -q '^zero_optimization.stage ' <<<"$out" || fail "--print-training-keys lacks stage: $out"
+out=$("$zerod" --print-training-keys=markdown) || fail "--print-training-keys=markdown failed"
+grep -q '^| `optimizer.params.lr` |' <<<"$out" || fail "the markdown table lacks lr: $out"
+out=$("$zerod" --print-training-keys=md 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -q "'md'" <<<"$out" || fail "--print-training-keys=md: rc $rc, $out"
+
 # start ARGS...: a daemon on $work/z.sock in the background; waits for READY (status 1 when
 # it exits first)
 start() {

@@ -749,21 +749,12 @@ static void zd_signal_cb(uv_signal_t *h, int signum)
 
 /* ---- the socket ----------------------------------------------------------------------- */
 
-static zs_status_t zd_server_listen(zd_server_t *srv)
+/* The socket's directory exists (created 0755 when missing). */
+static zs_status_t zd_socket_dir(const char *path)
 {
-    const char *path = srv->params->socket_path;
-    struct sockaddr_un sa;
-    mode_t old_mask;
-    char dir[sizeof(sa.sun_path)];
-    struct stat st;
+    char dir[sizeof(((struct sockaddr_un *)NULL)->sun_path)];
     char *slash;
-    int rc, probe, fd;
 
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        zs_error(ZS_SUB_IPC, "socket path '%s' is longer than %zu bytes", path,
-                 sizeof(sa.sun_path) - 1);
-        return ZS_ERR_INVALID;
-    }
     snprintf(dir, sizeof(dir), "%s", path);
     slash = strrchr(dir, '/');
     if (slash != NULL && slash != dir) {
@@ -773,68 +764,127 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
             return ZS_ERR_IO;
         }
     }
-    /* Only a stale socket is replaced: anything else on the path (a file, a directory, a
-     * socket something listens on) is refused and left alone. */
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, strlen(path));
-    if (lstat(path, &st) == 0) {
-        int e;
+    return ZS_OK;
+}
 
-        if (!S_ISSOCK(st.st_mode)) {
-            zs_error(ZS_SUB_IPC,
-                     "config key 'socket': '%s' exists and is not a socket; refusing to replace "
-                     "it (remove it or choose another path)",
-                     path);
-            return ZS_ERR_EXISTS;
+/* Only a stale socket is replaced: anything else on the path (a file, a directory, a socket
+ * something listens on) is refused and left alone. */
+static zs_status_t zd_socket_clear_stale(const struct sockaddr_un *sa)
+{
+    const char *path = sa->sun_path;
+    struct stat st;
+    int probe, rc, e;
+
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) {
+            return ZS_OK;
         }
-        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe < 0) {
-            zs_error(ZS_SUB_IPC, "socket: %m");
-            return ZS_ERR_IO;
-        }
-        rc = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
-        e = errno;
-        close(probe);
-        if (rc == 0) {
-            zs_error(ZS_SUB_IPC, "another zerod (or something else) is listening on %s", path);
-            return ZS_ERR_EXISTS;
-        }
-        if (e != ECONNREFUSED) {
-            errno = e;
-            zs_error(ZS_SUB_IPC, "cannot tell whether the socket %s is stale: %m; leaving it",
-                     path);
-            return ZS_ERR_IO;
-        }
-        if (unlink(path) != 0 && errno != ENOENT) {
-            zs_error(ZS_SUB_IPC, "cannot remove the stale socket %s: %m", path);
-            return ZS_ERR_IO;
-        }
-        zs_info(ZS_SUB_IPC, "replaced a stale socket at %s (nothing listened on it)", path);
-    } else if (errno != ENOENT) {
         zs_error(ZS_SUB_IPC, "config key 'socket': cannot check '%s': %m", path);
         return ZS_ERR_IO;
     }
-
-    /* bound here, not by uv_pipe_bind: libuv would unlink the path on close whatever then
-     * lies there; zd_server_unlisten removes it only while it is still this socket */
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+        zs_error(ZS_SUB_IPC,
+                 "config key 'socket': '%s' exists and is not a socket; refusing to replace "
+                 "it (remove it or choose another path)",
+                 path);
+        return ZS_ERR_EXISTS;
+    }
+    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) {
         zs_error(ZS_SUB_IPC, "socket: %m");
         return ZS_ERR_IO;
     }
-    old_mask = umask(0117); /* the socket is born 0660 */
-    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    umask(old_mask);
-    if (rc != 0) {
-        zs_error(ZS_SUB_IPC, "cannot bind %s: %m", path);
-        close(fd);
+    rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
+    e = errno;
+    close(probe);
+    if (rc == 0) {
+        zs_error(ZS_SUB_IPC, "another zerod (or something else) is listening on %s", path);
+        return ZS_ERR_EXISTS;
+    }
+    if (e != ECONNREFUSED) {
+        errno = e;
+        zs_error(ZS_SUB_IPC, "cannot tell whether the socket %s is stale: %m; leaving it", path);
         return ZS_ERR_IO;
     }
-    if (listen(fd, 128) != 0) {
-        zs_error(ZS_SUB_IPC, "cannot listen on %s: %m", path);
-        unlink(path); /* bound a moment ago: ours */
+    if (unlink(path) != 0 && errno != ENOENT) {
+        zs_error(ZS_SUB_IPC, "cannot remove the stale socket %s: %m", path);
+        return ZS_ERR_IO;
+    }
+    zs_info(ZS_SUB_IPC, "replaced a stale socket at %s (nothing listened on it)", path);
+    return ZS_OK;
+}
+
+/* A listening socket bound at sa, born 0660; -1 on error (logged). Bound here, not by
+ * uv_pipe_bind: libuv would unlink the path on close whatever then lies there;
+ * zd_server_unlisten removes it only while it is still this socket. */
+static int zd_socket_bind(const struct sockaddr_un *sa)
+{
+    mode_t old_mask;
+    int fd, rc;
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        zs_error(ZS_SUB_IPC, "socket: %m");
+        return -1;
+    }
+    old_mask = umask(0117);
+    rc = bind(fd, (const struct sockaddr *)sa, sizeof(*sa));
+    umask(old_mask);
+    if (rc != 0) {
+        zs_error(ZS_SUB_IPC, "cannot bind %s: %m", sa->sun_path);
         close(fd);
+        return -1;
+    }
+    if (listen(fd, 128) != 0) {
+        zs_error(ZS_SUB_IPC, "cannot listen on %s: %m", sa->sun_path);
+        unlink(sa->sun_path); /* bound a moment ago: ours */
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Mode 0660, and allowed_group as the socket's group so that its members can connect at all
+ * (SO_PEERCRED then admits them). */
+static zs_status_t zd_socket_set_access(zd_server_t *srv, const char *path)
+{
+    if (srv->has_allowed_gid && chown(path, (uid_t)-1, srv->allowed_gid) != 0) {
+        zs_error(ZS_SUB_IPC, "config key 'allowed_group': cannot give %s to group '%s': %m", path,
+                 srv->params->config->allowed_group);
+        return ZS_ERR_PERMISSION;
+    }
+    if (chmod(path, 0660) != 0) {
+        zs_error(ZS_SUB_IPC, "cannot set the mode of %s: %m", path);
+        return ZS_ERR_IO;
+    }
+    return ZS_OK;
+}
+
+static zs_status_t zd_server_listen(zd_server_t *srv)
+{
+    const char *path = srv->params->socket_path;
+    struct sockaddr_un sa;
+    struct stat st;
+    zs_status_t s;
+    int rc, fd;
+
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        zs_error(ZS_SUB_IPC, "socket path '%s' is longer than %zu bytes", path,
+                 sizeof(sa.sun_path) - 1);
+        return ZS_ERR_INVALID;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path));
+    s = zd_socket_dir(path);
+    if (s == ZS_OK) {
+        s = zd_socket_clear_stale(&sa);
+    }
+    if (s != ZS_OK) {
+        return s;
+    }
+    fd = zd_socket_bind(&sa);
+    if (fd < 0) {
         return ZS_ERR_IO;
     }
     uv_pipe_init(srv->loop, &srv->listener, 0);
@@ -857,25 +907,68 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
     srv->sock_dev = st.st_dev;
     srv->sock_ino = st.st_ino;
     srv->listening = true;
-    /* mode 0660, and allowed_group as the socket's group so that its members can connect at
-     * all (SO_PEERCRED then admits them) */
-    if (srv->has_allowed_gid && chown(path, (uid_t)-1, srv->allowed_gid) != 0) {
-        zs_error(ZS_SUB_IPC, "config key 'allowed_group': cannot give %s to group '%s': %m", path,
-                 srv->params->config->allowed_group);
+    s = zd_socket_set_access(srv, path);
+    if (s != ZS_OK) {
         zd_server_unlisten(srv);
-        return ZS_ERR_PERMISSION;
     }
-    if (chmod(path, 0660) != 0) {
-        zs_error(ZS_SUB_IPC, "cannot set the mode of %s: %m", path);
-        zd_server_unlisten(srv);
-        return ZS_ERR_IO;
+    return s;
+}
+
+/* The engine, with the config's limits; false when it cannot start (logged). */
+static bool zd_server_start_engine(zd_server_t *srv)
+{
+    const zd_config_t *cfg = srv->params->config;
+    zd_engine_params_t ep;
+
+    memset(&ep, 0, sizeof(ep));
+    ep.bucket_slots = (uint32_t)cfg->bucket_slots;
+    ep.max_shard_bytes = cfg->max_shard_bytes;
+    ep.job_linger_ns = cfg->job_linger_ns;
+    ep.threads = (unsigned)cfg->threads;
+    ep.token_file = cfg->token_file;
+    ep.mesh_timeout_ns = cfg->mesh_timeout_ns;
+    ep.collective_timeout_ns = cfg->collective_timeout_ns;
+    ep.heartbeat_interval_ns = cfg->heartbeat_interval_ns;
+    ep.heartbeat_timeout_ns = cfg->heartbeat_timeout_ns;
+    ep.direct_collectives = cfg->direct_collectives != 0;
+    ep.notify = zd_engine_notify;
+    ep.notify_arg = &srv->async;
+    if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {
+        return false;
     }
-    return ZS_OK;
+    srv->rpc.engine = srv->engine;
+    srv->rpc.device = srv->params->device;
+    srv->rpc.socket_path = srv->params->socket_path;
+    srv->rpc.peer_deadline_ms = zd_config_peer_deadline_ns(cfg) / 1000000u;
+    return true;
+}
+
+/* SIGTERM and SIGINT stop, SIGHUP reloads; handled on the loop, never in a signal handler. */
+static void zd_server_watch_signals(zd_server_t *srv)
+{
+    uv_signal_init(srv->loop, &srv->sig_term);
+    uv_signal_init(srv->loop, &srv->sig_int);
+    uv_signal_init(srv->loop, &srv->sig_hup);
+    srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv;
+    uv_signal_start(&srv->sig_term, zd_signal_cb, SIGTERM);
+    uv_signal_start(&srv->sig_int, zd_signal_cb, SIGINT);
+    uv_signal_start(&srv->sig_hup, zd_signal_cb, SIGHUP);
+}
+
+/* Tell launchers the daemon serves: a READY line on stdout, and sd_notify under systemd. */
+static void zd_server_announce(const zd_server_params_t *params)
+{
+    zs_info(ZS_SUB_MAIN, "zerod %s ready on %s (device %s, pid %d)", ZS_VERSION,
+            params->socket_path, params->device, (int)getpid());
+    printf("READY %s\n", params->socket_path);
+    fflush(stdout);
+#ifdef ZD_HAVE_SYSTEMD
+    sd_notifyf(0, "READY=1\nSTATUS=serving %s", params->socket_path);
+#endif
 }
 
 int zd_server_run(const zd_server_params_t *params)
 {
-    zd_engine_params_t ep;
     zd_server_t *srv;
     const zd_config_t *cfg = params->config;
     int rc = 1;
@@ -899,54 +992,18 @@ int zd_server_run(const zd_server_params_t *params)
     }
     uv_async_init(srv->loop, &srv->async, zd_async_cb);
     srv->async.data = srv;
-
-    memset(&ep, 0, sizeof(ep));
-    ep.bucket_slots = (uint32_t)cfg->bucket_slots;
-    ep.max_shard_bytes = cfg->max_shard_bytes;
-    ep.job_linger_ns = cfg->job_linger_ns;
-    ep.threads = (unsigned)cfg->threads;
-    ep.token_file = cfg->token_file;
-    ep.mesh_timeout_ns = cfg->mesh_timeout_ns;
-    ep.collective_timeout_ns = cfg->collective_timeout_ns;
-    ep.heartbeat_interval_ns = cfg->heartbeat_interval_ns;
-    ep.heartbeat_timeout_ns = cfg->heartbeat_timeout_ns;
-    ep.direct_collectives = cfg->direct_collectives != 0;
-    ep.notify = zd_engine_notify;
-    ep.notify_arg = &srv->async;
-    if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {
+    if (!zd_server_start_engine(srv)) {
         uv_close((uv_handle_t *)&srv->async, NULL);
         uv_run(srv->loop, UV_RUN_DEFAULT);
         goto out_free;
     }
-
-    srv->rpc.engine = srv->engine;
-    srv->rpc.device = params->device;
-    srv->rpc.socket_path = params->socket_path;
-    srv->rpc.peer_deadline_ms = zd_config_peer_deadline_ns(cfg) / 1000000u;
-
-    uv_signal_init(srv->loop, &srv->sig_term);
-    uv_signal_init(srv->loop, &srv->sig_int);
-    uv_signal_init(srv->loop, &srv->sig_hup);
-    srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv;
-    uv_signal_start(&srv->sig_term, zd_signal_cb, SIGTERM);
-    uv_signal_start(&srv->sig_int, zd_signal_cb, SIGINT);
-    uv_signal_start(&srv->sig_hup, zd_signal_cb, SIGHUP);
-
+    zd_server_watch_signals(srv);
     if (zd_server_listen(srv) != ZS_OK) {
         zd_server_stop(srv, "start-up failed");
         uv_run(srv->loop, UV_RUN_DEFAULT);
-        rc = 1;
         goto out_engine;
     }
-    zs_info(ZS_SUB_MAIN, "zerod %s ready on %s (device %s, pid %d)", ZS_VERSION,
-            params->socket_path, params->device, (int)getpid());
-    /* readiness line for launchers that wait on stdout */
-    printf("READY %s\n", params->socket_path);
-    fflush(stdout);
-#ifdef ZD_HAVE_SYSTEMD
-    sd_notifyf(0, "READY=1\nSTATUS=serving %s", params->socket_path);
-#endif
-
+    zd_server_announce(params);
     uv_run(srv->loop, UV_RUN_DEFAULT);
     rc = 0;
     zs_info(ZS_SUB_MAIN, "stopped");

@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+/* Gradient slots a trainer can fill ahead of the daemon: the upper bound of bucket_slots and
+ * the width of a connection's slot bitmask (rpc.c). */
+#define ZD_MAX_SLOTS 64
+
 typedef struct zd_config {
     char *socket; /* "auto": /run/zerod/zerod-<device>.sock */
     char *device; /* cpu | cpu:N | cuda:N | auto */

@@ -19,9 +19,6 @@
 #include <stdint.h>
 
 #define ZD_JOB_ID_MAX 128
-/* Gradient slots a trainer can fill ahead of the daemon: the bucket_slots limit and the width
- * of a connection's slot bitmask (rpc.c). */
-#define ZD_MAX_SLOTS 64
 /* A message returned to a client (Result.message) or logged for one request. */
 #define ZD_MAX_MSG 512
 

@@ -23,9 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ZD_NONCE_LEN 32
-#define ZD_HMAC_LEN  32
-#define ZD_MSG_MAX   (1u << 20)
+#define ZD_NONCE_LEN    32
+#define ZD_HMAC_LEN     32
+#define ZD_BOOT_MSG_MAX (1u << 20)
 
 /* A bootstrap message received on some endpoint, queued by the AM callback. */
 typedef struct zd_boot_msg {
@@ -171,7 +171,7 @@ static ucs_status_t zd_boot_am_cb(void *arg, const void *header, size_t header_l
     zd_boot_t *b = arg;
     zd_boot_msg_t *m;
 
-    if (length > ZD_MSG_MAX) {
+    if (length > ZD_BOOT_MSG_MAX) {
         return UCS_OK; /* dropped: a bootstrap message is never this large */
     }
     m = calloc(1, sizeof(*m));

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "rpc.h"
 
+#include "dconfig.h"
 #include "rpc_check.h"
 #include "zs/error.h"
 #include "zs/frame.h"

@@ -30,11 +30,12 @@
 /* Back-pressure: a connection whose requests wait in the engine beyond these bounds, or whose
  * replies wait for it to read beyond ZD_CONN_MAX_UNREAD, is not read from until they drain
  * (its writes then stall in the kernel), so what one client makes the daemon hold is bounded
- * whatever it sends. A trainer has at most bucket_slots (<= 64) BucketReady and one Step
- * outstanding. */
+ * whatever it sends. A trainer has at most bucket_slots (<= ZD_MAX_SLOTS) BucketReady and one
+ * Step outstanding. */
 #define ZD_CONN_MAX_INFLIGHT       256
 #define ZD_CONN_MAX_INFLIGHT_BYTES (64u << 20)
 #define ZD_CONN_MAX_UNREAD         (4u << 20)
+_Static_assert(ZD_CONN_MAX_INFLIGHT > ZD_MAX_SLOTS + 1, "a trainer's own requests never stall it");
 /* What all connections together may hold in frame buffers (each frame is at most 16 MiB and
  * must arrive within frame_timeout), and how many connections one uid may have open: beyond
  * these a connection is refused, so that no number of clients can exhaust the daemon's memory. */

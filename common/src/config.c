@@ -637,6 +637,32 @@ const zs_config_parser_t zs_config_size = {"size", zs_cfg_size_parse, zs_cfg_siz
 const zs_config_parser_t zs_config_duration = {"duration", zs_cfg_duration_parse,
                                                zs_cfg_duration_format, NULL};
 const zs_config_parser_t zs_config_bool = {"bool", zs_cfg_bool_parse, zs_cfg_bool_format, NULL};
+void zs_config_allowed(const zs_config_row_t *row, char *buf, size_t len)
+{
+    const zs_config_range_t *range = row->arg;
+    char lo[64], hi[64];
+    size_t used = 0;
+
+    buf[0] = '\0';
+    if (row->parser == &zs_config_enum) {
+        const char *const *names = row->arg;
+        for (int i = 0; names != NULL && names[i] != NULL && used < len; i++) {
+            int n = snprintf(buf + used, len - used, "%s%s", i > 0 ? " | " : "", names[i]);
+            used += n > 0 ? (size_t)n : 0;
+        }
+    } else if (range != NULL &&
+               (row->parser == &zs_config_size || row->parser == &zs_config_duration)) {
+        uint64_t b = (uint64_t)range->min;
+        row->parser->format(row, &b, lo, sizeof(lo));
+        b = (uint64_t)range->max;
+        row->parser->format(row, &b, hi, sizeof(hi));
+        snprintf(buf, len, "[%s, %s]", lo, hi);
+    } else if (range != NULL &&
+               (row->parser == &zs_config_int || row->parser == &zs_config_double)) {
+        snprintf(buf, len, "[%.17g, %.17g]", range->min, range->max);
+    }
+}
+
 const zs_config_parser_t zs_config_enum = {"enum", zs_cfg_enum_parse, zs_cfg_enum_format, NULL};
 const zs_config_parser_t zs_config_path = {"path", zs_cfg_path_parse, zs_cfg_str_format,
                                            zs_cfg_str_release};

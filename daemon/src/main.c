@@ -50,14 +50,16 @@ static void zd_usage(FILE *out)
         ZD_DEFAULT_CONFIG_PATH);
     for (size_t i = 0; i < zd_config_table.n_rows; i++) {
         const zs_config_row_t *row = &zd_config_table.rows[i];
-        char flag[64];
+        char flag[64], allowed[256];
         snprintf(flag, sizeof(flag), "--%s", row->name);
         for (char *p = flag + 2; *p; p++) {
             if (*p == '_') {
                 *p = '-';
             }
         }
-        fprintf(out, "  %-22s %s (default %s)\n", flag, row->doc, row->def[0] ? row->def : "\"\"");
+        zs_config_allowed(row, allowed, sizeof(allowed));
+        fprintf(out, "  %-22s %s (default %s%s%s)\n", flag, row->doc,
+                row->def[0] ? row->def : "\"\"", allowed[0] ? "; " : "", allowed);
     }
     fprintf(out, "\nSignals: SIGTERM/SIGINT stop cleanly; SIGHUP reloads job_linger, "
                  "max_shard_bytes, frame_timeout.\n");

@@ -127,6 +127,9 @@ zs_status_t zs_config_load(const zs_config_table_t *t, void *obj, const char *fi
 
 /* Print `name = value   # doc` for every row (secrets hidden). */
 void zs_config_print(const zs_config_table_t *t, const void *obj, FILE *out);
+/* The values a row accepts, for help and docs: "[100ms, 1h]", "[1, 64]", "a | b | c", or ""
+ * when any value of its type is accepted. */
+void zs_config_allowed(const zs_config_row_t *row, char *buf, size_t len);
 /* One value as text (secrets hidden). */
 void zs_config_format(const zs_config_table_t *t, const void *obj, const char *name, char *buf,
                       size_t len);

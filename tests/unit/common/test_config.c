@@ -876,3 +876,24 @@ Test(zs_config, size_and_duration_ranges_name_their_bounds)
     cr_assert_eq(c.timeout_ns, 3600ull * 1000000000ull);
     zs_config_cleanup(&ranged_table, &c);
 }
+
+Test(zs_config, allowed_values_are_written_in_each_rows_own_form)
+{
+    static const zs_config_range_t linger_range = {1e8, 3.6e12};
+    static const zs_config_row_t linger = {"linger",      "10s", "", 0, &zs_config_duration,
+                                           &linger_range, 0};
+    char buf[128];
+
+    zs_config_allowed(&linger, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "[100ms, 1h]");
+    zs_config_allowed(&rows[7], buf, sizeof(buf)); /* workers */
+    cr_assert_str_eq(buf, "[1, 64]");
+    zs_config_allowed(&rows[8], buf, sizeof(buf)); /* ratio */
+    cr_assert_str_eq(buf, "[0, 1]");
+    zs_config_allowed(&rows[3], buf, sizeof(buf)); /* mode */
+    cr_assert_str_eq(buf, "fast | safe | paranoid");
+    zs_config_allowed(&rows[0], buf, sizeof(buf)); /* a size without a range */
+    cr_assert_str_eq(buf, "");
+    zs_config_allowed(&rows[3], buf, 8); /* cut short, still a string */
+    cr_assert_str_eq(buf, "fast | ");
+}

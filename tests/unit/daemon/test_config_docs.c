@@ -28,11 +28,15 @@ static void print_train_keys(FILE *out)
 /* zerod.conf keys, as `zerod --help` lists them: also --<key-with-dashes> and ZEROD_<KEY>. */
 static void print_daemon_keys(FILE *out)
 {
-    fprintf(out, "| key | type | default | SIGHUP | meaning |\n|---|---|---|---|---|\n");
+    fprintf(out, "| key | type | default | allowed | SIGHUP | meaning |\n"
+                 "|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < zd_config_table.n_rows; i++) {
         const zs_config_row_t *row = &zd_config_table.rows[i];
-        fprintf(out, "| `%s` | %s | %s%s%s | %s | %s |\n", row->name, row->parser->name,
-                row->def[0] != '\0' ? "`" : "", row->def, row->def[0] != '\0' ? "`" : "",
+        char allowed[256];
+
+        zs_config_allowed(row, allowed, sizeof(allowed));
+        fprintf(out, "| `%s` | %s | %s%s%s | %s | %s | %s |\n", row->name, row->parser->name,
+                row->def[0] != '\0' ? "`" : "", row->def, row->def[0] != '\0' ? "`" : "", allowed,
                 (row->flags & ZS_CONFIG_RELOAD) ? "reloaded" : "", row->doc);
     }
 }

@@ -383,6 +383,15 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
     return ZS_OK;
 }
 
+static void zd_rpc_submit(const zd_rpc_t *rpc, zd_req_t *req)
+{
+    if (rpc->submit != NULL) {
+        rpc->submit(rpc->submit_arg, req);
+    } else {
+        zd_engine_submit(rpc->engine, req);
+    }
+}
+
 /* The reply a refused Attach gets: the kind's own reply with the error. */
 static zd_reply_t *zd_rpc_refused(zd_rpc_session_t *s, zd_req_kind_t kind, uint64_t seq,
                                   zs_status_t st, const char *msg)
@@ -446,7 +455,7 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t
                                          : zd_rpc_error(seq, st, why);
         return st;
     }
-    zd_engine_submit(rpc->engine, req);
+    zd_rpc_submit(rpc, req);
     *submitted_p = true;
     return ZS_OK;
 }
@@ -465,7 +474,7 @@ void zd_rpc_closed(const zd_rpc_t *rpc, zd_rpc_session_t *s)
     }
     req->kind = ZD_REQ_DISCONNECT;
     req->conn_id = s->conn_id;
-    zd_engine_submit(rpc->engine, req);
+    zd_rpc_submit(rpc, req);
 }
 
 /* ---- results ------------------------------------------------------------------------------------

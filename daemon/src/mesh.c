@@ -133,7 +133,7 @@ void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
         return;
     }
     va_start(ap, fmt);
-    vsnprintf(why, sizeof(why), fmt, ap);
+    (void)zs_verrf(why, sizeof(why), ZS_ERR_PEER_LOST, fmt, ap);
     va_end(ap);
     zd_mesh_mark_lost(mesh, lost_rank, why);
     zd_watch_abort(mesh->watch, lost_rank, why);

@@ -1,6 +1,7 @@
 #include "train_config.h"
 
 #include "zs/config.h"
+#include "zs/error.h"
 
 #define XXH_STATIC_LINKING_ONLY
 #include <cjson/cJSON.h>
@@ -258,11 +259,12 @@ static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
 static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
 {
     va_list ap;
+    zs_status_t st;
 
     va_start(ap, fmt);
-    vsnprintf(ctx->err, ctx->errlen, fmt, ap);
+    st = zs_verrf(ctx->err, ctx->errlen, ZS_ERR_CONFIG, fmt, ap);
     va_end(ap);
-    return ZS_ERR_CONFIG;
+    return st;
 }
 
 /* `shown` "." `name`, the name as printable ASCII (a client's key must not forge a log line). */

@@ -1,23 +1,11 @@
 #include "ucx_util.h"
 
+#include "zs/error.h"
 #include "zs/time.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void zd_ucx_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void zd_ucx_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p,
                         ucp_worker_h *worker_p, char *err, size_t errlen)
@@ -29,8 +17,7 @@ zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p
 
     us = ucp_config_read(NULL, NULL, &config);
     if (us != UCS_OK) {
-        zd_ucx_fail(err, errlen, "UCX: reading config: %s", ucs_status_string(us));
-        return ZS_ERR_UCX;
+        return zs_errf(err, errlen, ZS_ERR_UCX, "UCX: reading config: %s", ucs_status_string(us));
     }
     if (tls != NULL) {
         ucp_config_modify(config, "TLS", tls);
@@ -42,8 +29,7 @@ zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p
     us = ucp_init(&params, config, ctx_p);
     ucp_config_release(config);
     if (us != UCS_OK) {
-        zd_ucx_fail(err, errlen, "UCX: ucp_init: %s", ucs_status_string(us));
-        return ZS_ERR_UCX;
+        return zs_errf(err, errlen, ZS_ERR_UCX, "UCX: ucp_init: %s", ucs_status_string(us));
     }
     memset(&wparams, 0, sizeof(wparams));
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -52,8 +38,8 @@ zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p
     if (us != UCS_OK) {
         ucp_cleanup(*ctx_p);
         *ctx_p = NULL;
-        zd_ucx_fail(err, errlen, "UCX: ucp_worker_create: %s", ucs_status_string(us));
-        return ZS_ERR_UCX;
+        return zs_errf(err, errlen, ZS_ERR_UCX, "UCX: ucp_worker_create: %s",
+                       ucs_status_string(us));
     }
     return ZS_OK;
 }

@@ -112,6 +112,7 @@ static zs_status_t zb_run_kernel(zb_ctx_t *c)
 
 static void zb_limit_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
+    (void)worker;
     zb_ctx_t *c = arg;
 
     c->limit(&c->largs, b, e);

@@ -361,6 +361,7 @@ static zs_status_t zs_cfg_size_parse(const zs_config_row_t *row, const char *val
 
 static void zs_cfg_size_format(const zs_config_row_t *row, const void *field, char *buf, size_t len)
 {
+    (void)row;
     static const char *const names[] = {"PiB", "TiB", "GiB", "MiB", "KiB"};
     uint64_t v = *(const uint64_t *)field;
 
@@ -400,6 +401,7 @@ static zs_status_t zs_cfg_duration_parse(const zs_config_row_t *row, const char 
 static void zs_cfg_duration_format(const zs_config_row_t *row, const void *field, char *buf,
                                    size_t len)
 {
+    (void)row;
     static const zs_unit_t units[] = {{"d", ZS_NS_D},     {"h", ZS_NS_H},   {"min", ZS_NS_MIN},
                                       {"s", ZS_NS_S},     {"ms", ZS_NS_MS}, {"us", ZS_NS_US},
                                       {"ns", UINT64_C(1)}};
@@ -420,6 +422,7 @@ static void zs_cfg_duration_format(const zs_config_row_t *row, const void *field
 static zs_status_t zs_cfg_bool_parse(const zs_config_row_t *row, const char *value, void *field,
                                      char *err, size_t errlen)
 {
+    (void)row;
     int b;
 
     if (zs_parse_bool(value, &b) != ZS_OK) {
@@ -431,6 +434,7 @@ static zs_status_t zs_cfg_bool_parse(const zs_config_row_t *row, const char *val
 
 static void zs_cfg_bool_format(const zs_config_row_t *row, const void *field, char *buf, size_t len)
 {
+    (void)row;
     snprintf(buf, len, "%s", *(const int *)field ? "true" : "false");
 }
 
@@ -487,6 +491,7 @@ static zs_status_t zs_cfg_str_set(const char *value, void *field, char *err, siz
 static zs_status_t zs_cfg_path_parse(const zs_config_row_t *row, const char *value, void *field,
                                      char *err, size_t errlen)
 {
+    (void)row;
     if (value[0] == '\0') {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "expected a non-empty path");
     }
@@ -496,11 +501,13 @@ static zs_status_t zs_cfg_path_parse(const zs_config_row_t *row, const char *val
 static zs_status_t zs_cfg_string_parse(const zs_config_row_t *row, const char *value, void *field,
                                        char *err, size_t errlen)
 {
+    (void)row;
     return zs_cfg_str_set(value, field, err, errlen);
 }
 
 static void zs_cfg_str_format(const zs_config_row_t *row, const void *field, char *buf, size_t len)
 {
+    (void)row;
     const char *s = *(char *const *)field;
 
     snprintf(buf, len, "%s", s != NULL ? s : "");
@@ -558,6 +565,7 @@ static zs_status_t zs_cfg_int_parse(const zs_config_row_t *row, const char *valu
 
 static void zs_cfg_int_format(const zs_config_row_t *row, const void *field, char *buf, size_t len)
 {
+    (void)row;
     snprintf(buf, len, "%" PRId64, *(const int64_t *)field);
 }
 
@@ -592,6 +600,7 @@ static zs_status_t zs_cfg_double_parse(const zs_config_row_t *row, const char *v
 static void zs_cfg_double_format(const zs_config_row_t *row, const void *field, char *buf,
                                  size_t len)
 {
+    (void)row;
     double v = *(const double *)field;
 
     /* The shortest of %.15g..%.17g that reads back to the same bits. */

@@ -379,6 +379,7 @@ zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype
                                      uint64_t slice, float *acc, unsigned flags, char *err,
                                      size_t errlen)
 {
+    (void)src;
     zd_rs_job_t job;
     zs_status_t st;
 

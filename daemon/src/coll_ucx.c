@@ -23,11 +23,18 @@ uint64_t zd_ucx_tag(uint64_t seq, uint32_t src, uint32_t step, uint32_t seg)
 
 static void zd_ucx_nop_send_cb(void *request, ucs_status_t status, void *user_data)
 {
+    (void)request;
+    (void)status;
+    (void)user_data;
 }
 
 static void zd_ucx_nop_recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
                                void *user_data)
 {
+    (void)request;
+    (void)status;
+    (void)info;
+    (void)user_data;
 }
 
 void *zd_ucx_post_send(zd_coll_ucx_t *c, uint32_t to, const void *buf, size_t bytes, uint64_t tag)

@@ -45,6 +45,7 @@ found:
 
 static void zd_shutdown_cb(uv_shutdown_t *req, int status)
 {
+    (void)status;
     zd_conn_t *c = req->data;
 
     free(req);
@@ -225,6 +226,7 @@ static void zd_frame_timer_cb(uv_timer_t *t)
 
 static void zd_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
+    (void)suggested;
     zd_conn_t *c = h->data;
 
     buf->base = c->srv->read_buf;

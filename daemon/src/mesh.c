@@ -32,6 +32,7 @@ static void zd_mesh_mark_lost(zd_mesh_t *mesh, uint32_t rank, const char *why)
 
 static void zd_data_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
+    (void)ep;
     zd_peer_ref_t *ref = arg;
     char why[256];
 
@@ -46,6 +47,8 @@ static void zd_data_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 static ucs_status_t zd_ctrl_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                   size_t length, const ucp_am_recv_param_t *param)
 {
+    (void)header;
+    (void)header_length;
     zd_mesh_t *mesh = arg;
     zd_mesh_msg_t *msg;
 

@@ -156,6 +156,7 @@ static ucs_status_t zd_send_msg(ucp_ep_h ep, unsigned id, const zd_mesh_msg_t *m
 
 static void zd_boot_rndv_cb(void *request, ucs_status_t status, size_t length, void *user_data)
 {
+    (void)length;
     zd_boot_msg_t *m = user_data;
 
     m->ready = true;
@@ -168,6 +169,8 @@ static void zd_boot_rndv_cb(void *request, ucs_status_t status, size_t length, v
 static ucs_status_t zd_boot_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                   size_t length, const ucp_am_recv_param_t *param)
 {
+    (void)header;
+    (void)header_length;
     zd_boot_t *b = arg;
     zd_boot_msg_t *m;
 
@@ -263,6 +266,7 @@ static void zd_boot_conn_request_cb(ucp_conn_request_h req, void *arg)
 
 static void zd_boot_server_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
+    (void)status;
     zd_boot_t *b = arg;
 
     for (size_t i = 0; i < b->n_conns; i++) {
@@ -274,6 +278,7 @@ static void zd_boot_server_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status
 
 static void zd_boot_client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
+    (void)ep;
     zd_boot_t *b = arg;
 
     b->client_failed = true;

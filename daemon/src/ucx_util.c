@@ -56,6 +56,7 @@ void zd_ucx_cleanup(ucp_context_h ctx, ucp_worker_h worker)
 
 static void zd_ucx_send_free_cb(void *request, ucs_status_t status, void *user_data)
 {
+    (void)status;
     free(user_data);
     ucp_request_free(request);
 }

@@ -96,6 +96,7 @@ static void zd_watch_set_lost(zd_watch_t *w, uint32_t rank, const char *why, boo
 
 static void zd_watch_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
+    (void)ep;
     zd_watch_peer_t *peer = arg;
     zd_watch_t *w = peer->watch;
     char why[256];
@@ -111,6 +112,8 @@ static void zd_watch_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 static ucs_status_t zd_watch_am_cb(void *arg, const void *header, size_t header_length, void *data,
                                    size_t length, const ucp_am_recv_param_t *param)
 {
+    (void)header;
+    (void)header_length;
     zd_watch_t *w = arg;
     Zerod__Mesh__V1__MeshMsg *msg;
     const Zerod__Mesh__V1__Control *c;

@@ -4,6 +4,7 @@
 static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc,
                            void *dst, zs_dtype_t dt, size_t n, int nt)
 {
+    (void)nt;
     for (size_t i = 0; i < n; i++) {
         float p = zk_adam_elem(k, acc[i], master[i], &m[i], &v[i]);
         master[i] = p;
@@ -49,6 +50,7 @@ ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zs_dtype_t
 static void zk_scalar_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n,
                                  int nt)
 {
+    (void)nt;
     switch (dt) {
     case ZS_DTYPE_F16:
         zk_scalar_acc_loop(acc, src, ZS_DTYPE_F16, s, n);
@@ -73,6 +75,7 @@ ZK_ALWAYS_INLINE void zk_scalar_red_loop(void *dst, const void *a, const void *b
 static void zk_scalar_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
                              int nt)
 {
+    (void)nt;
     switch (dt) {
     case ZS_DTYPE_F16:
         zk_scalar_red_loop(dst, a, b, ZS_DTYPE_F16, n);
@@ -89,6 +92,7 @@ static void zk_scalar_reduce(void *dst, const void *a, const void *b, zs_dtype_t
 static void zk_scalar_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                            int nt)
 {
+    (void)nt;
     for (size_t i = 0; i < n; i++) {
         zk_store_elem(dst, ddt, i, zk_load_elem(src, sdt, i));
     }

@@ -247,6 +247,7 @@ typedef struct zk_adam_job {
 
 static void zk_adam_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
+    (void)worker;
     const zk_adam_job_t *j = (const zk_adam_job_t *)arg;
 
     j->ops->adam(j->k, j->master + b, j->m + b, j->v + b, j->acc + b,
@@ -312,6 +313,7 @@ typedef struct zk_sumsq_job {
 
 static void zk_sumsq_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
+    (void)worker;
     zk_sumsq_job_t *j = (zk_sumsq_job_t *)arg;
 
     /* b is a multiple of the grain, ZK_SUMSQ_BLOCK: a super-block start */
@@ -367,6 +369,7 @@ typedef struct zk_accumulate_job {
 
 static void zk_accumulate_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
+    (void)worker;
     const zk_accumulate_job_t *j = (const zk_accumulate_job_t *)arg;
 
     j->ops->accumulate(j->acc + b, j->src + b * j->ssize, j->dtype, j->s, e - b, j->nt);
@@ -411,6 +414,7 @@ typedef struct zk_reduce_job {
 
 static void zk_reduce_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
+    (void)worker;
     const zk_reduce_job_t *j = (const zk_reduce_job_t *)arg;
     size_t o = b * j->size;
 
@@ -456,6 +460,7 @@ typedef struct zk_cast_job {
 
 static void zk_cast_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
+    (void)worker;
     const zk_cast_job_t *j = (const zk_cast_job_t *)arg;
 
     if (j->ddt == j->sdt) {

@@ -49,6 +49,8 @@ static char last_warn[1024];
 
 static void capture(zs_log_level_t level, zs_log_subsys_t sub, const char *line, void *arg)
 {
+    (void)sub;
+    (void)arg;
     if (level == ZS_LOG_WARN) {
         n_warn++;
         snprintf(last_warn, sizeof(last_warn), "%s", line);
@@ -787,6 +789,7 @@ Test(zs_config, print_hides_secrets_aligns_and_loads_back)
 static zs_status_t word_parse(const zs_config_row_t *row, const char *value, void *field, char *err,
                               size_t errlen)
 {
+    (void)row;
     size_t n = strlen(value);
 
     if (n == 0 || n >= 8 || strspn(value, "abcdefghijklmnopqrstuvwxyz") != n) {
@@ -799,6 +802,7 @@ static zs_status_t word_parse(const zs_config_row_t *row, const char *value, voi
 
 static void word_format(const zs_config_row_t *row, const void *field, char *buf, size_t len)
 {
+    (void)row;
     snprintf(buf, len, "%s", (const char *)field);
 }
 

@@ -142,6 +142,9 @@ static int n_all;
 
 static void capture_all(zs_log_level_t level, zs_log_subsys_t sub, const char *line, void *arg)
 {
+    (void)level;
+    (void)sub;
+    (void)arg;
     if (n_all < 8) {
         snprintf(all_lines[n_all], sizeof(all_lines[0]), "%s", line);
     }

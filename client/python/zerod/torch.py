@@ -1,4 +1,4 @@
-"""PyTorch binding of zerod: a DeepSpeed-like engine over libzc (design.md §2-3).
+"""PyTorch binding of zerod: a DeepSpeed-like engine over libzc.
 
     import zerod.torch
     engine, optimizer, _, _ = zerod.torch.initialize(model=model, config=ds_config)
@@ -38,7 +38,7 @@ __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError"]
 
 _TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
 
-# Per-group optimizer options the daemon accepts in a group's options_json (semantics.md §1).
+# Per-group optimizer options the daemon accepts in a group's options_json (optimizer.params).
 _GROUP_OPTION_KEYS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
 _OPT_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
 # Options the daemon fixes at attach time (only lr may change afterwards, with each Step).
@@ -162,7 +162,7 @@ def _collect_groups(model, model_parameters):
 
 
 def _registration_order(model, params):
-    """Reverse parameters() order (the order backward produces gradients; design.md §2).
+    """Reverse parameters() order (the order backward produces gradients; docs/semantics.md).
     Tensors that are not the model's own keep their reverse list order, after the model's."""
     pos = {id(p): i for i, p in enumerate(model.parameters())}
     n = len(pos)
@@ -617,7 +617,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                collate_fn=None):
     """Attach `model` to the local zerod, like deepspeed.initialize.
 
-    config: a DeepSpeed config dict or the path of a JSON file (semantics.md §1); fp16/bf16
+    config: a DeepSpeed config dict or the path of a JSON file (docs/training-config.md); fp16/bf16
     convert the model to that dtype. model_parameters: None (every parameter that requires
     grad), an iterable of tensors, or of group dicts {"params": [...], "lr", "weight_decay",
     "betas", "eps"}. The daemon and job come from the environment (ZEROD_SOCKET, ZEROD_JOB,

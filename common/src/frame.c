@@ -12,7 +12,7 @@ zs_status_t zs_frame_parse(const uint8_t *buf, size_t len, size_t *frame_len_p, 
         *need_p = ZS_FRAME_HEADER;
         return ZS_OK;
     }
-    n = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
+    n = zs_frame_length(buf);
     if (n == 0) {
         return zs_errf(err, errlen, ZS_ERR_PROTOCOL,
                        "frame length is 0 (a frame holds one zerod.ipc.v1.Frame)");

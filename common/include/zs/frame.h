@@ -18,6 +18,14 @@ extern "C" {
 #define ZS_FRAME_HEADER 4u
 #define ZS_FRAME_MAX    (16u << 20) /* payload bytes of one frame */
 
+/* The payload length a header announces, unchecked (zs_frame_parse checks it): for messages
+ * about a length that zs_frame_parse refused. */
+static inline uint32_t zs_frame_length(const uint8_t hdr[ZS_FRAME_HEADER])
+{
+    return (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+           (uint32_t)hdr[3] << 24;
+}
+
 /* The frame at the start of buf (len bytes):
  *   ZS_OK, *frame_len_p > 0: buf holds the whole frame, ZS_FRAME_HEADER + payload bytes;
  *   ZS_OK, *frame_len_p == 0: more bytes are needed, *need_p of them in all (the whole frame

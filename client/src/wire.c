@@ -1,11 +1,13 @@
 /*
- * Framed connection to zerod (ipc.proto header): 4-byte little-endian length + one protobuf
- * Frame. Reads go through recvmsg with room for SCM_RIGHTS, so file descriptors are collected
+ * Framed connection to zerod: the length prefix and its limit are common's codec (zs/frame.h,
+ * the daemon's too); this file adds the socket, the receive buffer and the protobuf Frame.
+ * Reads go through recvmsg with room for SCM_RIGHTS, so file descriptors are collected
  * whichever frame they ride on; the frame that owns them (AttachReply) claims them.
  */
 #define _GNU_SOURCE
 #include "zc_int.h"
 
+#include "zs/frame.h"
 #include "zs/status.h"
 
 #include <errno.h>
@@ -87,7 +89,7 @@ int zc_conn_connect(zc_conn_t *conn, const char *path)
             continue;
         }
         if (e == EACCES || e == EPERM) {
-            status = zc_fail(ZS_ERR_PERMISSION, "connect(%s): %s", path, strerror(e));
+            status = zc_fail(ZC_ERR_PERMISSION, "connect(%s): %s", path, strerror(e));
         } else {
             status = zc_fail(ZC_ERR_UNREACHABLE, "connect(%s): %s (is zerod running?)", path,
                              strerror(e));
@@ -136,6 +138,7 @@ static int zc_conn_wait(zc_conn_t *conn, short events, zs_deadline_t deadline, c
 
 int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadline)
 {
+    uint8_t hdr[ZS_FRAME_HEADER];
     size_t n, sent = 0;
     uint8_t *buf;
     int status;
@@ -144,19 +147,17 @@ int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadlin
         return zc_fail(ZC_ERR_CLOSED, "the connection to the daemon is closed");
     }
     n = zerod__ipc__v1__frame__get_packed_size(frame);
-    if (n == 0 || n > ZC_MAX_FRAME) {
+    if (zs_frame_header(n, hdr, NULL, 0) != ZS_OK) { /* 0 or over the limit: our message */
         return zc_fail(ZC_ERR_INVALID, "a %s frame of %zu bytes is over the limit of %u bytes",
-                       zc_body_name(frame->body_case), n, ZC_MAX_FRAME);
+                       zc_body_name(frame->body_case), n, ZS_FRAME_MAX);
     }
-    buf = malloc(n + 4);
+    buf = malloc(n + ZS_FRAME_HEADER);
     if (buf == NULL) {
         return zc_fail(ZC_ERR_NO_MEMORY, "out of memory for a %zu-byte frame", n);
     }
-    for (int i = 0; i < 4; i++) {
-        buf[i] = (uint8_t)(n >> (8 * i));
-    }
-    zerod__ipc__v1__frame__pack(frame, buf + 4);
-    n += 4;
+    memcpy(buf, hdr, ZS_FRAME_HEADER);
+    zerod__ipc__v1__frame__pack(frame, buf + ZS_FRAME_HEADER);
+    n += ZS_FRAME_HEADER;
 
     while (sent < n) {
         ssize_t rc = send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -306,31 +307,25 @@ static int zc_conn_fill(zc_conn_t *conn, zs_deadline_t deadline)
     }
 }
 
-int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p)
+/* The whole frame at the front of the buffer (*frame_len_p bytes, header included), reading
+ * from the socket until it is in. */
+static int zc_conn_next_frame(zc_conn_t *conn, zs_deadline_t deadline, size_t *frame_len_p)
 {
-    zc_frame_t *frame;
-    uint32_t n = 0;
-    size_t avail;
+    size_t frame_len, need;
     int status;
 
-    if (conn->fd < 0) {
-        return zc_fail(ZC_ERR_CLOSED, "the connection to the daemon is closed");
-    }
     for (;;) {
-        avail = conn->len - conn->off;
-        if (avail >= 4) {
-            const uint8_t *p = conn->buf + conn->off;
-            n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-            if (n == 0 || n > ZC_MAX_FRAME) {
-                return zc_fail(ZC_ERR_PROTOCOL,
-                               "frame length %u from the daemon is out of range 1..%u", n,
-                               ZC_MAX_FRAME);
-            }
-            if (avail >= (size_t)n + 4) {
-                break;
-            }
+        const uint8_t *p = (conn->buf != NULL) ? conn->buf + conn->off : NULL;
+        if (zs_frame_parse(p, conn->len - conn->off, &frame_len, &need, NULL, 0) != ZS_OK) {
+            /* length 0 or over the limit: one status and message from the client's side */
+            return zc_fail(ZC_ERR_PROTOCOL, "frame length %u from the daemon is out of range 1..%u",
+                           zs_frame_length(p), ZS_FRAME_MAX);
         }
-        status = zc_conn_reserve(conn, (avail >= 4) ? (size_t)n + 4 : 4);
+        if (frame_len > 0) {
+            *frame_len_p = frame_len;
+            return ZC_OK;
+        }
+        status = zc_conn_reserve(conn, need);
         if (status != ZC_OK) {
             return status;
         }
@@ -339,10 +334,26 @@ int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p)
             return status;
         }
     }
-    frame = zerod__ipc__v1__frame__unpack(NULL, n, conn->buf + conn->off + 4);
-    conn->off += (size_t)n + 4;
+}
+
+int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p)
+{
+    zc_frame_t *frame;
+    size_t frame_len = 0, n;
+    int status;
+
+    if (conn->fd < 0) {
+        return zc_fail(ZC_ERR_CLOSED, "the connection to the daemon is closed");
+    }
+    status = zc_conn_next_frame(conn, deadline, &frame_len);
+    if (status != ZC_OK) {
+        return status;
+    }
+    n = frame_len - ZS_FRAME_HEADER;
+    frame = zerod__ipc__v1__frame__unpack(NULL, n, conn->buf + conn->off + ZS_FRAME_HEADER);
+    conn->off += frame_len;
     if (frame == NULL) {
-        return zc_fail(ZC_ERR_PROTOCOL, "undecodable %u-byte frame from the daemon", n);
+        return zc_fail(ZC_ERR_PROTOCOL, "undecodable %zu-byte frame from the daemon", n);
     }
     if (conn->off == conn->len) {
         conn->off = conn->len = 0;

@@ -20,9 +20,8 @@
 extern "C" {
 #endif
 
-/* ipc.proto header: PROTOCOL_VERSION and the frame limit ZS_MAX_FRAME (16 MiB). */
+/* ipc.proto header: PROTOCOL_VERSION. The frame (length prefix, limit) is zs/frame.h's. */
 #define ZC_PROTOCOL_VERSION 1u
-#define ZC_MAX_FRAME        (16u * 1024u * 1024u)
 /* File descriptors a connection holds between receiving them and the frame that owns them
  * (AttachReply carries 3 at most). */
 #define ZC_MAX_PENDING_FDS    8u
@@ -59,7 +58,7 @@ int zc_conn_init(zc_conn_t *conn, int fd);
 /* Close the socket and any unclaimed fds, free the buffer. Safe twice. */
 void zc_conn_cleanup(zc_conn_t *conn);
 /* Connect to a Unix socket path: ZC_ERR_UNREACHABLE (nothing listens / no such socket),
- * ZS_ERR_PERMISSION, ZC_ERR_INVALID (path too long). */
+ * ZC_ERR_PERMISSION, ZC_ERR_INVALID (path too long). */
 int zc_conn_connect(zc_conn_t *conn, const char *path);
 
 /* A new request sequence number (never 0). */
@@ -69,7 +68,7 @@ int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadlin
 /* Receive and decode one frame (caller frees with zerod__ipc__v1__frame__free_unpacked).
  * File descriptors that arrive on the way are kept in conn->fds. Errors: ZC_ERR_TIMEOUT,
  * ZC_ERR_CLOSED (EOF, also in the middle of a frame), ZC_ERR_PROTOCOL (length 0 or over
- * ZC_MAX_FRAME, undecodable frame, truncated fds), ZC_ERR_IO. */
+ * ZS_FRAME_MAX, undecodable frame, truncated fds), ZC_ERR_IO. */
 int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p);
 /* Move up to max received fds to fds[] (in arrival order); returns how many. */
 uint32_t zc_conn_take_fds(zc_conn_t *conn, int *fds, uint32_t max);

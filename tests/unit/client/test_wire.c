@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "zc_int.h"
 
+#include "zs/frame.h"
+
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -235,7 +237,7 @@ Test(zc_conn, refuses_a_zero_length)
 
 Test(zc_conn, refuses_a_length_over_the_limit)
 {
-    uint32_t n = ZC_MAX_FRAME + 1;
+    uint32_t n = ZS_FRAME_MAX + 1;
     uint8_t hdr[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
     zc_frame_t *f = NULL;
     pair_t p;

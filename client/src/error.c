@@ -3,6 +3,7 @@
 
 #include "zs/error.h"
 #include "zs/status.h"
+#include "zs/version.h"
 
 /* libzc's own message per thread, apart from the kernels' (zk_last_error) */
 static _Thread_local zs_lasterr_t zc_lasterr;
@@ -40,7 +41,7 @@ ZC_API const char *zc_status_name(int status)
 
 ZC_API const char *zc_version(void)
 {
-    return ZC_VERSION_STRING;
+    return ZS_VERSION;
 }
 
 int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what)

@@ -3,8 +3,9 @@
  * (it includes no internal header), so it spells its ZC_* status codes and zc_dtype_t values
  * out; this list, expanded from ZS_STATUS_MAP and ZS_DTYPE_MAP, stops the build when one of
  * them is missing or differs. client/check_codes.cmake checks the other way round: that zc.h
- * names no code the tables lack. The protobuf-c enum libzc reads off the wire is checked here
- * too, although status.proto is itself generated from ZS_STATUS_MAP.
+ * names no code the tables lack. The protobuf-c enums libzc reads off the wire are checked here
+ * too: ipc.proto's DType, and Status although status.proto is itself generated from
+ * ZS_STATUS_MAP.
  */
 #include "zc_int.h"
 
@@ -29,6 +30,8 @@ ZS_STATUS_MAP(ZC_CHECK_STATUS_)
 
 #define ZC_CHECK_DTYPE_(name, value, str, bytes)                                                   \
     _Static_assert(ZC_DTYPE_##name == (value),                                                     \
-                   "zerod/zc.h: ZC_DTYPE_" #name " differs from ZS_DTYPE_MAP");
+                   "zerod/zc.h: ZC_DTYPE_" #name " differs from ZS_DTYPE_MAP");                    \
+    _Static_assert(ZEROD__IPC__V1__DTYPE__DTYPE_##name == (value),                                 \
+                   "ipc.pb-c.h: DTYPE_" #name " differs from ZS_DTYPE_MAP");
 ZS_DTYPE_MAP(ZC_CHECK_DTYPE_)
 #undef ZC_CHECK_DTYPE_

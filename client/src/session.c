@@ -420,6 +420,12 @@ static int zc_attach_check(const zc_session_t *s, const zc_attach_params_t *p)
     return ZC_OK;
 }
 
+/* The job's world size: the caller's, else 1. */
+static uint32_t zc_attach_world(const zc_attach_params_t *p)
+{
+    return (p->field_mask & ZC_ATTACH_FIELD_WORLD) ? p->world : 1;
+}
+
 /* Build the Attach message; frees nothing of the caller's. groups/pgroups are caller storage
  * of n_groups entries. */
 static void zc_attach_fill(const zc_attach_params_t *p, Zerod__Ipc__V1__Attach *at,
@@ -429,7 +435,7 @@ static void zc_attach_fill(const zc_attach_params_t *p, Zerod__Ipc__V1__Attach *
 
     at->job_id = (char *)p->job_id;
     at->rank = (mask & ZC_ATTACH_FIELD_RANK) ? p->rank : 0;
-    at->world = (mask & ZC_ATTACH_FIELD_WORLD) ? p->world : 1;
+    at->world = zc_attach_world(p);
     if ((mask & ZC_ATTACH_FIELD_COORDINATOR) && p->coordinator != NULL) {
         at->coordinator = (char *)p->coordinator;
     }
@@ -576,17 +582,78 @@ static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
     return ZC_OK;
 }
 
-ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
-                             zc_attach_info_t *info_p)
+/* Send Attach and wait for its reply (the fds that came with it stay in the connection). */
+static int zc_attach_request(zc_session_t *s, const zc_attach_params_t *p, zc_frame_t **reply_p)
 {
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
-    Zerod__Ipc__V1__Group *groups = NULL;
-    Zerod__Ipc__V1__Group **pgroups = NULL;
+    Zerod__Ipc__V1__Group *groups;
+    Zerod__Ipc__V1__Group **pgroups;
+    int status;
+
+    groups = calloc(p->n_groups, sizeof(*groups));
+    pgroups = calloc(p->n_groups, sizeof(*pgroups));
+    if (groups == NULL || pgroups == NULL) {
+        status = zc_fail(ZC_ERR_NO_MEMORY, "attach: out of memory");
+        goto out_free;
+    }
+    zc_attach_fill(p, &at, groups, pgroups);
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
+    req.attach = &at;
+    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY, -1, reply_p);
+
+out_free:
+    free(pgroups);
+    free(groups);
+    return status;
+}
+
+/* The daemon has attached us: take the job's shape from its reply, compute the layout and map
+ * the regions (taking the fds it maps). */
+static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
+                           const Zerod__Ipc__V1__AttachReply *ar, int *fds, uint32_t n_fds)
+{
+    int status;
+
+    s->stage = ar->stage;
+    s->dtype = (p->field_mask & ZC_ATTACH_FIELD_DTYPE) ? p->dtype : ZC_DTYPE_F32;
+    s->dsize = zc_dtype_size(s->dtype);
+    s->accum_steps = ar->gradient_accumulation_steps ? ar->gradient_accumulation_steps : 1;
+    s->resumed = ar->resumed;
+    s->params_ready = ar->resumed;
+    if (s->stage != 1 && s->stage != 2) {
+        return zc_fail(ZC_ERR_PROTOCOL, "attach: the daemon replied stage %u", s->stage);
+    }
+    status = zc_attach_layout(s, p, zc_attach_world(p), ar);
+    if (status != ZC_OK) {
+        return status;
+    }
+    return zc_attach_map(s, ar, fds, n_fds);
+}
+
+static void zc_attach_info_fill(const zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
+                                zc_attach_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->layout_hash = ar->layout_hash;
+    info->step = ar->step;
+    info->resumed = ar->resumed ? 1 : 0;
+    info->loss_scale = ar->loss_scale;
+    info->stage = s->stage;
+    info->gradient_accumulation_steps = s->accum_steps;
+    info->n_params = s->layout->n_params;
+    info->n_buckets = s->layout->n_buckets;
+    info->n_slots = s->n_slots;
+    info->total_numel = s->layout->total_numel;
+}
+
+ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
+                             zc_attach_info_t *info_p)
+{
     const Zerod__Ipc__V1__AttachReply *ar;
     zc_frame_t *reply = NULL;
     int fds[ZC_MAX_PENDING_FDS];
-    uint32_t n_fds = 0;
+    uint32_t n_fds;
     zc_session_t *s = session;
     int status;
 
@@ -601,17 +668,8 @@ ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *pa
     if (status != ZC_OK) {
         return status;
     }
-    groups = calloc(params->n_groups, sizeof(*groups));
-    pgroups = calloc(params->n_groups, sizeof(*pgroups));
-    if (groups == NULL || pgroups == NULL) {
-        status = zc_fail(ZC_ERR_NO_MEMORY, "attach: out of memory");
-        goto out_free;
-    }
-    zc_attach_fill(params, &at, groups, pgroups);
-    req.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
-    req.attach = &at;
     zc_conn_close_fds(&s->conn); /* stray fds of earlier frames are not ours */
-    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY, -1, &reply);
+    status = zc_attach_request(s, params, &reply);
     n_fds = zc_conn_take_fds(&s->conn, fds, ZC_MAX_PENDING_FDS);
     if (status != ZC_OK) {
         goto out_close_fds;
@@ -621,39 +679,14 @@ ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *pa
     if (status != ZC_OK) {
         goto out_reply;
     }
-
     /* The daemon has attached us: a failure from here on leaves the connection unusable. */
-    s->stage = ar->stage;
-    s->dtype = (params->field_mask & ZC_ATTACH_FIELD_DTYPE) ? params->dtype : ZC_DTYPE_F32;
-    s->dsize = zc_dtype_size(s->dtype);
-    s->accum_steps = ar->gradient_accumulation_steps ? ar->gradient_accumulation_steps : 1;
-    s->resumed = ar->resumed;
-    s->params_ready = ar->resumed;
-    if (s->stage != 1 && s->stage != 2) {
-        status = zc_fail(ZC_ERR_PROTOCOL, "attach: the daemon replied stage %u", s->stage);
-        goto err_detach;
-    }
-    status = zc_attach_layout(s, params, at.world, ar);
-    if (status != ZC_OK) {
-        goto err_detach;
-    }
-    status = zc_attach_map(s, ar, fds, n_fds);
+    status = zc_attach_setup(s, params, ar, fds, n_fds);
     if (status != ZC_OK) {
         goto err_detach;
     }
     s->attached = true;
     if (info_p != NULL) {
-        memset(info_p, 0, sizeof(*info_p));
-        info_p->layout_hash = ar->layout_hash;
-        info_p->step = ar->step;
-        info_p->resumed = ar->resumed ? 1 : 0;
-        info_p->loss_scale = ar->loss_scale;
-        info_p->stage = s->stage;
-        info_p->gradient_accumulation_steps = s->accum_steps;
-        info_p->n_params = s->layout->n_params;
-        info_p->n_buckets = s->layout->n_buckets;
-        info_p->n_slots = s->n_slots;
-        info_p->total_numel = s->layout->total_numel;
+        zc_attach_info_fill(s, ar, info_p);
     }
     goto out_reply;
 
@@ -669,9 +702,6 @@ out_close_fds:
             close(fds[i]);
         }
     }
-out_free:
-    free(pgroups);
-    free(groups);
     return status;
 }
 

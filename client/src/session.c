@@ -57,6 +57,8 @@ struct zc_session {
     zs_region_t grads;
     zc_slot_rec_t *slot_rec; /* [n_slots] */
     uint32_t n_outstanding;  /* slots in ZC_SLOT_SUBMITTED */
+
+    zc_frame_t *kept[ZC_KEPT_COUNT]; /* the latest control replies (zc_session_keep) */
 };
 
 static zs_deadline_t zc_deadline(const zc_session_t *s, int timeout_ms)
@@ -239,6 +241,19 @@ int zc_session_request(zc_session_t *s, zc_frame_t *request, zc_body_case_t repl
     return zc_session_wait_reply(s, request->seq, reply_case, deadline, reply_p);
 }
 
+void zc_session_keep(zc_session_t *session, zc_kept_t kind, zc_frame_t *reply)
+{
+    if (session->kept[kind] != NULL) {
+        zerod__ipc__v1__frame__free_unpacked(session->kept[kind], NULL);
+    }
+    session->kept[kind] = reply;
+}
+
+const zc_frame_t *zc_session_kept(const zc_session_t *session, zc_kept_t kind)
+{
+    return session->kept[kind];
+}
+
 const zc_daemon_info_t *zc_session_daemon_info(const zc_session_t *session)
 {
     return &session->daemon;
@@ -363,6 +378,9 @@ ZC_API void zc_session_close(zc_session_t *session)
     }
     zc_session_unmap(session);
     zc_conn_cleanup(&session->conn);
+    for (int k = 0; k < ZC_KEPT_COUNT; k++) {
+        zc_session_keep(session, (zc_kept_t)k, NULL);
+    }
     free(session);
 }
 
@@ -772,6 +790,13 @@ ZC_API size_t zc_dtype_size(zc_dtype_t dtype)
     zs_dtype_t d;
 
     return zs_dtype_from_int((long)dtype, &d) == ZS_OK ? zs_dtype_size(d) : 0;
+}
+
+ZC_API const char *zc_dtype_name(zc_dtype_t dtype)
+{
+    zs_dtype_t d;
+
+    return zs_dtype_from_int((long)dtype, &d) == ZS_OK ? zs_dtype_name(d) : "unknown";
 }
 
 ZC_API zc_dtype_t zc_session_dtype(zc_session_t *session)

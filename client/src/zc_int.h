@@ -1,7 +1,8 @@
 /*
- * libzc internals: the framed connection (wire.c), the error buffer (error.c) and a small
- * request API that zeroctl uses for the control messages (Status, ShardInfo). Never installed;
- * the public face is client/include/zerod/zc.h, which stays free of protobuf types.
+ * libzc internals: the framed connection (wire.c), the error buffer (error.c) and the session's
+ * request API (session.c) on which the public calls are built, e.g. the control queries
+ * (control.c); zeroctl still uses it too. Never installed; the public face is
+ * client/include/zerod/zc.h, which stays free of protobuf types.
  */
 #ifndef ZC_INT_H
 #define ZC_INT_H
@@ -25,7 +26,6 @@ extern "C" {
 /* File descriptors a connection holds between receiving them and the frame that owns them
  * (AttachReply carries 3 at most). */
 #define ZC_MAX_PENDING_FDS    8u
-#define ZC_DEFAULT_SOCKET     "/run/zerod/zerod-cpu0.sock"
 #define ZC_DEFAULT_TIMEOUT_MS 60000
 /* The default deadline is at least 2 x the daemon's peer deadline + this (HelloReply). */
 #define ZC_PEER_DEADLINE_MARGIN_MS 10000
@@ -78,7 +78,7 @@ void zc_conn_close_fds(zc_conn_t *conn);
 /* "hello_reply", "slot_free", ... for messages. */
 const char *zc_body_name(zc_body_case_t body);
 
-/* ---- request API for zeroctl (session.c) --------------------------------------------- */
+/* ---- request API (session.c) --------------------------------------------------------- */
 
 typedef struct zc_daemon_info {
     char version[64];
@@ -102,6 +102,19 @@ int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_
 
 /* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message". */
 int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);
+
+/* Replies the session keeps for the public calls that read them by index afterwards
+ * (zc_session_memory_term, zc_session_group_shard): one of each kind, the latest. */
+typedef enum zc_kept {
+    ZC_KEPT_STATUS = 0, /* StatusReply */
+    ZC_KEPT_SHARD,      /* ShardInfoReply */
+    ZC_KEPT_COUNT
+} zc_kept_t;
+
+/* Keep `reply` (the session now owns it), freeing the one kept before. */
+void zc_session_keep(zc_session_t *session, zc_kept_t kind, zc_frame_t *reply);
+/* The reply kept of that kind; NULL when none. */
+const zc_frame_t *zc_session_kept(const zc_session_t *session, zc_kept_t kind);
 
 #ifdef __cplusplus
 }

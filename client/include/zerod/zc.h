@@ -40,9 +40,13 @@ extern "C" {
 #define ZC_API
 #endif
 
+/* zerod's version (the build checks these against the project's); zc_version() at run time. */
 #define ZC_VERSION_MAJOR 0
 #define ZC_VERSION_MINOR 1
 #define ZC_VERSION_PATCH 0
+
+/* The socket a session opens when neither zc_open_params_t nor $ZEROD_SOCKET names one. */
+#define ZC_DEFAULT_SOCKET "/run/zerod/zerod-cpu0.sock"
 
 /* Status codes: zerod's wire values (common/include/zs/status.h, ZS_STATUS_MAP); libzc's build
  * checks each against that table. zc_status_name() gives the name without "ZC_". */
@@ -94,7 +98,7 @@ enum {
 
 typedef struct zc_open_params {
     uint64_t field_mask;
-    const char *socket_path; /* default: $ZEROD_SOCKET, else /run/zerod/zerod-cpu0.sock */
+    const char *socket_path; /* default: $ZEROD_SOCKET, else ZC_DEFAULT_SOCKET */
     int timeout_ms;          /* default deadline of every call; see "Timeouts" above */
     int control;             /* 1: open with the control role (status only), as zeroctl */
 } zc_open_params_t;
@@ -160,6 +164,8 @@ ZC_API void *zc_session_param_ptr(zc_session_t *session, uint32_t id);
 ZC_API uint64_t zc_session_param_numel(zc_session_t *session, uint32_t id);
 ZC_API zc_dtype_t zc_session_dtype(zc_session_t *session);
 ZC_API size_t zc_dtype_size(zc_dtype_t dtype);
+/* "fp32", "fp16", "bf16"; "unknown" for a value that is no zc_dtype_t. */
+ZC_API const char *zc_dtype_name(zc_dtype_t dtype);
 
 /* ---- buckets and gradient slots (stage 2) -------------------------------------------- */
 
@@ -230,6 +236,118 @@ ZC_API int zc_session_step(zc_session_t *session, const zc_step_params_t *params
 
 /* end_job = 1: the daemon drops the job; 0: it keeps it for job_linger. */
 ZC_API int zc_session_detach(zc_session_t *session, int end_job);
+
+/* ---- daemon status and shard layout (what zeroctl shows) ------------------------------ */
+
+/*
+ * Queries of the daemon a session is open on, usually with the control role. Their result
+ * structs start with a field_mask: the caller sets the parts it wants (ZC_*_FIELD_*), the call
+ * fills those and leaves field_mask holding the parts it filled, so that parts can be added
+ * without breaking callers. Strings are never NULL ("" when the daemon sent none); they, and
+ * the terms and groups read by index, belong to the session and stay valid until the next
+ * query of the same kind on it or zc_session_close(). A daemon error is returned as its
+ * status, with zc_last_error() "status: NAME: message" (or "shard: ...").
+ */
+
+enum {
+    ZC_DAEMON_STATUS_FIELD_DAEMON = 1u << 0,   /* version, pid, device, socket, uptime_s */
+    ZC_DAEMON_STATUS_FIELD_ACTIVITY = 1u << 1, /* activity, activity_s */
+    ZC_DAEMON_STATUS_FIELD_JOB = 1u << 2,      /* has_job, job_id .. collectives */
+    ZC_DAEMON_STATUS_FIELD_MEMORY = 1u << 3,   /* n_memory */
+};
+
+typedef struct zc_daemon_status {
+    uint64_t field_mask;
+    const char *version; /* zerod's */
+    int32_t pid;
+    const char *device;
+    const char *socket; /* the socket the daemon listens on */
+    double uptime_s;
+    const char *activity; /* what the daemon is busy with ("step 42"); "" when idle */
+    double activity_s;    /* for how long */
+    int has_job;          /* 0: the job fields below are zero */
+    const char *job_id;
+    uint32_t rank;
+    uint32_t world;
+    uint32_t stage;
+    zc_dtype_t dtype;     /* as the daemon sent it: zc_dtype_name() says "unknown" if need be */
+    int trainer_attached; /* 1: a trainer session holds the job */
+    uint64_t step;        /* optimizer steps completed */
+    uint64_t skipped_steps;
+    double loss_scale;
+    double grad_norm;        /* the last step's; < 0 when not finite */
+    uint64_t param_numel;    /* parameter elements, unpadded */
+    uint64_t layout_hash;    /* the job's layout, as zc_attach_info_t's */
+    const char *collectives; /* the algorithm the job's daemons agreed on, and why */
+    uint32_t n_memory;       /* memory terms: zc_session_memory_term(), i < n_memory */
+} zc_daemon_status_t;
+
+enum {
+    ZC_MEMORY_TERM_FIELD_MEASURED = 1u << 0, /* name, bytes */
+    ZC_MEMORY_TERM_FIELD_FORMULA = 1u << 1,  /* formula_bytes, formula */
+};
+
+/* One category of the daemon's memory: what it allocated against design.md's formula. */
+typedef struct zc_memory_term {
+    uint64_t field_mask;
+    const char *name; /* params, slots, grads, master, m, v, accumulator */
+    uint64_t bytes;   /* measured: bytes allocated */
+    uint64_t formula_bytes;
+    const char *formula; /* e.g. "2Ψ", "4Ψ/N" (UTF-8) */
+} zc_memory_term_t;
+
+/* Ask the daemon for its status (timeout_ms < 0: the session default). */
+ZC_API int zc_session_daemon_status(zc_session_t *session, int timeout_ms,
+                                    zc_daemon_status_t *status_p);
+/* Memory term i of the last zc_session_daemon_status() on this session. */
+ZC_API int zc_session_memory_term(zc_session_t *session, uint32_t i, zc_memory_term_t *term_p);
+
+enum {
+    ZC_SHARD_INFO_FIELD_LAYOUT = 1u << 0, /* job_id .. layout_hash */
+    ZC_SHARD_INFO_FIELD_MASTER = 1u << 1, /* master_sumsq */
+    ZC_SHARD_INFO_FIELD_GROUPS = 1u << 2, /* n_groups */
+};
+
+/* This daemon's rank of the job: its shard of the flat (bucket-padded) parameter space. */
+typedef struct zc_shard_info {
+    uint64_t field_mask;
+    const char *job_id;
+    uint32_t rank;
+    uint32_t world;
+    uint64_t total_numel; /* elements of the flat space, padded */
+    uint64_t param_numel; /* of them, parameter elements */
+    uint64_t shard_numel; /* elements this rank owns */
+    uint32_t n_buckets;
+    uint64_t max_bucket_numel;
+    uint64_t bucket_size; /* elements */
+    uint64_t layout_hash;
+    double master_sumsq; /* sum of squares of this rank's fp32 master shard */
+    uint32_t n_groups;   /* parameter groups: zc_session_group_shard(), i < n_groups */
+} zc_shard_info_t;
+
+enum {
+    ZC_GROUP_SHARD_FIELD_RANGES = 1u << 0,  /* group .. shard_numel */
+    ZC_GROUP_SHARD_FIELD_OPTIONS = 1u << 1, /* lr, weight_decay */
+};
+
+/* One parameter group's place in the flat space and in this rank's shard, in elements. */
+typedef struct zc_group_shard {
+    uint64_t field_mask;
+    uint32_t group;
+    uint32_t n_params;
+    uint32_t n_buckets;
+    uint64_t flat_offset;
+    uint64_t flat_numel;
+    uint64_t shard_offset;
+    uint64_t shard_numel;
+    double lr;
+    double weight_decay;
+} zc_group_shard_t;
+
+/* Ask the daemon for this rank's shard of its job (timeout_ms < 0: the session default). */
+ZC_API int zc_session_shard_info(zc_session_t *session, int timeout_ms, zc_shard_info_t *info_p);
+/* Group i of the last zc_session_shard_info() on this session. */
+ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_shard_t *group_p);
 
 /* ---- errors -------------------------------------------------------------------------- */
 

@@ -1,0 +1,221 @@
+/*
+ * The control queries of zerod/zc.h: the daemon's status and this rank's shard, as plain C
+ * structs (zeroctl prints them). The session keeps the reply of each (zc_session_keep), so
+ * that the strings handed out and the terms and groups read by index stay valid until the next
+ * query of the same kind.
+ */
+#include "zc_int.h"
+
+#include <stddef.h>
+
+#define ZC_STATUS_FIELDS                                                                           \
+    (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
+     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY)
+#define ZC_MEMORY_TERM_FIELDS (ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA)
+#define ZC_SHARD_INFO_FIELDS                                                                       \
+    (ZC_SHARD_INFO_FIELD_LAYOUT | ZC_SHARD_INFO_FIELD_MASTER | ZC_SHARD_INFO_FIELD_GROUPS)
+#define ZC_GROUP_SHARD_FIELDS (ZC_GROUP_SHARD_FIELD_RANGES | ZC_GROUP_SHARD_FIELD_OPTIONS)
+
+/* protobuf-c gives "" for an absent string; a NULL would be a decoder's, never the caller's. */
+static const char *zc_str(const char *s)
+{
+    return s != NULL ? s : "";
+}
+
+/* ---- status ------------------------------------------------------------------------ */
+
+static void zc_status_fill_job(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_status_t *st)
+{
+    st->has_job = r->has_job ? 1 : 0;
+    st->job_id = zc_str(r->job_id);
+    st->rank = r->rank;
+    st->world = r->world;
+    st->stage = r->stage;
+    st->dtype = (zc_dtype_t)r->dtype; /* unchecked: zc_dtype_name() names a stranger "unknown" */
+    st->trainer_attached = r->trainer_attached ? 1 : 0;
+    st->step = r->step;
+    st->skipped_steps = r->skipped_steps;
+    st->loss_scale = r->loss_scale;
+    st->grad_norm = r->grad_norm;
+    st->param_numel = r->param_numel;
+    st->layout_hash = r->layout_hash;
+    st->collectives = zc_str(r->collectives);
+}
+
+static void zc_status_fill(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_status_t *st)
+{
+    uint64_t want = st->field_mask & ZC_STATUS_FIELDS;
+
+    if (want & ZC_DAEMON_STATUS_FIELD_DAEMON) {
+        st->version = zc_str(r->version);
+        st->pid = r->pid;
+        st->device = zc_str(r->device);
+        st->socket = zc_str(r->socket);
+        st->uptime_s = r->uptime_s;
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_ACTIVITY) {
+        st->activity = zc_str(r->activity);
+        st->activity_s = r->activity_s;
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_JOB) {
+        zc_status_fill_job(r, st);
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_MEMORY) {
+        st->n_memory = (uint32_t)r->n_memory;
+    }
+    st->field_mask = want;
+}
+
+ZC_API int zc_session_daemon_status(zc_session_t *session, int timeout_ms,
+                                    zc_daemon_status_t *status_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StatusRequest sr = ZEROD__IPC__V1__STATUS_REQUEST__INIT;
+    zc_frame_t *reply = NULL;
+    int status;
+
+    zc_error_clear();
+    if (session == NULL || status_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "status: %s is NULL",
+                       session == NULL ? "session" : "status_p");
+    }
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
+    req.status = &sr;
+    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY, timeout_ms,
+                                &reply);
+    if (status != ZC_OK) {
+        return status;
+    }
+    status = zc_result_status(reply->status_reply->result, "status");
+    if (status != ZC_OK) {
+        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+        return status;
+    }
+    zc_session_keep(session, ZC_KEPT_STATUS, reply);
+    zc_status_fill(reply->status_reply, status_p);
+    return ZC_OK;
+}
+
+ZC_API int zc_session_memory_term(zc_session_t *session, uint32_t i, zc_memory_term_t *term_p)
+{
+    const Zerod__Ipc__V1__MemoryTerm *t;
+    const zc_frame_t *kept;
+    uint64_t want;
+
+    if (session == NULL || term_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "memory_term: %s is NULL",
+                       session == NULL ? "session" : "term_p");
+    }
+    kept = zc_session_kept(session, ZC_KEPT_STATUS);
+    if (kept == NULL) {
+        return zc_fail(ZC_ERR_STATE, "memory_term: no zc_session_daemon_status() yet");
+    }
+    if (i >= kept->status_reply->n_memory) {
+        return zc_fail(ZC_ERR_INVALID, "memory_term: term %u is not below %zu", i,
+                       kept->status_reply->n_memory);
+    }
+    t = kept->status_reply->memory[i];
+    want = term_p->field_mask & ZC_MEMORY_TERM_FIELDS;
+    if (want & ZC_MEMORY_TERM_FIELD_MEASURED) {
+        term_p->name = zc_str(t->name);
+        term_p->bytes = t->bytes;
+    }
+    if (want & ZC_MEMORY_TERM_FIELD_FORMULA) {
+        term_p->formula_bytes = t->formula_bytes;
+        term_p->formula = zc_str(t->formula);
+    }
+    term_p->field_mask = want;
+    return ZC_OK;
+}
+
+/* ---- shard ------------------------------------------------------------------------- */
+
+static void zc_shard_fill(const Zerod__Ipc__V1__ShardInfoReply *r, zc_shard_info_t *info)
+{
+    uint64_t want = info->field_mask & ZC_SHARD_INFO_FIELDS;
+
+    if (want & ZC_SHARD_INFO_FIELD_LAYOUT) {
+        info->job_id = zc_str(r->job_id);
+        info->rank = r->rank;
+        info->world = r->world;
+        info->total_numel = r->total_numel;
+        info->param_numel = r->param_numel;
+        info->shard_numel = r->shard_numel;
+        info->n_buckets = r->n_buckets;
+        info->max_bucket_numel = r->max_bucket_numel;
+        info->bucket_size = r->bucket_size;
+        info->layout_hash = r->layout_hash;
+    }
+    if (want & ZC_SHARD_INFO_FIELD_MASTER) {
+        info->master_sumsq = r->master_sumsq;
+    }
+    if (want & ZC_SHARD_INFO_FIELD_GROUPS) {
+        info->n_groups = (uint32_t)r->n_groups;
+    }
+    info->field_mask = want;
+}
+
+ZC_API int zc_session_shard_info(zc_session_t *session, int timeout_ms, zc_shard_info_t *info_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ShardInfoRequest sr = ZEROD__IPC__V1__SHARD_INFO_REQUEST__INIT;
+    zc_frame_t *reply = NULL;
+    int status;
+
+    zc_error_clear();
+    if (session == NULL || info_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "shard: %s is NULL", session == NULL ? "session" : "info_p");
+    }
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO;
+    req.shard_info = &sr;
+    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY,
+                                timeout_ms, &reply);
+    if (status != ZC_OK) {
+        return status;
+    }
+    status = zc_result_status(reply->shard_info_reply->result, "shard");
+    if (status != ZC_OK) {
+        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+        return status;
+    }
+    zc_session_keep(session, ZC_KEPT_SHARD, reply);
+    zc_shard_fill(reply->shard_info_reply, info_p);
+    return ZC_OK;
+}
+
+ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_shard_t *group_p)
+{
+    const Zerod__Ipc__V1__GroupShard *g;
+    const zc_frame_t *kept;
+    uint64_t want;
+
+    if (session == NULL || group_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "group_shard: %s is NULL",
+                       session == NULL ? "session" : "group_p");
+    }
+    kept = zc_session_kept(session, ZC_KEPT_SHARD);
+    if (kept == NULL) {
+        return zc_fail(ZC_ERR_STATE, "group_shard: no zc_session_shard_info() yet");
+    }
+    if (i >= kept->shard_info_reply->n_groups) {
+        return zc_fail(ZC_ERR_INVALID, "group_shard: group %u is not below %zu", i,
+                       kept->shard_info_reply->n_groups);
+    }
+    g = kept->shard_info_reply->groups[i];
+    want = group_p->field_mask & ZC_GROUP_SHARD_FIELDS;
+    if (want & ZC_GROUP_SHARD_FIELD_RANGES) {
+        group_p->group = g->group;
+        group_p->n_params = g->n_params;
+        group_p->n_buckets = g->n_buckets;
+        group_p->flat_offset = g->flat_offset;
+        group_p->flat_numel = g->flat_numel;
+        group_p->shard_offset = g->shard_offset;
+        group_p->shard_numel = g->shard_numel;
+    }
+    if (want & ZC_GROUP_SHARD_FIELD_OPTIONS) {
+        group_p->lr = g->lr;
+        group_p->weight_decay = g->weight_decay;
+    }
+    group_p->field_mask = want;
+    return ZC_OK;
+}

@@ -1,8 +1,9 @@
 /*
  * libzc internals: the framed connection (wire.c), the error buffer (error.c) and the session's
  * request API (session.c) on which the public calls are built, e.g. the control queries
- * (control.c); zeroctl still uses it too. Never installed; the public face is
- * client/include/zerod/zc.h, which stays free of protobuf types.
+ * (control.c). Never installed, and nothing outside libzc and its unit tests includes it:
+ * zeroctl too uses only the public face, client/include/zerod/zc.h, which stays free of
+ * protobuf types.
  */
 #ifndef ZC_INT_H
 #define ZC_INT_H

@@ -8,9 +8,7 @@
  * human output is a table with units in the header.
  */
 #define _GNU_SOURCE
-#include "zc_int.h"
-
-#include "zs/status.h"
+#include "zerod/zc.h" /* the public API only: zeroctl is a client like any other */
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -55,23 +53,19 @@ static void zeroctl_usage(FILE *out)
             ZC_DEFAULT_SOCKET);
 }
 
-static const char *zeroctl_dtype_name(Zerod__Ipc__V1__DType dtype)
-{
-    switch (dtype) {
-    case ZEROD__IPC__V1__DTYPE__DTYPE_F32:
-        return "fp32";
-    case ZEROD__IPC__V1__DTYPE__DTYPE_F16:
-        return "fp16";
-    case ZEROD__IPC__V1__DTYPE__DTYPE_BF16:
-        return "bf16";
-    default:
-        return "unknown";
-    }
-}
-
 static void zeroctl_hex64(uint64_t v, char *buf, size_t len)
 {
     snprintf(buf, len, "0x%016" PRIx64, v);
+}
+
+/* A failed call: libzc's message, or ours when it kept none (out of memory here). */
+static void zeroctl_fail(int status)
+{
+    if (status == ZC_ERR_NO_MEMORY && zc_last_error()[0] == '\0') {
+        fprintf(stderr, "zeroctl: out of memory\n");
+    } else {
+        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+    }
 }
 
 /* Print the JSON object and free it. */
@@ -96,8 +90,15 @@ static int zeroctl_print_json(cJSON *root)
 
 /* ---- status ------------------------------------------------------------------------ */
 
-static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
+/* What `zeroctl status` shows: the status and its memory terms. */
+typedef struct zeroctl_status {
+    zc_daemon_status_t st;
+    zc_memory_term_t *memory; /* [st.n_memory] */
+} zeroctl_status_t;
+
+static cJSON *zeroctl_status_json(const zeroctl_status_t *z)
 {
+    const zc_daemon_status_t *r = &z->st;
     cJSON *root = cJSON_CreateObject();
     cJSON *job, *mem;
     char hash[32];
@@ -109,7 +110,7 @@ static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
     cJSON_AddStringToObject(root, "device", r->device);
     cJSON_AddStringToObject(root, "socket", r->socket);
     cJSON_AddNumberToObject(root, "uptime_s", r->uptime_s);
-    if (r->activity != NULL && r->activity[0] != '\0') {
+    if (r->activity[0] != '\0') {
         cJSON_AddStringToObject(root, "activity", r->activity);
         cJSON_AddNumberToObject(root, "activity_s", r->activity_s);
     } else {
@@ -123,7 +124,7 @@ static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
         cJSON_AddNumberToObject(job, "rank", r->rank);
         cJSON_AddNumberToObject(job, "world", r->world);
         cJSON_AddNumberToObject(job, "stage", r->stage);
-        cJSON_AddStringToObject(job, "dtype", zeroctl_dtype_name(r->dtype));
+        cJSON_AddStringToObject(job, "dtype", zc_dtype_name(r->dtype));
         cJSON_AddNumberToObject(job, "step", (double)r->step);
         cJSON_AddNumberToObject(job, "skipped_steps", (double)r->skipped_steps);
         cJSON_AddNumberToObject(job, "loss_scale", r->loss_scale);
@@ -138,8 +139,8 @@ static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
         cJSON_AddNullToObject(root, "job");
     }
     mem = cJSON_AddArrayToObject(root, "memory");
-    for (size_t i = 0; i < r->n_memory; i++) {
-        const Zerod__Ipc__V1__MemoryTerm *t = r->memory[i];
+    for (uint32_t i = 0; i < r->n_memory; i++) {
+        const zc_memory_term_t *t = &z->memory[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", t->name);
         cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
@@ -150,50 +151,40 @@ static cJSON *zeroctl_status_json(const Zerod__Ipc__V1__StatusReply *r)
     return root;
 }
 
-static void zeroctl_status_table(const Zerod__Ipc__V1__StatusReply *r)
+static void zeroctl_status_job_table(const zc_daemon_status_t *r)
 {
-    uint64_t total = 0, total_formula = 0;
     char hash[32];
 
-    printf("%-20s %s\n", "FIELD", "VALUE");
-    printf("%-20s %s\n", "version", r->version);
-    printf("%-20s %d\n", "pid", r->pid);
-    printf("%-20s %s\n", "device", r->device);
-    printf("%-20s %s\n", "socket", r->socket);
-    printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
-    if (r->activity != NULL && r->activity[0] != '\0') {
-        printf("%-20s %s (%.1f s)\n", "busy with", r->activity, r->activity_s);
+    zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
+    printf("%-20s %s\n", "job", r->job_id);
+    printf("%-20s %u/%u\n", "rank/world", r->rank, r->world);
+    printf("%-20s %u\n", "stage", r->stage);
+    printf("%-20s %s\n", "dtype", zc_dtype_name(r->dtype));
+    printf("%-20s %s\n", "trainer", r->trainer_attached ? "attached" : "detached");
+    printf("%-20s %" PRIu64 "\n", "step", r->step);
+    printf("%-20s %" PRIu64 "\n", "skipped steps", r->skipped_steps);
+    printf("%-20s %g\n", "loss scale", r->loss_scale);
+    if (r->grad_norm < 0) {
+        printf("%-20s %s\n", "last grad norm", "not finite");
     } else {
-        printf("%-20s %s\n", "busy with", "nothing (waiting for work)");
+        printf("%-20s %.6g\n", "last grad norm", r->grad_norm);
     }
-    if (!r->has_job) {
-        printf("%-20s %s\n", "job", "-");
-    } else {
-        zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
-        printf("%-20s %s\n", "job", r->job_id);
-        printf("%-20s %u/%u\n", "rank/world", r->rank, r->world);
-        printf("%-20s %u\n", "stage", r->stage);
-        printf("%-20s %s\n", "dtype", zeroctl_dtype_name(r->dtype));
-        printf("%-20s %s\n", "trainer", r->trainer_attached ? "attached" : "detached");
-        printf("%-20s %" PRIu64 "\n", "step", r->step);
-        printf("%-20s %" PRIu64 "\n", "skipped steps", r->skipped_steps);
-        printf("%-20s %g\n", "loss scale", r->loss_scale);
-        if (r->grad_norm < 0) {
-            printf("%-20s %s\n", "last grad norm", "not finite");
-        } else {
-            printf("%-20s %.6g\n", "last grad norm", r->grad_norm);
-        }
-        printf("%-20s %" PRIu64 "\n", "params (elements)", r->param_numel);
-        printf("%-20s %s\n", "layout hash", hash);
-        printf("%-20s %s\n", "collectives", r->collectives);
-    }
-    if (r->n_memory == 0) {
+    printf("%-20s %" PRIu64 "\n", "params (elements)", r->param_numel);
+    printf("%-20s %s\n", "layout hash", hash);
+    printf("%-20s %s\n", "collectives", r->collectives);
+}
+
+static void zeroctl_status_memory_table(const zeroctl_status_t *z)
+{
+    uint64_t total = 0, total_formula = 0;
+
+    if (z->st.n_memory == 0) {
         return;
     }
     printf("\n%-12s %16s %16s %10s  %s\n", "MEMORY", "MEASURED (B)", "FORMULA (B)", "MEAS (MiB)",
            "FORMULA");
-    for (size_t i = 0; i < r->n_memory; i++) {
-        const Zerod__Ipc__V1__MemoryTerm *t = r->memory[i];
+    for (uint32_t i = 0; i < z->st.n_memory; i++) {
+        const zc_memory_term_t *t = &z->memory[i];
         printf("%-12s %16" PRIu64 " %16" PRIu64 " %10.2f  %s\n", t->name, t->bytes,
                t->formula_bytes, (double)t->bytes / (1024.0 * 1024.0), t->formula);
         total += t->bytes;
@@ -203,44 +194,85 @@ static void zeroctl_status_table(const Zerod__Ipc__V1__StatusReply *r)
            (double)total / (1024.0 * 1024.0));
 }
 
+static void zeroctl_status_table(const zeroctl_status_t *z)
+{
+    const zc_daemon_status_t *r = &z->st;
+
+    printf("%-20s %s\n", "FIELD", "VALUE");
+    printf("%-20s %s\n", "version", r->version);
+    printf("%-20s %d\n", "pid", r->pid);
+    printf("%-20s %s\n", "device", r->device);
+    printf("%-20s %s\n", "socket", r->socket);
+    printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
+    if (r->activity[0] != '\0') {
+        printf("%-20s %s (%.1f s)\n", "busy with", r->activity, r->activity_s);
+    } else {
+        printf("%-20s %s\n", "busy with", "nothing (waiting for work)");
+    }
+    if (!r->has_job) {
+        printf("%-20s %s\n", "job", "-");
+    } else {
+        zeroctl_status_job_table(r);
+    }
+    zeroctl_status_memory_table(z);
+}
+
+/* The daemon's status and every memory term, into z (z->memory: the caller frees). */
+static int zeroctl_status_fetch(zc_session_t *s, int timeout_ms, zeroctl_status_t *z)
+{
+    int status;
+
+    z->st.field_mask = ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |
+                       ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY;
+    status = zc_session_daemon_status(s, timeout_ms, &z->st);
+    if (status != ZC_OK) {
+        return status;
+    }
+    z->memory = calloc(z->st.n_memory > 0 ? z->st.n_memory : 1, sizeof(*z->memory));
+    if (z->memory == NULL) {
+        return ZC_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < z->st.n_memory; i++) {
+        z->memory[i].field_mask = ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA;
+        status = zc_session_memory_term(s, i, &z->memory[i]);
+        if (status != ZC_OK) {
+            return status;
+        }
+    }
+    return ZC_OK;
+}
+
 static int zeroctl_status(zc_session_t *s, const zeroctl_opts_t *o)
 {
-    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__StatusRequest sr = ZEROD__IPC__V1__STATUS_REQUEST__INIT;
-    zc_frame_t *reply = NULL;
+    zeroctl_status_t z = {.memory = NULL};
     int status;
     int rc;
 
-    req.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
-    req.status = &sr;
-    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY, o->timeout_ms,
-                                &reply);
-    if (status == ZC_OK) {
-        status = zc_result_status(reply->status_reply->result, "status");
-    }
+    status = zeroctl_status_fetch(s, o->timeout_ms, &z);
     if (status != ZC_OK) {
-        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        zeroctl_fail(status);
         rc = ZEROCTL_EXIT_DAEMON;
-        goto out;
-    }
-    if (o->json) {
-        rc = zeroctl_print_json(zeroctl_status_json(reply->status_reply));
+    } else if (o->json) {
+        rc = zeroctl_print_json(zeroctl_status_json(&z));
     } else {
-        zeroctl_status_table(reply->status_reply);
+        zeroctl_status_table(&z);
         rc = ZEROCTL_EXIT_OK;
     }
-
-out:
-    if (reply != NULL) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
-    }
+    free(z.memory);
     return rc;
 }
 
 /* ---- shard ------------------------------------------------------------------------- */
 
-static cJSON *zeroctl_shard_json(const Zerod__Ipc__V1__ShardInfoReply *r)
+/* What `zeroctl shard` shows: the shard and its groups. */
+typedef struct zeroctl_shard {
+    zc_shard_info_t info;
+    zc_group_shard_t *groups; /* [info.n_groups] */
+} zeroctl_shard_t;
+
+static cJSON *zeroctl_shard_json(const zeroctl_shard_t *z)
 {
+    const zc_shard_info_t *r = &z->info;
     cJSON *root = cJSON_CreateObject();
     cJSON *groups;
     char hash[32];
@@ -260,8 +292,8 @@ static cJSON *zeroctl_shard_json(const Zerod__Ipc__V1__ShardInfoReply *r)
     cJSON_AddStringToObject(root, "layout_hash", hash);
     cJSON_AddNumberToObject(root, "master_sumsq", r->master_sumsq);
     groups = cJSON_AddArrayToObject(root, "groups");
-    for (size_t i = 0; i < r->n_groups; i++) {
-        const Zerod__Ipc__V1__GroupShard *g = r->groups[i];
+    for (uint32_t i = 0; i < r->n_groups; i++) {
+        const zc_group_shard_t *g = &z->groups[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "group", g->group);
         cJSON_AddNumberToObject(o, "n_params", g->n_params);
@@ -277,8 +309,9 @@ static cJSON *zeroctl_shard_json(const Zerod__Ipc__V1__ShardInfoReply *r)
     return root;
 }
 
-static void zeroctl_shard_table(const Zerod__Ipc__V1__ShardInfoReply *r)
+static void zeroctl_shard_table(const zeroctl_shard_t *z)
 {
+    const zc_shard_info_t *r = &z->info;
     char hash[32];
 
     zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
@@ -295,8 +328,8 @@ static void zeroctl_shard_table(const Zerod__Ipc__V1__ShardInfoReply *r)
     printf("%-26s %.9g\n", "master sum of squares", r->master_sumsq);
     printf("\n%5s %7s %7s %14s %14s %14s %14s %10s %10s\n", "GROUP", "PARAMS", "BUCKETS",
            "FLAT OFF (el)", "FLAT LEN (el)", "SHARD OFF (el)", "SHARD LEN (el)", "LR", "WD");
-    for (size_t i = 0; i < r->n_groups; i++) {
-        const Zerod__Ipc__V1__GroupShard *g = r->groups[i];
+    for (uint32_t i = 0; i < r->n_groups; i++) {
+        const zc_group_shard_t *g = &z->groups[i];
         printf("%5u %7u %7u %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
                " %10.4g %10.4g\n",
                g->group, g->n_params, g->n_buckets, g->flat_offset, g->flat_numel, g->shard_offset,
@@ -304,37 +337,48 @@ static void zeroctl_shard_table(const Zerod__Ipc__V1__ShardInfoReply *r)
     }
 }
 
+/* This rank's shard and every group, into z (z->groups: the caller frees). */
+static int zeroctl_shard_fetch(zc_session_t *s, int timeout_ms, zeroctl_shard_t *z)
+{
+    int status;
+
+    z->info.field_mask =
+        ZC_SHARD_INFO_FIELD_LAYOUT | ZC_SHARD_INFO_FIELD_MASTER | ZC_SHARD_INFO_FIELD_GROUPS;
+    status = zc_session_shard_info(s, timeout_ms, &z->info);
+    if (status != ZC_OK) {
+        return status;
+    }
+    z->groups = calloc(z->info.n_groups > 0 ? z->info.n_groups : 1, sizeof(*z->groups));
+    if (z->groups == NULL) {
+        return ZC_ERR_NO_MEMORY;
+    }
+    for (uint32_t i = 0; i < z->info.n_groups; i++) {
+        z->groups[i].field_mask = ZC_GROUP_SHARD_FIELD_RANGES | ZC_GROUP_SHARD_FIELD_OPTIONS;
+        status = zc_session_group_shard(s, i, &z->groups[i]);
+        if (status != ZC_OK) {
+            return status;
+        }
+    }
+    return ZC_OK;
+}
+
 static int zeroctl_shard(zc_session_t *s, const zeroctl_opts_t *o)
 {
-    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__ShardInfoRequest sr = ZEROD__IPC__V1__SHARD_INFO_REQUEST__INIT;
-    zc_frame_t *reply = NULL;
+    zeroctl_shard_t z = {.groups = NULL};
     int status;
     int rc;
 
-    req.body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO;
-    req.shard_info = &sr;
-    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY,
-                                o->timeout_ms, &reply);
-    if (status == ZC_OK) {
-        status = zc_result_status(reply->shard_info_reply->result, "shard");
-    }
+    status = zeroctl_shard_fetch(s, o->timeout_ms, &z);
     if (status != ZC_OK) {
-        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        zeroctl_fail(status);
         rc = ZEROCTL_EXIT_DAEMON;
-        goto out;
-    }
-    if (o->json) {
-        rc = zeroctl_print_json(zeroctl_shard_json(reply->shard_info_reply));
+    } else if (o->json) {
+        rc = zeroctl_print_json(zeroctl_shard_json(&z));
     } else {
-        zeroctl_shard_table(reply->shard_info_reply);
+        zeroctl_shard_table(&z);
         rc = ZEROCTL_EXIT_OK;
     }
-
-out:
-    if (reply != NULL) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
-    }
+    free(z.groups);
     return rc;
 }
 
@@ -420,7 +464,7 @@ int main(int argc, char **argv)
     status = zc_session_open(&op, &s);
     if (status != ZC_OK) {
         fprintf(stderr, "zeroctl: %s\n", zc_last_error());
-        if (status == ZC_ERR_UNREACHABLE || status == ZS_ERR_PERMISSION) {
+        if (status == ZC_ERR_UNREACHABLE || status == ZC_ERR_PERMISSION) {
             return ZEROCTL_EXIT_UNREACHABLE;
         }
         return (status == ZC_ERR_INVALID) ? ZEROCTL_EXIT_USAGE : ZEROCTL_EXIT_DAEMON;

@@ -24,12 +24,14 @@ enum {
     ZEROCTL_EXIT_DAEMON = 1,
     ZEROCTL_EXIT_USAGE = 2,
     ZEROCTL_EXIT_UNREACHABLE = 7,
+    ZEROCTL_EXIT_CONTINUE = -1, /* zeroctl_parse_args: no exit yet */
 };
 
 typedef struct zeroctl_opts {
     const char *socket_path;
     int json;
     int timeout_ms;
+    const char *cmd; /* "status" or "shard" */
 } zeroctl_opts_t;
 
 static void zeroctl_usage(FILE *out)
@@ -396,7 +398,9 @@ static int zeroctl_parse_timeout(const char *arg, int *ms_p)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line into o; ZEROCTL_EXIT_CONTINUE, or the exit code when there is nothing more to
+ * do (--help, a usage error, reported). */
+static int zeroctl_parse_args(int argc, char **argv, zeroctl_opts_t *o)
 {
     static const struct option longopts[] = {
         {"socket", required_argument, NULL, 's'},
@@ -405,24 +409,18 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    zeroctl_opts_t o = {.socket_path = NULL, .json = 0, .timeout_ms = 10000};
-    zc_open_params_t op;
-    zc_session_t *s = NULL;
-    const char *cmd;
-    int status;
-    int rc;
     int c;
 
     while ((c = getopt_long(argc, argv, "s:jt:h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
-            o.socket_path = optarg;
+            o->socket_path = optarg;
             break;
         case 'j':
-            o.json = 1;
+            o->json = 1;
             break;
         case 't':
-            if (zeroctl_parse_timeout(optarg, &o.timeout_ms) != 0) {
+            if (zeroctl_parse_timeout(optarg, &o->timeout_ms) != 0) {
                 fprintf(stderr,
                         "zeroctl: --timeout '%s' is not a number of milliseconds in "
                         "1..3600000\n",
@@ -447,29 +445,54 @@ int main(int argc, char **argv)
                 argv[optind]);
         return ZEROCTL_EXIT_USAGE;
     }
-    cmd = argv[optind];
-    if (strcmp(cmd, "status") != 0 && strcmp(cmd, "shard") != 0) {
-        fprintf(stderr, "zeroctl: unknown command '%s' (expected status or shard)\n", cmd);
+    o->cmd = argv[optind];
+    if (strcmp(o->cmd, "status") != 0 && strcmp(o->cmd, "shard") != 0) {
+        fprintf(stderr, "zeroctl: unknown command '%s' (expected status or shard)\n", o->cmd);
         return ZEROCTL_EXIT_USAGE;
     }
+    return ZEROCTL_EXIT_CONTINUE;
+}
+
+/* A control session on the daemon; on failure, reported, the exit code. */
+static int zeroctl_open(const zeroctl_opts_t *o, zc_session_t **s_p)
+{
+    zc_open_params_t op;
+    int status;
 
     memset(&op, 0, sizeof(op));
     op.field_mask = ZC_OPEN_FIELD_TIMEOUT_MS | ZC_OPEN_FIELD_CONTROL;
-    op.timeout_ms = o.timeout_ms;
+    op.timeout_ms = o->timeout_ms;
     op.control = 1;
-    if (o.socket_path != NULL) {
+    if (o->socket_path != NULL) {
         op.field_mask |= ZC_OPEN_FIELD_SOCKET_PATH;
-        op.socket_path = o.socket_path;
+        op.socket_path = o->socket_path;
     }
-    status = zc_session_open(&op, &s);
-    if (status != ZC_OK) {
-        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
-        if (status == ZC_ERR_UNREACHABLE || status == ZC_ERR_PERMISSION) {
-            return ZEROCTL_EXIT_UNREACHABLE;
-        }
-        return (status == ZC_ERR_INVALID) ? ZEROCTL_EXIT_USAGE : ZEROCTL_EXIT_DAEMON;
+    status = zc_session_open(&op, s_p);
+    if (status == ZC_OK) {
+        return ZEROCTL_EXIT_OK;
     }
-    if (strcmp(cmd, "status") == 0) {
+    fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+    if (status == ZC_ERR_UNREACHABLE || status == ZC_ERR_PERMISSION) {
+        return ZEROCTL_EXIT_UNREACHABLE;
+    }
+    return (status == ZC_ERR_INVALID) ? ZEROCTL_EXIT_USAGE : ZEROCTL_EXIT_DAEMON;
+}
+
+int main(int argc, char **argv)
+{
+    zeroctl_opts_t o = {.socket_path = NULL, .json = 0, .timeout_ms = 10000, .cmd = NULL};
+    zc_session_t *s = NULL;
+    int rc;
+
+    rc = zeroctl_parse_args(argc, argv, &o);
+    if (rc != ZEROCTL_EXIT_CONTINUE) {
+        return rc;
+    }
+    rc = zeroctl_open(&o, &s);
+    if (rc != ZEROCTL_EXIT_OK) {
+        return rc;
+    }
+    if (strcmp(o.cmd, "status") == 0) {
         rc = zeroctl_status(s, &o);
     } else {
         rc = zeroctl_shard(s, &o);

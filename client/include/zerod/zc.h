@@ -1,5 +1,6 @@
 /*
- * libzc: the zerod client library (design.md §1-4).
+ * libzc: the zerod client library. docs/semantics.md in zerod's sources says what a step
+ * computes; docs/request-flow.md follows these calls through the daemon.
  *
  * A trainer opens a session on its local daemon's socket, attaches a job (layout + DeepSpeed
  * JSON config), writes the initial parameter values into the shared params region (fresh job)

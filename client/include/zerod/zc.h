@@ -288,7 +288,8 @@ enum {
     ZC_MEMORY_TERM_FIELD_FORMULA = 1u << 1,  /* formula_bytes, formula */
 };
 
-/* One category of the daemon's memory: what it allocated against design.md's formula. */
+/* One category of the daemon's memory: what it allocated, beside the formula of
+ * docs/semantics.md ("Memory per rank"). */
 typedef struct zc_memory_term {
     uint64_t field_mask;
     const char *name; /* params, slots, grads, master, m, v, accumulator */

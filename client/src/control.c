@@ -52,6 +52,7 @@ static void zc_status_fill(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_statu
         st->device = zc_str(r->device);
         st->socket = zc_str(r->socket);
         st->uptime_s = r->uptime_s;
+        st->heap_in_use = r->heap_in_use;
     }
     if (want & ZC_DAEMON_STATUS_FIELD_ACTIVITY) {
         st->activity = zc_str(r->activity);

@@ -112,6 +112,7 @@ static cJSON *zeroctl_status_json(const zeroctl_status_t *z)
     cJSON_AddStringToObject(root, "device", r->device);
     cJSON_AddStringToObject(root, "socket", r->socket);
     cJSON_AddNumberToObject(root, "uptime_s", r->uptime_s);
+    cJSON_AddNumberToObject(root, "heap_in_use_bytes", (double)r->heap_in_use);
     if (r->activity[0] != '\0') {
         cJSON_AddStringToObject(root, "activity", r->activity);
         cJSON_AddNumberToObject(root, "activity_s", r->activity_s);
@@ -206,6 +207,7 @@ static void zeroctl_status_table(const zeroctl_status_t *z)
     printf("%-20s %s\n", "device", r->device);
     printf("%-20s %s\n", "socket", r->socket);
     printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
+    printf("%-20s %" PRIu64 "\n", "heap in use (B)", r->heap_in_use);
     if (r->activity[0] != '\0') {
         printf("%-20s %s (%.1f s)\n", "busy with", r->activity, r->activity_s);
     } else {

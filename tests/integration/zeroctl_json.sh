@@ -35,6 +35,7 @@ assert s["schema_version"] == 1, s
 assert s["command"] == "status", s
 assert s["has_job"] is False and s["job"] is None, s
 assert s["memory"] == [], s
+assert isinstance(s["heap_in_use_bytes"], int) and s["heap_in_use_bytes"] > 0, s
 ' "$rundir/out" || fail "status --json without a job"
 zd_expect_rc 1 "$zeroctl" --json shard
 grep -q "no job on this daemon" "$rundir/err" || fail "shard without a job: no message"
@@ -105,7 +106,7 @@ check(abs(sh["groups"][0]["lr"] - 0.01) < 1e-12, "group lr")
 check(flat == sh["total_numel"], "groups cover total_numel")
 check(shard == sh["shard_numel"], "groups cover shard_numel")
 
-# memory terms: measured bytes against the layout, formulas of design.md §2
+# memory terms: measured bytes against the layout, formulas of docs/semantics.md §1
 mem = {t["name"]: t for t in st["memory"]}
 check(set(mem) == {"params", "slots", "grads", "master", "m", "v", "accumulator"}, "memory names")
 for name in ("master", "m", "v", "accumulator"):

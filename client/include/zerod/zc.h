@@ -251,7 +251,7 @@ ZC_API int zc_session_detach(zc_session_t *session, int end_job);
  */
 
 enum {
-    ZC_DAEMON_STATUS_FIELD_DAEMON = 1u << 0,   /* version, pid, device, socket, uptime_s */
+    ZC_DAEMON_STATUS_FIELD_DAEMON = 1u << 0,   /* version .. uptime_s, heap_in_use */
     ZC_DAEMON_STATUS_FIELD_ACTIVITY = 1u << 1, /* activity, activity_s */
     ZC_DAEMON_STATUS_FIELD_JOB = 1u << 2,      /* has_job, job_id .. collectives */
     ZC_DAEMON_STATUS_FIELD_MEMORY = 1u << 3,   /* n_memory */
@@ -281,6 +281,7 @@ typedef struct zc_daemon_status {
     uint64_t layout_hash;    /* the job's layout, as zc_attach_info_t's */
     const char *collectives; /* the algorithm the job's daemons agreed on, and why */
     uint32_t n_memory;       /* memory terms: zc_session_memory_term(), i < n_memory */
+    uint64_t heap_in_use;    /* bytes the daemon's malloc holds for it; 0: unknown (DAEMON) */
 } zc_daemon_status_t;
 
 enum {

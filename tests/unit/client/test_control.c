@@ -33,6 +33,7 @@ static void fake_status(fake_t *fk, Zerod__Ipc__V1__StatusReply *st,
     st->device = "fake0";
     st->socket = fk->path;
     st->uptime_s = 12.5;
+    st->heap_in_use = 123456789012;
     st->activity = "step 7";
     st->activity_s = 0.25;
     st->has_job = !fk->no_job;
@@ -204,6 +205,7 @@ Test(zc_session_daemon_status, fills_every_part_asked_for)
     cr_assert_str_eq(st.device, "fake0");
     cr_assert_str_eq(st.socket, fk.path);
     cr_assert_eq(st.uptime_s, 12.5);
+    cr_assert_eq(st.heap_in_use, 123456789012);
     cr_assert_str_eq(st.activity, "step 7");
     cr_assert_eq(st.activity_s, 0.25);
     cr_assert_eq(st.has_job, 1);

@@ -9,19 +9,19 @@
 #   zd_wait_idle PID ZEROCTL SOCK
 #                       wait (up to 15 s) until the daemon has no job and no connection
 #                       open but its listening socket; status 1 if it never gets there
-#   zd_heap_in_use PID FILE
-#                       bytes malloc has handed out and not had back (malloc_stats' "Total
-#                       (incl. mmap) in use"), read by attaching gdb for a second; prints
-#                       nothing (status 1) without gdb or without ptrace permission.
+#   zd_heap_in_use ZEROCTL SOCK
+#                       bytes malloc has handed out and not had back, every arena and mmapped
+#                       chunk (`zeroctl status`'s heap_in_use_bytes, the daemon's mallinfo2);
+#                       prints nothing (status 1) where the daemon cannot say
 #   zd_sanitized        status 0 in a sanitizer build (ctest sets ASAN_OPTIONS or TSAN_OPTIONS
 #                       there): its allocator is its own, RSS says little, and LeakSanitizer
 #                       checks the daemon's heap when it exits instead (daemon_ctl.sh stop)
-#   zd_mem_baseline PID DIR
+#   zd_mem_baseline PID ZEROCTL SOCK DIR
 #                       takes and prints the figures zd_mem_compare compares with: fds, malloc in
-#                       use (zd_heap_in_use twice: what gdb's first call touches belongs to the
-#                       baseline; "?" unmeasured), RssAnon, RssShmem, VmRSS, and the anonymous
-#                       mappings (DIR/anon0.txt); DIR also holds gdb's files
-#   zd_mem_compare PID DIR WHAT TOL_KIB
+#                       use (asked twice: what the first Status touches belongs to the baseline;
+#                       "?" unmeasured), RssAnon, RssShmem, VmRSS, and the anonymous mappings
+#                       (DIR/anon0.txt)
+#   zd_mem_compare PID ZEROCTL SOCK DIR WHAT TOL_KIB
 #                       takes the same figures again and prints them with their differences;
 #                       status 1 after a FAIL line for each that is not as before WHAT (e.g.
 #                       "the fuzz"): fds, then (not in a sanitizer build) malloc in use,
@@ -44,7 +44,8 @@
 # libuv's table of watched fds (it grows with the highest fd the daemon has had: hold many
 # connections at once), the deepest stack a thread has used and the libc data that the first
 # strerror() touches (a trainer gone while its AttachReply is sent: zd_live_fuzz --vanish),
-# and what gdb's first call into the daemon's libc touches (measure twice).
+# and what the first Status request touches (measure twice). Figures are read while the
+# daemon has no connection but zeroctl's own, whose buffers are the same each time.
 # shellcheck disable=SC2034 # used by the scripts that source this file
 ZD_MALLOC_TUNABLES=glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072:glibc.malloc.tcache_count=0
 
@@ -75,56 +76,41 @@ zd_anon_maps() {
          /^Anonymous:/ { if ($2 > 0) print m, $2 }' "/proc/$1/smaps"
 }
 
-# shellcheck disable=SC2016 # $fd, $path, $saved are gdb's convenience variables
 zd_heap_in_use() {
-    local pid=$1 out=$2
-    command -v gdb >/dev/null 2>&1 || return 1
-    rm -f "$out"
-    # malloc_stats() prints to stderr: point the daemon's fd 2 at $out for the call. gdb
-    # copies a string argument into memory it mallocs in the daemon and never frees: take
-    # that pointer and free it before counting. open/dup/dup2 do not allocate, and an idle
-    # daemon holds no malloc lock.
-    timeout 60 gdb -batch -nx -p "$pid" \
-        -ex "set \$path = (char *)\"$out\"" \
-        -ex 'set $fd = (int)open($path, 577, 384)' \
-        -ex 'call (void)free($path)' \
-        -ex 'set $saved = (int)dup(2)' \
-        -ex 'call (int)dup2($fd, 2)' \
-        -ex 'call (void)malloc_stats()' \
-        -ex 'call (int)dup2($saved, 2)' \
-        -ex 'call (int)close($saved)' \
-        -ex 'call (int)close($fd)' >"$out.gdb" 2>&1 || return 1
-    awk '/^Total/ { t = 1 } t && /in use bytes/ { print $NF; found = 1; exit }
-         END { exit !found }' "$out" 2>/dev/null
+    local heap
+    heap=$("$1" -s "$2" --timeout 5000 --json status 2>/dev/null |
+        sed -n 's/.*"heap_in_use_bytes":[[:space:]]*\([0-9][0-9]*\).*/\1/p')
+    sleep 0.1 # zeroctl's connection closes before fds are counted
+    [ -n "$heap" ] && [ "$heap" != 0 ] && echo "$heap"
 }
 
 zd_sanitized() {
     [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]
 }
 
-# zd_mem_figures PID DIR N: "fds heap anon shmem rss" (heap first: the others are read once gdb
-# has let go of the daemon); the anonymous mappings in DIR/anonN.txt
+# zd_mem_figures PID ZEROCTL SOCK DIR N: "fds heap anon shmem rss" (heap first: the others are
+# read once zeroctl has gone); the anonymous mappings in DIR/anonN.txt
 zd_mem_figures() {
     local heap
-    heap=$(zd_heap_in_use "$1" "$2/heap.txt" || echo "?")
-    zd_anon_maps "$1" >"$2/anon$3.txt"
+    heap=$(zd_heap_in_use "$2" "$3" || echo "?")
+    zd_anon_maps "$1" >"$4/anon$5.txt"
     echo "$(zd_fd_count "$1") $heap $(zd_kib "$1" RssAnon) $(zd_kib "$1" RssShmem)" \
         "$(zd_kib "$1" VmRSS)"
 }
 
 zd_mem_baseline() {
-    zd_heap_in_use "$1" "$2/heap.txt" >/dev/null || true
+    zd_heap_in_use "$2" "$3" >/dev/null || true
     read -r zd_mem0_fds zd_mem0_heap zd_mem0_anon zd_mem0_shmem zd_mem0_rss \
-        < <(zd_mem_figures "$1" "$2" 0)
+        < <(zd_mem_figures "$1" "$2" "$3" "$4" 0)
     echo "baseline: fds $zd_mem0_fds, malloc in use $zd_mem0_heap B, RssAnon $zd_mem0_anon KiB," \
         "RssShmem $zd_mem0_shmem KiB, VmRSS $zd_mem0_rss KiB"
 }
 
 zd_mem_compare() {
-    local pid=$1 dir=$2 what=$3 tol=$4 status=0
+    local pid=$1 zeroctl=$2 sock=$3 dir=$4 what=$5 tol=$6 status=0
     local fds0=$zd_mem0_fds heap0=$zd_mem0_heap anon0=$zd_mem0_anon shmem0=$zd_mem0_shmem
     local fds1 heap1 anon1 shmem1 rss1
-    read -r fds1 heap1 anon1 shmem1 rss1 < <(zd_mem_figures "$pid" "$dir" 1)
+    read -r fds1 heap1 anon1 shmem1 rss1 < <(zd_mem_figures "$pid" "$zeroctl" "$sock" "$dir" 1)
     echo "after:    fds $fds1, malloc in use $heap1 B, RssAnon $anon1 KiB, RssShmem $shmem1 KiB," \
         "VmRSS $rss1 KiB"
     echo "          (fds $((fds1 - fds0)), RssAnon $((anon1 - anon0)) KiB of a tolerance of" \
@@ -143,7 +129,7 @@ zd_mem_compare() {
         return "$status"
     fi
     if [ "$heap0" = "?" ] || [ "$heap1" = "?" ]; then
-        echo "malloc in use: not measured (no gdb, or no permission to attach)"
+        echo "malloc in use: not measured (the daemon's C library cannot say)"
     elif [ "$heap1" != "$heap0" ]; then
         echo "FAIL: malloc holds $heap1 bytes, $heap0 before $what: $((heap1 - heap0)) bytes" \
             "leaked" >&2

@@ -10,7 +10,7 @@
 #
 # Memory (daemon_mem.sh says why): the daemon runs with glibc's malloc thresholds fixed and
 # its tcache off. Then the bytes malloc has handed out must come back to the baseline
-# exactly (read with gdb when it can attach), as must fds and shared memory (the jobs'
+# exactly (as `zeroctl status` reports them), as must fds and shared memory (the jobs'
 # regions); RssAnon may stay up to RSS_TOL_KIB (1 MiB) above it: heap fragmentation left by
 # a chunk allocated near the top, up to ~0.6 MiB measured while "in use" stayed the same.
 set -euo pipefail
@@ -57,7 +57,7 @@ ZEROD_FUZZ_SEED=1 "$fuzz" --socket "$sock" --seconds "$WARMUP_SECONDS" \
 "$fuzz" --socket "$sock" --hold 100 >>"$rundir/warmup.out" 2>&1 || true
 alive || { cat "$rundir/warmup.out"; fail "zerod died during the warm-up (exit $(cat "$rundir/rc"))"; }
 idle || fail "the daemon is not idle 15 s after the warm-up:$(echo; ls -l "/proc/$pid/fd")"
-zd_mem_baseline "$pid" "$rundir"
+zd_mem_baseline "$pid" "$zeroctl" "$sock" "$rundir"
 
 # The fuzz.
 echo "fuzz: $seconds s"
@@ -85,7 +85,7 @@ fi
 echo "zeroctl status answers"
 
 idle || echo "the daemon is not idle 15 s after the fuzz (a connection or a job kept?)"
-zd_mem_compare "$pid" "$rundir" "the fuzz" "$RSS_TOL_KIB" || status=1
+zd_mem_compare "$pid" "$zeroctl" "$sock" "$rundir" "the fuzz" "$RSS_TOL_KIB" || status=1
 
 # Every log line is one of the daemon's own: a client's bytes (job ids, versions) must not
 # start a line of their own (a forged WARN/ERROR, or a `<0>` priority under journald).

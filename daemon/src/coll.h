@@ -1,5 +1,5 @@
 /*
- * Collectives between the daemons of one job (design.md §4): one interface, several
+ * Collectives between the daemons of one job (docs/architecture.md): one interface, several
  * implementations: `local` (world 1: the accumulate kernel, nothing to exchange), `ucx` (host
  * memory: ring algorithms over ucp tagged messages, pipelined in segments), `nccl` (device
  * memory; built whenever CUDA is found). Every operation is bounded by collective_timeout and

@@ -1,5 +1,5 @@
 /*
- * Device-memory collectives over NCCL (design.md §4): the zd_coll_ops_t interface with
+ * Device-memory collectives over NCCL (docs/architecture.md): the zd_coll_ops_t interface with
  * ncclReduceScatter / ncclAllGather / ncclAllReduce on the daemon's stream. The communicator
  * is non-blocking, so every wait polls the stream and ncclCommGetAsyncError against the
  * collective deadline and ends in ncclCommAbort rather than a hang.

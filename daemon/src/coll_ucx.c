@@ -1,7 +1,7 @@
 /*
- * Host-memory collectives over UCX (design.md §4): the UCX request handling and progress every
- * algorithm shares, the all-reduce of small scalars (everyone sends to everyone; all combine in
- * rank order, so every rank gets the same bits), and the choice of algorithm for each
+ * Host-memory collectives over UCX (docs/architecture.md): the UCX request handling and progress
+ * every algorithm shares, the all-reduce of small scalars (everyone sends to everyone; all combine
+ * in rank order, so every rank gets the same bits), and the choice of algorithm for each
  * reduce-scatter and all-gather: the direct path between co-located ranks (coll_direct.c) when
  * every rank agreed on it at share time, the ring otherwise (coll_ring.c).
  */

@@ -1,7 +1,7 @@
 /*
- * The engine: the scheduler of the daemon's work (design.md §3). One thread runs every request
- * in arrival order against the daemon's job (job.h), and between requests keeps the job's mesh
- * alive and its linger counted. Requests and results are plain C (rpc.c converts ipc.proto);
+ * The engine: the scheduler of the daemon's work (docs/request-flow.md). One thread runs every
+ * request in arrival order against the daemon's job (job.h), and between requests keeps the job's
+ * mesh alive and its linger counted. Requests and results are plain C (rpc.c converts ipc.proto);
  * the libuv loop submits requests and takes results, and never waits on the engine.
  */
 #ifndef ZD_ENGINE_H

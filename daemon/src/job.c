@@ -56,7 +56,8 @@ static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_
     return ZS_OK;
 }
 
-/* Sizes of every term of design.md §2, measured and by formula; ZS_ERR_OVERFLOW on wraparound. */
+/* Sizes of every term of docs/semantics.md §1, measured and by formula; ZS_ERR_OVERFLOW on
+ * wraparound. */
 static zs_status_t zd_job_sizes(zd_job_t *job)
 {
     const zs_layout_t *l = job->layout;

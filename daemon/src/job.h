@@ -1,8 +1,8 @@
 /*
- * One job on this daemon (design.md §1-3): its lifecycle -- attach (a fresh job, or a re-attach
- * of the job kept after its trainer went), the mesh of its daemons, ParamsReady, buckets, steps,
- * detach, linger -- and its state (layout, fp32 shard, shared regions, loss scaler), private to
- * job.c and step.c. The engine thread alone calls these; each returns a status and, on failure,
+ * One job on this daemon (docs/architecture.md): its lifecycle -- attach (a fresh job, or a
+ * re-attach of the job kept after its trainer went), the mesh of its daemons, ParamsReady, buckets,
+ * steps, detach, linger -- and its state (layout, fp32 shard, shared regions, loss scaler), private
+ * to job.c and step.c. The engine thread alone calls these; each returns a status and, on failure,
  * a message naming the field, the rank or the limit in err.
  */
 #ifndef ZD_JOB_H
@@ -84,7 +84,7 @@ typedef struct zd_step_out {
     uint64_t skipped_steps;
 } zd_step_out_t;
 
-/* Bytes of each term of design.md §2, measured and by formula. */
+/* Bytes of each term of docs/semantics.md §1, measured and by formula. */
 typedef enum zd_mem_term {
     ZD_MEM_PARAMS = 0,
     ZD_MEM_SLOTS,
@@ -141,7 +141,7 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
 zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                                 uint32_t slot, uint32_t bucket, uint32_t micro_step, char *err,
                                 size_t errlen);
-/* The optimizer step of semantics.md §3 (group_lr: NULL or n_groups learning rates). */
+/* The optimizer step of docs/semantics.md §4 (group_lr: NULL or n_groups learning rates). */
 zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                         const double *group_lr, size_t n_group_lr, zd_step_out_t *out, char *err,
                         size_t errlen);

@@ -55,7 +55,7 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
 /* Stage 2: reduce-scatter the slot into the accumulator slice. */
 zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,
                                 size_t errlen);
-/* semantics.md §3 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
+/* docs/semantics.md §4 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
                         zd_step_out_t *out, char *err, size_t errlen);

@@ -1,4 +1,4 @@
-/* zerod: the ZeRO optimizer-state daemon (design.md §1). Runs in the foreground. */
+/* zerod: the ZeRO optimizer-state daemon (docs/architecture.md). Runs in the foreground. */
 #define _GNU_SOURCE
 #include "dconfig.h"
 #include "mesh.h"

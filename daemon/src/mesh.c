@@ -1,6 +1,6 @@
 /*
- * A job's mesh at run time (design.md §4): the data worker and its endpoints, control messages
- * (abort, barrier, leave), and the watch's word on lost peers. Formation is mesh_boot.c.
+ * A job's mesh at run time (docs/architecture.md): the data worker and its endpoints, control
+ * messages (abort, barrier, leave), and the watch's word on lost peers. Formation is mesh_boot.c.
  */
 #define _GNU_SOURCE
 #include "mesh_int.h"

@@ -1,5 +1,5 @@
 /*
- * The daemon mesh of one job (design.md §4): UCX bootstrap through rank 0's ucp_listener,
+ * The daemon mesh of one job (docs/architecture.md): UCX bootstrap through rank 0's ucp_listener,
  * HMAC authentication, roster exchange, data endpoints from worker addresses, aborts and
  * barriers as active messages; liveness (heartbeats, endpoint errors) is the watch's
  * (watch.h), which runs on a thread of its own. Used only from the engine thread (UCX single-thread

@@ -1,7 +1,7 @@
 /*
- * Forming a job's mesh (design.md §4): rank 0 listens on the coordinator address (a TCP-only
- * bootstrap context), the other ranks connect until mesh_timeout, answer a challenge with a
- * MeshHello (HMAC under the job token), and once every rank said hello rank 0 sends each the
+ * Forming a job's mesh (docs/architecture.md): rank 0 listens on the coordinator address (a
+ * TCP-only bootstrap context), the other ranks connect until mesh_timeout, answer a challenge with
+ * a MeshHello (HMAC under the job token), and once every rank said hello rank 0 sends each the
  * roster of data and watch worker addresses -- or a Refuse naming what differs.
  */
 #define _GNU_SOURCE

@@ -1,7 +1,7 @@
 /*
- * What a request frame may be (design.md §4): the payload decoded into a zerod.ipc.v1.Frame,
- * and the message allowed now, from this role. Free of libuv and of the engine, so that unit
- * tests and the libFuzzer target drive exactly the code the daemon runs. Part of rpc.
+ * What a request frame may be (docs/architecture.md): the payload decoded into a
+ * zerod.ipc.v1.Frame, and the message allowed now, from this role. Free of libuv and of the engine,
+ * so that unit tests and the libFuzzer target drive exactly the code the daemon runs. Part of rpc.
  */
 #ifndef ZD_RPC_CHECK_H
 #define ZD_RPC_CHECK_H

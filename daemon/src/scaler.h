@@ -1,4 +1,4 @@
-/* The loss scaler of semantics.md §3.2 (DeepSpeed's DynamicLossScaler). */
+/* The loss scaler of docs/semantics.md §4 step 3 (DeepSpeed's DynamicLossScaler). */
 #ifndef ZD_SCALER_H
 #define ZD_SCALER_H
 

@@ -1,4 +1,4 @@
-/* The libuv side of zerod: the socket, connections, framing, signals (design.md §1, §4). */
+/* The libuv side of zerod: the socket, connections, framing, signals (docs/architecture.md). */
 #ifndef ZD_SERVER_H
 #define ZD_SERVER_H
 

@@ -1,5 +1,5 @@
 /*
- * The arithmetic of a job (semantics.md §3): loading the master from the params region, the
+ * The arithmetic of a job (docs/semantics.md §4): loading the master from the params region, the
  * reduce-scatter of gradient buckets into the accumulator, and the optimizer step -- overflow
  * check, loss scaler, global norm, clip, Adam on this rank's shard, cast, all-gather.
  */

@@ -15,7 +15,8 @@
 
 #define ZD_TC_OFF(field) offsetof(zd_train_config_t, field)
 
-/* ---- the table (semantics.md §1) ---------------------------------------------------------- */
+/* ---- the table (docs/training-config.md)
+ * ---------------------------------------------------------- */
 
 static const zd_tc_choice_t zd_tc_stage_choices[] = {
     {"0", 0, "stage 0 is plain data parallelism: use DDP; zerod serves stages 1 and 2"},

@@ -1,6 +1,6 @@
 /*
  * The training config a job attaches with: DeepSpeed key names and semantics
- * (semantics.md §1), parsed with cJSON.
+ * (docs/training-config.md), parsed with cJSON.
  *
  * One table (zd_train_config_keys()) describes every key: dotted path, JSON type, default,
  * range or allowed values, one line of doc, where it lands in zd_train_config_t, and its fate

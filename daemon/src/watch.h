@@ -1,9 +1,9 @@
 /*
- * The liveness watch of one mesh (design.md §4, §6): a thread of its own with a TCP-only UCX
- * worker and an endpoint to every peer in peer-failure mode. It sends a heartbeat every
- * heartbeat_interval and declares a rank lost on whichever comes first: its endpoint fails
- * (a killed daemon's kernel resets the connection at once) or nothing arrived from it for
- * heartbeat_timeout (a hung host, a cut network). It does not depend on the engine thread,
+ * The liveness watch of one mesh (docs/architecture.md, docs/design-notes.md): a thread of its own
+ * with a TCP-only UCX worker and an endpoint to every peer in peer-failure mode. It sends a
+ * heartbeat every heartbeat_interval and declares a rank lost on whichever comes first: its
+ * endpoint fails (a killed daemon's kernel resets the connection at once) or nothing arrived from
+ * it for heartbeat_timeout (a hung host, a cut network). It does not depend on the engine thread,
  * which may be busy in a long Adam step, so a short heartbeat_timeout is safe.
  *
  * On a loss it broadcasts ABORT to the other ranks, records why (naming the rank) and calls

@@ -1,6 +1,7 @@
 /*
  * zk front end: variant selection (cpuid, ZEROD_KERNELS), argument checks, the split of one
- * call over a zk_pool_t, and the coefficients of semantics.md §3.6 computed once per call.
+ * call over a zk_pool_t, and the coefficients of docs/semantics.md §4 step 6 computed once per
+ * call.
  *
  * Determinism: a call's bits do not depend on the variant, the pool or where it cuts the call
  * (zk/elem.h, "Rounding recipe": no FMA, each operation rounded on its own, one NaN). The

@@ -107,7 +107,7 @@ extern const zk_ops_t zk_ops_avx512;
 zs_status_t zk_error_set(zs_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Coefficients of semantics.md §3.6 for one call, computed in double. */
+/* Coefficients of docs/semantics.md §4 step 6 for one call, computed in double. */
 zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k);
 
 /* Calls that write more than this many bytes use non-temporal stores. */

@@ -1,5 +1,5 @@
 /* libFuzzer target: the daemon's frame decoder and message validation, fed a byte stream as
- * it would arrive on one connection (design.md §4), plus the JSON config validation that an
+ * it would arrive on one connection (docs/architecture.md), plus the JSON config validation that an
  * Attach triggers. */
 #include "rpc_check.h"
 #include "train_config.h"

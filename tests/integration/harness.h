@@ -1,6 +1,6 @@
 /*
  * Test harness for integration tests against a real zerod (started by the CTest fixture;
- * its socket is $ZEROD_TEST_SOCKET). Includes an independent fp64 model of semantics.md §3
+ * its socket is $ZEROD_TEST_SOCKET). Includes an independent fp64 model of docs/semantics.md §4
  * (deliberately not sharing code with the daemon) and 16-bit conversions.
  */
 #ifndef TH_HARNESS_H

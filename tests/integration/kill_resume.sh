@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A trainer killed with SIGKILL in the middle of a step re-attaches and finishes with exactly
-# the parameters of an uninterrupted run (design.md §6 "trainer dies mid-step"); then SIGTERM
+# the parameters of an uninterrupted run (docs/design-notes.md "trainer dies mid-step"); then SIGTERM
 # stops the daemon cleanly even while a job lingers.
 #   kill_resume.sh ZEROD TRAIN_MLP RUNDIR
 set -euo pipefail

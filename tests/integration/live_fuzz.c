@@ -1,6 +1,7 @@
 /*
  * live_fuzz: random and mutated frames from many concurrent connections against a running
- * zerod (issue "nothing a client can do can kill or wedge zerod"; design.md §6 "bad frame").
+ * zerod (issue "nothing a client can do can kill or wedge zerod"; docs/design-notes.md "bad
+ * frame").
  *
  * Each thread opens connection after connection until the duration is over. A connection is a
  * plan drawn from its own 64-bit seed: valid frames of every request (Hello with each role,

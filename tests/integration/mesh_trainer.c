@@ -3,7 +3,7 @@
  * from mesh_test.sh). Each rank feeds its own deterministic gradients (a function of seed,
  * rank, step, micro-step only, so a restarted trainer recomputes the same ones) and, with
  * --verify, checks its final parameters against a single-process fp64 reference that sums the
- * gradients of every rank (semantics.md §3, §4: relative error <= 1e-6 in fp32).
+ * gradients of every rank (docs/semantics.md §4: relative error <= 1e-6 in fp32).
  *
  * Exit codes: 0 ok; 3 verification failed; 4 a libzc call failed (the line
  * "rank R: ERR_NAME: message" is printed first); 2 usage.

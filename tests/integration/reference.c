@@ -1,4 +1,4 @@
-/* Independent fp64 model of semantics.md §3 and IEEE 16-bit conversions, shared by the
+/* Independent fp64 model of docs/semantics.md §4 and IEEE 16-bit conversions, shared by the
  * Criterion tests and the multi-rank test trainer (no Criterion here). */
 #include "reference.h"
 

@@ -1,4 +1,4 @@
-/* Independent fp64 model of semantics.md §3 (deliberately not sharing code with the daemon)
+/* Independent fp64 model of docs/semantics.md §4 (deliberately not sharing code with the daemon)
  * and IEEE 16-bit conversions. */
 #ifndef TH_REFERENCE_H
 #define TH_REFERENCE_H
@@ -41,7 +41,7 @@ th_model_t th_model_by_name(const char *name);
  * 4 Mi for "large"); a static buffer. The same text gives the same config hash. */
 const char *th_config_json(const char *model, unsigned stage, bool bf16, unsigned accum);
 
-/* ---- fp64 reference of semantics.md §3 ---- */
+/* ---- fp64 reference of docs/semantics.md §4 ---- */
 typedef struct th_opts {
     double lr, beta1, beta2, eps, wd;
     bool adam_w_mode, bias_correction;

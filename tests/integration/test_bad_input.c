@@ -1,7 +1,7 @@
 /*
- * Bad input on the daemon's socket (design.md §6 "bad frame / bad sizes"): hand-packed frames
- * on a raw Unix socket. A frame-level fault is answered by an ErrorReply naming the problem and
- * the connection is closed; a request-level fault is answered by the request's own reply
+ * Bad input on the daemon's socket (docs/design-notes.md "bad frame / bad sizes"): hand-packed
+ * frames on a raw Unix socket. A frame-level fault is answered by an ErrorReply naming the problem
+ * and the connection is closed; a request-level fault is answered by the request's own reply
  * (SlotFree, AttachReply) with an error Result and the connection stays usable. After every
  * case a fresh, well-behaved trainer still attaches, loads its parameters and steps.
  */

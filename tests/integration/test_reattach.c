@@ -1,5 +1,5 @@
 /*
- * A lingering job (design.md §1): the trainer goes away without ending the job; a re-attach
+ * A lingering job (docs/architecture.md): the trainer goes away without ending the job; a re-attach
  * with the same job id and layout resumes at the last completed step with the same values;
  * a different layout or config is refused naming both hashes; another job is busy.
  */

@@ -1,5 +1,5 @@
 /*
- * One daemon, one trainer (world 1): the step of semantics.md §3 against an independent
+ * One daemon, one trainer (world 1): the step of docs/semantics.md §4 against an independent
  * fp64 model, stage 1 vs 2, accumulation, skipped steps, the loss scaler, clipping.
  */
 #include "harness.h"
@@ -235,7 +235,7 @@ Test(zerod_step, micro_steps_equal_one_big_batch)
     float *pa = run_job("accum4", 2, 4, 10, false);
     float *pb = run_job("big1", 2, 4, 10, true);
 
-    /* fp32, relative 1e-6 after 10 steps (semantics.md §4) */
+    /* fp32, relative 1e-6 after 10 steps (docs/semantics.md) */
     for (uint64_t i = 0; i < m.total; i++) {
         double d = fabs((double)pa[i] - pb[i]);
         cr_assert(d <= 1e-6 * fmax(1.0, fabs(pb[i])), "element %lu: %.9g vs %.9g", i, pa[i], pb[i]);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bf16: the model's bf16 parameters follow an fp32-master AdamW reference that casts to bf16
-after each step (semantics.md §3.6-3.7).
+after each step (docs/semantics.md §4 steps 6-7).
 
     test_bf16.py [--world N]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """fp16 overflow: an injected inf gradient skips the step; skipped_steps and get_loss_scale()
-follow the dynamic loss scaler of semantics.md §3.2; the floor is an error.
+follow the dynamic loss scaler of docs/semantics.md §4 step 3; the floor is an error.
 
     test_overflow.py [--world N]
 
@@ -34,7 +34,7 @@ SCALER = {"initial_scale_power": 4, "loss_scale_window": 3, "hysteresis": 2,
 
 
 class Scaler:
-    """semantics.md §3.2, line by line."""
+    """docs/semantics.md §4 step 3, line by line."""
 
     def __init__(self, power, window, hysteresis, min_scale, consecutive=False):
         self.cur_scale = 2.0 ** power

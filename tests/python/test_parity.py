@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parity of zerod.torch with a single-process torch optimizer (semantics.md §3, §4).
+"""Parity of zerod.torch with a single-process torch optimizer (docs/semantics.md §4).
 
     test_parity.py CASE [--world N]
 

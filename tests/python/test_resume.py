@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A trainer killed (SIGKILL) mid-run and restarted re-attaches to its job and finishes with the
-same parameters, bit for bit, as an uninterrupted run (design.md §1, §6).
+same parameters, bit for bit, as an uninterrupted run (docs/architecture.md, docs/design-notes.md).
 
     test_resume.py [--world N]
 

@@ -3,7 +3,7 @@
 Data is a pure function of (step, micro-step, rank), so a zerod run, a restarted zerod run and
 the single-process reference see the same batches. The reference of an N-rank, G-micro-step
 zerod run is one torch optimizer on the gradient averaged over ranks and micro-steps
-(semantics.md §3: the daemon sums raw micro-step gradients and divides by N × G).
+(docs/semantics.md §4: the daemon sums raw micro-step gradients and divides by N × G).
 """
 import json
 import math
@@ -134,7 +134,7 @@ def zerod_train(cfg, steps, seed=1, lr_lambda=None, compute_dtype=None, record=N
 def reference_train(steps, world=1, gas=1, seed=1, l2=False, lr_lambda=None, clip=0.0):
     """Single-process torch AdamW (Adam with weight_decay when l2) over the same groups, on the
     gradient averaged over `world` ranks and `gas` micro-steps; clip > 0: clip_grad_norm_ to
-    it first (the rule of semantics.md §3.5: g × max_norm / (norm + 1e-6) when that is < 1)."""
+    it first (the rule of docs/semantics.md §4 step 5: g × max_norm / (norm + 1e-6) when that is < 1)."""
     model = MLP(seed)
     groups = param_groups(model)
     for g in groups:

@@ -1,5 +1,5 @@
 /*
- * zs_layout: the flat parameter vector, buckets, slices and shards of design.md §2.
+ * zs_layout: the flat parameter vector, buckets, slices and shards of docs/semantics.md §1.
  *
  * Input: parameters grouped by param group, in registration order (group-major). Output:
  *  - each parameter's offset in the flat vector (aligned to elem_align elements);

@@ -1,5 +1,5 @@
 /*
- * zk per-element math: the one place where the formulas of semantics.md §3.6/§3.7 and the
+ * zk per-element math: the one place where the formulas of docs/semantics.md §4 steps 6-7 and the
  * fp16/bf16 conversions are written. Included by the scalar, AVX2 and AVX-512 C kernels and
  * by the CUDA kernels (ZK_HD marks functions __host__ __device__ under nvcc).
  *
@@ -57,7 +57,7 @@ typedef struct zk_adam_k {
 #define ZK_NAN_BITS 0x7fc00000u
 
 /*
- * semantics.md §3.6 for one lane (T = float) or one vector of lanes (T = __m256, __m512):
+ * docs/semantics.md §4 step 6 for one lane (T = float) or one vector of lanes (T = __m256, __m512):
  *   g = acc * grad_scale (+ wd * p in L2 mode)
  *   m = beta1 m + (1 - beta1) g
  *   v = beta2 v + (1 - beta2) g^2

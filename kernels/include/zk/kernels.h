@@ -1,5 +1,5 @@
 /*
- * zk: the compute kernels of a zerod step (semantics.md §3). No dependency on daemon or
+ * zk: the compute kernels of a zerod step (docs/semantics.md §4). No dependency on daemon or
  * client; never prints; every function returns a zs_status_t.
  *
  * Variants: scalar (portable reference), avx2 (AVX2+FMA+F16C), avx512 (F/BW, BF16 where
@@ -72,11 +72,11 @@ typedef struct zk_adam_params {
     int adam_w_mode;     /* 1: decoupled (AdamW), 0: L2 (g += wd * p) */
     int bias_correction; /* 1: divide by (1 - beta^t) */
     uint64_t step;       /* t, the step count after increment (>= 1) */
-    float grad_scale;    /* g = acc * grad_scale: 1 / (N_avg * G * c) of semantics.md §3.5 */
+    float grad_scale; /* g = acc * grad_scale: 1 / (N_avg * G * c) of docs/semantics.md §4 step 5 */
 } zk_adam_params_t;
 
 /*
- * One pass of semantics.md §3.6 + §3.7 over n elements:
+ * One pass of docs/semantics.md §4 step 6 + §3.7 over n elements:
  *   g = acc[i] * grad_scale; (L2: g += wd * p); m, v update; p update (AdamW: decoupled wd);
  *   master[i] = p; dst[i] = cast(p, dst_dtype) (RNE); acc[i] = 0.
  * dst may be NULL (no cast written). Bias corrections are computed once per call in double.

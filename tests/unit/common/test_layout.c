@@ -20,7 +20,7 @@ static zs_layout_t *make_layout(uint32_t world, uint64_t bucket, bool rr, uint32
     return layout;
 }
 
-/* Every invariant of design.md §2 for one layout. */
+/* Every invariant of docs/semantics.md §1 for one layout. */
 static void check_layout(const zs_layout_t *l, uint32_t n_groups, const uint32_t *gnp,
                          const uint64_t *numel)
 {

@@ -31,7 +31,7 @@ Test(zs_status, names_and_strings_round_trip)
 
 Test(zs_status, wire_values_never_change)
 {
-    /* values go on the wire (design.md §4): these must never be renumbered */
+    /* values go on the wire (docs/architecture.md): these must never be renumbered */
     cr_assert_eq(ZS_OK, 0);
     cr_assert_eq(ZS_ERR_INVALID, -2);
     cr_assert_eq(ZS_ERR_PEER_LOST, -40);

@@ -1,4 +1,4 @@
-/* The loss scaler (daemon/src/scaler.c) against semantics.md §3.2, which is DeepSpeed's
+/* The loss scaler (daemon/src/scaler.c) against docs/semantics.md §4 step 3, which is DeepSpeed's
  * DynamicLossScaler.update_scale (deepspeed/runtime/fp16/loss_scaler.py): an overflow spends
  * hysteresis, then halves the scale down to min_loss_scale; a window of good steps doubles it.
  *
@@ -222,7 +222,8 @@ Test(zd_scaler, overflow_at_min_scale_spends_hysteresis_first)
     cr_assert_eq(zd_scaler_update(&s, true), ZS_ERR_LOSS_SCALE);
 }
 
-/* ---- against the pseudo-code of semantics.md §3.2, transcribed literally ------------------- */
+/* ---- against the pseudo-code of docs/semantics.md §4 step 3, transcribed literally
+ * ------------------- */
 
 typedef struct ref_scaler {
     double cur_scale, min_scale;

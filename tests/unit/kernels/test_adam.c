@@ -1,5 +1,5 @@
 /*
- * zk_adam_step against fp64 references of semantics.md §3.6/§3.7: one step on fresh random
+ * zk_adam_step against fp64 references of docs/semantics.md §4 steps 6-7: one step on fresh random
  * data at every length, misalignment, destination dtype, AdamW/L2 and bias correction on/off;
  * ten steps against torch.optim.AdamW's formula. Tolerances come from the error model of
  * zk_test.h (every fp32 rounding of the kernel's operation order, propagated), not from tuning.
@@ -48,7 +48,7 @@ static void zt_adam_chain(const zk_adam_params_t *P, zt_ev_t acc, zt_ev_t *p, zt
                 zt_mul(ss, zt_div(*m, zt_add(zt_mul(zt_sqrt(*v), isb2), zt_ev(P->eps)))));
 }
 
-/* semantics.md §3.6 verbatim in fp64 */
+/* docs/semantics.md §4 step 6 verbatim in fp64 */
 static void zt_adam_semantics(const zk_adam_params_t *P, double acc, double *p, double *m,
                               double *v)
 {

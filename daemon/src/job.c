@@ -489,6 +489,17 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     }
 }
 
+/* A shard big enough for the kernels' store plan to matter: measure it now, at attach, rather
+ * than in the first step, and say what it chose. */
+static void zd_job_log_stores(const zd_job_t *job)
+{
+    uint64_t adam_bytes = job->layout->shard_numel * (32 + zs_dtype_size(job->dtype));
+
+    if (adam_bytes >= ZK_STORES_PLAN_MIN_BYTES) {
+        zs_info(ZS_SUB_ENGINE, "kernel stores: %s", zk_store_plan()->how);
+    }
+}
+
 static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
                                      const zd_job_spec_t *spec, char *err, size_t errlen)
 {
@@ -516,6 +527,7 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
             job->id, job->rank, job->world, zs_dtype_name(job->dtype), job->cfg.stage,
             (unsigned long long)job->layout->param_numel, job->layout->n_buckets,
             (unsigned long long)job->layout->shard_numel, (unsigned long long)job->layout->hash);
+    zd_job_log_stores(job);
     *job_p = job;
     return ZS_OK;
 }

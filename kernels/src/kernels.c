@@ -78,7 +78,7 @@ int zk_variant_supported(zk_variant_t v)
     }
 }
 
-static const zk_ops_t *zk_variant_ops(int v)
+const zk_ops_t *zk_variant_ops(int v)
 {
     switch (v) {
 #if defined(ZK_HAVE_X86_VARIANTS)
@@ -294,7 +294,7 @@ zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, 
     job.dst = (char *)dst;
     job.dst_dtype = dst_dtype;
     job.dsize = dst != NULL ? zs_dtype_size(dst_dtype) : 0;
-    job.nt = n * (16 + job.dsize) >= ZK_NT_MIN_BYTES;
+    job.nt = zk_store_nt(exec, ZK_STORE_ADAM, n * (32 + job.dsize));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_adam_chunk, &job);
 }
 
@@ -398,7 +398,7 @@ zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zs
     job.dtype = src_dtype;
     job.ssize = zs_dtype_size(src_dtype);
     job.s = s;
-    job.nt = n * 4 >= ZK_NT_MIN_BYTES;
+    job.nt = zk_store_nt(exec, ZK_STORE_ACCUMULATE, n * (8 + zs_dtype_size(src_dtype)));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_accumulate_chunk, &job);
 }
 
@@ -444,7 +444,7 @@ zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const voi
     job.b = (const char *)b;
     job.dtype = dtype;
     job.size = zs_dtype_size(dtype);
-    job.nt = n * job.size >= ZK_NT_MIN_BYTES;
+    job.nt = zk_store_nt(exec, ZK_STORE_OUT, 3 * n * job.size);
     return zk_pool_run(pool, n, ZK_GRAIN, zk_reduce_chunk, &job);
 }
 
@@ -495,6 +495,6 @@ zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, cons
     job.sdt = src_dtype;
     job.dsize = zs_dtype_size(dst_dtype);
     job.ssize = zs_dtype_size(src_dtype);
-    job.nt = n * job.dsize >= ZK_NT_MIN_BYTES;
+    job.nt = zk_store_nt(exec, ZK_STORE_OUT, n * (job.dsize + zs_dtype_size(src_dtype)));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_cast_chunk, &job);
 }

@@ -110,7 +110,7 @@ zs_status_t zk_error_set(zs_status_t status, const char *fmt, ...)
 /* Coefficients of docs/semantics.md §4 step 6 for one call, computed in double. */
 zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k);
 
-/* Calls that write more than this many bytes use non-temporal stores. */
-#define ZK_NT_MIN_BYTES (8u << 20)
+/* The ops of variant v (supported: checked by the caller). */
+const zk_ops_t *zk_variant_ops(int v);
 
 #endif

@@ -59,7 +59,43 @@ zs_status_t zk_pool_run(zk_pool_t *pool, size_t n, size_t grain, zk_pool_fn_t fn
 typedef struct zk_exec {
     int variant;     /* zk_variant_t, or ZK_VARIANT_DEFAULT */
     zk_pool_t *pool; /* NULL: run on the calling thread */
+    int stores;      /* zk_stores_t: 0 (AUTO) follows the process's zk_store_plan() */
 } zk_exec_t;
+
+/* The stores of one call; any choice writes the same bits. */
+typedef enum zk_stores {
+    ZK_STORES_AUTO = 0,    /* zk_store_plan(): measured, or ZEROD_KERNEL_STORES */
+    ZK_STORES_REGULAR = 1, /* regular stores whatever the size */
+    ZK_STORES_NT = 2,      /* non-temporal stores where the pointers allow, whatever the size */
+} zk_stores_t;
+
+/* Kernels by the mix of streams they store: in-place Adam (4 fp32 streams and the cast copy),
+ * in-place accumulate, out-of-place reduce and cast. */
+typedef enum zk_store_family {
+    ZK_STORE_ADAM,
+    ZK_STORE_ACCUMULATE,
+    ZK_STORE_OUT,
+    ZK_STORE_FAMILIES
+} zk_store_family_t;
+
+/* Which stores calls beyond the caches use on this machine, decided once per process: by
+ * ZEROD_KERNEL_STORES=regular|nt, else measured (each family's kernel with either store on
+ * scratch buffers of twice the last-level cache, 32-256 MiB; about 0.1-0.5 s, on the first
+ * call of at least 32 MiB or the first zk_store_plan()). Calls whose footprint is at least
+ * nt_min_bytes use non-temporal stores where nt[family]; others use regular stores. */
+typedef struct zk_store_plan {
+    int nt[ZK_STORE_FAMILIES];
+    double gbps[ZK_STORE_FAMILIES][2]; /* measured: regular, non-temporal (0: not measured) */
+    size_t nt_min_bytes;
+    char how[320]; /* one line for a log or a benchmark */
+} zk_store_plan_t;
+const zk_store_plan_t *zk_store_plan(void);
+/* Calls smaller than this use regular stores without consulting (or measuring) the plan. */
+#define ZK_STORES_PLAN_MIN_BYTES ((size_t)32 << 20)
+const char *zk_store_family_name(zk_store_family_t f);
+/* Whether a call of family `fam` touching `footprint` bytes (read and written) uses
+ * non-temporal stores: exec->stores, else the plan (measuring it if need be). */
+int zk_store_nt(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint);
 #define ZK_VARIANT_DEFAULT (-1)
 
 /* Hyper-parameters of one fused step over one param-group segment. */

@@ -189,7 +189,7 @@ static void zt_vs_scalar(zk_exec_t ex, int op)
     const zk_exec_t ref = {.variant = ZK_VARIANT_SCALAR, .pool = NULL};
 
     for (size_t li = 0; li <= ZT_N_EDGE_LENGTHS; li++) {
-        /* the last case writes more than 8 MiB: the streaming-store path */
+        /* the last case: a length beyond the small-size edges (ex.stores picks the stores) */
         size_t n = li < ZT_N_EDGE_LENGTHS ? zt_edge_lengths[li] : ((size_t)4 << 20) + 9;
         size_t off = zt_edge_offset(li);
 
@@ -237,8 +237,8 @@ static void zt_red_vs_scalar(zk_exec_t ex)
 ZT_SIMD_VARIANT_TESTS(zk_accumulate, matches_scalar_bit_for_bit, zt_acc_vs_scalar)
 ZT_SIMD_VARIANT_TESTS(zk_reduce, matches_scalar_bit_for_bit, zt_red_vs_scalar)
 
-/* Pools of 1, 2, 3 and 5 threads at misaligned addresses give the bits of one thread. n
- * writes more than 8 MiB for fp32 (streaming stores) and less for the half types. */
+/* Pools of 1, 2, 3 and 5 threads at misaligned addresses give the bits of one thread, with
+ * the stores of ex (the _nt tests: non-temporal). */
 static void zt_pool_split(zk_exec_t ex, int op)
 {
     static const size_t offs[] = {0, 1, 3, 7};
@@ -261,7 +261,8 @@ static void zt_pool_split(zk_exec_t ex, int op)
         }
         for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
             for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
-                zk_exec_t pooled = {.variant = ex.variant, .pool = zt_pool(zt_threads[ti])};
+                zk_exec_t pooled = {
+                    .variant = ex.variant, .pool = zt_pool(zt_threads[ti]), .stores = ex.stores};
 
                 if (op == 0) {
                     zt_acc_run(pooled, acc0, a, dt, s, n, offs[oi], got);

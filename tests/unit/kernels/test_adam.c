@@ -376,7 +376,7 @@ static const int zt_adam_dsts[] = {ZT_NONE, ZS_DTYPE_F32, ZS_DTYPE_F16, ZS_DTYPE
 
 /* A pool splits the call into chunks whose heads and tails the SIMD variants run apart from
  * their vector bodies: every thread count and misalignment must give the bits of one thread
- * at offset 0. n writes more than 8 MiB, so large calls' streaming stores are covered too. */
+ * at offset 0, with the stores of ex (the _nt tests: non-temporal). */
 static void zt_adam_pool_split(zk_exec_t ex)
 {
     static const size_t offs[] = {0, 1, 3, 7};
@@ -394,7 +394,8 @@ static void zt_adam_pool_split(zk_exec_t ex)
         zt_adam_run(one, &P, &in, 0, zt_adam_dsts[di], &want);
         for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
             for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
-                zk_exec_t pooled = {.variant = ex.variant, .pool = zt_pool(zt_threads[ti])};
+                zk_exec_t pooled = {
+                    .variant = ex.variant, .pool = zt_pool(zt_threads[ti]), .stores = ex.stores};
                 char what[128];
 
                 zt_adam_run(pooled, &P, &in, offs[oi], zt_adam_dsts[di], &got);
@@ -419,7 +420,7 @@ static void zt_adam_vs_scalar(zk_exec_t ex)
     const zk_exec_t ref = {.variant = ZK_VARIANT_SCALAR, .pool = NULL};
 
     for (size_t li = 0; li <= ZT_N_EDGE_LENGTHS; li++) {
-        /* the last case writes more than 8 MiB: the streaming-store path */
+        /* the last case: a length beyond the small-size edges (ex.stores picks the stores) */
         size_t n = li < ZT_N_EDGE_LENGTHS ? zt_edge_lengths[li] : 524309;
         size_t off = zt_edge_offset(li);
         zt_adam_in_t in;

@@ -250,7 +250,7 @@ static void zt_cast_vs_scalar(zk_exec_t ex)
     const zk_exec_t ref = {.variant = ZK_VARIANT_SCALAR, .pool = NULL};
 
     for (size_t li = 0; li <= ZT_N_EDGE_LENGTHS; li++) {
-        /* the last case writes more than 8 MiB for every pair: the streaming-store path */
+        /* the last case: a length beyond the small-size edges (ex.stores picks the stores) */
         size_t n = li < ZT_N_EDGE_LENGTHS ? zt_edge_lengths[li] : ((size_t)4 << 20) + 9;
         size_t off = zt_edge_offset(li);
 
@@ -296,7 +296,9 @@ static void zt_cast_pool_split(zk_exec_t ex)
             zt_cast_run(one, (zs_dtype_t)d, (zs_dtype_t)s, src, n, 0, want);
             for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
                 for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
-                    zk_exec_t pooled = {.variant = ex.variant, .pool = zt_pool(zt_threads[ti])};
+                    zk_exec_t pooled = {.variant = ex.variant,
+                                        .pool = zt_pool(zt_threads[ti]),
+                                        .stores = ex.stores};
 
                     zt_cast_run(pooled, (zs_dtype_t)d, (zs_dtype_t)s, src, n, offs[oi], got);
                     zt_assert_same_bits(got, want, n, zs_dtype_size((zs_dtype_t)d),

@@ -109,3 +109,55 @@ Test(zk_pool, chunks_cover_range_once)
     zk_pool_destroy(NULL);
     cr_assert_eq(zk_pool_create(0, &pool), ZS_ERR_INVALID);
 }
+
+/* ---- the store plan ---- */
+
+/* A call's own choice wins over the plan; small calls never need the plan measured. */
+Test(zk_stores, exec_choice_overrides_plan_and_small_calls_are_regular)
+{
+    zk_exec_t regular = {.variant = ZK_VARIANT_DEFAULT, .stores = ZK_STORES_REGULAR};
+    zk_exec_t nt = {.variant = ZK_VARIANT_DEFAULT, .stores = ZK_STORES_NT};
+
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        cr_assert_eq(zk_store_nt(&regular, (zk_store_family_t)f, SIZE_MAX), 0);
+        cr_assert_eq(zk_store_nt(&nt, (zk_store_family_t)f, 64), 1);
+        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, (size_t)1 << 20), 0);
+    }
+    cr_assert_str_eq(zk_store_family_name(ZK_STORE_ADAM), "adam");
+    cr_assert_str_eq(zk_store_family_name(ZK_STORE_FAMILIES), "?");
+}
+
+/* ZEROD_KERNEL_STORES fixes the plan for the process and says so. */
+Test(zk_stores, environment_fixes_the_plan)
+{
+    const zk_store_plan_t *plan;
+
+    setenv("ZEROD_KERNEL_STORES", "nt", 1);
+    plan = zk_store_plan();
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        cr_assert_eq(plan->nt[f], 1);
+        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, (size_t)64 << 20), 1);
+    }
+    cr_assert_eq(plan->nt_min_bytes, 0);
+    cr_assert_not_null(strstr(plan->how, "ZEROD_KERNEL_STORES=nt"), "%s", plan->how);
+}
+
+/* Unset, the plan is measured: each family's both stores timed, the faster (by 3 %) kept,
+ * used only for calls at least as big as what was measured. */
+Test(zk_stores, plan_is_measured_and_follows_the_figures)
+{
+    const zk_store_plan_t *plan;
+
+    unsetenv("ZEROD_KERNEL_STORES");
+    plan = zk_store_plan();
+    cr_assert_geq(plan->nt_min_bytes, (size_t)32 << 20);
+    cr_assert_leq(plan->nt_min_bytes, (size_t)256 << 20);
+    cr_assert_not_null(strstr(plan->how, "measured at"), "%s", plan->how);
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        cr_assert_gt(plan->gbps[f][0], 0.0);
+        cr_assert_gt(plan->gbps[f][1], 0.0);
+        cr_assert_eq(plan->nt[f], plan->gbps[f][1] > 1.03 * plan->gbps[f][0], "%s", plan->how);
+        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, plan->nt_min_bytes - 1), 0);
+        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, plan->nt_min_bytes), plan->nt[f]);
+    }
+}

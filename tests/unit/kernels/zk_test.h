@@ -80,9 +80,9 @@ static inline void zt_free(zt_buf_t *b)
 
 /* ---- variants ---- */
 
-static inline zk_exec_t zt_exec_for(zk_variant_t v)
+static inline zk_exec_t zt_exec_for(zk_variant_t v, zk_stores_t stores)
 {
-    zk_exec_t ex = {.variant = (int)v, .pool = NULL};
+    zk_exec_t ex = {.variant = (int)v, .pool = NULL, .stores = (int)stores};
 
     if (!zk_variant_supported(v)) {
         cr_skip_test("variant %s: this CPU lacks the instructions it needs (%s)",
@@ -92,25 +92,28 @@ static inline zk_exec_t zt_exec_for(zk_variant_t v)
     return ex;
 }
 
-/* Test(suite, name) calling fn(exec) with variant v's exec. */
-#define ZT_VARIANT_TEST(suite, name, fn, v)                                                        \
+/* Test(suite, name) calling fn(exec) with variant v's exec and the given stores. */
+#define ZT_VARIANT_TEST(suite, name, fn, v, stores)                                                \
     Test(suite, name)                                                                              \
     {                                                                                              \
         zt_seed_init();                                                                            \
-        fn(zt_exec_for(v));                                                                        \
+        fn(zt_exec_for(v, stores));                                                                \
     }
 
 /* Test(suite, name_avx2), Test(suite, name_avx512): fn(exec) for each SIMD variant, for the
  * tests that compare a variant with the scalar reference (skipped, with the reason, where the
- * CPU lacks the variant). */
+ * CPU lacks the variant); each once with regular stores and once (name_avx2_nt, ...) with
+ * non-temporal ones at every size, so both store paths run whatever this CPU's plan says. */
 #define ZT_SIMD_VARIANT_TESTS(suite, name, fn)                                                     \
-    ZT_VARIANT_TEST(suite, name##_avx2, fn, ZK_VARIANT_AVX2)                                       \
-    ZT_VARIANT_TEST(suite, name##_avx512, fn, ZK_VARIANT_AVX512)
+    ZT_VARIANT_TEST(suite, name##_avx2, fn, ZK_VARIANT_AVX2, ZK_STORES_REGULAR)                    \
+    ZT_VARIANT_TEST(suite, name##_avx2_nt, fn, ZK_VARIANT_AVX2, ZK_STORES_NT)                      \
+    ZT_VARIANT_TEST(suite, name##_avx512, fn, ZK_VARIANT_AVX512, ZK_STORES_REGULAR)                \
+    ZT_VARIANT_TEST(suite, name##_avx512_nt, fn, ZK_VARIANT_AVX512, ZK_STORES_NT)
 
 /* Test(suite, name_scalar), Test(suite, name_avx2), Test(suite, name_avx512) calling
  * fn(exec) with the variant's exec. */
 #define ZT_VARIANT_TESTS(suite, name, fn)                                                          \
-    ZT_VARIANT_TEST(suite, name##_scalar, fn, ZK_VARIANT_SCALAR)                                   \
+    ZT_VARIANT_TEST(suite, name##_scalar, fn, ZK_VARIANT_SCALAR, ZK_STORES_AUTO)                   \
     ZT_SIMD_VARIANT_TESTS(suite, name, fn)
 
 /* The lengths every kernel is tried at, and the misalignments (in elements) cycled over. */

@@ -32,4 +32,12 @@ typedef void (*zb_limit_fn_t)(const zb_limit_args_t *a, size_t b, size_t e);
 void zb_limit_avx512(const zb_limit_args_t *a, size_t b, size_t e);
 void zb_limit_avx2(const zb_limit_args_t *a, size_t b, size_t e);
 
+/* The divider's floor of Adam: n elements' one square root and one division (what the exact
+ * Adam formula cannot do without), 8 independent chains of vectors in registers, at the
+ * vector width of the variant; returns a lane so that nothing is optimised away. Adam cannot
+ * go faster than this even with its data in L1, so its limit is the lower of this and the
+ * streaming limit. */
+float zb_divider_avx512(size_t n);
+float zb_divider_avx2(size_t n);
+
 #endif

@@ -28,5 +28,12 @@ static inline __m128i zb_narrow(__m256i x)
 #define NARROW(x)  zb_narrow(x)
 #define WIDEN(x)   _mm256_cvtepu16_epi32(x)
 #define FN         zb_limit_avx2
+#define VF         __m256
+#define SETF(x)    _mm256_set1_ps(x)
+#define SQRTF(x)   _mm256_sqrt_ps(x)
+#define DIVF(x, y) _mm256_div_ps(x, y)
+#define ADDF(x, y) _mm256_add_ps(x, y)
+#define FIRSTF(x)  _mm256_cvtss_f32(x)
+#define FN_DIV     zb_divider_avx2
 
 #include "limit_body.h"

@@ -19,5 +19,12 @@
 #define NARROW(x)  _mm512_cvtepi32_epi16(x)
 #define WIDEN(x)   _mm512_cvtepu16_epi32(x)
 #define FN         zb_limit_avx512
+#define VF         __m512
+#define SETF(x)    _mm512_set1_ps(x)
+#define SQRTF(x)   _mm512_sqrt_ps(x)
+#define DIVF(x, y) _mm512_div_ps(x, y)
+#define ADDF(x, y) _mm512_add_ps(x, y)
+#define FIRSTF(x)  _mm512_cvtss_f32(x)
+#define FN_DIV     zb_divider_avx512
 
 #include "limit_body.h"

@@ -1,6 +1,7 @@
 /* Included by limit_avx512.c and limit_avx2.c with the vector macros defined:
  * V4/V2 (vectors of VL 32-bit / 16-bit lanes), LD4/LD2, ST4/ST2 (regular), NT4/NT2
- * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name). */
+ * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name);
+ * VF (VL floats), SETF, SQRTF, DIVF, ADDF, FIRSTF and FN_DIV for the divider floor. */
 
 #define ZB_ST4(p, x, nt)                                                                           \
     do {                                                                                           \
@@ -141,4 +142,22 @@ void FN(const zb_limit_args_t *a, size_t b, size_t e)
     if (a->nt) {
         _mm_sfence();
     }
+}
+
+float FN_DIV(size_t n)
+{
+    VF x[8], d = SETF(1.5f);
+
+    for (int k = 0; k < 8; k++) {
+        x[k] = SETF(1.0f + 0.125f * (float)k);
+    }
+    for (size_t i = 0; i < n; i += 8 * VL) {
+        for (int k = 0; k < 8; k++) {
+            x[k] = DIVF(SQRTF(x[k]), d);
+        }
+    }
+    for (int k = 1; k < 8; k++) {
+        x[0] = ADDF(x[0], x[k]);
+    }
+    return FIRSTF(x[0]);
 }

@@ -1,11 +1,14 @@
 /*
- * zk_bench: throughput of every zk kernel and CPU variant at a size beyond the caches, and
- * its ratio to a memory limit measured in the same process by a streaming kernel with the
- * same read and written streams (bench/limit.h).
+ * zk_bench: throughput of every zk kernel and CPU variant at sizes from inside the caches to
+ * far beyond them, and its ratio to a memory limit measured in the same process, at the same
+ * size and thread count, by a streaming kernel with the same read and written streams
+ * (bench/limit.h). Prints the store plan of this machine (zk_store_plan: regular or
+ * non-temporal stores, as measured) and the stores each call used; last, per kernel, the
+ * lowest ratio of the default variant over the sizes against the target (0.9).
  *
- *   zk_bench [--n N] [--threads 1,2] [--reps R] [--dtype bf16|fp16|fp32]
+ *   zk_bench [--n N[,N...]] [--threads 1,2] [--reps R] [--dtype bf16|fp16|fp32]
  *            [--variants scalar,avx2,avx512] [--kernels adam_step,sumsq,...]
- *            [--peer FILE] [--json]
+ *            [--stores auto|regular|nt] [--peer FILE] [--json]
  */
 #include "limit.h"
 #include "zk/kernels.h"
@@ -32,8 +35,13 @@ typedef enum zb_kernel {
 static const char *const zb_kernel_names[ZB_K_COUNT] = {"adam_step", "sumsq", "accumulate",
                                                         "reduce", "cast"};
 
+#define ZB_TARGET 0.9 /* each kernel at least this share of its streaming limit */
+
 typedef struct zb_opts {
-    size_t n;
+    size_t ns[ZB_MAX_LIST];
+    unsigned n_ns;
+    size_t n_max;
+    int stores; /* zk_stores_t */
     unsigned threads[ZB_MAX_LIST];
     unsigned n_threads;
     unsigned reps;
@@ -46,11 +54,14 @@ typedef struct zb_opts {
 
 typedef struct zb_bufs {
     float *master, *m, *v, *acc; /* fp32 streams */
+    float *acc0;                 /* acc's first contents: Adam's gradient before every call */
     void *h0, *h1;               /* dtype streams (dst, src, a/b) */
 } zb_bufs_t;
 
 typedef struct zb_ctx {
     const zb_opts_t *o;
+    size_t n;
+    unsigned reps;
     zb_bufs_t *b;
     zk_exec_t ex;
     zb_kernel_t kernel;
@@ -96,15 +107,15 @@ static zs_status_t zb_run_kernel(zb_ctx_t *c)
     switch (c->kernel) {
     case ZB_K_ADAM:
         c->adam.step++;
-        return zk_adam_step(&c->ex, &c->adam, b->master, b->m, b->v, b->acc, b->h0, o->dtype, o->n);
+        return zk_adam_step(&c->ex, &c->adam, b->master, b->m, b->v, b->acc, b->h0, o->dtype, c->n);
     case ZB_K_SUMSQ:
-        return zk_sumsq(&c->ex, b->master, o->n, &s, &f);
+        return zk_sumsq(&c->ex, b->master, c->n, &s, &f);
     case ZB_K_ACCUMULATE:
-        return zk_accumulate(&c->ex, b->acc, b->h0, o->dtype, 1e-30f, o->n);
+        return zk_accumulate(&c->ex, b->acc, b->h0, o->dtype, 1e-30f, c->n);
     case ZB_K_REDUCE:
-        return zk_reduce(&c->ex, b->h1, b->h0, b->h1, o->dtype, o->n);
+        return zk_reduce(&c->ex, b->h1, b->h0, b->h1, o->dtype, c->n);
     case ZB_K_CAST:
-        return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZS_DTYPE_F32, o->n);
+        return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZS_DTYPE_F32, c->n);
     default:
         return ZS_ERR_INVALID;
     }
@@ -152,12 +163,18 @@ static double zb_time(zb_ctx_t *c, int limit)
 {
     double best = INFINITY;
 
-    for (unsigned r = 0; r <= c->o->reps; r++) {
-        double t0 = zb_now(), dt;
+    for (unsigned r = 0; r <= c->reps; r++) {
+        double t0, dt;
         zs_status_t st;
 
+        /* adam_step zeroes acc: without a fresh gradient, m and v would decay into subnormals
+         * over the runs and time the CPU's subnormal assists instead of the kernel */
+        if (!limit && c->kernel == ZB_K_ADAM) {
+            memcpy(c->b->acc, c->b->acc0, c->n * sizeof(float));
+        }
+        t0 = zb_now();
         if (limit) {
-            st = zk_pool_run(c->ex.pool, c->o->n, 1024, zb_limit_chunk, c);
+            st = zk_pool_run(c->ex.pool, c->n, 1024, zb_limit_chunk, c);
         } else {
             st = zb_run_kernel(c);
         }
@@ -192,6 +209,7 @@ static void zb_init_bufs(zb_bufs_t *b, size_t n, zs_dtype_t dt)
     b->m = zb_alloc(4 * n);
     b->v = zb_alloc(4 * n);
     b->acc = zb_alloc(4 * n);
+    b->acc0 = zb_alloc(4 * n);
     b->h0 = zb_alloc(4 * n);
     b->h1 = zb_alloc(4 * n);
     for (size_t i = 0; i < n; i++) {
@@ -204,33 +222,49 @@ static void zb_init_bufs(zb_bufs_t *b, size_t n, zs_dtype_t dt)
         b->m[i] = 1e-3f * r;
         b->v[i] = 1e-6f * (r * r + 0.1f);
         b->acc[i] = 1e-2f * r;
+        b->acc0[i] = b->acc[i];
     }
     /* half-width buffers get valid values of dtype, fp32 ones fp32 */
     zk_cast(NULL, b->h0, dt, b->master, ZS_DTYPE_F32, n);
     zk_cast(NULL, b->h1, dt, b->m, ZS_DTYPE_F32, n);
 }
 
-/* The peer's elements/s from bench/peers/torch_adamw.py's JSON line, or < 0. */
-static double zb_peer_eps(const char *path, unsigned *threads_p)
+#define ZB_MAX_PEERS 4
+
+typedef struct zb_peer {
+    char name[32];
+    unsigned threads;
+    double eps; /* elements/s */
+} zb_peer_t;
+
+/* The peers of bench/peers/torch_adamw.py's JSON lines (one per line); the count. */
+static unsigned zb_peers_read(const char *path, zb_peer_t *peers)
 {
     FILE *f = fopen(path, "r");
     char line[1024];
-    double eps = -1.0;
+    unsigned n = 0;
 
     if (f == NULL) {
         fprintf(stderr, "zk_bench: --peer %s: %m\n", path);
         exit(2);
     }
-    while (fgets(line, sizeof(line), f) != NULL) {
+    while (n < ZB_MAX_PEERS && fgets(line, sizeof(line), f) != NULL) {
         const char *p = strstr(line, "\"elements_per_s\":");
         const char *t = strstr(line, "\"threads\":");
-        if (p != NULL) {
-            eps = strtod(p + strlen("\"elements_per_s\":"), NULL);
-            *threads_p = t != NULL ? (unsigned)strtoul(t + strlen("\"threads\":"), NULL, 10) : 1;
+        const char *nm = strstr(line, "\"peer\": \"");
+        if (p == NULL) {
+            continue;
         }
+        peers[n].eps = strtod(p + strlen("\"elements_per_s\":"), NULL);
+        peers[n].threads = t != NULL ? (unsigned)strtoul(t + strlen("\"threads\":"), NULL, 10) : 1;
+        snprintf(peers[n].name, sizeof(peers[n].name), "%s", "peer");
+        if (nm != NULL) {
+            sscanf(nm + strlen("\"peer\": \""), "%31[A-Za-z0-9_]", peers[n].name);
+        }
+        n++;
     }
     fclose(f);
-    return eps;
+    return n;
 }
 
 static int zb_parse_list(const char *arg, const char *const *names, int count, int *sel)
@@ -253,33 +287,65 @@ static int zb_parse_list(const char *arg, const char *const *names, int count, i
     return 0;
 }
 
+static int zb_parse_sizes(const char *arg, zb_opts_t *o)
+{
+    char buf[256];
+    char *save = NULL, *end = NULL;
+
+    snprintf(buf, sizeof(buf), "%s", arg);
+    o->n_ns = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        unsigned long long n = strtoull(tok, &end, 0);
+        if (*end != '\0' || n == 0 || n > ((size_t)1 << 32) || o->n_ns == ZB_MAX_LIST) {
+            fprintf(stderr, "zk_bench: --n wants up to %d positive counts, got '%s'\n", ZB_MAX_LIST,
+                    arg);
+            return -1;
+        }
+        o->ns[o->n_ns++] = (size_t)n;
+    }
+    return o->n_ns > 0 ? 0 : -1;
+}
+
 static void zb_usage(FILE *out)
 {
-    fprintf(out, "usage: zk_bench [options]\n"
-                 "  --n N            elements per call (default 67108864 = 64 Mi)\n"
-                 "  --threads LIST   thread counts, e.g. 1,2 (default 1)\n"
-                 "  --reps R         timed runs per measurement, best kept (default 5)\n"
-                 "  --dtype T        param dtype: bf16 (default), fp16, fp32\n"
-                 "  --variants LIST  scalar,avx2,avx512 (default: all this CPU supports)\n"
-                 "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast (default all)\n"
-                 "  --peer FILE      JSON line of bench/peers/torch_adamw.py: print the speedup\n"
-                 "  --json           one JSON object per line\n"
-                 "  --help           this text\n");
+    fprintf(out,
+            "usage: zk_bench [options]\n"
+            "  --n LIST         elements per call (default 65536,1048576,16777216,67108864:\n"
+            "                   64 Ki to 64 Mi; 268435456 = 256 Mi needs ~5 GiB)\n"
+            "  --threads LIST   thread counts, e.g. 1,2 (default 1)\n"
+            "  --reps R         timed runs per measurement at 64 Mi, best kept (default 5;\n"
+            "                   more at smaller sizes, as many as take the same time)\n"
+            "  --dtype T        param dtype: bf16 (default), fp16, fp32\n"
+            "  --variants LIST  scalar,avx2,avx512 (default: all this CPU supports)\n"
+            "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast (default all)\n"
+            "  --stores S       auto (default: the measured plan), regular or nt\n"
+            "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: the speedup over each\n"
+            "  --json           one JSON object per line\n"
+            "  --help           this text\n");
 }
 
 static int zb_parse(int argc, char **argv, zb_opts_t *o)
 {
-    static const struct option longopts[] = {
-        {"n", required_argument, NULL, 'n'},        {"threads", required_argument, NULL, 't'},
-        {"reps", required_argument, NULL, 'r'},     {"dtype", required_argument, NULL, 'd'},
-        {"variants", required_argument, NULL, 'v'}, {"kernels", required_argument, NULL, 'k'},
-        {"peer", required_argument, NULL, 'p'},     {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"n", required_argument, NULL, 'n'},
+                                             {"threads", required_argument, NULL, 't'},
+                                             {"reps", required_argument, NULL, 'r'},
+                                             {"dtype", required_argument, NULL, 'd'},
+                                             {"variants", required_argument, NULL, 'v'},
+                                             {"kernels", required_argument, NULL, 'k'},
+                                             {"peer", required_argument, NULL, 'p'},
+                                             {"json", no_argument, NULL, 'j'},
+                                             {"stores", required_argument, NULL, 's'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     static const char *const vnames[ZK_VARIANT_COUNT] = {"scalar", "avx2", "avx512"};
     int c;
 
-    *o = (zb_opts_t){
-        .n = (size_t)64 << 20, .threads = {1}, .n_threads = 1, .reps = 5, .dtype = ZS_DTYPE_BF16};
+    *o = (zb_opts_t){.ns = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, (size_t)64 << 20},
+                     .n_ns = 4,
+                     .threads = {1},
+                     .n_threads = 1,
+                     .reps = 5,
+                     .dtype = ZS_DTYPE_BF16};
     for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
         o->variants[v] = 1;
     }
@@ -290,9 +356,18 @@ static int zb_parse(int argc, char **argv, zb_opts_t *o)
         char *end = NULL;
         switch (c) {
         case 'n':
-            o->n = strtoull(optarg, &end, 0);
-            if (*end != '\0' || o->n == 0) {
-                fprintf(stderr, "zk_bench: --n wants a positive count, got '%s'\n", optarg);
+            if (zb_parse_sizes(optarg, o) != 0) {
+                return -1;
+            }
+            break;
+        case 's':
+            if (strcmp(optarg, "auto") == 0 || strcmp(optarg, "regular") == 0 ||
+                strcmp(optarg, "nt") == 0) {
+                o->stores = optarg[0] == 'a'   ? ZK_STORES_AUTO
+                            : optarg[0] == 'r' ? ZK_STORES_REGULAR
+                                               : ZK_STORES_NT;
+            } else {
+                fprintf(stderr, "zk_bench: --stores wants auto, regular or nt, got '%s'\n", optarg);
                 return -1;
             }
             break;
@@ -366,118 +441,262 @@ static int zb_parse(int argc, char **argv, zb_opts_t *o)
     return 0;
 }
 
+/* Timed runs at n elements: as many as take about the time of `reps` runs at 64 Mi, between
+ * 2 and 2000. */
+static unsigned zb_reps(const zb_opts_t *o, size_t n)
+{
+    double r = (double)o->reps * (double)((size_t)64 << 20) / (double)n;
+
+    return r < 2.0 ? 2u : r > 2000.0 ? 2000u : (unsigned)r;
+}
+
+/* The stores zk uses for kernel k at n elements, as its dispatch decides. */
+static const char *zb_stores_used(const zb_ctx_t *c)
+{
+    static const int fam[ZB_K_COUNT] = {ZK_STORE_ADAM, -1, ZK_STORE_ACCUMULATE, ZK_STORE_OUT,
+                                        ZK_STORE_OUT};
+    double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n;
+
+    if (fam[c->kernel] < 0) {
+        return "-";
+    }
+    return zk_store_nt(&c->ex, (zk_store_family_t)fam[c->kernel], (size_t)bytes) ? "nt" : "regular";
+}
+
+typedef struct zb_result {
+    double adam_eps[ZB_MAX_LIST];          /* by thread count: best adam_step elements/s */
+    double low[ZB_MAX_LIST][ZB_K_COUNT];   /* default variant's lowest ratio */
+    size_t low_n[ZB_MAX_LIST][ZB_K_COUNT]; /* ... at this n */
+} zb_result_t;
+
+static volatile float zb_sink;
+
+typedef struct zb_div_job {
+    int variant;
+} zb_div_job_t;
+
+static void zb_divider_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    (void)worker;
+    const zb_div_job_t *j = arg;
+
+    zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_divider_avx512(e - b) : zb_divider_avx2(e - b);
+}
+
+/* Best time of the divider floor (bench/limit.h) for c->n elements at variant v's width, on
+ * the same threads as the kernel. */
+static double zb_divider_time(const zb_ctx_t *c, int v)
+{
+    zb_div_job_t j = {.variant = v};
+    double best = INFINITY;
+
+    for (unsigned r = 0; r <= c->reps; r++) {
+        double t0 = zb_now(), dt;
+        zk_pool_run(c->ex.pool, c->n, 1024, zb_divider_chunk, &j);
+        dt = zb_now() - t0;
+        if (r > 0 && dt < best) {
+            best = dt;
+        }
+    }
+    return best;
+}
+
+/* One kernel at one size and thread count: the limit, then each variant; one line each. */
+static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *res)
+{
+    const zb_opts_t *o = c->o;
+    double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(o->dtype)) * (double)c->n;
+    double stream_gbps, lim_gbps;
+
+    zb_limit_setup(c);
+    c->largs.nt = 0;
+    stream_gbps = bytes / zb_time(c, 1) / 1e9;
+    c->largs.nt = 1;
+    stream_gbps = fmax(stream_gbps, bytes / zb_time(c, 1) / 1e9);
+    for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
+        double t, gbps, ratio;
+        const char *bound = "memory";
+
+        if (!o->variants[v] || !zk_variant_supported((zk_variant_t)v)) {
+            continue;
+        }
+        lim_gbps = stream_gbps;
+        if (c->kernel == ZB_K_ADAM && v != ZK_VARIANT_SCALAR) {
+            double div_gbps = bytes / zb_divider_time(c, v) / 1e9;
+            if (div_gbps < lim_gbps) {
+                lim_gbps = div_gbps;
+                bound = "divider";
+            }
+        }
+        c->ex.variant = v;
+        t = zb_time(c, 0);
+        gbps = bytes / t / 1e9;
+        ratio = gbps / lim_gbps;
+        if (c->kernel == ZB_K_ADAM && c->n == o->n_max && (double)c->n / t > res->adam_eps[ti]) {
+            res->adam_eps[ti] = (double)c->n / t;
+        }
+        if (v == (int)zk_default_variant() && ratio < res->low[ti][c->kernel]) {
+            res->low[ti][c->kernel] = ratio;
+            res->low_n[ti][c->kernel] = c->n;
+        }
+        if (o->json) {
+            printf("{\"kernel\": \"%s\", \"variant\": \"%s\", \"threads\": %u, "
+                   "\"n\": %zu, \"dtype\": \"%s\", \"stores\": \"%s\", \"seconds\": %.6f, "
+                   "\"gbps\": %.2f, \"limit_gbps\": %.2f, \"bound\": \"%s\", \"ratio\": %.3f}\n",
+                   zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
+                   zs_dtype_name(o->dtype), zb_stores_used(c), t, gbps, lim_gbps, bound, ratio);
+        } else {
+            printf("%-11s %-7s %7u %10zu %-8s %9.3f %10.3f %8.1f %8.1f %-8s %6.3f\n",
+                   zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
+                   zb_stores_used(c), (double)c->n / t / 1e9, t * 1e3, gbps, lim_gbps, bound,
+                   ratio);
+        }
+        fflush(stdout);
+    }
+}
+
+static void zb_verdict(const zb_opts_t *o, const zb_result_t *res)
+{
+    const char *dv = zk_variant_name(zk_default_variant());
+
+    for (unsigned ti = 0; ti < o->n_threads; ti++) {
+        for (int k = 0; k < ZB_K_COUNT; k++) {
+            double low = res->low[ti][k];
+            if (!o->kernels[k] || !o->variants[zk_default_variant()] || isinf(low)) {
+                continue;
+            }
+            if (o->json) {
+                printf("{\"verdict\": \"%s\", \"variant\": \"%s\", \"threads\": %u, "
+                       "\"lowest_ratio\": %.3f, \"at_n\": %zu, \"target\": %.2f, \"ok\": %s}\n",
+                       zb_kernel_names[k], dv, o->threads[ti], low, res->low_n[ti][k], ZB_TARGET,
+                       low >= ZB_TARGET ? "true" : "false");
+            } else {
+                printf("%-11s %-7s %u thread%s: lowest ratio %.3f (at n = %zu), target %.2f: %s\n",
+                       zb_kernel_names[k], dv, o->threads[ti], o->threads[ti] > 1 ? "s" : "", low,
+                       res->low_n[ti][k], ZB_TARGET, low >= ZB_TARGET ? "ok" : "BELOW");
+            }
+        }
+    }
+}
+
+/* adam_step against each peer measured with the same thread count. */
+static void zb_peers_compare(const zb_opts_t *o, const zb_result_t *res, const zb_peer_t *peers,
+                             unsigned n_peers)
+{
+    for (unsigned pi = 0; pi < n_peers; pi++) {
+        const zb_peer_t *pe = &peers[pi];
+        for (unsigned ti = 0; ti < o->n_threads; ti++) {
+            double eps = res->adam_eps[ti];
+            if (eps <= 0.0 || o->threads[ti] != pe->threads) {
+                continue;
+            }
+            if (o->json) {
+                printf("{\"kernel\": \"adam_step\", \"peer\": \"%s\", \"threads\": %u, "
+                       "\"elements_per_s\": %.0f, \"peer_elements_per_s\": %.0f, "
+                       "\"speedup\": %.2f, \"ok\": %s}\n",
+                       pe->name, pe->threads, eps, pe->eps, eps / pe->eps,
+                       eps >= pe->eps ? "true" : "false");
+            } else {
+                printf("adam_step vs %s (%u thread%s, n = %zu): %.3g vs %.3g elements/s = "
+                       "%.2fx: %s\n",
+                       pe->name, pe->threads, pe->threads > 1 ? "s" : "", o->n_max, eps, pe->eps,
+                       eps / pe->eps, eps >= pe->eps ? "ok" : "BELOW the peer");
+            }
+        }
+    }
+}
+
+static zb_limit_fn_t zb_limit_kernel(const char **isa_p)
+{
+    if (zk_variant_supported(ZK_VARIANT_AVX512)) {
+        *isa_p = "avx512";
+        return zb_limit_avx512;
+    }
+    if (zk_variant_supported(ZK_VARIANT_AVX2)) {
+        *isa_p = "avx2";
+        return zb_limit_avx2;
+    }
+    fprintf(stderr, "zk_bench: the memory-limit kernels need AVX2 at least\n");
+    exit(1);
+}
+
+static void zb_header(const zb_opts_t *o, const char *limit_isa)
+{
+    const zk_store_plan_t *plan = zk_store_plan();
+
+    if (o->json) {
+        printf("{\"store_plan\": \"%s\", \"nt_min_bytes\": %zu, \"stores\": \"%s\"}\n", plan->how,
+               plan->nt_min_bytes,
+               o->stores == ZK_STORES_AUTO ? "auto"
+               : o->stores == ZK_STORES_NT ? "nt"
+                                           : "regular");
+        return;
+    }
+    printf("zk_bench: dtype %s, limit kernel %s, default variant %s\n", zs_dtype_name(o->dtype),
+           limit_isa, zk_variant_name(zk_default_variant()));
+    printf("store plan: %s; non-temporal from %zu MiB of footprint%s\n", plan->how,
+           plan->nt_min_bytes >> 20,
+           o->stores == ZK_STORES_AUTO ? "" : " (overridden by --stores)");
+    printf("%-11s %-7s %7s %10s %-8s %9s %10s %8s %8s %-8s %6s\n", "kernel", "variant", "threads",
+           "n", "stores", "Gelem/s", "time [ms]", "GB/s", "limit", "bound", "ratio");
+}
+
 int main(int argc, char **argv)
 {
     zb_opts_t o;
     zb_bufs_t bufs;
+    zb_result_t res = {0};
     zb_limit_fn_t limit;
-    const char *limit_isa;
-    double adam_eps[ZB_MAX_LIST] = {0};
-    double peer_eps = -1.0;
-    unsigned peer_threads = 1;
+    const char *limit_isa = NULL;
+    zb_peer_t peers[ZB_MAX_PEERS];
+    unsigned n_peers = 0;
 
     if (zb_parse(argc, argv, &o) != 0) {
         return 2;
     }
     if (o.peer != NULL) {
-        peer_eps = zb_peer_eps(o.peer, &peer_threads);
+        n_peers = zb_peers_read(o.peer, peers);
     }
-    if (zk_variant_supported(ZK_VARIANT_AVX512)) {
-        limit = zb_limit_avx512;
-        limit_isa = "avx512";
-    } else if (zk_variant_supported(ZK_VARIANT_AVX2)) {
-        limit = zb_limit_avx2;
-        limit_isa = "avx2";
-    } else {
-        fprintf(stderr, "zk_bench: the memory-limit kernels need AVX2 at least\n");
-        return 1;
+    limit = zb_limit_kernel(&limit_isa);
+    o.n_max = 0;
+    for (unsigned i = 0; i < o.n_ns; i++) {
+        o.n_max = o.ns[i] > o.n_max ? o.ns[i] : o.n_max;
     }
-    zb_init_bufs(&bufs, o.n, o.dtype);
-    if (!o.json) {
-        printf("zk_bench: n = %zu elements, dtype %s, best of %u, limit kernel %s\n", o.n,
-               zs_dtype_name(o.dtype), o.reps, limit_isa);
-        printf("%-11s %-7s %7s %12s %10s %9s %12s %6s\n", "kernel", "variant", "threads", "Gelem/s",
-               "time [ms]", "GB/s", "limit GB/s", "ratio");
+    for (unsigned ti = 0; ti < ZB_MAX_LIST; ti++) {
+        for (int k = 0; k < ZB_K_COUNT; k++) {
+            res.low[ti][k] = INFINITY;
+        }
     }
+    zb_init_bufs(&bufs, o.n_max, o.dtype);
+    zb_header(&o, limit_isa);
     for (unsigned ti = 0; ti < o.n_threads; ti++) {
-        unsigned threads = o.threads[ti];
         zk_pool_t *pool = NULL;
 
-        if (threads > 1 && zk_pool_create(threads, &pool) != ZS_OK) {
-            fprintf(stderr, "zk_bench: zk_pool_create(%u): %s\n", threads, zk_last_error());
+        if (o.threads[ti] > 1 && zk_pool_create(o.threads[ti], &pool) != ZS_OK) {
+            fprintf(stderr, "zk_bench: zk_pool_create(%u): %s\n", o.threads[ti], zk_last_error());
             return 1;
         }
         for (int k = 0; k < ZB_K_COUNT; k++) {
-            zb_ctx_t c = {.o = &o, .b = &bufs, .kernel = (zb_kernel_t)k, .limit = limit};
-            double bytes = zb_bytes_per_elem((zb_kernel_t)k, zs_dtype_size(o.dtype)) * (double)o.n;
-            double lim_gbps;
-
-            if (!o.kernels[k]) {
-                continue;
-            }
-            c.ex.pool = pool;
-            c.adam = (zk_adam_params_t){.lr = 1e-4f,
-                                        .beta1 = 0.9f,
-                                        .beta2 = 0.999f,
-                                        .eps = 1e-8f,
-                                        .weight_decay = 0.01f,
-                                        .adam_w_mode = 1,
-                                        .bias_correction = 1,
-                                        .step = 0,
-                                        .grad_scale = 1.0f};
-            zb_limit_setup(&c);
-            c.largs.nt = 0;
-            lim_gbps = bytes / zb_time(&c, 1) / 1e9;
-            c.largs.nt = 1;
-            lim_gbps = fmax(lim_gbps, bytes / zb_time(&c, 1) / 1e9);
-
-            for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
-                double t, gbps;
-
-                if (!o.variants[v] || !zk_variant_supported((zk_variant_t)v)) {
-                    continue;
-                }
-                c.ex.variant = v;
-                t = zb_time(&c, 0);
-                gbps = bytes / t / 1e9;
-                if (k == ZB_K_ADAM && (double)o.n / t > adam_eps[ti]) {
-                    adam_eps[ti] = (double)o.n / t;
-                }
-                if (o.json) {
-                    printf("{\"kernel\": \"%s\", \"variant\": \"%s\", \"threads\": %u, "
-                           "\"n\": %zu, \"dtype\": \"%s\", \"seconds\": %.6f, \"gbps\": %.2f, "
-                           "\"limit_gbps\": %.2f, \"ratio\": %.3f}\n",
-                           zb_kernel_names[k], zk_variant_name((zk_variant_t)v), threads, o.n,
-                           zs_dtype_name(o.dtype), t, gbps, lim_gbps, gbps / lim_gbps);
-                } else {
-                    printf("%-11s %-7s %7u %12.3f %10.2f %9.1f %12.1f %6.3f\n", zb_kernel_names[k],
-                           zk_variant_name((zk_variant_t)v), threads, (double)o.n / t / 1e9,
-                           t * 1e3, gbps, lim_gbps, gbps / lim_gbps);
-                }
-                fflush(stdout);
+            for (unsigned ni = 0; ni < o.n_ns && o.kernels[k]; ni++) {
+                zb_ctx_t c = {.o = &o, .b = &bufs, .kernel = (zb_kernel_t)k, .limit = limit};
+                c.n = o.ns[ni];
+                c.reps = zb_reps(&o, c.n);
+                c.ex.pool = pool;
+                c.ex.stores = o.stores;
+                c.adam = (zk_adam_params_t){.lr = 1e-4f,
+                                            .beta1 = 0.9f,
+                                            .beta2 = 0.999f,
+                                            .eps = 1e-8f,
+                                            .weight_decay = 0.01f,
+                                            .adam_w_mode = 1,
+                                            .bias_correction = 1,
+                                            .grad_scale = 1.0f};
+                zb_measure(&c, ti, o.threads[ti], &res);
             }
         }
         zk_pool_destroy(pool);
     }
-    if (peer_eps > 0.0) {
-        for (unsigned ti = 0; ti < o.n_threads; ti++) {
-            if (adam_eps[ti] <= 0.0) {
-                continue;
-            }
-            if (o.json) {
-                printf("{\"kernel\": \"adam_step\", \"peer\": \"torch_adamw\", \"threads\": %u, "
-                       "\"peer_threads\": %u, \"elements_per_s\": %.0f, "
-                       "\"peer_elements_per_s\": %.0f, \"speedup\": %.1f}\n",
-                       o.threads[ti], peer_threads, adam_eps[ti], peer_eps,
-                       adam_eps[ti] / peer_eps);
-            } else {
-                printf("adam_step (%u thread%s) vs torch.optim.AdamW(foreach=True) (%u thread%s): "
-                       "%.3g vs %.3g elements/s = %.1fx\n",
-                       o.threads[ti], o.threads[ti] > 1 ? "s" : "", peer_threads,
-                       peer_threads > 1 ? "s" : "", adam_eps[ti], peer_eps,
-                       adam_eps[ti] / peer_eps);
-            }
-        }
-    }
+    zb_verdict(&o, &res);
+    zb_peers_compare(&o, &res, peers, n_peers);
     return 0;
 }

@@ -180,6 +180,31 @@ def _options_json(group):
     return json.dumps(opts) if opts else None
 
 
+def _libc_malloc_trim():
+    if os.environ.get("ZEROD_TRIM_HEAP", "1") == "0":
+        return None
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to ask
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def _trim_heap():
+    """Hand the heap's free pages back to the system after a stage-2 backward. The
+    gradients were copied into slots and freed, but glibc keeps such blocks in its heap once
+    binding the parameters to the params region (freeing their big mmapped storage) has raised
+    its mmap threshold: without this, a model's worth of gradients stays resident in the
+    trainer after every backward. ZEROD_TRIM_HEAP=0 turns it off."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def _tensor_at(addr, numel, dtype):
     """A tensor over `numel` elements of `dtype` at address `addr` (no copy). The ctypes array
     the tensor keeps alive does not own the memory: the mapping must outlive the tensor."""
@@ -501,6 +526,8 @@ class ZerodEngine(torch.nn.Module):
         finally:
             self._in_backward = False
             self._pending = {}
+        if self.stage == 2:
+            _trim_heap()
         return loss
 
     def is_gradient_accumulation_boundary(self):

@@ -5,6 +5,9 @@
 #   make demo    deps + build + a local 2-rank ZeRO job on the CPU backend (zerorun, train_mlp)
 #   make bench   build + run the benchmarks in bench/
 #   make fuzz    build + the long fuzz: live socket, then libFuzzer (ZEROD_FUZZ_SECONDS each)
+#   make bench-deepspeed  build + real DeepSpeed 0.19.8 (ZeRO-1, 2, 2+offload) against zerod
+#                (bench/ds_vs_zerod.py; the venv of bench/ds_venv.sh is created once, ~6 GB)
+#   make test-deepspeed   the same, short: final parameters of every side within 1e-5
 #   make lint    clang-format check + cppcheck
 #   make install PREFIX=/usr/local
 BUILD       ?= build
@@ -17,7 +20,8 @@ endif
 
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all deps configure build test bench lint install clean demo fuzz
+.PHONY: all deps configure build test bench lint install clean demo fuzz bench-deepspeed \
+        test-deepspeed
 
 all: build
 
@@ -52,6 +56,17 @@ test: deps
 
 bench: build
 	cmake --build $(BUILD) --target bench
+
+# DS_ARGS: more options for bench/ds_vs_zerod.py (e.g. --model 350m, --world 4)
+DS_ARGS ?=
+bench-deepspeed: build
+	py=$$(bash bench/ds_venv.sh | tail -n 1) && ZEROD_TEST_DAEMON=$(BUILD)/daemon/zerod \
+	    "$$py" bench/ds_vs_zerod.py --zk-bench $(BUILD)/bench/zk_bench $(DS_ARGS)
+
+test-deepspeed: build
+	py=$$(bash bench/ds_venv.sh | tail -n 1) && ZEROD_TEST_DAEMON=$(BUILD)/daemon/zerod \
+	    "$$py" bench/ds_vs_zerod.py --zk-bench $(BUILD)/bench/zk_bench --runs 1 --steps 3 \
+	    --warmup 1 --sides ds-zero1,ds-zero2,ds-zero2-offload,zerod --check $(DS_ARGS)
 
 # The long fuzz (ctest runs 10 s of the first): tests/integration/live_fuzz.sh against a daemon
 # of its own, then the libFuzzer target over the frame decoder (tests/fuzz) where clang built

@@ -17,7 +17,7 @@ torch_index=${ZEROD_TORCH_INDEX:-https://pypi.org/simple}
 py=${ZEROD_DS_PYTHON:-/usr/bin/python3}
 stamp=$venv/.zerod-ready
 
-if [ -f "$stamp" ] && "$venv/bin/python" -c 'import torch, deepspeed' 2>/dev/null; then
+if [ -f "$stamp" ] && "$venv/bin/python" -c 'import torch, deepspeed' >/dev/null 2>&1; then
     echo "$venv/bin/python"
     exit 0
 fi

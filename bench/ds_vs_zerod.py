@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""Real DeepSpeed (ZeRO-1, ZeRO-2, ZeRO-2 + offload_optimizer, CPU accelerator, gloo) against
+zerod on the same model, data, seed, world and thread count, on the CPU.
+
+    make bench-deepspeed                       # creates the venv once, then runs this
+    PY=$(bench/ds_venv.sh) && $PY bench/ds_vs_zerod.py [--model 32m|350m] [--world 2] ...
+
+Sides (each `world` processes, torch.multiprocessing spawn, RANK/WORLD_SIZE/MASTER_* set):
+  bare        forward + backward only: no optimizer, no communication (the floor's first part)
+  ds-zero1    deepspeed.initialize, zero_optimization.stage 1
+  ds-zero2    stage 2
+  ds-zero2-offload  stage 2, offload_optimizer {device: cpu} (DeepSpeedCPUAdam)
+  zerod       `world` zerod daemons (--device cpu) and zerod.torch, stage 2
+Every side: AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01), fp32, no clipping,
+reduce_bucket_size --bucket, batch --batch per rank, each rank its own data.
+
+Each side runs --runs times (default 3); per run, the median over --steps timed steps (after
+--warmup) of rank 0's step, forward + backward, and optimizer step, and per rank the PSS of
+the trainer plus (zerod) its daemon, split by mapping kind (anonymous, shared memory, files).
+Printed per metric: min and median over the runs, and the ratios zerod / each DeepSpeed side.
+
+The floor of a zerod step: bare forward + backward (same run) plus the shard's Adam at the
+streaming limit (zk_bench's limit for adam_step at the shard's size, fp32 params, same
+machine, measured here); the target is zerod step <= 1.1 x floor. Memory target: zerod <=
+0.9 x DeepSpeed ZeRO-2. Final parameters of every side are compared with ds-zero2's (relative
+L2 difference; target 1e-5). What could not run is said, with why, and the rest goes on.
+Last line: one JSON object.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+
+import torch_vs_zerod as tvz  # noqa: E402  (pss_kib, free_port, start_daemons, run_spawned)
+
+LR, BETAS, EPS, WD = 1e-4, (0.9, 0.999), 1e-8, 0.01
+SIDES = ("bare", "ds-zero1", "ds-zero2", "ds-zero2-offload", "zerod")
+
+
+def make_model(torch, name):
+    """32m: 4 x Linear(2816, 2816) with ReLU (31.7 M); 350m: a GPT-2-medium-shaped stack, 24
+    blocks of Linear(1024, 3072), Linear(3072, 1024), Linear(1024, 4096), Linear(4096, 1024)
+    with ReLU (352 M)."""
+    torch.manual_seed(0)
+    layers = []
+    if name == "32m":
+        dims = [2816] * 5
+    else:
+        dims = [1024]
+        for _ in range(24):
+            dims += [3072, 1024, 4096, 1024]
+    for i in range(len(dims) - 1):
+        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
+        if i < len(dims) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers), dims[0]
+
+
+def batch(torch, step, rank, n, width):
+    g = torch.Generator().manual_seed(step * 1009 + rank)
+    return torch.randn(n, width, generator=g), torch.randn(n, width, generator=g)
+
+
+def mem_kinds(pid="self"):
+    """PSS in KiB by mapping kind: anon (heap, stacks, anonymous), shmem (memfd, /dev/shm,
+    SysV), file (libraries and other files)."""
+    kinds = {"anon": 0, "shmem": 0, "file": 0}
+    kind = "anon"
+    with open("/proc/%s/smaps" % pid) as f:
+        for line in f:
+            head = line.split()
+            if not head:
+                continue
+            if "-" in head[0] and len(head) >= 5:
+                name = head[5] if len(head) > 5 else ""
+                if name.startswith("/memfd:") or name.startswith("/dev/shm") or \
+                        name.startswith("/SYSV") or "(deleted)" in line and "memfd" in line:
+                    kind = "shmem"
+                elif name.startswith("/"):
+                    kind = "file"
+                else:
+                    kind = "anon"
+            elif head[0] == "Pss:":
+                kinds[kind] += int(head[1])
+    return kinds
+
+
+def ds_config(a, stage, offload):
+    zero = {"stage": stage, "reduce_bucket_size": a.bucket, "allgather_bucket_size": a.bucket,
+            "overlap_comm": False, "contiguous_gradients": True}
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": False}
+    return {"train_micro_batch_size_per_gpu": a.batch, "gradient_accumulation_steps": 1,
+            "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+            "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": list(BETAS), "eps": EPS,
+                                                       "weight_decay": WD}},
+            "zero_optimization": zero}
+
+
+def side_rank(rank, side, a, env, daemon_pid, out_path):
+    """One rank of one side; writes its figures (and rank 0 its final parameters)."""
+    os.environ.update(env)
+    import torch
+    torch.set_num_threads(a.threads)
+    model, width = make_model(torch, a.model)
+    engine, fwd = None, model
+    if side.startswith("ds-"):
+        import deepspeed
+        deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+        stage = 1 if side == "ds-zero1" else 2
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=ds_config(a, stage, "offload" in side))
+        fwd = engine
+    elif side == "zerod":
+        import zerod.torch as zt
+        cfg = {"gradient_clipping": 0.0,
+               "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": list(BETAS),
+                                                         "eps": EPS, "weight_decay": WD}},
+               "zero_optimization": {"stage": 2, "reduce_bucket_size": a.bucket}}
+        engine, _, _, _ = zt.initialize(model=model, config=cfg)
+        fwd = engine
+    steps, fb, opt = [], [], []
+    for step in range(a.warmup + a.steps):
+        x, y = batch(torch, step, rank, a.batch, width)
+        t0 = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(fwd(x), y)
+        if engine is None:
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+        else:
+            engine.backward(loss)
+        t1 = time.perf_counter()
+        if engine is not None:
+            engine.step()
+        t2 = time.perf_counter()
+        steps.append(t2 - t0)
+        fb.append(t1 - t0)
+        opt.append(t2 - t1)
+    res = {"step": statistics.median(steps[a.warmup:]), "fwd_bwd": statistics.median(fb[a.warmup:]),
+           "opt": statistics.median(opt[a.warmup:]), "mem": mem_kinds()}
+    if daemon_pid:
+        res["daemon_mem"] = mem_kinds(daemon_pid)
+    if rank == 0 and side != "bare":
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
+        torch.save(flat, out_path + ".params")
+    if side == "zerod":
+        engine.close()
+    with open(out_path, "w") as f:
+        json.dump(res, f)
+
+
+def run_side(side, a, tmp, run):
+    """One run of one side: the per-rank results."""
+    port = tvz.free_port()
+    daemons = []
+    base = {"WORLD_SIZE": str(a.world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": str(a.threads)}
+    args = []
+    try:
+        if side == "zerod":
+            ddir = os.path.join(tmp, "daemons-%d" % run)
+            os.makedirs(ddir)
+            daemons = tvz.start_daemons(a, ddir)
+        for r in range(a.world):
+            env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
+            pid = 0
+            if daemons:
+                env.update({"ZEROD_SOCKET": daemons[r][1], "ZEROD_JOB": "dsbench%d" % run})
+                pid = daemons[r][0].pid
+            args.append((r, side, a, env, pid, os.path.join(tmp, "%s-%d-%d.json" % (side, run, r))))
+        tvz.run_spawned(side_rank, args, a.timeout)
+    finally:
+        for p, _, _ in daemons:
+            p.terminate()
+        for p, _, _ in daemons:
+            p.wait(timeout=15)
+    return [json.load(open(x[-1])) for x in args]
+
+
+def adam_floor_s(a, shard):
+    """Seconds for the shard's fp32 Adam at the streaming limit (zk_bench's limit)."""
+    zk = a.zk_bench or os.path.join(REPO, "build", "bench", "zk_bench")
+    out = subprocess.run([zk, "--kernels", "adam_step", "--variants", "scalar", "--reps", "2", "--n",
+                          str(shard), "--dtype", "fp32", "--threads", str(a.threads), "--json"],
+                         capture_output=True, text=True, timeout=600)
+    for line in out.stdout.splitlines():
+        if line.startswith("{") and '"limit_gbps"' in line:
+            lim = json.loads(line)["limit_gbps"]
+            return shard * 36.0 / (lim * 1e9), lim
+    raise RuntimeError("zk_bench gave no limit: %s" % (out.stderr or out.stdout)[-400:])
+
+
+def mm(xs):
+    return {"min": min(xs), "median": statistics.median(xs)}
+
+
+def summarize(runs):
+    """runs: per run, per rank results -> min/median over runs of rank 0's times and of the
+    largest rank's memory (MiB)."""
+    def rank_mem(r, kind=None):
+        m = dict(r["mem"])
+        for k, v in r.get("daemon_mem", {}).items():
+            m[k] += v
+        return (sum(m.values()) if kind is None else m[kind]) / 1024.0
+    out = {k: mm([rs[0][k] for rs in runs]) for k in ("step", "fwd_bwd", "opt")}
+    out["mem_mib"] = mm([max(rank_mem(r) for r in rs) for rs in runs])
+    for kind in ("anon", "shmem", "file"):
+        out["mem_%s_mib" % kind] = mm([max(rank_mem(r, kind) for r in rs) for rs in runs])
+    return out
+
+
+def compare_params(tmp, sides, ref):
+    import torch
+    base = torch.load(os.path.join(tmp, "%s-0-0.json.params" % ref))
+    diffs = {}
+    for s in sides:
+        if s in ("bare", ref):
+            continue
+        p = os.path.join(tmp, "%s-0-0.json.params" % s)
+        if os.path.exists(p):
+            x = torch.load(p)
+            diffs[s] = float((x - base).norm() / base.norm())
+    return diffs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=("32m", "350m"), default="32m")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32, help="samples per rank and step")
+    ap.add_argument("--steps", type=int, default=6, help="timed steps per run (default 6)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3, help="runs per side (default 3)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads per trainer and zerod --threads (default 1)")
+    ap.add_argument("--bucket", type=int, default=4 << 20, help="reduce_bucket_size, elements")
+    ap.add_argument("--sides", default=",".join(SIDES), help="comma list of " + ",".join(SIDES))
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--zerod", help="zerod binary (default $ZEROD_TEST_DAEMON or build/)")
+    ap.add_argument("--zk-bench", help="zk_bench binary (default build/bench/zk_bench)")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless every side ran and every final parameter vector is within "
+                         "1e-5 of ds-zero2's (make test-deepspeed)")
+    a = ap.parse_args()
+    import torch
+    sides = [s for s in a.sides.split(",") if s]
+    bad = [s for s in sides if s not in SIDES]
+    if bad:
+        ap.error("unknown sides %s" % bad)
+    model, _ = make_model(torch, a.model)
+    n_params = sum(p.numel() for p in model.parameters())
+    del model
+    out = {"bench": "ds_vs_zerod", "schema_version": 1, "model": a.model, "params": n_params,
+           "world": a.world, "threads": a.threads, "batch": a.batch, "runs": a.runs,
+           "torch": torch.__version__, "cpu": cpu_model(), "sides": {}, "not_run": {}}
+    try:
+        import deepspeed
+        out["deepspeed"] = deepspeed.__version__
+    except Exception as e:  # noqa: BLE001  (any import failure: say it, run zerod alone)
+        for s in sides:
+            if s.startswith("ds-"):
+                out["not_run"][s] = "deepspeed does not import: %s" % e
+        sides = [s for s in sides if not s.startswith("ds-")]
+    tmp = tempfile.mkdtemp(prefix="zd-dsbench-")
+    for s in sides:
+        runs = []
+        for run in range(a.runs):
+            try:
+                runs.append(run_side(s, a, tmp, run))
+            except Exception as e:  # noqa: BLE001
+                out["not_run"][s] = "run %d failed: %s" % (run, str(e)[-300:])
+                traceback.print_exc()
+                break
+        if len(runs) == a.runs:
+            out["sides"][s] = summarize(runs)
+        print("%s: done" % s, file=sys.stderr)
+    if "ds-zero2" in out["sides"]:
+        out["param_rel_diff_vs_ds_zero2"] = compare_params(tmp, out["sides"], "ds-zero2")
+    shard = (n_params + a.world - 1) // a.world
+    try:
+        floor_opt, lim = adam_floor_s(a, shard)
+        out["adam_floor_s"], out["adam_limit_gbps"] = floor_opt, lim
+    except Exception as e:  # noqa: BLE001
+        if not a.check:
+            out["not_run"]["floor"] = str(e)
+    report(out)
+    if a.check:
+        diffs = out.get("param_rel_diff_vs_ds_zero2", {})
+        if out["not_run"] or "ds-zero2" not in out["sides"] or \
+                any(d > 1e-5 for d in diffs.values()):
+            print("ds_vs_zerod: check FAILED", file=sys.stderr)
+            return 1
+        print("ds_vs_zerod: check passed: %s" % ", ".join(
+            "%s %.1e" % (s, d) for s, d in diffs.items()))
+    return 0
+
+
+def cpu_model():
+    flags, name = set(), "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and name == "?":
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    isa = [x for x in ("avx2", "avx512f", "avx512_bf16") if x in flags]
+    return "%s (%s)" % (name, ", ".join(isa))
+
+
+def report(out):
+    S = out["sides"]
+    print("%s, %.1f M fp32 params, world %d, %d thread(s) per rank, batch %d/rank, %d runs; "
+          "min / median over runs" % (out["cpu"], out["params"] / 1e6, out["world"],
+                                      out["threads"], out["batch"], out["runs"]))
+    print("%-18s %17s %17s %17s %17s %22s" % ("side", "step (s)", "fwd+bwd (s)", "optimizer (s)",
+                                              "memory/rank (MiB)", "anon/shmem/file (MiB)"))
+    for s, r in S.items():
+        print("%-18s %8.3f/%8.3f %8.3f/%8.3f %8.3f/%8.3f %8.0f/%8.0f %22s"
+              % (s, r["step"]["min"], r["step"]["median"], r["fwd_bwd"]["min"],
+                 r["fwd_bwd"]["median"], r["opt"]["min"], r["opt"]["median"],
+                 r["mem_mib"]["min"], r["mem_mib"]["median"],
+                 "%.0f/%.0f/%.0f" % (r["mem_anon_mib"]["median"], r["mem_shmem_mib"]["median"],
+                                     r["mem_file_mib"]["median"])))
+    z = S.get("zerod")
+    if z:
+        ratios = {}
+        for s in ("ds-zero1", "ds-zero2", "ds-zero2-offload"):
+            if s in S:
+                ratios[s] = {k: round(z[k]["median"] / S[s][k]["median"], 3)
+                             for k in ("step", "fwd_bwd", "opt", "mem_mib")}
+                print("zerod / %-16s step %.3f, fwd+bwd %.3f, optimizer %.3f, memory %.3f"
+                      % (s, ratios[s]["step"], ratios[s]["fwd_bwd"], ratios[s]["opt"],
+                         ratios[s]["mem_mib"]))
+        out["ratios"] = ratios
+        if "ds-zero2" in ratios:
+            print("memory target zerod <= 0.9 x ds-zero2: %.3f %s"
+                  % (ratios["ds-zero2"]["mem_mib"],
+                     "ok" if ratios["ds-zero2"]["mem_mib"] <= 0.9 else "MISSED"))
+        if "bare" in S and "adam_floor_s" in out:
+            floor = S["bare"]["fwd_bwd"]["median"] + out["adam_floor_s"]
+            out["floor_s"] = floor
+            out["step_over_floor"] = round(z["step"]["median"] / floor, 3)
+            print("floor = bare fwd+bwd %.3f s + shard Adam at %.1f GB/s %.3f s = %.3f s; "
+                  "zerod step / floor = %.3f (target 1.1): %s"
+                  % (S["bare"]["fwd_bwd"]["median"], out["adam_limit_gbps"], out["adam_floor_s"],
+                     floor, out["step_over_floor"],
+                     "ok" if out["step_over_floor"] <= 1.1 else "MISSED"))
+    for s, d in out.get("param_rel_diff_vs_ds_zero2", {}).items():
+        print("final params %s vs ds-zero2: relative L2 difference %.2e (target 1e-5): %s"
+              % (s, d, "ok" if d <= 1e-5 else "MISSED"))
+    for s, why in out["not_run"].items():
+        print("not run: %s: %s" % (s, why))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@
 #include "zs/layout.h"
 #include "zs/mem.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,9 @@ struct zc_session {
     /* attached job */
     bool attached;
     bool resumed;
-    bool params_ready; /* fresh job: ParamsReady acknowledged */
+    bool params_ready;      /* fresh job: ParamsReady acknowledged */
+    bool params_are_master; /* fp32: the params region is the daemon's master: read-only once
+                               ready */
     zs_layout_t *layout;
     zc_dtype_t dtype;
     size_t dsize;
@@ -532,6 +535,16 @@ out:
     return status;
 }
 
+/* Where the params region is the daemon's fp32 master, the trainer only reads it once the
+ * daemon holds it: a stray write faults here instead of changing the optimizer's state. */
+static int zc_params_protect(zc_session_t *s)
+{
+    if (!s->params_are_master || zs_region_protect_read(&s->params) == ZS_OK) {
+        return ZC_OK;
+    }
+    return zc_fail(ZC_ERR_IO, "cannot make the params region read-only: %s", strerror(errno));
+}
+
 /* Check the reply's sizes against the layout and map the regions (takes the fds). */
 static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar, int *fds,
                          uint32_t n_fds)
@@ -639,6 +652,7 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     s->accum_steps = ar->gradient_accumulation_steps ? ar->gradient_accumulation_steps : 1;
     s->resumed = ar->resumed;
     s->params_ready = ar->resumed;
+    s->params_are_master = ar->params_are_master;
     if (s->stage != 1 && s->stage != 2) {
         return zc_fail(ZC_ERR_PROTOCOL, "attach: the daemon replied stage %u", s->stage);
     }
@@ -646,7 +660,11 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     if (status != ZC_OK) {
         return status;
     }
-    return zc_attach_map(s, ar, fds, n_fds);
+    status = zc_attach_map(s, ar, fds, n_fds);
+    if (status == ZC_OK && s->params_ready) {
+        status = zc_params_protect(s);
+    }
+    return status;
 }
 
 static void zc_attach_info_fill(const zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
@@ -776,6 +794,7 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     if (status == ZC_OK) {
         session->params_ready = true;
+        status = zc_params_protect(session);
     }
     return status;
 }

@@ -86,6 +86,10 @@ static zs_status_t zd_job_sizes(zd_job_t *job)
         job->mem_bytes[t] = shard_bytes;
         job->mem_formula[t] = 4 * psi / job->world;
     }
+    if (job->master_shared) { /* the params region's slices: counted there */
+        job->mem_bytes[ZD_MEM_MASTER] = 0;
+        job->mem_formula[ZD_MEM_MASTER] = 0;
+    }
     return ZS_OK;
 }
 
@@ -105,21 +109,20 @@ static zs_status_t zd_job_check_limit(const zd_job_t *job, uint64_t max_bytes, c
     }
     return zs_errf(err, errlen, ZS_ERR_LIMIT,
                    "attach: layout needs %llu bytes on this rank (params %llu, slots %llu, grads "
-                   "%llu, shard 4x%llu), over max_shard_bytes = %llu",
+                   "%llu, shard %dx%llu), over max_shard_bytes = %llu",
                    (unsigned long long)total, (unsigned long long)job->mem_bytes[ZD_MEM_PARAMS],
                    (unsigned long long)job->mem_bytes[ZD_MEM_SLOTS],
-                   (unsigned long long)job->mem_bytes[ZD_MEM_GRADS],
-                   (unsigned long long)job->mem_bytes[ZD_MEM_MASTER],
-                   (unsigned long long)max_bytes);
+                   (unsigned long long)job->mem_bytes[ZD_MEM_GRADS], job->master_shared ? 3 : 4,
+                   (unsigned long long)job->mem_bytes[ZD_MEM_M], (unsigned long long)max_bytes);
 }
 
 static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
 {
-    size_t bytes = (size_t)job->mem_bytes[ZD_MEM_MASTER];
-    float **arrays[4] = {&job->master, &job->m, &job->v, &job->acc};
+    size_t bytes = (size_t)job->mem_bytes[ZD_MEM_M];
+    float **arrays[4] = {&job->m, &job->v, &job->acc, &job->master};
     zs_status_t st;
 
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (job->master_shared ? 3 : 4); i++) {
         st = zs_aligned_alloc(bytes, ZS_CACHE_LINE, (void **)arrays[i]);
         if (st != ZS_OK) {
             return zs_errf(err, errlen, st, "attach: cannot allocate %zu bytes of shard state",
@@ -264,6 +267,7 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     job->rank = spec->rank;
     job->world = spec->world;
     job->dtype = spec->dtype;
+    job->master_shared = spec->dtype == ZS_DTYPE_F32;
     job->n_slots = env->n_slots;
     st = zd_job_parse_config(job, env, spec, err, errlen);
     if (st == ZS_OK) {
@@ -482,6 +486,7 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     out->bucket_size = job->cfg.reduce_bucket_size;
     out->round_robin = job->cfg.round_robin_gradients;
     out->elem_align = job->layout->elem_align;
+    out->params_are_master = job->master_shared;
     out->fds[out->n_fds++] = zd_dup_fd(job->params.fd);
     out->fds[out->n_fds++] = zd_dup_fd(job->slots.fd);
     if (job->grads.fd >= 0) {
@@ -817,7 +822,7 @@ zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_s
             l->groups[g].flat_numel, l->groups[g].shard_offset,      l->groups[g].shard_numel,
             job->group_opts[g].lr,   job->group_opts[g].weight_decay};
     }
-    zk_sumsq(env->exec, job->master, l->shard_numel, &sumsq, &nonfinite);
+    zd_step_master_sumsq(job, env->exec, &sumsq, &nonfinite);
     out->master_sumsq = nonfinite ? NAN : sumsq;
     return ZS_OK;
 }

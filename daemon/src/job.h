@@ -72,7 +72,8 @@ typedef struct zd_attach_out {
     uint64_t bucket_size;
     bool round_robin;
     uint32_t elem_align;
-    int fds[3]; /* params, slots, and (stage 1) grads */
+    bool params_are_master; /* fp32: the params region's slices are the master (read-only) */
+    int fds[3];             /* params, slots, and (stage 1) grads */
     int n_fds;
 } zd_attach_out_t;
 

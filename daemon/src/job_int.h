@@ -21,7 +21,8 @@ struct zd_job {
     uint64_t config_hash;
     zs_layout_t *layout;
     zd_group_opts_t *group_opts; /* [n_groups] */
-    float *master, *m, *v, *acc; /* [layout->shard_numel] each */
+    float *master, *m, *v, *acc; /* [layout->shard_numel] each; master NULL when shared */
+    bool master_shared;          /* fp32: the master is this rank's slices of the params region */
     uint8_t *acc_clean;          /* [n_buckets]: the bucket's accumulator slice is all zero */
     zs_region_t params;          /* total_numel x dtype */
     zs_region_t slots;           /* n_slots x slot_bytes */
@@ -51,6 +52,10 @@ struct zd_job {
 zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
 /* Recast this rank's slices from the master and all-gather every bucket (a re-formed mesh, or
  * an interrupted all-gather). */
+/* Sum of squares of this rank's fp32 master (0 before a shared master is loaded). */
+void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
+                          int *nonfinite_p);
+
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
 /* Stage 2: reduce-scatter the slot into the accumulator slice. */
 zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,

@@ -149,6 +149,8 @@ static void zd_rpc_memory(const zd_job_status_t *j, Zerod__Ipc__V1__MemoryTerm *
         } else if (t == ZD_MEM_GRADS) {
             snprintf(formulas[t], sizeof(formulas[t]), "%s%s", j->stage == 1 ? d : "0",
                      j->stage == 1 ? "Ψ" : "");
+        } else if (t == ZD_MEM_MASTER && j->mem_formula[t] == 0) {
+            snprintf(formulas[t], sizeof(formulas[t]), "0 (fp32: the params region's slices)");
         } else {
             snprintf(formulas[t], sizeof(formulas[t]), "4Ψ/N");
         }
@@ -517,6 +519,7 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->bucket_size = a->bucket_size;
     ar->round_robin = a->round_robin;
     ar->elem_align = a->elem_align;
+    ar->params_are_master = a->params_are_master;
     s->n_slots = a->n_slots;
     s->slot_busy = 0;
 }

@@ -28,6 +28,38 @@ static void *zd_step_bucket_ptr(const zd_job_t *job, const zs_region_t *region, 
     return (char *)region->addr + job->layout->buckets[b].offset * zs_dtype_size(job->dtype);
 }
 
+/* Bucket b's slice of the fp32 master: in the params region itself when shared. */
+static float *zd_step_master(const zd_job_t *job, uint32_t b)
+{
+    if (job->master_shared) {
+        return (float *)zd_step_slice_ptr(job, &job->params, b);
+    }
+    return job->master + job->layout->buckets[b].shard_offset;
+}
+
+void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
+                          int *nonfinite_p)
+{
+    const zs_layout_t *l = job->layout;
+
+    *sumsq_p = 0.0;
+    *nonfinite_p = 0;
+    if (!job->master_shared) {
+        zk_sumsq(exec, job->master, l->shard_numel, sumsq_p, nonfinite_p);
+        return;
+    }
+    if (!job->params_loaded) {
+        return; /* the region may hold a first trainer's partial writes: no master yet */
+    }
+    for (uint32_t b = 0; b < l->n_buckets; b++) {
+        double s = 0.0;
+        int nf = 0;
+        zk_sumsq(exec, zd_step_master(job, b), l->buckets[b].slice, &s, &nf);
+        *sumsq_p += s;
+        *nonfinite_p |= nf;
+    }
+}
+
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
@@ -36,8 +68,10 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
     job->params_stale = true;
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        st = zk_cast(exec, zd_step_slice_ptr(job, &job->params, b), job->dtype,
-                     job->master + bk->shard_offset, ZS_DTYPE_F32, bk->slice);
+        if (!job->master_shared) {
+            st = zk_cast(exec, zd_step_slice_ptr(job, &job->params, b), job->dtype,
+                         zd_step_master(job, b), ZS_DTYPE_F32, bk->slice);
+        }
         if (st != ZS_OK) {
             return zs_errf(err, errlen, st, "cast: %s", zk_last_error());
         }
@@ -55,10 +89,9 @@ zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err,
     const zs_layout_t *l = job->layout;
     zs_status_t st = ZS_OK;
 
-    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
-        const zs_layout_bucket_t *bk = &l->buckets[b];
-        st = zk_cast(exec, job->master + bk->shard_offset, ZS_DTYPE_F32,
-                     zd_step_slice_ptr(job, &job->params, b), job->dtype, bk->slice);
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK && !job->master_shared; b++) {
+        st = zk_cast(exec, zd_step_master(job, b), ZS_DTYPE_F32,
+                     zd_step_slice_ptr(job, &job->params, b), job->dtype, l->buckets[b].slice);
     }
     if (st != ZS_OK) {
         return zs_errf(err, errlen, st, "loading parameters: %s", zk_last_error());
@@ -211,9 +244,11 @@ static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const doub
         p.grad_scale = grad_scale;
         for (uint32_t b = grp->first_bucket; b < grp->first_bucket + grp->n_buckets; b++) {
             uint64_t off = l->buckets[b].shard_offset;
-            zs_status_t st = zk_adam_step(exec, &p, job->master + off, job->m + off, job->v + off,
-                                          job->acc + off, zd_step_slice_ptr(job, &job->params, b),
-                                          job->dtype, l->buckets[b].slice);
+            /* shared master: Adam writes the params region itself, no cast copy */
+            void *dst = job->master_shared ? NULL : zd_step_slice_ptr(job, &job->params, b);
+            zs_status_t st =
+                zk_adam_step(exec, &p, zd_step_master(job, b), job->m + off, job->v + off,
+                             job->acc + off, dst, job->dtype, l->buckets[b].slice);
             if (st != ZS_OK) {
                 return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
                                (unsigned long long)job->step + 1, zs_status_string(st),

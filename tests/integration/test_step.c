@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,4 +392,69 @@ Test(zerod_step, clipping_engages_and_reports_the_norm)
     th_end(&ts);
     free(init);
     free(grads);
+}
+
+/* The permissions of the mapping holding p in this process ("rw-s", "r--s"), from
+ * /proc/self/maps (a sanitizer's SIGSEGV handler would turn a faulting write into a report). */
+static void perms_at(const void *p, char perms[5])
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    uintptr_t a = (uintptr_t)p;
+
+    cr_assert_not_null(f);
+    perms[0] = '\0';
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && a >= lo && a < hi) {
+            break;
+        }
+        perms[0] = '\0';
+    }
+    fclose(f);
+    cr_assert_neq(perms[0], '\0', "no mapping holds %p", p);
+}
+
+/* fp32: the params region is the daemon's master, so once ParamsReady is acknowledged the
+ * trainer's mapping is read-only: a stray write faults instead of changing the optimizer's
+ * state behind its back. */
+Test(zerod_step, fp32_params_region_is_read_only_once_ready)
+{
+    th_model_t m = model_two_groups();
+    th_session_t ts;
+    float *init = calloc(m.total, sizeof(float));
+    char perms[5];
+
+    cr_assert_not_null(init);
+    make_init(&m, init);
+    th_attach(&ts, "ro_fp32", &m, ZC_DTYPE_F32, config_for(ZC_DTYPE_F32, 2, 1));
+    perms_at(zc_session_param_ptr(ts.s, 0), perms);
+    cr_assert_str_eq(perms, "rw-s", "before ParamsReady the trainer writes the initial values");
+    th_init_params(&ts, init);
+    perms_at(zc_session_param_ptr(ts.s, 0), perms);
+    cr_assert_str_eq(perms, "r--s");
+    th_end(&ts);
+    free(init);
+}
+
+/* bf16 keeps a separate fp32 master: the params region stays the trainer's to write (the next
+ * all-gather overwrites it, as before). */
+Test(zerod_step, bf16_params_region_stays_writable)
+{
+    th_model_t m = model_two_groups();
+    th_session_t ts;
+    float *init = calloc(m.total, sizeof(float));
+    volatile uint16_t *p;
+    char perms[5];
+
+    cr_assert_not_null(init);
+    make_init(&m, init);
+    th_attach(&ts, "rw_bf16", &m, ZC_DTYPE_BF16, config_for(ZC_DTYPE_BF16, 2, 1));
+    th_init_params(&ts, init);
+    p = zc_session_param_ptr(ts.s, 0);
+    p[0] = (uint16_t)(p[0] ^ 1u); /* a write: it does not fault */
+    perms_at((const void *)p, perms);
+    cr_assert_str_eq(perms, "rw-s");
+    th_end(&ts);
+    free(init);
 }

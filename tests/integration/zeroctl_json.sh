@@ -112,9 +112,12 @@ check(shard == sh["shard_numel"], "groups cover shard_numel")
 # memory terms: measured bytes against the layout, formulas of docs/semantics.md §1
 mem = {t["name"]: t for t in st["memory"]}
 check(set(mem) == {"params", "slots", "grads", "master", "m", "v", "accumulator"}, "memory names")
-for name in ("master", "m", "v", "accumulator"):
+for name in ("m", "v", "accumulator"):
     check(mem[name]["bytes"] == 4 * sh["shard_numel"], name + " bytes = 4 x shard_numel")
     check(mem[name]["formula_bytes"] == 4 * PSI // sh["world"], name + " formula 4Ψ/N")
+# fp32: the master is this rank's slices of the params region, no bytes of its own
+check(mem["master"]["bytes"] == 0 and mem["master"]["formula_bytes"] == 0, "fp32 master shared")
+check("params region" in mem["master"]["formula"], "the master's formula says where it is")
 check(mem["params"]["bytes"] == 4 * sh["total_numel"], "params bytes = 4 x total_numel")
 check(mem["params"]["formula_bytes"] == 4 * PSI, "params formula 4Ψ")
 check(mem["grads"]["bytes"] == 0, "stage 2 has no grads region")

@@ -155,7 +155,9 @@ typedef struct zc_attach_info {
 
 /* Attach the job, map the shared regions. A fresh job (info.resumed == 0) must then have its
  * initial values written at zc_session_param_ptr() and be confirmed with
- * zc_session_params_ready(). */
+ * zc_session_params_ready(). With fp32 parameters the params region is the daemon's fp32
+ * master itself (no second copy): from zc_session_params_ready() on (at once for a resumed
+ * job) it is mapped read-only, and a write into it faults. */
 ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
                              zc_attach_info_t *info_p);
 ZC_API int zc_session_params_ready(zc_session_t *session);

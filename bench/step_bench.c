@@ -200,16 +200,12 @@ static int sb_trainer(const sb_opts_t *o, const sb_env_t *e, unsigned rank, int 
             }
             tb = zs_time_now_s();
             for (uint32_t i = 0; i < bi.n_params && st == ZC_OK; i++) {
-                uint32_t id, pb;
-                uint64_t off;
+                zc_bucket_piece_t pc;
 
-                st = zc_session_bucket_param(s, b, i, &id);
+                st = zc_session_bucket_piece(s, b, i, &pc);
                 if (st == ZC_OK) {
-                    st = zc_session_param_bucket(s, id, &pb, &off);
-                }
-                if (st == ZC_OK) {
-                    memcpy((float *)slot.data + off, grad,
-                           zc_session_param_numel(s, id) * sizeof(float));
+                    memcpy((float *)slot.data + pc.slot_offset, grad + pc.param_offset,
+                           pc.numel * sizeof(float));
                 }
             }
             t1 = zs_time_now_s();

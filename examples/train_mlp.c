@@ -315,7 +315,8 @@ static char *build_config(const opts_t *o)
     cJSON_AddNumberToObject(params, "weight_decay", 0.0);
     zero = cJSON_AddObjectToObject(root, "zero_optimization");
     cJSON_AddNumberToObject(zero, "stage", o->stage);
-    /* b2+W2+b1 = 176 elements (aligned) fit; W1 (512) is a bucket of its own: 2 buckets. */
+    /* b2, W2, b1 and W1 at 0, 16, 144 and 176 (aligned): 688 elements in buckets of 256, W1
+     * split between all three. */
     cJSON_AddNumberToObject(zero, "reduce_bucket_size", 256);
     fp16 = cJSON_AddObjectToObject(root, "fp16");
     cJSON_AddBoolToObject(fp16, "enabled", o->dtype == ZC_DTYPE_F16);
@@ -401,20 +402,16 @@ static int send_buckets(zc_session_t *s, const zc_attach_info_t *info, mlp_t *g,
             return fail("slot_acquire", status);
         }
         for (uint32_t i = 0; i < bi.n_params; i++) {
-            uint32_t id;
-            uint64_t off;
+            zc_bucket_piece_t pc; /* a parameter may be split between buckets */
             const float *src;
 
-            status = zc_session_bucket_param(s, b, i, &id);
-            if (status == ZC_OK) {
-                status = zc_session_param_bucket(s, id, NULL, &off);
-            }
+            status = zc_session_bucket_piece(s, b, i, &pc);
             if (status != ZC_OK) {
                 return fail("bucket layout", status);
             }
-            src = mlp_tensor(g, (int)id);
-            for (uint64_t k = 0; k < param_numel[id]; k++) {
-                store_elem(slot.data, off + k, dt, src[k]);
+            src = mlp_tensor(g, (int)pc.id) + pc.param_offset;
+            for (uint64_t k = 0; k < pc.numel; k++) {
+                store_elem(slot.data, pc.slot_offset + k, dt, src[k]);
             }
         }
         status = zc_session_slot_submit(s, &slot, micro_step);

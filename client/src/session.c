@@ -926,6 +926,31 @@ ZC_API int zc_session_bucket_param(zc_session_t *session, uint32_t bucket, uint3
     return ZC_OK;
 }
 
+ZC_API int zc_session_bucket_piece(zc_session_t *session, uint32_t bucket, uint32_t i,
+                                   zc_bucket_piece_t *piece_p)
+{
+    zs_layout_piece_t pc;
+    int status;
+
+    status = zc_session_check_bucket(session, bucket, "bucket_piece");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (i >= session->layout->buckets[bucket].n_params) {
+        return zc_fail(ZC_ERR_INVALID, "bucket_piece: index %u is not below bucket %u's %u pieces",
+                       i, bucket, session->layout->buckets[bucket].n_params);
+    }
+    if (piece_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "bucket_piece: piece_p is NULL");
+    }
+    zs_layout_bucket_piece(session->layout, bucket, i, &pc);
+    piece_p->id = session->layout->params[pc.param].id;
+    piece_p->param_offset = pc.param_offset;
+    piece_p->slot_offset = pc.bucket_offset;
+    piece_p->numel = pc.numel;
+    return ZC_OK;
+}
+
 ZC_API void *zc_session_grads_ptr(zc_session_t *session)
 {
     if (zc_session_check_attached(session, "grads_ptr") != ZC_OK) {
@@ -957,12 +982,12 @@ static void zc_slot_zero_gaps(const zc_session_t *s, uint32_t bucket, uint8_t *d
     uint64_t pos = 0;
 
     for (uint32_t i = 0; i < b->n_params; i++) {
-        const zs_layout_param_t *p = &s->layout->params[b->first_param + i];
-        uint64_t start = p->offset - b->offset;
-        if (start > pos) {
-            memset(data + pos * s->dsize, 0, (start - pos) * s->dsize);
+        zs_layout_piece_t pc; /* the first and last may be parts of split parameters */
+        zs_layout_bucket_piece(s->layout, bucket, i, &pc);
+        if (pc.bucket_offset > pos) {
+            memset(data + pos * s->dsize, 0, (pc.bucket_offset - pos) * s->dsize);
         }
-        pos = start + p->numel;
+        pos = pc.bucket_offset + pc.numel > pos ? pc.bucket_offset + pc.numel : pos;
     }
     if (b->padded > pos) {
         memset(data + pos * s->dsize, 0, (b->padded - pos) * s->dsize);

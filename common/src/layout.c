@@ -119,7 +119,8 @@ static zs_status_t zs_layout_alloc(zs_layout_t *layout, uint64_t n_params)
     layout->groups = calloc(layout->n_groups > 0 ? layout->n_groups : 1, sizeof(*layout->groups));
     layout->params = calloc(np, sizeof(*layout->params));
     layout->param_pos = calloc(np, sizeof(*layout->param_pos));
-    layout->buckets = calloc(np, sizeof(*layout->buckets));
+    layout->bucket_cap = np + layout->n_groups;
+    layout->buckets = calloc(layout->bucket_cap, sizeof(*layout->buckets));
     if (layout->groups == NULL || layout->params == NULL || layout->param_pos == NULL ||
         layout->buckets == NULL) {
         return ZS_ERR_NO_MEMORY;
@@ -158,19 +159,136 @@ static zs_status_t zs_layout_close_bucket(zs_layout_t *layout, zs_layout_bucket_
     return ZS_OK;
 }
 
+/* Room for one more bucket (the array grows by doubling; buckets are cut from the spans). */
+static zs_status_t zs_layout_bucket_room(zs_layout_t *layout, char *err, size_t errlen)
+{
+    zs_layout_bucket_t *nb;
+    size_t cap;
+
+    if (layout->n_buckets < layout->bucket_cap) {
+        return ZS_OK;
+    }
+    if (layout->n_buckets >= ZS_LAYOUT_MAX_BUCKETS) {
+        return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                       "layout: reduce_bucket_size %llu cuts the parameters into more than %u "
+                       "buckets",
+                       (unsigned long long)layout->bucket_size, ZS_LAYOUT_MAX_BUCKETS);
+    }
+    cap = layout->bucket_cap * 2;
+    nb = realloc(layout->buckets, cap * sizeof(*nb));
+    if (nb == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "layout: out of memory for %zu buckets", cap);
+    }
+    memset(nb + layout->bucket_cap, 0, (cap - layout->bucket_cap) * sizeof(*nb));
+    layout->buckets = nb;
+    layout->bucket_cap = cap;
+    return ZS_OK;
+}
+
+/* Place a group's parameters one after another in its span (each at the next multiple of
+ * elem_align); offsets relative to the span; *span_p = the span's length. */
+static zs_status_t zs_layout_place_group(zs_layout_t *layout, const zs_layout_spec_t *spec,
+                                         uint32_t g, const uint32_t *order, uint32_t first_pos,
+                                         uint64_t max_numel, uint64_t *span_p, char *err,
+                                         size_t errlen)
+{
+    uint64_t pos = 0;
+
+    for (uint32_t k = 0; k < spec->group_n_params[g]; k++) {
+        zs_layout_param_t *p = &layout->params[first_pos + k];
+        uint64_t numel = spec->numel[order[k]], start;
+
+        if (numel > max_numel) {
+            return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                           "layout: parameter %u has %llu elements, over the limit of %llu",
+                           order[k], (unsigned long long)numel, (unsigned long long)max_numel);
+        }
+        if (zs_align_up_u64(pos, layout->elem_align, &start) != ZS_OK ||
+            zs_add_u64(start, numel, &pos) != ZS_OK ||
+            zs_add_u64(layout->param_numel, numel, &layout->param_numel) != ZS_OK) {
+            return zs_errf(err, errlen, ZS_ERR_OVERFLOW,
+                           "layout: sizes overflow 64-bit arithmetic at parameter %u", order[k]);
+        }
+        if (pos > max_numel) {
+            return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                           "layout: padded size of group %u exceeds the limit of %llu elements", g,
+                           (unsigned long long)max_numel);
+        }
+        *p = (zs_layout_param_t){.id = order[k], .group = g, .numel = numel, .offset = start};
+    }
+    *span_p = pos;
+    return ZS_OK;
+}
+
+/* Cut a placed group's span into buckets of `cap` elements (the last one shorter, padded),
+ * each holding the parameters, or parts of them, that overlap it (an empty parameter: the
+ * bucket its offset falls in); then make the parameters' offsets flat (the span is
+ * contiguous: only the last bucket has padding). */
+static zs_status_t zs_layout_cut_group(zs_layout_t *layout, uint32_t g, uint32_t first_pos,
+                                       uint64_t span, uint64_t cap, uint64_t max_numel, char *err,
+                                       size_t errlen)
+{
+    zs_layout_group_t *grp = &layout->groups[g];
+    uint64_t nb = span == 0 ? 1 : (span + cap - 1) / cap;
+    uint32_t end_pos = first_pos + grp->n_params, lo = first_pos, hi = first_pos;
+    zs_status_t status;
+
+    for (uint32_t i = first_pos; i < end_pos; i++) {
+        zs_layout_param_t *p = &layout->params[i];
+        uint64_t first = p->offset / cap;
+        uint64_t last = p->numel > 0 ? (p->offset + p->numel - 1) / cap : first;
+
+        p->bucket = layout->n_buckets + (uint32_t)(first < nb ? first : nb - 1);
+        p->last_bucket = layout->n_buckets + (uint32_t)(last < nb ? last : nb - 1);
+    }
+    for (uint64_t j = 0; j < nb; j++) {
+        uint32_t bid = layout->n_buckets;
+        zs_layout_bucket_t *b;
+
+        status = zs_layout_bucket_room(layout, err, errlen);
+        if (status != ZS_OK) {
+            return status;
+        }
+        while (lo < end_pos && layout->params[lo].last_bucket < bid) {
+            lo++;
+        }
+        hi = hi > lo ? hi : lo;
+        while (hi < end_pos && layout->params[hi].bucket <= bid) {
+            hi++;
+        }
+        b = &layout->buckets[bid];
+        *b = (zs_layout_bucket_t){.group = g,
+                                  .first_param = lo,
+                                  .n_params = hi - lo,
+                                  .numel = (j + 1 == nb ? span : (j + 1) * cap) - j * cap};
+        status = zs_layout_close_bucket(layout, b, max_numel, err, errlen);
+        if (status != ZS_OK) {
+            return status;
+        }
+    }
+    for (uint32_t i = first_pos; i < end_pos; i++) {
+        layout->params[i].offset += grp->flat_offset;
+    }
+    return ZS_OK;
+}
+
 static zs_status_t zs_layout_build(zs_layout_t *layout, const zs_layout_spec_t *spec,
                                    uint32_t *order, char *err, size_t errlen)
 {
     uint64_t max_numel = spec->max_numel ? spec->max_numel : ZS_LAYOUT_DEFAULT_MAX_NUMEL;
+    uint64_t unit = (uint64_t)layout->world * layout->elem_align;
+    /* every bucket but a group's last holds exactly `cap` elements, a multiple of the unit,
+     * so cutting a parameter between two buckets leaves no gap inside it */
+    uint64_t cap = spec->bucket_size / unit * unit;
     uint32_t first_id = 0;
     uint32_t pos_out = 0;
     zs_status_t status;
 
+    cap = cap > 0 ? cap : unit;
     for (uint32_t g = 0; g < spec->n_groups; g++) {
-        uint32_t n = spec->group_n_params[g];
         zs_layout_group_t *grp = &layout->groups[g];
-        zs_layout_bucket_t *b = NULL;
-        uint64_t pos = 0; /* next free element in the open bucket */
+        uint32_t n = spec->group_n_params[g];
+        uint64_t span = 0;
 
         grp->first_param = pos_out;
         grp->n_params = n;
@@ -178,75 +296,25 @@ static zs_status_t zs_layout_build(zs_layout_t *layout, const zs_layout_spec_t *
         grp->flat_offset = layout->total_numel;
         grp->shard_offset = layout->shard_numel;
         zs_layout_group_order(first_id, n, spec->world, spec->round_robin, order);
-
-        for (uint32_t k = 0; k < n; k++) {
-            uint32_t id = order[k];
-            uint64_t numel = spec->numel[id];
-            uint64_t start = 0, end;
-            zs_layout_param_t *p = &layout->params[pos_out];
-
-            if (b != NULL) {
-                status = zs_align_up_u64(pos, layout->elem_align, &start);
-                if (status == ZS_OK) {
-                    status = zs_add_u64(start, numel, &end);
-                }
-                if (status != ZS_OK) {
-                    goto err_overflow;
-                }
-                if (end > spec->bucket_size && b->n_params > 0 && b->numel > 0) {
-                    status = zs_layout_close_bucket(layout, b, max_numel, err, errlen);
-                    if (status != ZS_OK) {
-                        return status;
-                    }
-                    b = NULL;
-                }
-            }
-            if (b == NULL) {
-                b = &layout->buckets[layout->n_buckets];
-                b->group = g;
-                b->first_param = pos_out;
-                start = 0;
-            }
-            if (numel > max_numel) {
-                return zs_errf(err, errlen, ZS_ERR_LIMIT,
-                               "layout: parameter %u has %llu elements, over the limit of %llu", id,
-                               (unsigned long long)numel, (unsigned long long)max_numel);
-            }
-            p->id = id;
-            p->group = g;
-            p->bucket = layout->n_buckets;
-            p->numel = numel;
-            p->offset = start; /* relative to the bucket until it is closed */
-            b->n_params++;
-            pos = start + numel;
-            b->numel = pos;
-            if (zs_add_u64(layout->param_numel, numel, &layout->param_numel) != ZS_OK) {
-                goto err_overflow;
-            }
-            pos_out++;
+        status =
+            zs_layout_place_group(layout, spec, g, order, pos_out, max_numel, &span, err, errlen);
+        if (status == ZS_OK && n > 0) {
+            status = zs_layout_cut_group(layout, g, pos_out, span, cap, max_numel, err, errlen);
         }
-        if (b != NULL) {
-            status = zs_layout_close_bucket(layout, b, max_numel, err, errlen);
-            if (status != ZS_OK) {
-                return status;
-            }
+        if (status != ZS_OK) {
+            return status;
         }
+        pos_out += n;
         grp->n_buckets = layout->n_buckets - grp->first_bucket;
         grp->flat_numel = layout->total_numel - grp->flat_offset;
         grp->shard_numel = layout->shard_numel - grp->shard_offset;
         first_id += n;
     }
 
-    /* Now that buckets are placed, make parameter offsets absolute. */
     for (uint32_t i = 0; i < layout->n_params; i++) {
-        zs_layout_param_t *p = &layout->params[i];
-        p->offset += layout->buckets[p->bucket].offset;
-        layout->param_pos[p->id] = i;
+        layout->param_pos[layout->params[i].id] = i;
     }
     return ZS_OK;
-
-err_overflow:
-    return zs_errf(err, errlen, ZS_ERR_OVERFLOW, "layout: sizes overflow 64-bit arithmetic");
 }
 
 zs_status_t zs_layout_create(const zs_layout_spec_t *spec, zs_layout_t **layout_p, char *err,
@@ -377,4 +445,19 @@ zs_status_t zs_layout_locate(const zs_layout_t *layout, uint64_t flat_index, zs_
         }
     }
     return ZS_OK;
+}
+
+void zs_layout_bucket_piece(const zs_layout_t *layout, uint32_t b, uint32_t i,
+                            zs_layout_piece_t *piece_p)
+{
+    const zs_layout_bucket_t *bk = &layout->buckets[b];
+    const zs_layout_param_t *p = &layout->params[bk->first_param + i];
+    uint64_t lo = p->offset > bk->offset ? p->offset : bk->offset;
+    uint64_t end = p->offset + p->numel, bend = bk->offset + bk->numel;
+    uint64_t hi = end < bend ? end : bend;
+
+    piece_p->param = bk->first_param + i;
+    piece_p->param_offset = p->numel > 0 ? lo - p->offset : 0;
+    piece_p->bucket_offset = lo - bk->offset;
+    piece_p->numel = hi > lo ? hi - lo : 0;
 }

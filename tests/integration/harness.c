@@ -124,13 +124,11 @@ void th_submit(th_session_t *ts, const float *grads, uint32_t micro_step)
         st = zc_session_slot_acquire(ts->s, b, -1, &slot);
         cr_assert_eq(st, ZC_OK, "slot_acquire: %s", zc_last_error());
         for (uint32_t i = 0; i < bi.n_params; i++) {
-            uint32_t id, b2;
-            uint64_t in_b;
-            cr_assert_eq(zc_session_bucket_param(ts->s, b, i, &id), ZC_OK);
-            cr_assert_eq(zc_session_param_bucket(ts->s, id, &b2, &in_b), ZC_OK);
-            cr_assert_eq(b2, b);
-            for (uint64_t e = 0; e < ts->model.numel[id]; e++) {
-                th_store(ts->dtype, slot.data, in_b + e, grads[starts[id] + e]);
+            zc_bucket_piece_t pc;
+            cr_assert_eq(zc_session_bucket_piece(ts->s, b, i, &pc), ZC_OK);
+            for (uint64_t e = 0; e < pc.numel; e++) {
+                th_store(ts->dtype, slot.data, pc.slot_offset + e,
+                         grads[starts[pc.id] + pc.param_offset + e]);
             }
         }
         st = zc_session_slot_submit(ts->s, &slot, micro_step);

@@ -13,7 +13,7 @@ export ZEROD_SOCKET="$rundir/zerod.sock"
 # job_linger 30 s: the killed trainer's job must survive until the re-attach.
 zd_ctl_start "$zerod" "$rundir" --job-linger 30s --max-shard-bytes 256MiB
 
-# Run A, first life: SIGKILL during step 5 after the first of its 2 buckets went out.
+# Run A, first life: SIGKILL during step 5 after the first of its 3 buckets went out.
 set +e
 ZEROD_JOB=resume_a "$train" --steps 12 --die-at 5:1 >"$rundir/a1.out" 2>&1
 rc=$?

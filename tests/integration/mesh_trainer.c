@@ -113,12 +113,10 @@ static int submit(zc_session_t *s, const zc_attach_info_t *info, const th_model_
             return fail("slot_acquire", st);
         }
         for (uint32_t i = 0; i < bi.n_params; i++) {
-            uint32_t id, b2;
-            uint64_t in_b;
-            zc_session_bucket_param(s, b, i, &id);
-            zc_session_param_bucket(s, id, &b2, &in_b);
-            for (uint64_t e = 0; e < m->numel[id]; e++) {
-                th_store(dt, slot.data, in_b + e, g[starts[id] + e]);
+            zc_bucket_piece_t pc;
+            zc_session_bucket_piece(s, b, i, &pc);
+            for (uint64_t e = 0; e < pc.numel; e++) {
+                th_store(dt, slot.data, pc.slot_offset + e, g[starts[pc.id] + pc.param_offset + e]);
             }
         }
         if ((st = zc_session_slot_submit(s, &slot, micro)) != ZC_OK) {

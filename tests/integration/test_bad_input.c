@@ -523,7 +523,7 @@ Test(zerod_bad_input, unknown_bucket)
 
     raw_trainer(c, "bad_unknown_bucket");
     raw_bucket_expect(c, 0, 99, ZS_ERR_INVALID, "unknown bucket", "BucketReady.bucket 99",
-                      "unknown (layout has 2)");
+                      "unknown (layout has 3)");
     /* the slot came back and the connection still works */
     raw_bucket_expect(c, 0, 1, ZS_OK, "bucket 1", "", NULL);
     raw_finish(c);

@@ -67,7 +67,8 @@ def check(cond, what):
         print("mismatch: " + what, file=sys.stderr)
         sys.exit(1)
 
-# train_mlp: b2 4 + W2 128 + b1 32 + W1 512 = 676; 2 buckets of 176 and 512 (aligned to 16)
+# train_mlp: b2 4 + W2 128 + b1 32 + W1 512 = 676, laid out at 0, 16, 144, 176 (aligned to 16):
+# 688 elements cut into buckets of 256 (W1 split): 3 buckets, of 256, 256 and 176
 PSI = 4 + 4 * 32 + 32 + 32 * 16
 check(PSI == 676, "Ψ")
 for d, cmd in ((st, "status"), (sh, "shard")):
@@ -92,7 +93,7 @@ check(sh["job_id"] == "ctl_json" and sh["rank"] == 0 and sh["world"] == 1, "shar
 check(sh["param_numel"] == PSI, "shard param_numel")
 check(sh["total_numel"] == elements == 688, "total_numel %r vs train_mlp %r" % (sh["total_numel"], elements))
 check(sh["shard_numel"] * sh["world"] == sh["total_numel"], "shard_numel x world = total_numel")
-check(sh["n_buckets"] == 2 and sh["max_bucket_numel"] == 512, "buckets")
+check(sh["n_buckets"] == 3 and sh["max_bucket_numel"] == 256, "buckets")
 check(sh["bucket_size"] == 256, "bucket_size")
 check(math.isfinite(sh["master_sumsq"]) and sh["master_sumsq"] > 0, "master_sumsq")
 

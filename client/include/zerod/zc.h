@@ -172,21 +172,35 @@ ZC_API const char *zc_dtype_name(zc_dtype_t dtype);
 
 /* ---- buckets and gradient slots (stage 2) -------------------------------------------- */
 
+/* Buckets are reduce_bucket_size elements of a group's parameters, laid one after another: a
+ * parameter that crosses a bucket's end is split, so a bucket holds pieces of parameters. */
 typedef struct zc_bucket_info {
     uint32_t group;
-    uint32_t n_params;
-    uint64_t numel;  /* elements spanned by its params */
-    uint64_t padded; /* elements of its slot image (numel rounded up) */
+    uint32_t n_params; /* parameters with a piece in it (the first and last may be parts) */
+    uint64_t numel;    /* elements spanned by its pieces */
+    uint64_t padded;   /* elements of its slot image (numel rounded up) */
 } zc_bucket_info_t;
 
 ZC_API int zc_session_bucket_info(zc_session_t *session, uint32_t bucket, zc_bucket_info_t *info_p);
-/* The bucket a parameter belongs to, and the parameter's element offset inside that bucket's
- * slot image. */
+/* The first bucket holding (part of) a parameter, and the parameter's element offset inside
+ * that bucket's slot image (its first element's). A split parameter continues at offset 0 of
+ * the next buckets: zc_session_bucket_piece() says how much of it each holds. */
 ZC_API int zc_session_param_bucket(zc_session_t *session, uint32_t id, uint32_t *bucket_p,
                                    uint64_t *offset_p);
 /* The i-th parameter (registration id) of a bucket, i < bucket n_params, in layout order. */
 ZC_API int zc_session_bucket_param(zc_session_t *session, uint32_t bucket, uint32_t i,
                                    uint32_t *id_p);
+
+/* Piece i (< n_params) of a bucket: elements [param_offset, param_offset + numel) of parameter
+ * `id` go to elements [slot_offset, slot_offset + numel) of the bucket's slot image. */
+typedef struct zc_bucket_piece {
+    uint32_t id;
+    uint64_t param_offset;
+    uint64_t slot_offset;
+    uint64_t numel;
+} zc_bucket_piece_t;
+ZC_API int zc_session_bucket_piece(zc_session_t *session, uint32_t bucket, uint32_t i,
+                                   zc_bucket_piece_t *piece_p);
 
 typedef struct zc_slot {
     uint32_t index;

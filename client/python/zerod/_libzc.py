@@ -122,6 +122,15 @@ class _BucketInfo(ctypes.Structure):
     ]
 
 
+class _BucketPiece(ctypes.Structure):
+    _fields_ = [
+        ("id", c_u32),
+        ("param_offset", c_u64),
+        ("slot_offset", c_u64),
+        ("numel", c_u64),
+    ]
+
+
 class Slot(ctypes.Structure):
     """zc_slot_t: `data` is the address of bucket.padded elements of the session dtype."""
 
@@ -199,6 +208,7 @@ def _bind(lib):
     fn("zc_session_param_bucket", ctypes.c_int,
        [vp, c_u32, ctypes.POINTER(c_u32), ctypes.POINTER(c_u64)])
     fn("zc_session_bucket_param", ctypes.c_int, [vp, c_u32, c_u32, ctypes.POINTER(c_u32)])
+    fn("zc_session_bucket_piece", ctypes.c_int, [vp, c_u32, c_u32, ctypes.POINTER(_BucketPiece)])
     fn("zc_session_slot_acquire", ctypes.c_int, [vp, c_u32, ctypes.c_int, ctypes.POINTER(Slot)])
     fn("zc_session_slot_submit", ctypes.c_int, [vp, ctypes.POINTER(Slot), c_u32])
     fn("zc_session_grads_ptr", vp, [vp])
@@ -279,7 +289,8 @@ class Session:
         _check(self._lib, self._lib.zc_session_open(ctypes.byref(p), ctypes.byref(h)), "open")
         self._h = h
         self.info = None
-        self.buckets = []  # [{group, n_params, numel, padded, params: [(id, offset)]}]
+        # [{group, n_params, numel, padded, pieces: [(id, param_offset, slot_offset, numel)]}]
+        self.buckets = []
 
     # ---- attach -------------------------------------------------------------------------
 
@@ -318,16 +329,13 @@ class Session:
         for b in range(info.n_buckets):
             bi = _BucketInfo()
             _check(lib, lib.zc_session_bucket_info(self._h, b, ctypes.byref(bi)))
-            params = []
+            pieces = []
             for i in range(bi.n_params):
-                pid = c_u32()
-                off = c_u64()
-                _check(lib, lib.zc_session_bucket_param(self._h, b, i, ctypes.byref(pid)))
-                _check(lib, lib.zc_session_param_bucket(self._h, pid.value, None,
-                                                        ctypes.byref(off)))
-                params.append((pid.value, off.value))
+                pc = _BucketPiece()
+                _check(lib, lib.zc_session_bucket_piece(self._h, b, i, ctypes.byref(pc)))
+                pieces.append((pc.id, pc.param_offset, pc.slot_offset, pc.numel))
             self.buckets.append({"group": bi.group, "n_params": bi.n_params,
-                                 "numel": bi.numel, "padded": bi.padded, "params": params})
+                                 "numel": bi.numel, "padded": bi.padded, "pieces": pieces})
         return dict(self.info)
 
     def params_ready(self):

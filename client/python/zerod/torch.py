@@ -397,14 +397,15 @@ class ZerodEngine(torch.nn.Module):
 
     def _build_buckets(self):
         s = self._sess
-        self._bucket_of = [0] * len(self._params)
-        self._bucket_ids = []     # [bucket] -> [(pid, offset)]
+        # a parameter that crosses a bucket's end is split: each bucket holds pieces
+        self._buckets_of = [[] for _ in self._params]  # [pid] -> buckets holding a piece
+        self._bucket_pieces = []  # [bucket] -> [(pid, param offset, slot offset, numel)]
         self._bucket_padded = []
         for b, bk in enumerate(s.buckets):
-            self._bucket_ids.append(bk["params"])
+            self._bucket_pieces.append(bk["pieces"])
             self._bucket_padded.append(bk["padded"])
-            for pid, _ in bk["params"]:
-                self._bucket_of[pid] = b
+            for pid, _, _, _ in bk["pieces"]:
+                self._buckets_of[pid].append(b)
         self._slot_views = {}     # (slot index, bucket) -> [views, in bucket order]
         self._grad_views = None
         if self.stage == 1:
@@ -414,9 +415,10 @@ class ZerodEngine(torch.nn.Module):
         self._reset_micro()
 
     def _reset_micro(self):
-        self._pending = {}
-        self._done = [0] * len(self._bucket_ids)
-        self._sent = [False] * len(self._bucket_ids)
+        self._pending = {}  # pid -> gradient, until every bucket holding a piece is sent
+        self._left = {}     # pid -> buckets holding a piece of it not sent yet
+        self._done = [0] * len(self._bucket_pieces)
+        self._sent = [False] * len(self._bucket_pieces)
 
     def _install_hooks(self):
         post = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")  # torch >= 2.1
@@ -450,18 +452,20 @@ class ZerodEngine(torch.nn.Module):
                 if self.stage == 1:
                     self._grad_views[pid].add_(g)
                     return
-                b = self._bucket_of[pid]
-                if self._sent[b]:
+                sent = [b for b in self._buckets_of[pid] if self._sent[b]]
+                if sent:
                     raise RuntimeError("zerod: parameter %d got a gradient after its bucket %d "
-                                       "was sent" % (pid, b))
+                                       "was sent" % (pid, sent[0]))
                 prev = self._pending.get(pid)
                 if prev is not None:
                     self._pending[pid] = prev + g
                     return
                 self._pending[pid] = g
-                self._done[b] += 1
-                if self._done[b] == len(self._bucket_ids[b]):
-                    self._send_bucket(b)
+                self._left[pid] = len(self._buckets_of[pid])
+                for b in self._buckets_of[pid]:
+                    self._done[b] += 1
+                    if self._done[b] == len(self._bucket_pieces[b]):
+                        self._send_bucket(b)
         except BaseException as e:
             self._hook_error = e
             raise
@@ -474,15 +478,18 @@ class ZerodEngine(torch.nn.Module):
         views = self._slot_views.get(key)
         if views is None:
             flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype)
-            views = [flat[off:off + self._params[pid].numel()].view(self._params[pid].shape)
-                     for pid, off in self._bucket_ids[b]]
+            views = [flat[soff:soff + n] for _, _, soff, n in self._bucket_pieces[b]]
             self._slot_views[key] = views
-        for (pid, _), dst in zip(self._bucket_ids[b], views):
-            g = self._pending.pop(pid, None)
+        for (pid, poff, _, n), dst in zip(self._bucket_pieces[b], views):
+            g = self._pending.get(pid)
             if g is None:
                 dst.zero_()
-            else:
-                dst.copy_(g)
+                continue
+            dst.copy_(g.reshape(-1)[poff:poff + n])
+            self._left[pid] -= 1
+            if self._left[pid] == 0:  # its last piece: the gradient can go
+                del self._pending[pid]
+                del self._left[pid]
         self._sess.slot_submit(slot, self.micro_steps % self._gas)
         self._sent[b] = True
 
@@ -520,7 +527,7 @@ class ZerodEngine(torch.nn.Module):
                 raise self._hook_error
             if self.stage == 2:
                 with self._lock, torch.no_grad():
-                    for b in range(len(self._bucket_ids)):
+                    for b in range(len(self._bucket_pieces)):
                         if not self._sent[b]:
                             self._send_bucket(b)
         finally:

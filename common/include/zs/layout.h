@@ -3,10 +3,13 @@
  *
  * Input: parameters grouped by param group, in registration order (group-major). Output:
  *  - each parameter's offset in the flat vector (aligned to elem_align elements);
- *  - buckets: consecutive parameters of one group, packed until adding the next would pass
- *    bucket_size elements (a larger parameter is a bucket of its own; never split; never
- *    mixing groups), each padded to a multiple of world * elem_align and cut into `world`
- *    equal slices; rank r owns slice r of every bucket;
+ *  - buckets: each group's parameters lie one after another (each at a multiple of
+ *    elem_align) in the group's span, which is cut into buckets of bucket_size elements
+ *    rounded down to a multiple of world * elem_align (at least one such unit); a parameter
+ *    that crosses a cut is split between buckets, so no slot is larger than bucket_size
+ *    allows (DeepSpeed's reduce_bucket_size); the last bucket of a group is padded to that
+ *    multiple; buckets never mix groups; each bucket is cut into `world` equal slices and
+ *    rank r owns slice r of every bucket;
  *  - shards: rank r's shard is the concatenation of its slices, in bucket order; every rank's
  *    shard has the same size, so slice b starts at bucket[b].shard_offset on every rank;
  *  - the inverse map: flat index -> bucket, owning rank, shard offset, parameter;
@@ -27,10 +30,11 @@
 extern "C" {
 #endif
 
-#define ZS_ELEM_ALIGN        16u
-#define ZS_LAYOUT_MAX_WORLD  65536u
-#define ZS_LAYOUT_MAX_PARAMS (1u << 24)
-#define ZS_LAYOUT_MAX_GROUPS 4096u
+#define ZS_ELEM_ALIGN         16u
+#define ZS_LAYOUT_MAX_WORLD   65536u
+#define ZS_LAYOUT_MAX_PARAMS  (1u << 24)
+#define ZS_LAYOUT_MAX_GROUPS  4096u
+#define ZS_LAYOUT_MAX_BUCKETS (1u << 24)
 
 typedef struct zs_layout_spec {
     uint32_t world;       /* ranks, >= 1 */
@@ -46,15 +50,16 @@ typedef struct zs_layout_spec {
 typedef struct zs_layout_param {
     uint32_t id; /* registration index (position in spec->numel) */
     uint32_t group;
-    uint32_t bucket;
+    uint32_t bucket;      /* the first bucket holding (part of) it */
+    uint32_t last_bucket; /* the last: > bucket when it is split between buckets */
     uint64_t numel;
     uint64_t offset; /* flat offset, a multiple of elem_align */
 } zs_layout_param_t;
 
 typedef struct zs_layout_bucket {
     uint32_t group;
-    uint32_t first_param; /* index into layout->params (layout order) */
-    uint32_t n_params;
+    uint32_t first_param;  /* index into layout->params (layout order) of the first parameter */
+    uint32_t n_params;     /* ... overlapping the bucket (the first and last may be parts) */
     uint64_t offset;       /* flat offset of the bucket, a multiple of world * elem_align */
     uint64_t numel;        /* elements spanned by its params, alignment gaps included */
     uint64_t padded;       /* numel rounded up to world * elem_align */
@@ -97,6 +102,7 @@ typedef struct zs_layout {
     zs_layout_param_t *params;   /* [n_params], layout order */
     uint32_t *param_pos;         /* [n_params]: id -> index into params */
     zs_layout_bucket_t *buckets; /* [n_buckets] */
+    size_t bucket_cap;           /* allocated entries of buckets */
     uint64_t total_numel;        /* flat vector, padded (sum of bucket.padded) */
     uint64_t param_numel;        /* sum of parameter sizes (no padding) */
     uint64_t shard_numel;        /* per rank (sum of bucket.slice) */
@@ -121,6 +127,17 @@ void zs_layout_rank_segments(const zs_layout_t *layout, uint32_t rank,
 /* Inverse map; ZS_ERR_INVALID when flat_index >= total_numel. */
 zs_status_t zs_layout_locate(const zs_layout_t *layout, uint64_t flat_index,
                              zs_layout_loc_t *loc_p);
+
+/* Piece i (< bucket.n_params) of bucket b: which parameter (index into layout->params), and
+ * which of its elements sit where in the bucket. */
+typedef struct zs_layout_piece {
+    uint32_t param;
+    uint64_t param_offset;  /* first element of the parameter in this bucket */
+    uint64_t bucket_offset; /* where it sits in the bucket (its slot image) */
+    uint64_t numel;
+} zs_layout_piece_t;
+void zs_layout_bucket_piece(const zs_layout_t *layout, uint32_t b, uint32_t i,
+                            zs_layout_piece_t *piece_p);
 
 /* The parameter with registration index id. */
 static inline const zs_layout_param_t *zs_layout_param_by_id(const zs_layout_t *layout, uint32_t id)

@@ -130,7 +130,7 @@ static void fake_attach(fake_t *fk, int fd, const Zerod__Ipc__V1__Frame *req)
     }
     memset(&spec, 0, sizeof(spec));
     spec.world = at->world;
-    spec.bucket_size = 256;
+    spec.bucket_size = 512;
     spec.elem_align = 16;
     spec.n_groups = (uint32_t)at->n_groups;
     spec.group_n_params = group_n;
@@ -154,7 +154,7 @@ static void fake_attach(fake_t *fk, int fd, const Zerod__Ipc__V1__Frame *req)
     ar.grads_bytes = fk->grads.size;
     ar.stage = fk->stage;
     ar.gradient_accumulation_steps = 2;
-    ar.bucket_size = 256;
+    ar.bucket_size = 512;
     ar.elem_align = 16;
     f.seq = req->seq;
     f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY;
@@ -344,7 +344,7 @@ static int attach(zc_session_t *s, zc_attach_info_t *info)
     ap.job_id = "job-x";
     ap.n_groups = 1;
     ap.groups = &g;
-    ap.config_json = "{\"zero_optimization\":{\"reduce_bucket_size\":256}}";
+    ap.config_json = "{\"zero_optimization\":{\"reduce_bucket_size\":512}}";
     return zc_session_attach(s, &ap, info);
 }
 
@@ -355,12 +355,14 @@ static void fill_slot(zc_session_t *s, const zc_slot_t *slot)
 
     cr_assert_eq(zc_session_bucket_info(s, slot->bucket, &bi), ZC_OK);
     for (uint32_t i = 0; i < bi.n_params; i++) {
+        zc_bucket_piece_t pc;
         uint32_t id;
-        uint64_t off;
+        cr_assert_eq(zc_session_bucket_piece(s, slot->bucket, i, &pc), ZC_OK);
         cr_assert_eq(zc_session_bucket_param(s, slot->bucket, i, &id), ZC_OK);
-        cr_assert_eq(zc_session_param_bucket(s, id, NULL, &off), ZC_OK);
-        for (uint64_t k = 0; k < mlp_numel[id]; k++) {
-            ((float *)slot->data)[off + k] = 1.0f;
+        cr_assert_eq(id, pc.id);
+        cr_assert_leq(pc.param_offset + pc.numel, mlp_numel[pc.id]);
+        for (uint64_t k = 0; k < pc.numel; k++) {
+            ((float *)slot->data)[pc.slot_offset + k] = 1.0f;
         }
     }
 }
@@ -386,18 +388,28 @@ Test(zc_session, attaches_fills_slots_and_steps)
     cr_assert_eq(info.gradient_accumulation_steps, 2);
     cr_assert_eq(info.total_numel, 176 + 512);
     cr_assert_eq(zc_session_param_numel(s, 3), 512);
-    /* b2 at 0, W2 at 16 (aligned), b1 at 144 in bucket 0; W1 alone in bucket 1 */
+    /* b2 at 0, W2 at 16 (aligned), b1 at 144, W1 at 176: buckets of 512 cut W1 after 336 of
+     * its 512 elements */
     cr_assert_eq(zc_session_param_bucket(s, 1, &bucket, &off), ZC_OK);
     cr_assert_eq(bucket, 0);
     cr_assert_eq(off, 16);
     cr_assert_eq(zc_session_param_bucket(s, 3, &bucket, &off), ZC_OK);
-    cr_assert_eq(bucket, 1);
-    cr_assert_eq(off, 0);
+    cr_assert_eq(bucket, 0);
+    cr_assert_eq(off, 176);
+    {
+        zc_bucket_piece_t pc;
+        cr_assert_eq(zc_session_bucket_piece(s, 1, 0, &pc), ZC_OK);
+        cr_assert_eq(pc.id, 3);
+        cr_assert_eq(pc.param_offset, 336);
+        cr_assert_eq(pc.slot_offset, 0);
+        cr_assert_eq(pc.numel, 176);
+        cr_assert_eq(zc_session_bucket_piece(s, 1, 1, &pc), ZC_ERR_INVALID);
+    }
     cr_assert_eq((uint8_t *)zc_session_param_ptr(s, 2) - (uint8_t *)zc_session_param_ptr(s, 0),
                  144 * 4);
     cr_assert_null(zc_session_param_ptr(s, 4));
     cr_assert_eq(zc_session_bucket_info(s, 0, &bi), ZC_OK);
-    cr_assert_eq(bi.numel, 176);
+    cr_assert_eq(bi.numel, 512);
     cr_assert_null(zc_session_grads_ptr(s));
 
     /* a fresh job refuses to step before params_ready */

@@ -35,10 +35,13 @@ static void check_layout(const zs_layout_t *l, uint32_t n_groups, const uint32_t
     }
     cr_assert_eq(l->n_params, n_params);
 
-    /* buckets: padded to world*align, never cross a group, packing rule holds */
+    /* buckets: padded to world*align, never cross a group, every one but a group's last
+     * holds exactly the capacity (bucket_size rounded down to the unit, at least one unit) */
+    uint64_t cap = l->bucket_size / unit * unit;
+    cap = cap > 0 ? cap : unit;
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        uint32_t nonzero = 0;
+        bool last_of_group = b + 1 == l->n_buckets || l->buckets[b + 1].group != bk->group;
         cr_assert_eq(bk->padded % unit, 0, "bucket %u padded %lu not a multiple of %lu", b,
                      bk->padded, unit);
         cr_assert_eq(bk->offset % unit, 0);
@@ -46,14 +49,15 @@ static void check_layout(const zs_layout_t *l, uint32_t n_groups, const uint32_t
         cr_assert_lt(bk->padded - bk->numel, unit);
         cr_assert_eq(bk->slice * l->world, bk->padded);
         cr_assert_eq(bk->slice % ZS_ELEM_ALIGN, 0);
+        cr_assert_leq(bk->padded, cap < unit ? unit : (cap + unit - 1) / unit * unit);
+        if (!last_of_group) {
+            cr_assert_eq(bk->numel, cap, "bucket %u holds %lu, not the capacity %lu", b, bk->numel,
+                         cap);
+        }
         for (uint32_t i = bk->first_param; i < bk->first_param + bk->n_params; i++) {
             cr_assert_eq(l->params[i].group, bk->group, "bucket %u mixes groups", b);
-            cr_assert_eq(l->params[i].bucket, b);
-            nonzero += l->params[i].numel > 0;
-        }
-        if (bk->numel > l->bucket_size) {
-            cr_assert_leq(nonzero, 1, "bucket %u spans %lu > %lu with %u params", b, bk->numel,
-                          l->bucket_size, nonzero);
+            cr_assert_leq(l->params[i].bucket, b);
+            cr_assert_geq(l->params[i].last_bucket, b);
         }
         if (b + 1 < l->n_buckets) {
             cr_assert_eq(l->buckets[b + 1].offset, bk->offset + bk->padded);
@@ -64,18 +68,34 @@ static void check_layout(const zs_layout_t *l, uint32_t n_groups, const uint32_t
     cr_assert_eq(shard_sum, l->shard_numel);
     cr_assert_eq(l->shard_numel * l->world, l->total_numel);
 
-    /* params: aligned, inside their bucket, disjoint, numel as given, id map consistent */
+    /* params: aligned, inside their buckets, disjoint, numel as given, id map consistent, and
+     * the buckets' pieces of each add up to all of it, in order */
     for (uint32_t i = 0; i < l->n_params; i++) {
         const zs_layout_param_t *p = &l->params[i];
-        const zs_layout_bucket_t *bk = &l->buckets[p->bucket];
+        const zs_layout_bucket_t *first = &l->buckets[p->bucket];
+        const zs_layout_bucket_t *last = &l->buckets[p->last_bucket];
+        uint64_t covered = 0;
         cr_assert_eq(p->offset % ZS_ELEM_ALIGN, 0);
         cr_assert_eq(p->numel, numel[p->id]);
-        cr_assert_geq(p->offset, bk->offset);
-        cr_assert_leq(p->offset + p->numel, bk->offset + bk->numel);
+        cr_assert_geq(p->offset + (p->numel == 0), first->offset);
+        cr_assert_leq(p->offset + p->numel, last->offset + last->numel);
         cr_assert_eq(l->param_pos[p->id], i);
-        if (i > 0 && l->params[i - 1].bucket == p->bucket) {
+        if (i > 0 && l->params[i - 1].group == p->group) {
             cr_assert_geq(p->offset, l->params[i - 1].offset + l->params[i - 1].numel);
         }
+        for (uint32_t b = p->bucket; b <= p->last_bucket; b++) {
+            const zs_layout_bucket_t *bk = &l->buckets[b];
+            zs_layout_piece_t pc;
+            uint32_t k = i - bk->first_param;
+            cr_assert_lt(k, bk->n_params, "param %u not listed in its bucket %u", i, b);
+            zs_layout_bucket_piece(l, b, k, &pc);
+            cr_assert_eq(pc.param, i);
+            cr_assert_eq(pc.param_offset, covered, "param %u: piece in bucket %u", i, b);
+            cr_assert_eq(bk->offset + pc.bucket_offset, p->offset + pc.param_offset);
+            cr_assert_leq(pc.bucket_offset + pc.numel, bk->numel);
+            covered += pc.numel;
+        }
+        cr_assert_eq(covered, p->numel, "param %u: pieces cover %lu of %lu", i, covered, p->numel);
     }
 
     /* Every element of every parameter is in exactly one slice of one rank; padding maps to
@@ -219,15 +239,16 @@ Test(zs_layout, round_robin_is_per_group)
     zs_layout_destroy(l);
 }
 
-Test(zs_layout, pads_each_bucket_to_world)
+Test(zs_layout, pads_each_group_last_bucket_to_world)
 {
     const uint32_t gnp[] = {3};
     const uint64_t numel[] = {10, 20, 5};
     zs_layout_t *l = make_layout(3, 40, false, 1, gnp, numel);
 
-    /* 10 -> [0,10), 20 at 16 -> 36 <= 40; 5 at 48 -> 53 > 40: new bucket */
+    /* unit 48 > 40: capacity one unit; span 10 | 16..36 | 48..53 = 53 -> buckets [0,48) and
+     * [48,53) padded to 48; param 2 (at 48) opens the second bucket */
     cr_assert_eq(l->n_buckets, 2);
-    cr_assert_eq(l->buckets[0].numel, 36);
+    cr_assert_eq(l->buckets[0].numel, 48);
     cr_assert_eq(l->buckets[0].padded, 48);
     cr_assert_eq(l->buckets[0].slice, 16);
     cr_assert_eq(l->buckets[1].offset, 48);
@@ -239,16 +260,31 @@ Test(zs_layout, pads_each_bucket_to_world)
     zs_layout_destroy(l);
 }
 
-Test(zs_layout, param_larger_than_bucket_is_its_own_bucket)
+/* DeepSpeed's reduce_bucket_size bounds the bucket, whatever the parameters: a parameter larger
+ * than a bucket is cut into pieces, and so is one that crosses a bucket's end. */
+Test(zs_layout, param_larger_than_bucket_is_split)
 {
     const uint32_t gnp[] = {3};
     const uint64_t numel[] = {4, 100, 4};
     zs_layout_t *l = make_layout(2, 32, false, 1, gnp, numel);
+    zs_layout_piece_t pc;
 
-    cr_assert_eq(l->n_buckets, 3);
-    cr_assert_eq(l->buckets[1].n_params, 1);
-    cr_assert_eq(l->buckets[1].numel, 100);
-    cr_assert_eq(l->buckets[1].padded, 128);
+    /* capacity 32; span 4 | 16..116 | 128..132 = 132 -> 5 buckets: 32, 32, 32, 32, 4 */
+    cr_assert_eq(l->n_buckets, 5);
+    cr_assert_eq(l->max_bucket_numel, 32);
+    cr_assert_eq(l->params[1].bucket, 0);
+    cr_assert_eq(l->params[1].last_bucket, 3);
+    cr_assert_eq(l->buckets[0].n_params, 2);
+    zs_layout_bucket_piece(l, 0, 1, &pc);
+    cr_assert_eq(pc.param_offset, 0);
+    cr_assert_eq(pc.bucket_offset, 16);
+    cr_assert_eq(pc.numel, 16);
+    zs_layout_bucket_piece(l, 2, 0, &pc);
+    cr_assert_eq(pc.param_offset, 48);
+    cr_assert_eq(pc.bucket_offset, 0);
+    cr_assert_eq(pc.numel, 32);
+    cr_assert_eq(l->buckets[4].n_params, 1);
+    cr_assert_eq(l->buckets[4].padded, 32);
     zs_layout_destroy(l);
 }
 

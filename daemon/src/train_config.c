@@ -107,7 +107,8 @@ static const zd_tc_key_t zd_tc_keys[] = {
                  "1: optimizer state sharded; 2: gradients sharded too"),
     ZD_TC_INTEGER("zero_optimization.reduce_bucket_size", "500000000", 1, 1e15, ZD_TC_STORE_U64,
                   reduce_bucket_size, ZD_TC_MATH,
-                  "elements per gradient bucket; a larger parameter is a bucket of its own"),
+                  "elements per gradient bucket (rounded down to world x 16); parameters are split "
+                  "between buckets where they cross one's end"),
     ZD_TC_FLAG("zero_optimization.overlap_comm", "true", overlap_comm, 0,
                "accepted; stage 2 always reduces buckets while backward continues"),
     ZD_TC_FLAG("zero_optimization.contiguous_gradients", "true", contiguous_gradients, 0,

@@ -70,7 +70,9 @@ __global__ void adam_kernel(zk_adam_k_t k, float *p, float *m, float *v, float *
         p[i] = x;
         m[i] = mi;
         v[i] = vi;
-        a[i] = 0.0f;
+        if (!k.keep_acc) {
+            a[i] = 0.0f;
+        }
         if (DST) {
             st<DT>(dst, i, x);
         }

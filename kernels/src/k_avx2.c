@@ -18,6 +18,7 @@
 #define ZK_NT_V          4u
 #define ZK_NT_A          8u
 #define ZK_NT_DST        16u
+#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
 
 typedef struct zk_k256 {
     __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
@@ -102,7 +103,9 @@ static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v
     for (size_t i = b; i < e; i++) {
         float x = zk_adam_elem(k, a[i], p[i], &m[i], &v[i]);
         p[i] = x;
-        a[i] = 0.0f;
+        if (!k->keep_acc) {
+            a[i] = 0.0f;
+        }
         if (dst != NULL) {
             zk_store_elem(dst, dt, i, x);
         }
@@ -124,7 +127,9 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
     zk256_st_f32(p + i, P, ntf & ZK_NT_P);
     zk256_st_f32(m + i, M, ntf & ZK_NT_M);
     zk256_st_f32(v + i, V, ntf & ZK_NT_V);
-    zk256_st_f32(a + i, _mm256_setzero_ps(), ntf & ZK_NT_A);
+    if (!(ntf & ZK_KEEP_A)) {
+        zk256_st_f32(a + i, _mm256_setzero_ps(), ntf & ZK_NT_A);
+    }
     if (dst != NULL) {
         zk256_st(dst, dt, i, P, ntf & ZK_NT_DST);
     }
@@ -147,7 +152,7 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
     size_t i = zk_head(p, 32, 4, n);
-    unsigned ntf = 0;
+    unsigned ntf = k->keep_acc ? ZK_KEEP_A : 0;
 
     zk256_adam_scalar(k, p, m, v, a, dst, dt, 0, i);
     if (nt) {
@@ -167,7 +172,7 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         }
     }
     zk256_adam_scalar(k, p, m, v, a, dst, dt, i, n);
-    if (ntf) {
+    if (ntf & ~ZK_KEEP_A) {
         _mm_sfence();
     }
 }

@@ -20,6 +20,7 @@
 #define ZK_NT_V          4u
 #define ZK_NT_A          8u
 #define ZK_NT_DST        16u
+#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
 
 typedef struct zk_k512 {
     __m512 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
@@ -168,7 +169,9 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
     zk512_st_f32(p + i, P, mk, full, ntf & ZK_NT_P);
     zk512_st_f32(m + i, M, mk, full, ntf & ZK_NT_M);
     zk512_st_f32(v + i, V, mk, full, ntf & ZK_NT_V);
-    zk512_st_f32(a + i, _mm512_setzero_ps(), mk, full, ntf & ZK_NT_A);
+    if (!(ntf & ZK_KEEP_A)) {
+        zk512_st_f32(a + i, _mm512_setzero_ps(), mk, full, ntf & ZK_NT_A);
+    }
     if (dst != NULL) {
         zk512_st(dst, dt, i, P, mk, full, ntf & ZK_NT_DST, hw);
     }
@@ -192,10 +195,11 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
     size_t i = zk_head(p, 64, 4, n);
     int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported();
-    unsigned ntf = 0;
+    unsigned keep = k->keep_acc ? ZK_KEEP_A : 0;
+    unsigned ntf = keep;
 
     if (i > 0) {
-        zk512_adam_block(&K, p, m, v, a, dst, dt, 0, zk_mask(i), 0, 0, hw);
+        zk512_adam_block(&K, p, m, v, a, dst, dt, 0, zk_mask(i), 0, keep, hw);
     }
     if (nt) {
         ntf |= zk_aligned(p + i, 64) ? ZK_NT_P : 0;
@@ -214,9 +218,9 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         }
     }
     if (i < n) {
-        zk512_adam_block(&K, p, m, v, a, dst, dt, i, zk_mask(n - i), 0, 0, hw);
+        zk512_adam_block(&K, p, m, v, a, dst, dt, i, zk_mask(n - i), 0, keep, hw);
     }
-    if (ntf) {
+    if (ntf & ~ZK_KEEP_A) {
         _mm_sfence();
     }
 }

@@ -8,7 +8,9 @@ static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float 
     for (size_t i = 0; i < n; i++) {
         float p = zk_adam_elem(k, acc[i], master[i], &m[i], &v[i]);
         master[i] = p;
-        acc[i] = 0.0f;
+        if (!k->keep_acc) {
+            acc[i] = 0.0f;
+        }
         if (dst != NULL) {
             zk_store_elem(dst, dt, i, p);
         }

@@ -231,6 +231,7 @@ zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k)
     k->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     k->step_size = (float)(lr / bc1);
     k->decay = params->adam_w_mode ? (float)(1.0 - lr * wd) : 1.0f;
+    k->keep_acc = params->keep_acc != 0;
     return ZS_OK;
 }
 

@@ -51,6 +51,7 @@ typedef struct zk_adam_k {
     float inv_sqrt_bc2; /* 1 / sqrt(1 - beta2^t), 1 without bias correction */
     float step_size;    /* lr / (1 - beta1^t), lr without bias correction */
     float decay;        /* AdamW: 1 - lr * weight_decay; L2: 1 */
+    int keep_acc;       /* 1: leave acc as it is (the caller overwrites it before reading it) */
 } zk_adam_k_t;
 
 /* The quiet NaN that every arithmetic NaN result becomes (fp16 0x7e00, bf16 0x7fc0). */

@@ -109,12 +109,13 @@ typedef struct zk_adam_params {
     int bias_correction; /* 1: divide by (1 - beta^t) */
     uint64_t step;       /* t, the step count after increment (>= 1) */
     float grad_scale; /* g = acc * grad_scale: 1 / (N_avg * G * c) of docs/semantics.md §4 step 5 */
+    int keep_acc;     /* 1: acc is left as it is instead of zeroed (one write stream fewer) */
 } zk_adam_params_t;
 
 /*
  * One pass of docs/semantics.md §4 step 6 + §3.7 over n elements:
  *   g = acc[i] * grad_scale; (L2: g += wd * p); m, v update; p update (AdamW: decoupled wd);
- *   master[i] = p; dst[i] = cast(p, dst_dtype) (RNE); acc[i] = 0.
+ *   master[i] = p; dst[i] = cast(p, dst_dtype) (RNE); acc[i] = 0 unless params->keep_acc.
  * dst may be NULL (no cast written). Bias corrections are computed once per call in double.
  */
 zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,

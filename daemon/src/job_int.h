@@ -23,10 +23,12 @@ struct zd_job {
     zd_group_opts_t *group_opts; /* [n_groups] */
     float *master, *m, *v, *acc; /* [layout->shard_numel] each; master NULL when shared */
     bool master_shared;          /* fp32: the master is this rank's slices of the params region */
-    uint8_t *acc_clean;          /* [n_buckets]: the bucket's accumulator slice is all zero */
-    zs_region_t params;          /* total_numel x dtype */
-    zs_region_t slots;           /* n_slots x slot_bytes */
-    zs_region_t grads;           /* stage 1: total_numel x dtype */
+    uint8_t *acc_clean; /* [n_buckets]: the slice's next contribution overwrites it (it is zero,
+                           or holds the last step's gradients while acc_stale) */
+    bool acc_stale;     /* Adam left last step's gradients in the slices still clean */
+    zs_region_t params; /* total_numel x dtype */
+    zs_region_t slots;  /* n_slots x slot_bytes */
+    zs_region_t grads;  /* stage 1: total_numel x dtype */
     uint32_t n_slots;
     uint64_t slot_bytes;
     zd_scaler_t scaler;

@@ -116,6 +116,21 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, uint32_
                                           job->acc + bk->shard_offset, flags, err, errlen);
 }
 
+/* Adam leaves the last step's gradients in the accumulator (one write stream fewer) and marks
+ * every slice clean, so that its next reduce-scatter overwrites it. A slice that got no
+ * contribution since still holds them: zero it before the step reads the accumulator. */
+static void zd_step_zero_stale(zd_job_t *job)
+{
+    const zs_layout_t *l = job->layout;
+
+    for (uint32_t b = 0; job->acc_stale && b < l->n_buckets; b++) {
+        if (job->acc_clean[b]) {
+            memset(job->acc + l->buckets[b].shard_offset, 0, l->buckets[b].slice * sizeof(float));
+        }
+    }
+    job->acc_stale = false;
+}
+
 zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,
                                 size_t errlen)
 {
@@ -128,6 +143,7 @@ void zd_step_drop_partial(zd_job_t *job)
 {
     memset(job->acc, 0, (size_t)job->mem_bytes[ZD_MEM_ACC]);
     memset(job->acc_clean, 1, job->layout->n_buckets);
+    job->acc_stale = false;
     if (job->grads.addr != NULL) {
         memset(job->grads.addr, 0, job->grads.size);
     }
@@ -242,6 +258,7 @@ static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const doub
         p.bias_correction = o->bias_correction;
         p.step = job->step + 1;
         p.grad_scale = grad_scale;
+        p.keep_acc = 1; /* every slice is overwritten by its next reduce-scatter (acc_stale) */
         for (uint32_t b = grp->first_bucket; b < grp->first_bucket + grp->n_buckets; b++) {
             uint64_t off = l->buckets[b].shard_offset;
             /* shared master: Adam writes the params region itself, no cast copy */
@@ -256,7 +273,9 @@ static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const doub
             }
         }
     }
-    memset(job->acc_clean, 1, l->n_buckets); /* Adam zeroed every accumulator slice */
+    /* each slice's next contribution overwrites it; one that gets none is zeroed first */
+    memset(job->acc_clean, 1, l->n_buckets);
+    job->acc_stale = true;
     return ZS_OK;
 }
 
@@ -296,6 +315,7 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
             return st;
         }
     }
+    zd_step_zero_stale(job);
     st = zd_step_norm(job, exec, &sumsq, &nonfinite, err, errlen);
     if (st != ZS_OK) {
         return st;

@@ -370,6 +370,28 @@ ZDT_TEST(zd_job, a_step_runs_adam_on_the_params_region)
     }
 }
 
+/* Adam leaves the gradients in the accumulator for the next reduce-scatter to overwrite: a step
+ * whose buckets got no gradient at all sees zeros, not the last step's. */
+ZDT_TEST(zd_job, a_step_without_gradients_sees_zero_not_the_last_ones)
+{
+    zd_step_out_t o;
+    double first;
+
+    attach(CONN_A);
+    fill_f32(&params, 0, out.params_bytes / sizeof(float), 1.0f);
+    params_ready(CONN_A);
+    backward_f32(CONN_A, 0.5f);
+    o = step(CONN_A);
+    first = o.grad_norm;
+    cr_assert_gt(first, 0.0);
+    o = step(CONN_A); /* no BucketReady in between */
+    cr_assert_eq(o.step, 2);
+    cr_assert_eq(o.grad_norm, 0.0, "the second step saw a gradient norm of %g", o.grad_norm);
+    backward_f32(CONN_A, 0.25f);
+    o = step(CONN_A); /* and a later one sees only its own */
+    cr_assert_float_eq(o.grad_norm, first / 2, 1e-12, "%.17g vs half of %.17g", o.grad_norm, first);
+}
+
 /* ---- detach, linger, re-attach -------------------------------------------------------------- */
 
 ZDT_TEST(zd_job, detach_keeps_the_job_and_a_reattach_resumes_it)

@@ -413,6 +413,41 @@ static void zt_adam_pool_split(zk_exec_t ex)
 
 ZT_VARIANT_TESTS(zk_adam, pool_split_is_bit_identical, zt_adam_pool_split)
 
+/* keep_acc changes nothing but the accumulator, which keeps its input instead of zeros, for
+ * every destination and misalignment (heads, bodies and tails of the SIMD loops). */
+static void zt_adam_keep_acc(zk_exec_t ex)
+{
+    for (size_t li = 0; li <= ZT_N_EDGE_LENGTHS; li++) {
+        size_t n = li < ZT_N_EDGE_LENGTHS ? zt_edge_lengths[li] : 100003;
+        zt_adam_in_t in;
+        zt_adam_out_t zeroed, kept;
+
+        zt_adam_in_fill(&in, n, 11);
+        zt_adam_out_init(&zeroed, n);
+        zt_adam_out_init(&kept, n);
+        for (size_t di = 0; di < 4; di++) {
+            zk_adam_params_t P = zt_random_params((int)(di & 1), 1);
+            char what[96];
+
+            zt_adam_run(ex, &P, &in, zt_edge_offset(li), zt_adam_dsts[di], &zeroed);
+            P.keep_acc = 1;
+            zt_adam_run(ex, &P, &in, zt_edge_offset(li), zt_adam_dsts[di], &kept);
+            for (size_t i = 0; i < n; i++) {
+                cr_assert_eq(zt_f32_bits(zeroed.s[3][i]), 0u, "acc[%zu] not zeroed", i);
+            }
+            memcpy(zeroed.s[3], in.s[3], 4 * n); /* what keep_acc must leave */
+            snprintf(what, sizeof(what), "%s n=%zu dst %d keep_acc", zk_variant_name(ex.variant), n,
+                     zt_adam_dsts[di]);
+            zt_adam_same(&kept, &zeroed, n, zt_adam_dsts[di], what);
+        }
+        zt_adam_out_cleanup(&zeroed);
+        zt_adam_out_cleanup(&kept);
+        zt_adam_in_free(&in);
+    }
+}
+
+ZT_VARIANT_TESTS(zk_adam, keep_acc_leaves_the_accumulator_and_nothing_else, zt_adam_keep_acc)
+
 /* A SIMD variant gives the scalar reference's bits for every destination dtype, mode, length
  * and misalignment, with special values mixed in (NaN results are the canonical NaN). */
 static void zt_adam_vs_scalar(zk_exec_t ex)

@@ -24,6 +24,7 @@ typedef struct zb_limit_args {
     void *s[5];          /* streams, in the order listed above */
     int nt;              /* non-temporal stores */
     unsigned zero;       /* 0, opaque to the compiler */
+    int keep_acc;        /* ZB_ADAM: acc is read, not written (the daemon's Adam) */
 } zb_limit_args_t;
 
 /* Run the pattern over elements [b, e) (whole vectors; e - b a multiple of 16). */

@@ -34,7 +34,9 @@ static inline __attribute__((always_inline)) void zb_adam(const zb_limit_args_t 
         ZB_ST4(ZB_P4(0, i), OR4(p, AND4(g, z)), nt);
         ZB_ST4(ZB_P4(1, i), OR4(m, z), nt);
         ZB_ST4(ZB_P4(2, i), OR4(v, z), nt);
-        ZB_ST4(ZB_P4(3, i), z, nt);
+        if (!a->keep_acc) {
+            ZB_ST4(ZB_P4(3, i), z, nt);
+        }
         if (ws == 4) {
             ZB_ST4(ZB_P4(4, i), p, nt);
         } else if (ws == 2) {

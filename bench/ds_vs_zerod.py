@@ -197,7 +197,8 @@ def adam_floor_s(a, shard):
     for line in out.stdout.splitlines():
         if line.startswith("{") and '"limit_gbps"' in line:
             lim = json.loads(line)["limit_gbps"]
-            return shard * 36.0 / (lim * 1e9), lim
+            # fp32 Adam as the daemon runs it: master, m, v, gradient in; master, m, v out
+            return shard * 28.0 / (lim * 1e9), lim
     raise RuntimeError("zk_bench gave no limit: %s" % (out.stderr or out.stdout)[-400:])
 
 

@@ -159,7 +159,8 @@ static zs_status_t zs_layout_close_bucket(zs_layout_t *layout, zs_layout_bucket_
     return ZS_OK;
 }
 
-/* Room for one more bucket (the array grows by doubling; buckets are cut from the spans). */
+/* Room for one more bucket (the array grows by doubling; zs_layout_cut_group bounds the count
+ * before it cuts). */
 static zs_status_t zs_layout_bucket_room(zs_layout_t *layout, char *err, size_t errlen)
 {
     zs_layout_bucket_t *nb;
@@ -167,12 +168,6 @@ static zs_status_t zs_layout_bucket_room(zs_layout_t *layout, char *err, size_t 
 
     if (layout->n_buckets < layout->bucket_cap) {
         return ZS_OK;
-    }
-    if (layout->n_buckets >= ZS_LAYOUT_MAX_BUCKETS) {
-        return zs_errf(err, errlen, ZS_ERR_LIMIT,
-                       "layout: reduce_bucket_size %llu cuts the parameters into more than %u "
-                       "buckets",
-                       (unsigned long long)layout->bucket_size, ZS_LAYOUT_MAX_BUCKETS);
     }
     cap = layout->bucket_cap * 2;
     nb = realloc(layout->buckets, cap * sizeof(*nb));
@@ -233,6 +228,12 @@ static zs_status_t zs_layout_cut_group(zs_layout_t *layout, uint32_t g, uint32_t
     uint32_t end_pos = first_pos + grp->n_params, lo = first_pos, hi = first_pos;
     zs_status_t status;
 
+    if (nb > ZS_LAYOUT_MAX_BUCKETS - layout->n_buckets) {
+        return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                       "layout: reduce_bucket_size %llu cuts the parameters into more than %u "
+                       "buckets",
+                       (unsigned long long)layout->bucket_size, ZS_LAYOUT_MAX_BUCKETS);
+    }
     for (uint32_t i = first_pos; i < end_pos; i++) {
         zs_layout_param_t *p = &layout->params[i];
         uint64_t first = p->offset / cap;

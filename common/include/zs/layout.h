@@ -14,8 +14,9 @@
  *    shard has the same size, so slice b starts at bucket[b].shard_offset on every rank;
  *  - the inverse map: flat index -> bucket, owning rank, shard offset, parameter;
  *  - a stable 64-bit hash (XXH3) of every input.
- * The layout is a pure function of its inputs; it never allocates memory proportional to the
- * element count, only to the parameter count.
+ * The layout is a pure function of its inputs; it allocates memory for its parameters and its
+ * buckets (elements / bucket_size of them, at most ZS_LAYOUT_MAX_BUCKETS: tens of MiB), never
+ * in proportion to the element count.
  */
 #ifndef ZS_LAYOUT_H
 #define ZS_LAYOUT_H
@@ -34,7 +35,7 @@ extern "C" {
 #define ZS_LAYOUT_MAX_WORLD   65536u
 #define ZS_LAYOUT_MAX_PARAMS  (1u << 24)
 #define ZS_LAYOUT_MAX_GROUPS  4096u
-#define ZS_LAYOUT_MAX_BUCKETS (1u << 24)
+#define ZS_LAYOUT_MAX_BUCKETS (1u << 20)
 
 typedef struct zs_layout_spec {
     uint32_t world;       /* ranks, >= 1 */

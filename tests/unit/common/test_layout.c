@@ -288,6 +288,28 @@ Test(zs_layout, param_larger_than_bucket_is_split)
     zs_layout_destroy(l);
 }
 
+/* A bucket size that would cut the model into more buckets than a layout holds is refused,
+ * naming the key, before the buckets are allocated. */
+Test(zs_layout, too_many_buckets_is_refused_naming_reduce_bucket_size)
+{
+    const uint32_t gnp[] = {1};
+    const uint64_t numel[] = {1ull << 30};
+    zs_layout_spec_t spec = {
+        .world = 1, .bucket_size = 16, .n_groups = 1, .group_n_params = gnp, .numel = numel};
+    zs_layout_t *l = NULL;
+    char err[256];
+    zs_status_t st;
+
+    st = zs_layout_create(&spec, &l, err, sizeof(err));
+    cr_assert_eq(st, ZS_ERR_LIMIT, "got %s: %s", zs_status_name(st), err);
+    cr_assert_null(l);
+    cr_assert_not_null(strstr(err, "reduce_bucket_size 16"), "%s", err);
+    spec.bucket_size = 1ull << 12; /* 2^18 buckets: fine */
+    cr_assert_eq(zs_layout_create(&spec, &l, err, sizeof(err)), ZS_OK, "%s", err);
+    cr_assert_eq(l->n_buckets, 1u << 18);
+    zs_layout_destroy(l);
+}
+
 Test(zs_layout, billion_elements_without_allocating_them)
 {
     uint32_t gnp[2] = {600, 400};

@@ -324,14 +324,15 @@ void zd_conn_pump(zd_conn_t *c)
 {
     char err[ZD_MAX_MSG];
     bool progressed = false;
+    size_t off = 0; /* frames consumed; the rest moves to the front once, not once a frame */
 
     if (c->closing) {
         return;
     }
     while (!zd_conn_throttled(c)) {
         size_t used = 0;
-        bool keep;
-        zs_status_t st = zs_frame_parse(c->buf, c->len, &used, &c->need, err, sizeof(err));
+        zs_status_t st =
+            zs_frame_parse(c->buf + off, c->len - off, &used, &c->need, err, sizeof(err));
 
         if (st != ZS_OK) {
             zd_conn_fail(c, 0, st, err);
@@ -340,13 +341,15 @@ void zd_conn_pump(zd_conn_t *c)
         if (used == 0) {
             break;
         }
-        keep = zd_conn_frame(c, c->buf, used);
-        memmove(c->buf, c->buf + used, c->len - used);
-        c->len -= used;
         progressed = true;
-        if (!keep) {
-            return;
+        if (!zd_conn_frame(c, c->buf + off, used)) {
+            return; /* closing: the buffer goes with the connection */
         }
+        off += used;
+    }
+    if (off > 0) {
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
     }
     if (zd_conn_throttled(c)) {
         if (c->reading) {

@@ -471,6 +471,19 @@ static void zc_attach_fill(const zc_attach_params_t *p, Zerod__Ipc__V1__Attach *
         if (p->groups[g].options_json != NULL) {
             groups[g].options_json = (char *)p->groups[g].options_json;
         }
+        if (p->groups[g].names != NULL) {
+            groups[g].n_names = p->groups[g].n_params;
+            groups[g].names = (char **)p->groups[g].names;
+        }
+        if (p->groups[g].ndim != NULL && p->groups[g].dims != NULL) {
+            groups[g].n_ndim = p->groups[g].n_params;
+            groups[g].ndim = (uint32_t *)p->groups[g].ndim;
+            groups[g].n_dims = 0;
+            for (uint32_t i = 0; i < p->groups[g].n_params; i++) {
+                groups[g].n_dims += p->groups[g].ndim[i];
+            }
+            groups[g].dims = (uint64_t *)p->groups[g].dims;
+        }
         pgroups[g] = &groups[g];
     }
     at->n_groups = p->n_groups;
@@ -1127,6 +1140,15 @@ ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot, 
 }
 
 /* ---- step / detach ----------------------------------------------------------------- */
+
+static int zc_session_drain(zc_session_t *s, zs_deadline_t deadline, const char *what);
+
+int zc_session_prepare_call(zc_session_t *s, int timeout_ms, const char *what)
+{
+    int status = zc_session_check_ready(s, what);
+
+    return status == ZC_OK ? zc_session_drain(s, zc_deadline(s, timeout_ms), what) : status;
+}
 
 static int zc_session_drain(zc_session_t *s, zs_deadline_t deadline, const char *what)
 {

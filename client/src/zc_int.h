@@ -101,6 +101,10 @@ int zc_session_timeout_ms(const zc_session_t *session);
 int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_t reply_case,
                        int timeout_ms, zc_frame_t **reply_p);
 
+/* A trainer call that needs the job's parameters: the session is attached, ParamsReady was
+ * sent, and every submitted slot came back. */
+int zc_session_prepare_call(zc_session_t *session, int timeout_ms, const char *what);
+
 /* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message". */
 int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);
 

@@ -2,12 +2,15 @@
  * zeroctl: inspect a zerod daemon over its socket (control role).
  *
  *   zeroctl [-s SOCKET] [--json] [--timeout MS] status|shard
+ *   zeroctl [--json] checkpoint ls|verify|export ...   (files only: ckpt_cmd.c)
+ *   zeroctl export --checkpoint CKPT ... OUT
  *
  * Exit codes (conventions.md): 0 ok, 1 the daemon returned an error, 2 usage, 7 daemon
  * unreachable. --json prints one object with "schema_version" (the stable interface); the
  * human output is a table with units in the header.
  */
 #define _GNU_SOURCE
+#include "ckpt_cmd.h"
 #include "zerod/zc.h" /* the public API only: zeroctl is a client like any other */
 
 #include <cjson/cJSON.h>
@@ -43,6 +46,9 @@ static void zeroctl_usage(FILE *out)
             "Commands:\n"
             "  status             daemon, job, step, collectives and memory by category\n"
             "  shard              this rank's shard ranges per parameter group\n"
+            "  checkpoint ls|verify|export ...  checkpoint directories (no daemon; see\n"
+            "                     'zeroctl checkpoint --help')\n"
+            "  export --checkpoint CKPT OUT     one safetensors file of the model\n"
             "\n"
             "Options:\n"
             "  -s, --socket PATH  daemon socket (default: $ZEROD_SOCKET, else %s)\n"
@@ -484,8 +490,21 @@ int main(int argc, char **argv)
 {
     zeroctl_opts_t o = {.socket_path = NULL, .json = 0, .timeout_ms = 10000, .cmd = NULL};
     zc_session_t *s = NULL;
-    int rc;
+    int rc, json = 0;
 
+    for (int i = 1; i < argc; i++) { /* commands on files: everything after them is theirs */
+        if (strcmp(argv[i], "checkpoint") == 0 || strcmp(argv[i], "export") == 0) {
+            return zeroctl_checkpoint_main(argc - i, argv + i, json);
+        }
+        if (strcmp(argv[i], "-j") == 0 || strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0 ||
+                   strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--timeout") == 0) {
+            i++; /* its value is not a command */
+        } else if (argv[i][0] != '-') {
+            break; /* the command is the daemon's */
+        }
+    }
     rc = zeroctl_parse_args(argc, argv, &o);
     if (rc != ZEROCTL_EXIT_CONTINUE) {
         return rc;

@@ -158,6 +158,16 @@ static void zd_engine_describe(const zd_req_t *req, char *buf, size_t len)
     case ZD_REQ_STEP:
         snprintf(buf, len, "a step");
         break;
+    case ZD_REQ_CKPT_SAVE:
+        snprintf(buf, len, "saving checkpoint '%.128s' in %.1024s",
+                 req->u.ckpt.tag != NULL && req->u.ckpt.tag[0] ? req->u.ckpt.tag : "global_step*",
+                 req->u.ckpt.dir != NULL ? req->u.ckpt.dir : "");
+        break;
+    case ZD_REQ_CKPT_LOAD:
+        snprintf(buf, len, "loading checkpoint '%.128s' from %.1024s",
+                 req->u.ckpt.tag != NULL && req->u.ckpt.tag[0] ? req->u.ckpt.tag : "latest",
+                 req->u.ckpt.dir != NULL ? req->u.ckpt.dir : "");
+        break;
     default:
         snprintf(buf, len, "%s", "");
         break;
@@ -209,6 +219,15 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
         break;
     case ZD_REQ_SHARD_INFO:
         r->status = zd_job_shard_info(e->job, &e->env, &r->u.shard, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_CKPT_SAVE:
+        req->u.ckpt.keep_last = e->env.ckpt_keep_last;
+        r->status = zd_job_ckpt_save(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
+                                     r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_CKPT_LOAD:
+        r->status = zd_job_ckpt_load(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
+                                     r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_DISCONNECT:
         break;

@@ -23,6 +23,8 @@ typedef enum zd_req_kind {
     ZD_REQ_STEP,
     ZD_REQ_DETACH,
     ZD_REQ_SHARD_INFO,
+    ZD_REQ_CKPT_SAVE,
+    ZD_REQ_CKPT_LOAD,
     ZD_REQ_DISCONNECT, /* the connection closed: no result */
 } zd_req_kind_t;
 
@@ -44,6 +46,7 @@ typedef struct zd_req {
         struct {
             bool end_job;
         } detach;
+        zd_ckpt_req_t ckpt;
     } u;
     void (*release)(void *mem); /* frees what u points into (the decoded frame); may be NULL */
     void *mem;
@@ -64,6 +67,7 @@ typedef struct zd_resp {
         } slot_free;
         zd_step_out_t step;
         zd_shard_out_t shard; /* its groups are owned by the result */
+        zd_ckpt_out_t ckpt;
     } u;
 } zd_resp_t;
 

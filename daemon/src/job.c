@@ -238,6 +238,9 @@ static void zd_job_destroy(zd_job_t *job)
     zs_aligned_free(job->m);
     zs_aligned_free(job->v);
     zs_aligned_free(job->acc);
+    if (job->layout != NULL) {
+        zd_ckpt_meta_free(job);
+    }
     zs_layout_destroy(job->layout);
     free(job->group_opts);
     free(job->acc_clean);
@@ -272,6 +275,9 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     st = zd_job_parse_config(job, env, spec, err, errlen);
     if (st == ZS_OK) {
         st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zd_ckpt_meta_init(job, spec, err, errlen);
     }
     if (st != ZS_OK) {
         zd_job_destroy(job);
@@ -684,6 +690,36 @@ zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
         out->step = job->step;
         out->loss_scale = job->scaler.cur_scale;
         out->skipped_steps = job->skipped_steps;
+    }
+    return st;
+}
+
+zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_save(job, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
+}
+
+zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_load(job, env->exec, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
     }
     return st;
 }

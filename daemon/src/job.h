@@ -42,6 +42,11 @@ typedef struct zd_job_env {
     uint64_t job_linger_ns;
     uint64_t max_shard_bytes;
     uint32_t n_slots;
+    /* checkpoint.* of the daemon config (docs/checkpoints.md): automatic saves */
+    const char *ckpt_dir; /* NULL: none */
+    uint64_t ckpt_every_steps;
+    uint64_t ckpt_every_ns;
+    uint32_t ckpt_keep_last;
 } zd_job_env_t;
 
 /* What a trainer attaches with. */
@@ -56,7 +61,30 @@ typedef struct zd_job_spec {
     const uint64_t *numel;         /* group-major */
     const char *const *group_json; /* [n_groups], may hold NULL */
     const char *config_json;
+    const char *const *names; /* NULL, or [n_params] (NULL or "" entries: "param.<id>") */
+    const uint32_t *ndim;     /* NULL, or [n_params] */
+    const uint64_t *dims;     /* the dims of every parameter in turn (sum of ndim) */
 } zd_job_spec_t;
+
+/* CheckpointSave / CheckpointLoad (docs/checkpoints.md). */
+#define ZD_CKPT_DIR_MAX 3800u
+typedef struct zd_ckpt_req {
+    const char *dir;           /* absolute */
+    const char *tag;           /* NULL or "": global_step<N> (save), DIR/latest (load) */
+    const void *trainer_state; /* save, rank 0: stored as trainer_state.pt; may be NULL */
+    size_t trainer_state_len;
+    bool load_optimizer_states;
+    uint32_t keep_last; /* save: keep the newest keep_last checkpoints of dir; 0 keeps all */
+} zd_ckpt_req_t;
+
+typedef struct zd_ckpt_out {
+    char path[4096];
+    char tag[128];
+    uint64_t step;
+    double loss_scale;
+    uint32_t saved_world;
+    bool has_trainer_state;
+} zd_ckpt_out_t;
 
 /* What an attach gives the trainer (AttachReply); fds are new descriptors the caller owns. */
 typedef struct zd_attach_out {
@@ -160,6 +188,14 @@ uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env);
 int zd_job_poll_fd(zd_job_t *job);
 /* End the job (tell the peers, free everything); *job_p becomes NULL. NULL is a no-op. */
 void zd_job_drop(zd_job_t **job_p, const char *why);
+
+/* Save or load the job's state: a collective of every rank's trainer (docs/checkpoints.md). */
+zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                             size_t errlen);
+zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                             size_t errlen);
 
 void zd_job_status(const zd_job_t *job, zd_job_status_t *status_p);
 zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,

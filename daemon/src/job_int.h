@@ -9,6 +9,7 @@
 #include "job.h"
 #include "scaler.h"
 #include "train_config.h"
+#include "zs/ckpt.h"
 #include "zs/layout.h"
 #include "zs/mem.h"
 
@@ -45,7 +46,24 @@ struct zd_job {
     double last_grad_norm;
     uint64_t mem_bytes[ZD_MEM_COUNT];
     uint64_t mem_formula[ZD_MEM_COUNT];
+    zs_ckpt_param_t *pmeta; /* [n_params], registration order: names and shapes (ckpt.c) */
+    char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
+    uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
 };
+
+/* ---- ckpt.c, ckpt_load.c ------------------------------------------------------------------ */
+
+/* Names and shapes of the attach spec (defaults "param.<id>" and [numel]). */
+zs_status_t zd_ckpt_meta_init(zd_job_t *job, const zd_job_spec_t *spec, char *err, size_t errlen);
+void zd_ckpt_meta_free(zd_job_t *job);
+/* A collective: every rank passes its outcome of a phase; ZS_OK only when every rank's was. */
+zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, char *err,
+                          size_t errlen);
+/* A collective of every rank (docs/checkpoints.md). */
+zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                         size_t errlen);
+zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
+                         zd_ckpt_out_t *out, char *err, size_t errlen);
 
 /* ---- step.c ----------------------------------------------------------------------------- */
 
@@ -58,6 +76,8 @@ zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err,
 void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
                           int *nonfinite_p);
 
+/* Bucket b's slice of the fp32 master: in the params region itself when shared. */
+float *zd_step_master(const zd_job_t *job, uint32_t b);
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
 /* Stage 2: reduce-scatter the slot into the accumulator slice. */
 zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,

@@ -253,7 +253,8 @@ static int zd_config_validate(const zd_config_t *cfg)
 
 /* A client or peer that closes its end while a reply is being written must cost that
  * connection, never the daemon (libuv writes streams with write(2), which has no MSG_NOSIGNAL):
- * EPIPE comes back as an ordinary write error instead. */
+ * EPIPE comes back as an ordinary write error instead. Likewise a checkpoint file that reaches
+ * RLIMIT_FSIZE fails that save with EFBIG instead of killing the daemon (SIGXFSZ). */
 static void zd_ignore_sigpipe(void)
 {
     struct sigaction sa;
@@ -262,6 +263,7 @@ static void zd_ignore_sigpipe(void)
     sa.sa_handler = SIG_IGN;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGPIPE, &sa, NULL);
+    sigaction(SIGXFSZ, &sa, NULL);
 }
 
 /* Load, check, then print (--print-config), check only (-t) or serve. */

@@ -377,3 +377,8 @@ uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh)
 {
     return mesh->p.collective_timeout_ns;
 }
+
+void zd_mesh_set_collective_timeout_ns(zd_mesh_t *mesh, uint64_t ns)
+{
+    mesh->p.collective_timeout_ns = ns;
+}

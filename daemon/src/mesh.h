@@ -54,6 +54,9 @@ uint32_t zd_mesh_world(const zd_mesh_t *mesh);
 ucp_worker_h zd_mesh_worker(zd_mesh_t *mesh);
 ucp_ep_h zd_mesh_ep(zd_mesh_t *mesh, uint32_t rank);
 uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh);
+/* Change it (the engine thread, between collectives): a checkpoint's agreement waits for the
+ * slowest rank's disk; a lost peer is still noticed by its heartbeat. */
+void zd_mesh_set_collective_timeout_ns(zd_mesh_t *mesh, uint64_t ns);
 
 /* The worker's event fd, armed: poll it for POLLIN while idle. -1 when unavailable. */
 int zd_mesh_arm(zd_mesh_t *mesh);

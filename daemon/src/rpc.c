@@ -3,6 +3,7 @@
 
 #include "dconfig.h"
 #include "rpc_check.h"
+#include "zs/ckpt.h"
 #include "zs/error.h"
 #include "zs/frame.h"
 #include "zs/layout.h"
@@ -273,6 +274,9 @@ typedef struct zd_rpc_attach_mem {
     uint32_t *gnp;
     uint64_t *numel;
     const char **gjson;
+    const char **names; /* NULL, or [n_params] */
+    uint32_t *ndim;     /* NULL, or [n_params] */
+    uint64_t *dims;
 } zd_rpc_attach_mem_t;
 
 static void zd_rpc_release_frame(void *mem)
@@ -291,7 +295,61 @@ static void zd_rpc_release_attach(void *mem)
     free(m->gnp);
     free(m->numel);
     free(m->gjson);
+    free(m->names);
+    free(m->ndim);
+    free(m->dims);
     free(m);
+}
+
+/* Group g's optional names and shapes (Group.names, ndim, dims) into m from parameter k on. */
+static zs_status_t zd_rpc_group_names(const Zerod__Ipc__V1__Group *gr, size_t g, size_t k,
+                                      zd_rpc_attach_mem_t *m, size_t *dim_at, char *err,
+                                      size_t errlen)
+{
+    size_t d0 = 0;
+
+    if (gr->n_names != 0 && gr->n_names != gr->n_numel) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: groups[%zu].names has %zu entries for %zu parameters", g,
+                       gr->n_names, gr->n_numel);
+    }
+    if (gr->n_ndim != 0 && gr->n_ndim != gr->n_numel) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: groups[%zu].ndim has %zu entries for %zu parameters", g, gr->n_ndim,
+                       gr->n_numel);
+    }
+    for (size_t i = 0; i < gr->n_numel; i++) {
+        uint64_t prod = 1;
+        m->names[k + i] = gr->n_names != 0 ? gr->names[i] : NULL;
+        if (m->names[k + i] != NULL && strlen(m->names[k + i]) >= ZS_CKPT_NAME_MAX) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "attach: groups[%zu].names[%zu] is longer than %u bytes", g, i,
+                           ZS_CKPT_NAME_MAX - 1);
+        }
+        m->ndim[k + i] = gr->n_ndim != 0 ? gr->ndim[i] : 1;
+        if (m->ndim[k + i] > ZS_CKPT_MAX_DIMS || d0 + m->ndim[k + i] > gr->n_dims + 1) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "attach: groups[%zu].ndim[%zu] = %u is above %u or past dims", g, i,
+                           m->ndim[k + i], ZS_CKPT_MAX_DIMS);
+        }
+        for (uint32_t d = 0; d < m->ndim[k + i]; d++) {
+            uint64_t v = gr->n_ndim != 0 ? (d0 < gr->n_dims ? gr->dims[d0++] : 0) : gr->numel[i];
+            m->dims[(*dim_at)++] = v;
+            prod *= v;
+        }
+        if (prod != gr->numel[i]) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "attach: groups[%zu] parameter %zu: its shape holds %llu elements, "
+                           "numel says %llu",
+                           g, i, (unsigned long long)prod, (unsigned long long)gr->numel[i]);
+        }
+    }
+    if (gr->n_ndim != 0 && d0 != gr->n_dims) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: groups[%zu].dims has %zu entries; ndim adds up to %zu", g,
+                       gr->n_dims, d0);
+    }
+    return ZS_OK;
 }
 
 /* Every count the client controls is bounded before it is used. */
@@ -319,13 +377,22 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
     }
     m = calloc(1, sizeof(*m));
     if (m == NULL || (m->gnp = calloc(at->n_groups, sizeof(*m->gnp))) == NULL ||
+        (m->names = calloc(n_params ? n_params : 1, sizeof(*m->names))) == NULL ||
+        (m->ndim = calloc(n_params ? n_params : 1, sizeof(*m->ndim))) == NULL ||
+        (m->dims = calloc(n_params * ZS_CKPT_MAX_DIMS + 1, sizeof(*m->dims))) == NULL ||
         (m->numel = calloc(n_params ? n_params : 1, sizeof(*m->numel))) == NULL ||
         (m->gjson = calloc(at->n_groups, sizeof(*m->gjson))) == NULL) {
         zd_rpc_release_attach(m);
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for %zu parameters",
                        n_params);
     }
-    for (size_t g = 0; g < at->n_groups; g++) {
+    for (size_t g = 0, dim_at = 0; g < at->n_groups; g++) {
+        zs_status_t st = zd_rpc_group_names(at->groups[g], g, k, m, &dim_at, err, errlen);
+        if (st != ZS_OK) {
+            m->frame = NULL; /* the caller frees the frame */
+            zd_rpc_release_attach(m);
+            return st;
+        }
         m->gnp[g] = (uint32_t)at->groups[g]->n_numel;
         m->gjson[g] = at->groups[g]->options_json;
         for (size_t i = 0; i < at->groups[g]->n_numel; i++) {
@@ -342,7 +409,10 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
                                     m->gnp,
                                     m->numel,
                                     m->gjson,
-                                    at->config_json};
+                                    at->config_json,
+                                    m->names,
+                                    m->ndim,
+                                    m->dims};
     req->release = zd_rpc_release_attach;
     req->mem = m;
     return ZS_OK;
@@ -386,6 +456,21 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
     case ZEROD__IPC__V1__FRAME__BODY_DETACH:
         req->kind = ZD_REQ_DETACH;
         req->u.detach.end_job = f->detach->end_job;
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
+        req->kind = ZD_REQ_CKPT_SAVE;
+        req->u.ckpt.dir = f->checkpoint_save->dir;
+        req->u.ckpt.tag = f->checkpoint_save->tag;
+        if (f->checkpoint_save->trainer_state.len > 0) {
+            req->u.ckpt.trainer_state = f->checkpoint_save->trainer_state.data;
+            req->u.ckpt.trainer_state_len = f->checkpoint_save->trainer_state.len;
+        }
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
+        req->kind = ZD_REQ_CKPT_LOAD;
+        req->u.ckpt.dir = f->checkpoint_load->dir;
+        req->u.ckpt.tag = f->checkpoint_load->tag;
+        req->u.ckpt.load_optimizer_states = f->checkpoint_load->load_optimizer_states;
         break;
     default: /* zd_rpc_check let only the bodies above through, and ShardInfo */
         req->kind = ZD_REQ_SHARD_INFO;
@@ -599,6 +684,35 @@ static zd_reply_t *zd_rpc_encode_shard(const zd_resp_t *resp, Zerod__Ipc__V1__Re
     return reply;
 }
 
+static zd_reply_t *zd_rpc_encode_ckpt(const zd_resp_t *resp, Zerod__Ipc__V1__Result *r)
+{
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__CheckpointSaveReply sr = ZEROD__IPC__V1__CHECKPOINT_SAVE_REPLY__INIT;
+    Zerod__Ipc__V1__CheckpointLoadReply lr = ZEROD__IPC__V1__CHECKPOINT_LOAD_REPLY__INIT;
+    const zd_ckpt_out_t *o = &resp->u.ckpt;
+
+    f.seq = resp->seq;
+    if (resp->kind == ZD_REQ_CKPT_SAVE) {
+        sr.result = r;
+        sr.path = (char *)o->path;
+        sr.tag = (char *)o->tag;
+        sr.step = o->step;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE_REPLY;
+        f.checkpoint_save_reply = &sr;
+    } else {
+        lr.result = r;
+        lr.path = (char *)o->path;
+        lr.tag = (char *)o->tag;
+        lr.step = o->step;
+        lr.loss_scale = o->loss_scale;
+        lr.saved_world = o->saved_world;
+        lr.has_trainer_state = o->has_trainer_state;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD_REPLY;
+        f.checkpoint_load_reply = &lr;
+    }
+    return zd_rpc_pack(&f);
+}
+
 zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
 {
     Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
@@ -654,6 +768,11 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         break;
     case ZD_REQ_SHARD_INFO:
         reply = zd_rpc_encode_shard(resp, &r);
+        zd_resp_free(resp);
+        return reply;
+    case ZD_REQ_CKPT_SAVE:
+    case ZD_REQ_CKPT_LOAD:
+        reply = zd_rpc_encode_ckpt(resp, &r);
         zd_resp_free(resp);
         return reply;
     case ZD_REQ_DISCONNECT:

@@ -29,7 +29,7 @@ static void *zd_step_bucket_ptr(const zd_job_t *job, const zs_region_t *region, 
 }
 
 /* Bucket b's slice of the fp32 master: in the params region itself when shared. */
-static float *zd_step_master(const zd_job_t *job, uint32_t b)
+float *zd_step_master(const zd_job_t *job, uint32_t b)
 {
     if (job->master_shared) {
         return (float *)zd_step_slice_ptr(job, &job->params, b);

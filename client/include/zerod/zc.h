@@ -116,6 +116,10 @@ typedef struct zc_group {
     uint32_t n_params;
     const uint64_t *numel;    /* [n_params], registration order */
     const char *options_json; /* NULL, or {"lr":..,"weight_decay":..,"betas":[..],"eps":..} */
+    /* Optional, kept in checkpoints (zc_checkpoint_save, `zeroctl export`): */
+    const char *const *names; /* NULL, or [n_params] names as the model's state_dict() */
+    const uint32_t *ndim;     /* NULL, or [n_params]: each parameter's number of dims (<= 8) */
+    const uint64_t *dims;     /* every parameter's dims in turn (the sum of ndim entries) */
 } zc_group_t;
 
 enum {
@@ -250,6 +254,38 @@ typedef struct zc_step_result {
 /* Waits for every submitted slot to be consumed, then steps. params may be NULL. */
 ZC_API int zc_session_step(zc_session_t *session, const zc_step_params_t *params,
                            zc_step_result_t *result_p);
+
+/* ---- checkpoints (docs/checkpoints.md) ---------------------------------------------- */
+
+typedef struct zc_checkpoint_params {
+    const char *dir;           /* the checkpoint directory (made absolute here) */
+    const char *tag;           /* NULL: save "global_step<N>"; load the tag DIR/latest names */
+    const void *trainer_state; /* save: bytes stored as TAG/trainer_state.pt by rank 0 */
+    size_t trainer_state_len;  /* at most ZC_CHECKPOINT_STATE_MAX */
+    int load_optimizer_states; /* load: 1 loads exp_avg, exp_avg_sq and the step; 0 the weights */
+    int timeout_ms;            /* <= 0: one hour */
+} zc_checkpoint_params_t;
+
+#define ZC_CHECKPOINT_STATE_MAX (12u << 20)
+
+typedef struct zc_checkpoint_info {
+    char path[4096]; /* DIR/TAG */
+    char tag[128];
+    uint64_t step;     /* the job's optimizer step (after a load: the loaded one) */
+    double loss_scale; /* load: for the next backward */
+    uint32_t saved_world;
+    int has_trainer_state; /* load: path/trainer_state.pt exists */
+} zc_checkpoint_info_t;
+
+/* Every rank's trainer calls it at the same step (a collective of the job's daemons): each
+ * daemon writes its shard, rank 0 commits DIR/TAG and DIR/latest once all are on disk. A
+ * failure anywhere leaves the previous checkpoints as they were. info_p may be NULL. */
+ZC_API int zc_checkpoint_save(zc_session_t *session, const zc_checkpoint_params_t *params,
+                              zc_checkpoint_info_t *info_p);
+/* After zc_session_params_ready(), every rank: load a checkpoint saved at any world size; the
+ * params region then holds the loaded weights. */
+ZC_API int zc_checkpoint_load(zc_session_t *session, const zc_checkpoint_params_t *params,
+                              zc_checkpoint_info_t *info_p);
 
 /* end_job = 1: the daemon drops the job; 0: it keeps it for job_linger. */
 ZC_API int zc_session_detach(zc_session_t *session, int end_job);

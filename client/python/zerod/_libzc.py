@@ -81,6 +81,31 @@ class _Group(ctypes.Structure):
         ("n_params", c_u32),
         ("numel", ctypes.POINTER(c_u64)),
         ("options_json", ctypes.c_char_p),
+        ("names", ctypes.POINTER(ctypes.c_char_p)),
+        ("ndim", ctypes.POINTER(c_u32)),
+        ("dims", ctypes.POINTER(c_u64)),
+    ]
+
+
+class _CheckpointParams(ctypes.Structure):
+    _fields_ = [
+        ("dir", ctypes.c_char_p),
+        ("tag", ctypes.c_char_p),
+        ("trainer_state", ctypes.c_void_p),
+        ("trainer_state_len", ctypes.c_size_t),
+        ("load_optimizer_states", ctypes.c_int),
+        ("timeout_ms", ctypes.c_int),
+    ]
+
+
+class _CheckpointInfo(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char * 4096),
+        ("tag", ctypes.c_char * 128),
+        ("step", c_u64),
+        ("loss_scale", ctypes.c_double),
+        ("saved_world", c_u32),
+        ("has_trainer_state", ctypes.c_int),
     ]
 
 
@@ -216,6 +241,10 @@ def _bind(lib):
     fn("zc_session_step", ctypes.c_int,
        [vp, ctypes.POINTER(_StepParams), ctypes.POINTER(_StepResult)])
     fn("zc_session_detach", ctypes.c_int, [vp, ctypes.c_int])
+    fn("zc_checkpoint_save", ctypes.c_int,
+       [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
+    fn("zc_checkpoint_load", ctypes.c_int,
+       [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
     fn("zc_last_error", ctypes.c_char_p, [])
     fn("zc_status_name", ctypes.c_char_p, [ctypes.c_int])
     fn("zc_version", ctypes.c_char_p, [])
@@ -296,17 +325,31 @@ class Session:
 
     def attach(self, job_id, groups, config_json="{}", dtype=DTYPE_F32, rank=0, world=1,
                coordinator=None):
-        """groups: list of (numels, options_json or None). Returns the attach info as a dict
+        """groups: list of (numels, options_json or None[, names, shapes]): names and shapes
+        (lists, one per parameter) go into checkpoints. Returns the attach info as a dict
         (keys of zc_attach_info_t) and fills self.buckets with the layout."""
         lib = self._lib
         keep = []  # keep the ctypes arrays alive during the call
         garr = (_Group * len(groups))()
-        for i, (numels, opts) in enumerate(groups):
+        for i, group in enumerate(groups):
+            numels, opts = group[0], group[1]
             arr = (c_u64 * max(1, len(numels)))(*[int(n) for n in numels])
             keep.append(arr)
             garr[i].n_params = len(numels)
             garr[i].numel = arr
             garr[i].options_json = _bytes(opts)
+            if len(group) > 2 and group[2] is not None:
+                names = (ctypes.c_char_p * max(1, len(numels)))(*[_bytes(n) for n in group[2]])
+                keep.append(names)
+                garr[i].names = names
+            if len(group) > 3 and group[3] is not None:
+                shapes = [list(s) for s in group[3]]
+                ndim = (c_u32 * max(1, len(numels)))(*[len(s) for s in shapes])
+                flat = [int(d) for s in shapes for d in s]
+                dims = (c_u64 * max(1, len(flat)))(*flat)
+                keep += [ndim, dims]
+                garr[i].ndim = ndim
+                garr[i].dims = dims
         ap = _AttachParams()
         ap.field_mask = (_ATTACH_FIELD_JOB_ID | _ATTACH_FIELD_RANK | _ATTACH_FIELD_WORLD
                          | _ATTACH_FIELD_DTYPE | _ATTACH_FIELD_GROUPS | _ATTACH_FIELD_CONFIG_JSON)
@@ -397,6 +440,40 @@ class Session:
         del keep
         return {"step": res.step, "skipped": bool(res.skipped), "grad_norm": res.grad_norm,
                 "loss_scale": res.loss_scale, "skipped_steps": res.skipped_steps}
+
+    # ---- checkpoints ----------------------------------------------------------------------
+
+    def _checkpoint(self, fn, what, save_dir, tag, state=b"", load_optimizer_states=True,
+                    timeout_ms=0):
+        cp = _CheckpointParams()
+        cp.dir = _bytes(os.path.abspath(os.fspath(save_dir)))
+        cp.tag = _bytes(tag) if tag is not None else None
+        buf = None
+        if state:
+            buf = ctypes.create_string_buffer(bytes(state), len(state))
+            cp.trainer_state = ctypes.cast(buf, ctypes.c_void_p)
+            cp.trainer_state_len = len(state)
+        cp.load_optimizer_states = 1 if load_optimizer_states else 0
+        cp.timeout_ms = int(timeout_ms or 0)
+        info = _CheckpointInfo()
+        _check(self._lib, fn(self._h, ctypes.byref(cp), ctypes.byref(info)), what)
+        del buf
+        return {"path": info.path.decode(), "tag": info.tag.decode(), "step": info.step,
+                "loss_scale": info.loss_scale, "saved_world": info.saved_world,
+                "has_trainer_state": bool(info.has_trainer_state)}
+
+    def checkpoint_save(self, save_dir, tag=None, trainer_state=b"", timeout_ms=0):
+        """Every rank at the same step; trainer_state (bytes, rank 0's counts) is stored as
+        trainer_state.pt. Returns {path, tag, step, ...}."""
+        return self._checkpoint(self._lib.zc_checkpoint_save, "checkpoint_save", save_dir, tag,
+                                trainer_state, timeout_ms=timeout_ms)
+
+    def checkpoint_load(self, load_dir, tag=None, load_optimizer_states=True, timeout_ms=0):
+        """Every rank, after params_ready: returns {path, tag, step, loss_scale, saved_world,
+        has_trainer_state}."""
+        return self._checkpoint(self._lib.zc_checkpoint_load, "checkpoint_load", load_dir, tag,
+                                load_optimizer_states=load_optimizer_states,
+                                timeout_ms=timeout_ms)
 
     def detach(self, end_job=True):
         _check(self._lib, self._lib.zc_session_detach(self._h, 1 if end_job else 0), "detach")

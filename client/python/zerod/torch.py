@@ -32,6 +32,7 @@ from ._codes import (
     ZC_ERR_BUSY,
     ZC_ERR_LAYOUT_MISMATCH,
 )
+from . import _checkpoint
 from ._libzc import Session, ZerodError
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError"]
@@ -314,7 +315,9 @@ class ZerodEngine(torch.nn.Module):
         # Registration: per group, reverse parameters() order; ids are group-major.
         reg_groups = [_registration_order(model, g["params"]) for g in groups]
         self._params = [p for g in reg_groups for p in g]
-        zc_groups = [([p.numel() for p in ps], _options_json(g))
+        names = {id(p): n for n, p in model.named_parameters()}
+        zc_groups = [([p.numel() for p in ps], _options_json(g),
+                      [names.get(id(p), "") for p in ps], [tuple(p.shape) for p in ps])
                      for ps, g in zip(reg_groups, groups)]
 
         self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
@@ -339,6 +342,7 @@ class ZerodEngine(torch.nn.Module):
             self._closed = True
             raise
         self.optimizer = None  # set by initialize()
+        self.lr_scheduler = None  # the caller may set it: checkpoints save and load its state
 
     # ---- attach -------------------------------------------------------------------------
 
@@ -562,6 +566,25 @@ class ZerodEngine(torch.nn.Module):
             self._loss_scale = res["loss_scale"]
         self._grad_norm = res["grad_norm"]
         return res
+
+    # ---- checkpoints (docs/checkpoints.md) --------------------------------------------------
+
+    def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True,
+                        exclude_frozen_parameters=False, timeout_ms=0):
+        """Like DeepSpeed's: every rank at the same step; the daemons write their shards and
+        commit save_dir/tag (default global_step<N>) and save_dir/latest atomically. Rank 0's
+        client_state, lr_scheduler, optimizer hyper-parameters and RNG go into the same
+        checkpoint. Returns True."""
+        del exclude_frozen_parameters  # frozen parameters are never attached
+        return _checkpoint.save(self, save_dir, tag, client_state, save_latest, timeout_ms)
+
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
+                        load_optimizer_states=True, load_lr_scheduler_states=True,
+                        load_module_only=False, timeout_ms=0):
+        """Like DeepSpeed's: every rank; a checkpoint saved at any world size. Returns
+        (path, client_state), or (None, None) when load_dir has no `latest` and tag is None."""
+        return _checkpoint.load(self, load_dir, tag, load_module_strict, load_optimizer_states,
+                                load_lr_scheduler_states, load_module_only, timeout_ms)
 
     def get_loss_scale(self):
         """The scale the next backward multiplies the loss by (1 unless fp16)."""

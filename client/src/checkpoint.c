@@ -1,0 +1,144 @@
+/*
+ * zc_checkpoint_save / zc_checkpoint_load (zc.h, docs/checkpoints.md): one request each to the
+ * daemon, which does the work with the job's other daemons.
+ */
+#define _GNU_SOURCE
+#include "zc_int.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ZC_CHECKPOINT_TIMEOUT_MS (3600 * 1000)
+
+/* dir made absolute against this process's working directory (the daemon's is not ours). */
+static int zc_checkpoint_dir(const char *what, const char *dir, char *abs, size_t len)
+{
+    char cwd[PATH_MAX];
+    int n;
+
+    if (dir == NULL || dir[0] == '\0') {
+        return zc_fail(ZC_ERR_INVALID, "%s: dir is empty", what);
+    }
+    if (dir[0] == '/') {
+        n = snprintf(abs, len, "%s", dir);
+    } else if (getcwd(cwd, sizeof(cwd)) == NULL) {
+        return zc_fail(ZC_ERR_IO, "%s: cannot make '%s' absolute: getcwd failed", what, dir);
+    } else {
+        n = snprintf(abs, len, "%s/%s", cwd, dir);
+    }
+    if (n < 0 || (size_t)n >= len) {
+        return zc_fail(ZC_ERR_INVALID, "%s: dir '%.200s...' is longer than %zu bytes", what, dir,
+                       len - 1);
+    }
+    while (n > 1 && abs[n - 1] == '/') {
+        abs[--n] = '\0';
+    }
+    return ZC_OK;
+}
+
+static int zc_checkpoint_timeout(const zc_checkpoint_params_t *p)
+{
+    return p->timeout_ms > 0 ? p->timeout_ms : ZC_CHECKPOINT_TIMEOUT_MS;
+}
+
+static void zc_checkpoint_info(zc_checkpoint_info_t *info, const char *path, const char *tag,
+                               uint64_t step)
+{
+    memset(info, 0, sizeof(*info));
+    snprintf(info->path, sizeof(info->path), "%s", path != NULL ? path : "");
+    snprintf(info->tag, sizeof(info->tag), "%s", tag != NULL ? tag : "");
+    info->step = step;
+}
+
+ZC_API int zc_checkpoint_save(zc_session_t *session, const zc_checkpoint_params_t *params,
+                              zc_checkpoint_info_t *info_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__CheckpointSave cs = ZEROD__IPC__V1__CHECKPOINT_SAVE__INIT;
+    const Zerod__Ipc__V1__CheckpointSaveReply *sr;
+    zc_frame_t *reply = NULL;
+    char dir[3800];
+    int status;
+
+    zc_error_clear();
+    if (params == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "checkpoint_save: params is NULL");
+    }
+    if (params->trainer_state_len > ZC_CHECKPOINT_STATE_MAX ||
+        (params->trainer_state_len > 0 && params->trainer_state == NULL)) {
+        return zc_fail(ZC_ERR_INVALID,
+                       "checkpoint_save: trainer_state of %zu bytes (at most %u, and not NULL)",
+                       params->trainer_state_len, ZC_CHECKPOINT_STATE_MAX);
+    }
+    status = zc_checkpoint_dir("checkpoint_save", params->dir, dir, sizeof(dir));
+    if (status == ZC_OK) {
+        status = zc_session_prepare_call(session, zc_checkpoint_timeout(params), "checkpoint_save");
+    }
+    if (status != ZC_OK) {
+        return status;
+    }
+    cs.dir = dir;
+    cs.tag = (char *)(params->tag != NULL ? params->tag : "");
+    cs.trainer_state.data = (uint8_t *)params->trainer_state;
+    cs.trainer_state.len = params->trainer_state_len;
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE;
+    req.checkpoint_save = &cs;
+    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE_REPLY,
+                                zc_checkpoint_timeout(params), &reply);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "checkpoint_save");
+    }
+    sr = reply->checkpoint_save_reply;
+    status = zc_result_status(sr->result, "checkpoint_save");
+    if (status == ZC_OK && info_p != NULL) {
+        zc_checkpoint_info(info_p, sr->path, sr->tag, sr->step);
+    }
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    return status;
+}
+
+ZC_API int zc_checkpoint_load(zc_session_t *session, const zc_checkpoint_params_t *params,
+                              zc_checkpoint_info_t *info_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__CheckpointLoad cl = ZEROD__IPC__V1__CHECKPOINT_LOAD__INIT;
+    const Zerod__Ipc__V1__CheckpointLoadReply *lr;
+    zc_frame_t *reply = NULL;
+    char dir[3800];
+    int status;
+
+    zc_error_clear();
+    if (params == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "checkpoint_load: params is NULL");
+    }
+    status = zc_checkpoint_dir("checkpoint_load", params->dir, dir, sizeof(dir));
+    if (status == ZC_OK) {
+        status = zc_session_prepare_call(session, zc_checkpoint_timeout(params), "checkpoint_load");
+    }
+    if (status != ZC_OK) {
+        return status;
+    }
+    cl.dir = dir;
+    cl.tag = (char *)(params->tag != NULL ? params->tag : "");
+    cl.load_optimizer_states = params->load_optimizer_states != 0;
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD;
+    req.checkpoint_load = &cl;
+    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD_REPLY,
+                                zc_checkpoint_timeout(params), &reply);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "checkpoint_load");
+    }
+    lr = reply->checkpoint_load_reply;
+    status = zc_result_status(lr->result, "checkpoint_load");
+    if (status == ZC_OK && info_p != NULL) {
+        zc_checkpoint_info(info_p, lr->path, lr->tag, lr->step);
+        info_p->loss_scale = lr->loss_scale;
+        info_p->saved_world = lr->saved_world;
+        info_p->has_trainer_state = lr->has_trainer_state;
+    }
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    return status;
+}

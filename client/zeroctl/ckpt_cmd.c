@@ -1,0 +1,436 @@
+/*
+ * zeroctl checkpoint ls|verify|export, and zeroctl export (docs/checkpoints.md): commands on
+ * checkpoint directories, no daemon involved. They read the format through zs/ckpt.h.
+ *
+ *   zeroctl [--json] checkpoint ls DIR
+ *   zeroctl [--json] checkpoint verify CKPT [--tag TAG]
+ *   zeroctl checkpoint export CKPT [--tag TAG] [--dtype fp32|bf16] [--state STATE] -o OUT
+ *   zeroctl export --checkpoint CKPT [...] OUT
+ *
+ * CKPT is a checkpoint (a directory with manifest.json) or a checkpoint directory whose
+ * `latest` (or --tag) names one. Exit status: 0 ok, 1 the checkpoint is missing, unreadable or
+ * corrupt (the message names the file and what is wrong), 2 usage.
+ */
+#define _GNU_SOURCE
+#include "ckpt_cmd.h"
+#include "zs/ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { ZC_EXIT_OK = 0, ZC_EXIT_BAD = 1, ZC_EXIT_USAGE = 2 };
+
+static void ckpt_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: zeroctl [--json] checkpoint ls DIR\n"
+            "       zeroctl [--json] checkpoint verify CKPT [--tag TAG]\n"
+            "       zeroctl checkpoint export CKPT [--tag TAG] [--dtype fp32|bf16]\n"
+            "               [--state master|exp_avg|exp_avg_sq] [--format safetensors] -o OUT\n"
+            "       zeroctl export --checkpoint CKPT [same options] OUT\n"
+            "\n"
+            "CKPT: a checkpoint (DIR/TAG, holding manifest.json), or DIR (its `latest`, or\n"
+            "--tag). export writes one safetensors file with the model's state_dict() names\n"
+            "(default: the fp32 master weights), reading one parameter at a time.\n"
+            "Exit status: 0 ok, 1 missing, unreadable or corrupt checkpoint, 2 usage error.\n");
+}
+
+/* CKPT (+ tag) to the checkpoint's directory and its manifest. */
+static int ckpt_open(const char *arg, const char *tag, char *path, size_t len,
+                     zs_ckpt_manifest_t **m_p)
+{
+    char probe[4096], tagbuf[ZS_CKPT_TAG_MAX], err[1024];
+    struct stat sb;
+    zs_status_t st;
+
+    zs_ckpt_pathf(probe, sizeof(probe), "%s/%s", arg, ZS_CKPT_MANIFEST);
+    if (tag == NULL && stat(probe, &sb) == 0) {
+        zs_ckpt_pathf(path, len, "%s", arg);
+    } else {
+        st = zs_ckpt_resolve(arg, tag, path, len, tagbuf, sizeof(tagbuf), err, sizeof(err));
+        if (st != ZS_OK) {
+            fprintf(stderr, "zeroctl: %s\n", err);
+            return ZC_EXIT_BAD;
+        }
+    }
+    st = zs_ckpt_manifest_read(path, m_p, err, sizeof(err));
+    if (st != ZS_OK) {
+        fprintf(stderr, "zeroctl: %s\n", err);
+        return ZC_EXIT_BAD;
+    }
+    return ZC_EXIT_OK;
+}
+
+static uint64_t ckpt_bytes(const zs_ckpt_manifest_t *m)
+{
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < m->n_files; i++) {
+        b += m->files[i].bytes;
+    }
+    return b;
+}
+
+/* ---- ls -------------------------------------------------------------------------------- */
+
+static int ckpt_ls(const char *dir, int json)
+{
+    char latest[ZS_CKPT_TAG_MAX] = "", path[4096], err[1024];
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "checkpoints");
+    cJSON *left = cJSON_AddArrayToObject(root, "leftovers");
+
+    if (d == NULL) {
+        fprintf(stderr, "zeroctl: checkpoint dir %s: %s\n", dir, strerror(errno));
+        cJSON_Delete(root);
+        return ZC_EXIT_BAD;
+    }
+    if (zs_ckpt_resolve(dir, NULL, path, sizeof(path), latest, sizeof(latest), err, sizeof(err)) !=
+        ZS_OK) {
+        latest[0] = '\0';
+    }
+    if (!json) {
+        printf("%-24s %10s %6s %9s %14s %s\n", "TAG", "STEP", "WORLD", "PARAMS", "BYTES", "");
+    }
+    while ((e = readdir(d)) != NULL) {
+        zs_ckpt_manifest_t *m = NULL;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (strncmp(e->d_name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) == 0 ||
+            strncmp(e->d_name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) == 0) {
+            cJSON_AddItemToArray(left, cJSON_CreateString(e->d_name));
+            if (!json) {
+                printf("%-24s (left by an unfinished save; the next save removes it)\n", e->d_name);
+            }
+            continue;
+        }
+        if (zs_ckpt_manifest_read(path, &m, err, sizeof(err)) != ZS_OK) {
+            continue;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "tag", e->d_name);
+        cJSON_AddNumberToObject(o, "step", (double)m->step);
+        cJSON_AddNumberToObject(o, "world", m->world);
+        cJSON_AddNumberToObject(o, "n_params", m->n_params);
+        cJSON_AddNumberToObject(o, "bytes", (double)ckpt_bytes(m));
+        cJSON_AddStringToObject(o, "job_id", m->job_id);
+        cJSON_AddBoolToObject(o, "latest", strcmp(latest, e->d_name) == 0);
+        cJSON_AddItemToArray(list, o);
+        if (!json) {
+            printf("%-24s %10" PRIu64 " %6u %9u %14" PRIu64 " %s\n", e->d_name, m->step, m->world,
+                   m->n_params, ckpt_bytes(m), strcmp(latest, e->d_name) == 0 ? "latest" : "");
+        }
+        zs_ckpt_manifest_free(m);
+    }
+    closedir(d);
+    if (json) {
+        char *text;
+        cJSON_AddNumberToObject(root, "schema_version", 1);
+        cJSON_AddStringToObject(root, "command", "checkpoint ls");
+        cJSON_AddStringToObject(root, "dir", dir);
+        cJSON_AddStringToObject(root, "latest", latest);
+        text = cJSON_Print(root);
+        printf("%s\n", text != NULL ? text : "{}");
+        free(text);
+    }
+    cJSON_Delete(root);
+    return ZC_EXIT_OK;
+}
+
+/* ---- verify ---------------------------------------------------------------------------- */
+
+static int ckpt_verify(const char *arg, const char *tag, int json)
+{
+    char path[4096], err[1024];
+    zs_ckpt_manifest_t *m = NULL;
+    int rc = ckpt_open(arg, tag, path, sizeof(path), &m);
+    zs_status_t st;
+
+    if (rc != ZC_EXIT_OK) {
+        return rc;
+    }
+    st = zs_ckpt_verify(path, m, err, sizeof(err));
+    if (json) {
+        cJSON *root = cJSON_CreateObject();
+        char *text;
+        cJSON_AddNumberToObject(root, "schema_version", 1);
+        cJSON_AddStringToObject(root, "command", "checkpoint verify");
+        cJSON_AddStringToObject(root, "path", path);
+        cJSON_AddBoolToObject(root, "ok", st == ZS_OK);
+        cJSON_AddStringToObject(root, "error", st == ZS_OK ? "" : err);
+        cJSON_AddNumberToObject(root, "step", (double)m->step);
+        cJSON_AddNumberToObject(root, "world", m->world);
+        cJSON_AddNumberToObject(root, "files", m->n_files);
+        cJSON_AddNumberToObject(root, "bytes", (double)ckpt_bytes(m));
+        text = cJSON_Print(root);
+        printf("%s\n", text != NULL ? text : "{}");
+        free(text);
+        cJSON_Delete(root);
+    } else if (st == ZS_OK) {
+        printf("%s: ok (step %" PRIu64 ", world %u, %u files, %" PRIu64 " bytes checked)\n", path,
+               m->step, m->world, m->n_files, ckpt_bytes(m));
+    }
+    if (st != ZS_OK) {
+        fprintf(stderr, "zeroctl: %s\n", err);
+    }
+    zs_ckpt_manifest_free(m);
+    return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
+}
+
+/* ---- export ---------------------------------------------------------------------------- */
+
+typedef struct ckpt_export {
+    const char *ckpt, *tag, *out, *state, *dtype, *format;
+} ckpt_export_t;
+
+typedef struct ckpt_fill {
+    zs_ckpt_reader_t *rd;
+    unsigned tensor;
+    float *buf;
+} ckpt_fill_t;
+
+static zs_status_t ckpt_fill_run(void *arg, uint32_t rank, uint64_t shard_off, uint64_t n,
+                                 uint64_t dst_off, char *err, size_t errlen)
+{
+    ckpt_fill_t *f = arg;
+    return zs_ckpt_reader_read(f->rd, f->tensor, rank, shard_off, f->buf + dst_off, n, err, errlen);
+}
+
+/* fp32 -> bf16, round to nearest even (NaN stays NaN). */
+static uint16_t ckpt_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if (isnan(x)) {
+        return (uint16_t)((u >> 16) | 0x40);
+    }
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static int ckpt_export_data(const ckpt_export_t *x, const zs_ckpt_manifest_t *m,
+                            const zs_layout_t *layout, zs_ckpt_reader_t *rd, zs_st_writer_t *w,
+                            unsigned tensor, bool bf16, char *err, size_t errlen)
+{
+    uint64_t cap = 0;
+    float *buf = NULL;
+    zs_status_t st = ZS_OK;
+
+    for (uint32_t i = 0; i < m->n_params; i++) {
+        cap = m->params[i].numel > cap ? m->params[i].numel : cap;
+    }
+    buf = malloc((cap ? cap : 1) * sizeof(float));
+    if (buf == NULL) {
+        snprintf(err, errlen, "out of memory for a parameter of %" PRIu64 " elements", cap);
+        return ZC_EXIT_BAD;
+    }
+    for (uint32_t i = 0; i < m->n_params && st == ZS_OK; i++) {
+        ckpt_fill_t f = {rd, tensor, buf};
+        uint64_t n = m->params[i].numel;
+        st = zs_ckpt_runs(layout, i, 0, n, ckpt_fill_run, &f, err, errlen);
+        if (st == ZS_OK && bf16) {
+            uint16_t *h = (uint16_t *)buf; /* in place: element j is read before it is written */
+            for (uint64_t j = 0; j < n; j++) {
+                h[j] = ckpt_bf16(buf[j]);
+            }
+        }
+        if (st == ZS_OK) {
+            st = zs_st_put(w, buf, n * (bf16 ? 2 : 4), err, errlen);
+        }
+    }
+    free(buf);
+    (void)x;
+    return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
+}
+
+static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ckpt_manifest_t *m,
+                           unsigned tensor, bool bf16)
+{
+    char err[1024], tmp[4096], step_s[32];
+    zs_layout_t *layout = NULL;
+    zs_ckpt_reader_t *rd = NULL;
+    zs_st_writer_t *w = NULL;
+    zs_st_meta_t *meta = calloc(m->n_params ? m->n_params : 1, sizeof(*meta));
+    const char *kv[] = {"format", "pt",          "zerod_step",
+                        step_s,   "zerod_state", zs_ckpt_tensor_names[tensor]};
+    int rc = ZC_EXIT_BAD;
+    zs_status_t st;
+
+    snprintf(step_s, sizeof(step_s), "%" PRIu64, m->step);
+    zs_ckpt_pathf(tmp, sizeof(tmp), "%s.tmp", x->out);
+    for (uint32_t i = 0; meta != NULL && i < m->n_params; i++) {
+        meta[i] = (zs_st_meta_t){m->params[i].name, bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32,
+                                 m->params[i].ndim, m->params[i].dims};
+    }
+    st = meta != NULL ? zs_ckpt_layout(m, &layout, err, sizeof(err)) : ZS_ERR_NO_MEMORY;
+    if (st == ZS_OK) {
+        st = zs_ckpt_reader_open(path, m, &rd, err, sizeof(err));
+    }
+    if (st == ZS_OK) {
+        st = zs_st_create(tmp, meta, m->n_params, kv, 3, &w, err, sizeof(err));
+    }
+    if (st == ZS_OK) {
+        rc = ckpt_export_data(x, m, layout, rd, w, tensor, bf16, err, sizeof(err));
+        st = rc == ZC_EXIT_OK ? zs_st_finish(w, NULL, NULL, err, sizeof(err)) : ZS_ERR_IO;
+        if (rc != ZC_EXIT_OK) {
+            zs_st_abort(w);
+        }
+    }
+    if (st == ZS_OK && rename(tmp, x->out) != 0) {
+        zs_ckpt_pathf(err, sizeof(err), "renaming %s to %s: %s", tmp, x->out, strerror(errno));
+        st = ZS_ERR_IO;
+    }
+    if (st != ZS_OK) {
+        unlink(tmp);
+        fprintf(stderr, "zeroctl: export of %s: %s\n", path, err);
+        rc = ZC_EXIT_BAD;
+    } else {
+        rc = ZC_EXIT_OK;
+        printf("%s: %u tensors (%s %s) from %s at step %" PRIu64 "\n", x->out, m->n_params,
+               zs_ckpt_tensor_names[tensor], bf16 ? "bf16" : "fp32", path, m->step);
+    }
+    zs_ckpt_reader_close(rd);
+    zs_layout_destroy(layout);
+    free(meta);
+    return rc;
+}
+
+static int ckpt_export(const ckpt_export_t *x)
+{
+    char path[4096];
+    zs_ckpt_manifest_t *m = NULL;
+    unsigned tensor = ZS_CKPT_N_TENSORS;
+    int rc;
+
+    for (unsigned t = 0; t < ZS_CKPT_N_TENSORS; t++) {
+        if (strcmp(x->state, zs_ckpt_tensor_names[t]) == 0) {
+            tensor = t;
+        }
+    }
+    if (tensor == ZS_CKPT_N_TENSORS ||
+        (strcmp(x->dtype, "fp32") != 0 && strcmp(x->dtype, "bf16") != 0) ||
+        strcmp(x->format, "safetensors") != 0 || x->out == NULL) {
+        fprintf(stderr,
+                "zeroctl: export: --state '%s' (master, exp_avg, exp_avg_sq), --dtype '%s' "
+                "(fp32, bf16), --format '%s' (safetensors) and OUT (%s) are needed\n",
+                x->state, x->dtype, x->format, x->out != NULL ? x->out : "missing");
+        return ZC_EXIT_USAGE;
+    }
+    rc = ckpt_open(x->ckpt, x->tag, path, sizeof(path), &m);
+    if (rc != ZC_EXIT_OK) {
+        return rc;
+    }
+    for (uint32_t i = 0; i < m->n_params; i++) {
+        for (uint32_t j = 0; j < i; j++) {
+            if (strcmp(m->params[i].name, m->params[j].name) == 0) {
+                fprintf(stderr, "zeroctl: export: %s names two parameters '%s'\n", path,
+                        m->params[i].name);
+                zs_ckpt_manifest_free(m);
+                return ZC_EXIT_BAD;
+            }
+        }
+    }
+    rc = ckpt_export_run(x, path, m, tensor, strcmp(x->dtype, "bf16") == 0);
+    zs_ckpt_manifest_free(m);
+    return rc;
+}
+
+/* ---- the command line ------------------------------------------------------------------- */
+
+static int ckpt_parse_export(int argc, char **argv, bool top, ckpt_export_t *x)
+{
+    static const struct option longopts[] = {
+        {"tag", required_argument, NULL, 'T'},    {"dtype", required_argument, NULL, 'd'},
+        {"state", required_argument, NULL, 'S'},  {"format", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, 'o'}, {"checkpoint", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'T':
+            x->tag = optarg;
+            break;
+        case 'd':
+            x->dtype = optarg;
+            break;
+        case 'S':
+            x->state = optarg;
+            break;
+        case 'f':
+            x->format = optarg;
+            break;
+        case 'o':
+            x->out = optarg;
+            break;
+        case 'c':
+            x->ckpt = optarg;
+            break;
+        case 'h':
+            ckpt_usage(stdout);
+            return ZC_EXIT_OK;
+        default:
+            return ZC_EXIT_USAGE;
+        }
+    }
+    for (; optind < argc; optind++) { /* positionals: CKPT then OUT (OUT only for `export`) */
+        if (!top && x->ckpt == NULL) {
+            x->ckpt = argv[optind];
+        } else if (x->out == NULL) {
+            x->out = argv[optind];
+        } else {
+            fprintf(stderr, "zeroctl: export: unexpected argument '%s'\n", argv[optind]);
+            return ZC_EXIT_USAGE;
+        }
+    }
+    if (x->ckpt == NULL) {
+        fprintf(stderr,
+                "zeroctl: export needs a checkpoint (%s); exporting from a live job is "
+                "not supported: save a checkpoint first\n",
+                top ? "--checkpoint CKPT" : "CKPT");
+        return ZC_EXIT_USAGE;
+    }
+    return -1;
+}
+
+int zeroctl_checkpoint_main(int argc, char **argv, int json)
+{
+    ckpt_export_t x = {NULL, NULL, NULL, "master", "fp32", "safetensors"};
+    const char *sub = argc > 1 ? argv[1] : NULL;
+    int rc;
+
+    if (strcmp(argv[0], "export") == 0) {
+        rc = ckpt_parse_export(argc, argv, true, &x);
+        return rc >= 0 ? rc : ckpt_export(&x);
+    }
+    if (sub == NULL || strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
+        ckpt_usage(sub == NULL ? stderr : stdout);
+        return sub == NULL ? ZC_EXIT_USAGE : ZC_EXIT_OK;
+    }
+    if (strcmp(sub, "ls") == 0 && argc == 3) {
+        return ckpt_ls(argv[2], json);
+    }
+    if (strcmp(sub, "verify") == 0 && (argc == 3 || (argc == 5 && strcmp(argv[3], "--tag") == 0))) {
+        return ckpt_verify(argv[2], argc == 5 ? argv[4] : NULL, json);
+    }
+    if (strcmp(sub, "export") == 0) {
+        rc = ckpt_parse_export(argc - 1, argv + 1, false, &x);
+        return rc >= 0 ? rc : ckpt_export(&x);
+    }
+    fprintf(stderr, "zeroctl: checkpoint %s: unknown subcommand or wrong arguments\n", sub);
+    ckpt_usage(stderr);
+    return ZC_EXIT_USAGE;
+}

@@ -1,0 +1,462 @@
+/*
+ * Checkpoints of a job (docs/checkpoints.md): the parameter names and shapes the trainer gave at
+ * attach, the save protocol (every rank writes its shard into a temporary directory and fsyncs
+ * it; rank 0 writes the manifest and commits the directory and `latest` by rename only when
+ * every rank succeeded), and the load at any world size (each rank reads the element ranges its
+ * shard owns from the saved ranks' files, found through the saved layout).
+ */
+#define _GNU_SOURCE
+#include "job_int.h"
+#include "mesh.h"
+#include "zs/error.h"
+#include "zs/time.h"
+#include "zs/version.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* How long the ranks wait for each other in a save or load: the slowest disk's write of a
+ * shard; a rank that dies meanwhile is noticed by its heartbeat instead. */
+#define ZD_CKPT_AGREE_NS (3600ull * 1000000000ull)
+
+/* ---- names and shapes ----------------------------------------------------------------- */
+
+zs_status_t zd_ckpt_meta_init(zd_job_t *job, const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    uint32_t n = job->layout->n_params, k = 0;
+    uint64_t dim_at = 0;
+
+    job->pmeta = calloc(n ? n : 1, sizeof(*job->pmeta));
+    job->group_json = calloc(spec->n_groups, sizeof(*job->group_json));
+    if (job->pmeta == NULL || job->group_json == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for names");
+    }
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        const char *j = spec->group_json != NULL ? spec->group_json[g] : NULL;
+        job->group_json[g] = j != NULL && j[0] != '\0' ? strdup(j) : NULL;
+        for (uint32_t i = 0; i < spec->group_n_params[g]; i++, k++) {
+            zs_ckpt_param_t *p = &job->pmeta[k];
+            const char *name = spec->names != NULL ? spec->names[k] : NULL;
+            char def[32];
+
+            snprintf(def, sizeof(def), "param.%u", k);
+            p->name = strdup(name != NULL && name[0] != '\0' ? name : def);
+            p->group = g;
+            p->numel = spec->numel[k];
+            if (spec->ndim != NULL) {
+                p->ndim = spec->ndim[k];
+                memcpy(p->dims, spec->dims + dim_at, p->ndim * sizeof(uint64_t));
+                dim_at += p->ndim;
+            } else {
+                p->ndim = 1;
+                p->dims[0] = p->numel;
+            }
+            if (p->name == NULL) {
+                return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for names");
+            }
+        }
+    }
+    return ZS_OK;
+}
+
+void zd_ckpt_meta_free(zd_job_t *job)
+{
+    for (uint32_t i = 0; job->pmeta != NULL && i < job->layout->n_params; i++) {
+        free(job->pmeta[i].name);
+    }
+    for (uint32_t g = 0; job->group_json != NULL && g < job->layout->n_groups; g++) {
+        free(job->group_json[g]);
+    }
+    free(job->pmeta);
+    free(job->group_json);
+}
+
+/* ---- agreement between the ranks -------------------------------------------------------- */
+
+/* Every rank passes its own outcome; all learn whether every rank succeeded. A rank that
+ * succeeded while another failed gets ZS_ERR_ABORTED naming the failed rank. */
+zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, char *err,
+                          size_t errlen)
+{
+    double v = mine != ZS_OK ? (double)job->rank + 1 : 0;
+    zd_reduce_op_t op = ZD_REDUCE_MAX;
+    char why[ZD_MAX_MSG] = "";
+    zs_status_t st;
+
+    if (job->coll == NULL) {
+        return mine != ZS_OK ? mine
+                             : zs_errf(err, errlen, ZS_ERR_PEER_LOST, "%s: the mesh is down", what);
+    }
+    if (job->mesh != NULL) { /* the other ranks may still be writing: wait for their disks */
+        uint64_t was = zd_mesh_collective_timeout_ns(job->mesh);
+        zd_mesh_set_collective_timeout_ns(job->mesh, ZD_CKPT_AGREE_NS);
+        st = job->coll->ops->all_reduce(job->coll, &v, &op, 1, why, sizeof(why));
+        zd_mesh_set_collective_timeout_ns(job->mesh, was);
+    } else {
+        st = job->coll->ops->all_reduce(job->coll, &v, &op, 1, why, sizeof(why));
+    }
+    if (st != ZS_OK) {
+        return mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
+    }
+    if (mine != ZS_OK) {
+        return mine;
+    }
+    if (v > 0) {
+        return zs_errf(err, errlen, ZS_ERR_ABORTED,
+                       "%s failed on rank %u (its daemon's log says why); nothing was changed",
+                       what, (unsigned)v - 1);
+    }
+    return ZS_OK;
+}
+
+/* ---- save ------------------------------------------------------------------------------- */
+
+static zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const char *tmp, uint64_t *bytes_p,
+                                      uint64_t *xxh3_p, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+    char path[4096], name[64], rank_s[16], world_s[16], step_s[32];
+    uint64_t dims[1] = {l->shard_numel};
+    zs_st_meta_t t[ZS_CKPT_N_TENSORS];
+    const char *kv[] = {"format", ZS_CKPT_FORMAT, "rank", rank_s, "world", world_s, "step", step_s};
+    zs_st_writer_t *w = NULL;
+    zs_status_t st;
+
+    for (unsigned i = 0; i < ZS_CKPT_N_TENSORS; i++) {
+        t[i] = (zs_st_meta_t){zs_ckpt_tensor_names[i], ZS_DTYPE_F32, 1, dims};
+    }
+    snprintf(rank_s, sizeof(rank_s), "%u", job->rank);
+    snprintf(world_s, sizeof(world_s), "%u", job->world);
+    snprintf(step_s, sizeof(step_s), "%" PRIu64, job->step);
+    zs_ckpt_rank_file(job->rank, name, sizeof(name));
+    zs_ckpt_pathf(path, sizeof(path), "%s/%s", tmp, name);
+    st = zs_st_create(path, t, ZS_CKPT_N_TENSORS, kv, 4, &w, err, errlen);
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+        st = zs_st_put(w, zd_step_master(job, b), l->buckets[b].slice * sizeof(float), err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zs_st_put(w, job->m, l->shard_numel * sizeof(float), err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zs_st_put(w, job->v, l->shard_numel * sizeof(float), err, errlen);
+    }
+    if (st != ZS_OK) {
+        zs_st_abort(w);
+        return st;
+    }
+    return zs_st_finish(w, bytes_p, xxh3_p, err, errlen);
+}
+
+/* What rank r wrote, for rank 0's manifest: a small side file next to its shard. */
+static void zd_ckpt_sum_path(const char *tmp, uint32_t r, char *path, size_t len)
+{
+    zs_ckpt_pathf(path, len, "%s/.rank_%05u.sum", tmp, r);
+}
+
+static zs_status_t zd_ckpt_write_sum(const zd_job_t *job, const char *tmp, uint64_t bytes,
+                                     uint64_t xxh3, char *err, size_t errlen)
+{
+    char path[4096], text[64];
+
+    zd_ckpt_sum_path(tmp, job->rank, path, sizeof(path));
+    zs_ckpt_pathf(text, sizeof(text), "%" PRIu64 " %016" PRIx64 "\n", bytes, xxh3);
+    return zs_ckpt_write_file(path, text, strlen(text), NULL, err, errlen);
+}
+
+static zs_status_t zd_ckpt_read_sum(const char *tmp, uint32_t r, zs_ckpt_file_t *f, char *err,
+                                    size_t errlen)
+{
+    char path[4096];
+    FILE *fp;
+    int n;
+
+    zd_ckpt_sum_path(tmp, r, path, sizeof(path));
+    fp = fopen(path, "r");
+    n = fp != NULL ? fscanf(fp, "%" SCNu64 " %" SCNx64, &f->bytes, &f->xxh3) : 0;
+    if (fp != NULL) {
+        fclose(fp);
+    }
+    if (n != 2) {
+        return zs_errf(err, errlen, ZS_ERR_IO, "%s: rank %u's report is missing or unreadable",
+                       path, r);
+    }
+    unlink(path);
+    zs_ckpt_rank_file(r, f->name, sizeof(f->name));
+    f->rank = (int32_t)r;
+    return ZS_OK;
+}
+
+static zs_status_t zd_ckpt_manifest(const zd_job_t *job, const char *tag, const char *tmp,
+                                    bool has_state, uint64_t state_bytes, uint64_t state_xxh3,
+                                    char *err, size_t errlen)
+{
+    zs_ckpt_manifest_t m;
+    zs_status_t st;
+
+    memset(&m, 0, sizeof(m));
+    if (zs_ckpt_manifest_alloc(&m, job->layout->n_groups, 0, job->world + 1) != ZS_OK) {
+        st = zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory for the manifest");
+        goto out;
+    }
+    m.version = ZS_CKPT_VERSION;
+    snprintf(m.job_id, sizeof(m.job_id), "%s", job->id);
+    snprintf(m.tag, sizeof(m.tag), "%s", tag);
+    m.step = job->step;
+    m.skipped_steps = job->skipped_steps;
+    m.world = job->world;
+    m.stage = job->cfg.stage;
+    m.dtype = job->dtype;
+    m.bucket_size = job->layout->bucket_size;
+    m.elem_align = job->layout->elem_align;
+    m.round_robin = job->layout->round_robin;
+    m.layout_hash = job->layout->hash;
+    m.config_hash = job->config_hash;
+    m.shard_numel = job->layout->shard_numel;
+    m.optimizer_states = true;
+    m.scaler = (zs_ckpt_scaler_t){job->scaler.cur_scale, job->scaler.cur_hysteresis,
+                                  job->scaler.cur_iter, job->scaler.last_overflow_iter};
+    for (uint32_t g = 0; g < m.n_groups; g++) {
+        m.group_n_params[g] = job->layout->groups[g].n_params;
+        m.group_options[g] = job->group_json[g]; /* borrowed */
+    }
+    free(m.params);
+    m.params = job->pmeta; /* borrowed */
+    m.n_params = job->layout->n_params;
+    m.n_files = job->world;
+    for (uint32_t r = 0; r < job->world; r++) {
+        st = zd_ckpt_read_sum(tmp, r, &m.files[r], err, errlen);
+        if (st != ZS_OK) {
+            goto out;
+        }
+    }
+    if (has_state) {
+        zs_ckpt_file_t *f = &m.files[m.n_files++];
+        zs_ckpt_pathf(f->name, sizeof(f->name), "%s", ZS_CKPT_TRAINER_STATE);
+        f->rank = -1;
+        f->bytes = state_bytes;
+        f->xxh3 = state_xxh3;
+    }
+    st = zs_ckpt_manifest_write(tmp, &m, err, errlen);
+out:
+    free(m.group_n_params);
+    free(m.group_options);
+    free(m.files);
+    return st;
+}
+
+/* Rank 0 before anyone writes: DIR exists, leftovers of unfinished saves are gone, and the
+ * temporary directory is new and empty. */
+static zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, size_t errlen)
+{
+    DIR *d;
+    struct dirent *e;
+    zs_status_t st = ZS_OK;
+
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        return zs_errf(err, errlen, errno == EACCES ? ZS_ERR_PERMISSION : ZS_ERR_IO,
+                       "checkpoint dir %s: cannot create it: %s", dir, strerror(errno));
+    }
+    d = opendir(dir);
+    if (d == NULL) {
+        return zs_errf(err, errlen, errno == EACCES ? ZS_ERR_PERMISSION : ZS_ERR_IO,
+                       "checkpoint dir %s: %s", dir, strerror(errno));
+    }
+    while ((e = readdir(d)) != NULL && st == ZS_OK) {
+        char path[4096];
+        if (strncmp(e->d_name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) != 0 &&
+            strncmp(e->d_name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) != 0) {
+            continue;
+        }
+        zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        zs_info(ZS_SUB_ENGINE, "checkpoint: removing %s, left by an unfinished save", path);
+        st = zs_ckpt_remove_tree(path, err, errlen);
+    }
+    closedir(d);
+    if (st == ZS_OK && mkdir(tmp, 0755) != 0) {
+        st = zs_errf(err, errlen, errno == EACCES ? ZS_ERR_PERMISSION : ZS_ERR_IO,
+                     "cannot create %s: %s", tmp, strerror(errno));
+    }
+    return st;
+}
+
+/* Rank 0, every file in place: TMP becomes DIR/TAG (replacing one of the same tag), then
+ * DIR/latest names it. Each rename is atomic, so a crash leaves either the old or the new. */
+static zs_status_t zd_ckpt_commit(const char *dir, const char *tag, const char *tmp, char *err,
+                                  size_t errlen)
+{
+    char final[4096], old[4096], latest_tmp[4096], latest[4096], text[ZS_CKPT_TAG_MAX + 2];
+    zs_status_t st = zs_ckpt_fsync_dir(tmp, err, errlen);
+
+    zs_ckpt_pathf(final, sizeof(final), "%s/%s", dir, tag);
+    zs_ckpt_pathf(old, sizeof(old), "%s/%s%s", dir, ZS_CKPT_OLD_PREFIX, tag);
+    if (st == ZS_OK && renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) != 0) {
+        if (errno == EEXIST || errno == ENOTEMPTY) {
+            /* the same tag again: swap atomically where the filesystem can, else two steps */
+            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+                st = zs_ckpt_remove_tree(tmp, err, errlen); /* now the old one */
+            } else if (rename(final, old) != 0 || rename(tmp, final) != 0) {
+                st = zs_errf(err, errlen, ZS_ERR_IO, "replacing %s: %s", final, strerror(errno));
+            } else {
+                st = zs_ckpt_remove_tree(old, err, errlen);
+            }
+        } else {
+            st = zs_errf(err, errlen, ZS_ERR_IO, "renaming %s to %s: %s", tmp, final,
+                         strerror(errno));
+        }
+    }
+    if (st == ZS_OK) {
+        st = zs_ckpt_fsync_dir(dir, err, errlen);
+    }
+    zs_ckpt_pathf(latest_tmp, sizeof(latest_tmp), "%s/%slatest", dir, ZS_CKPT_TMP_PREFIX);
+    zs_ckpt_pathf(latest, sizeof(latest), "%s/%s", dir, ZS_CKPT_LATEST);
+    zs_ckpt_pathf(text, sizeof(text), "%s\n", tag);
+    if (st == ZS_OK) {
+        st = zs_ckpt_write_file(latest_tmp, text, strlen(text), NULL, err, errlen);
+    }
+    if (st == ZS_OK && rename(latest_tmp, latest) != 0) {
+        st = zs_errf(err, errlen, ZS_ERR_IO, "renaming %s to %s: %s", latest_tmp, latest,
+                     strerror(errno));
+    }
+    return st == ZS_OK ? zs_ckpt_fsync_dir(dir, err, errlen) : st;
+}
+
+/* Rank 0 after a commit: keep the newest keep_last committed checkpoints of DIR (by step, as
+ * their manifests say; `latest` is never removed). */
+static void zd_ckpt_prune(const char *dir, const char *keep_tag, uint32_t keep_last)
+{
+    typedef struct {
+        char tag[ZS_CKPT_TAG_MAX];
+        uint64_t step;
+    } entry_t;
+    entry_t *ents = NULL;
+    size_t n = 0, cap = 0;
+    DIR *d = keep_last > 0 ? opendir(dir) : NULL;
+    struct dirent *e;
+    char err[ZD_MAX_MSG], path[4096];
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        zs_ckpt_manifest_t *m = NULL;
+        if (e->d_name[0] == '.' || zs_ckpt_tag_check(e->d_name, err, sizeof(err)) != ZS_OK) {
+            continue;
+        }
+        zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (zs_ckpt_manifest_read(path, &m, err, sizeof(err)) != ZS_OK) {
+            continue; /* not ours, or unreadable: never removed */
+        }
+        if (n == cap) {
+            entry_t *ne = realloc(ents, (cap = cap ? 2 * cap : 16) * sizeof(*ents));
+            if (ne == NULL) {
+                zs_ckpt_manifest_free(m);
+                break;
+            }
+            ents = ne;
+        }
+        zs_ckpt_pathf(ents[n].tag, sizeof(ents[n].tag), "%s", e->d_name);
+        ents[n++].step = m->step;
+        zs_ckpt_manifest_free(m);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    while (n > keep_last) { /* drop the oldest until keep_last remain */
+        size_t oldest = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (ents[i].step < ents[oldest].step) {
+                oldest = i;
+            }
+        }
+        if (strcmp(ents[oldest].tag, keep_tag) != 0) {
+            zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, ents[oldest].tag);
+            zs_info(ZS_SUB_ENGINE, "checkpoint: removing %s (keep_last = %u)", path, keep_last);
+            (void)zs_ckpt_remove_tree(path, err, sizeof(err));
+        }
+        ents[oldest] = ents[--n];
+    }
+    free(ents);
+}
+
+static zs_status_t zd_ckpt_check_req(const zd_job_t *job, const zd_ckpt_req_t *req, char *tag,
+                                     char *err, size_t errlen)
+{
+    if (req->dir == NULL || req->dir[0] != '/') {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "checkpoint dir '%s' is not an absolute path (the daemon's working "
+                       "directory is not the trainer's)",
+                       req->dir != NULL ? req->dir : "");
+    }
+    if (strlen(req->dir) > ZD_CKPT_DIR_MAX) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "checkpoint dir is %zu bytes long (at most %u)",
+                       strlen(req->dir), ZD_CKPT_DIR_MAX);
+    }
+    if (req->tag != NULL && req->tag[0] != '\0') {
+        snprintf(tag, ZS_CKPT_TAG_MAX, "%s", req->tag);
+        return zs_ckpt_tag_check(req->tag, err, errlen);
+    }
+    snprintf(tag, ZS_CKPT_TAG_MAX, "global_step%" PRIu64, job->step);
+    return ZS_OK;
+}
+
+zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                         size_t errlen)
+{
+    char tag[ZS_CKPT_TAG_MAX], tmp[4096];
+    uint64_t bytes = 0, xxh3 = 0, sbytes = 0, sxxh3 = 0;
+    bool has_state = job->rank == 0 && req->trainer_state != NULL;
+    uint64_t t0 = zs_time_now_ns();
+    zs_status_t st = zd_ckpt_check_req(job, req, tag, err, errlen);
+
+    zs_ckpt_pathf(tmp, sizeof(tmp), "%s/%s%s", req->dir != NULL ? req->dir : "", ZS_CKPT_TMP_PREFIX,
+                  tag);
+    if (st == ZS_OK && job->rank == 0) {
+        st = zd_ckpt_prepare(req->dir, tmp, err, errlen);
+    }
+    st = zd_ckpt_agree(job, st, "checkpoint save (preparing the directory)", err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_write_rank(job, tmp, &bytes, &xxh3, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_write_sum(job, tmp, bytes, xxh3, err, errlen);
+    }
+    if (st == ZS_OK && has_state) {
+        char path[4096];
+        zs_ckpt_pathf(path, sizeof(path), "%s/%s", tmp, ZS_CKPT_TRAINER_STATE);
+        sbytes = req->trainer_state_len;
+        st = zs_ckpt_write_file(path, req->trainer_state, req->trainer_state_len, &sxxh3, err,
+                                errlen);
+    }
+    st = zd_ckpt_agree(job, st, "checkpoint save (writing the shards)", err, errlen);
+    if (st == ZS_OK && job->rank == 0) {
+        st = zd_ckpt_manifest(job, tag, tmp, has_state, sbytes, sxxh3, err, errlen);
+        if (st == ZS_OK) {
+            st = zd_ckpt_commit(req->dir, tag, tmp, err, errlen);
+        }
+        if (st == ZS_OK) {
+            zd_ckpt_prune(req->dir, tag, req->keep_last);
+        }
+    }
+    st = zd_ckpt_agree(job, st, "checkpoint save (committing)", err, errlen);
+    if (st != ZS_OK) {
+        if (job->rank == 0) { /* every rank is past its writes: what they left goes */
+            char why[ZD_MAX_MSG];
+            (void)zs_ckpt_remove_tree(tmp, why, sizeof(why));
+        }
+        return st;
+    }
+    zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", req->dir, tag);
+    zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
+    out->step = job->step;
+    out->loss_scale = job->scaler.cur_scale;
+    out->saved_world = job->world;
+    out->has_trainer_state = has_state;
+    zs_info(ZS_SUB_ENGINE, "checkpoint %s saved at step %" PRIu64 " (%.3f s, %" PRIu64 " bytes)",
+            out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9, bytes);
+    return ZS_OK;
+}

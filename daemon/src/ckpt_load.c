@@ -1,0 +1,280 @@
+/*
+ * Loading a checkpoint into a job at any world size (docs/checkpoints.md): the saved layout is
+ * rebuilt from the manifest; for each (parameter, element range) this rank's shard owns, the
+ * saved layout says which saved rank's file holds it and where, and only those bytes are read.
+ * The files a rank reads from are verified against the manifest first, and every rank agrees
+ * the checkpoint is sound before any of them changes its state.
+ */
+#define _GNU_SOURCE
+#include "job_int.h"
+#include "zs/error.h"
+#include "zs/time.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct zd_ckpt_src {
+    const zs_ckpt_manifest_t *m;
+    zs_layout_t *old; /* the saving world's layout */
+    const char *path;
+    zs_ckpt_reader_t *rd;
+    bool moments; /* read exp_avg and exp_avg_sq too */
+} zd_ckpt_src_t;
+
+/* This rank's parameters against the saved ones: same count and sizes; names too where both
+ * sides have them (a name "param.<i>" stands for none). */
+static zs_status_t zd_ckpt_match(const zd_job_t *job, const zs_ckpt_manifest_t *m, const char *path,
+                                 char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+
+    if (m->n_params != l->n_params) {
+        return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
+                       "checkpoint %s holds %u parameters; the model has %u", path, m->n_params,
+                       l->n_params);
+    }
+    for (uint32_t i = 0; i < l->n_params; i++) {
+        const zs_ckpt_param_t *a = &m->params[i], *b = &job->pmeta[i];
+        bool named = strncmp(a->name, "param.", 6) != 0 && strncmp(b->name, "param.", 6) != 0;
+        if (a->numel != b->numel || (named && strcmp(a->name, b->name) != 0)) {
+            return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
+                           "checkpoint %s: parameter %u is '%s' with %" PRIu64
+                           " elements; the model's is '%s' with %" PRIu64,
+                           path, i, a->name, a->numel, b->name, b->numel);
+        }
+    }
+    return ZS_OK;
+}
+
+/* For each piece of this rank's new shard: (param id, first element, count, shard offset). */
+typedef zs_status_t (*zd_ckpt_piece_fn)(zd_ckpt_src_t *src, const zd_job_t *job, uint32_t b,
+                                        uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
+                                        void *arg, char *err, size_t errlen);
+
+static zs_status_t zd_ckpt_pieces(zd_ckpt_src_t *src, const zd_job_t *job, zd_ckpt_piece_fn fn,
+                                  void *arg, char *err, size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+
+    for (uint32_t b = 0; b < l->n_buckets; b++) {
+        const zs_layout_bucket_t *bk = &l->buckets[b];
+        uint64_t lo = (uint64_t)job->rank * bk->slice, hi = lo + bk->slice;
+        for (uint32_t i = 0; i < bk->n_params; i++) {
+            zs_layout_piece_t pc;
+            uint64_t s, e;
+            zs_status_t st;
+
+            zs_layout_bucket_piece(l, b, i, &pc);
+            s = pc.bucket_offset > lo ? pc.bucket_offset : lo;
+            e = pc.bucket_offset + pc.numel < hi ? pc.bucket_offset + pc.numel : hi;
+            if (s >= e) {
+                continue;
+            }
+            st = fn(src, job, b, l->params[pc.param].id, pc.param_offset + (s - pc.bucket_offset),
+                    e - s, s - lo, arg, err, errlen);
+            if (st != ZS_OK) {
+                return st;
+            }
+        }
+    }
+    return ZS_OK;
+}
+
+/* ---- pass 1: the files this rank needs, verified ------------------------------------------ */
+
+static zs_status_t zd_ckpt_mark_run(void *arg, uint32_t rank, uint64_t shard_off, uint64_t n,
+                                    uint64_t dst_off, char *err, size_t errlen)
+{
+    (void)shard_off;
+    (void)n;
+    (void)dst_off;
+    (void)err;
+    (void)errlen;
+    ((bool *)arg)[rank] = true;
+    return ZS_OK;
+}
+
+static zs_status_t zd_ckpt_mark_piece(zd_ckpt_src_t *src, const zd_job_t *job, uint32_t b,
+                                      uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
+                                      void *arg, char *err, size_t errlen)
+{
+    (void)job;
+    (void)b;
+    (void)dst_off;
+    return zs_ckpt_runs(src->old, id, a, n, zd_ckpt_mark_run, arg, err, errlen);
+}
+
+static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_job_t *job, char *err,
+                                       size_t errlen)
+{
+    bool *need = calloc(src->m->world, sizeof(*need));
+    zs_status_t st;
+
+    if (need == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+    }
+    st = zd_ckpt_pieces(src, job, zd_ckpt_mark_piece, need, err, errlen);
+    for (uint32_t r = 0; r < src->m->world && st == ZS_OK; r++) {
+        char name[64], file[4096];
+        const zs_ckpt_file_t *fe;
+        uint64_t bytes = 0, h = 0;
+
+        if (!need[r]) {
+            continue;
+        }
+        zs_ckpt_rank_file(r, name, sizeof(name));
+        zs_ckpt_pathf(file, sizeof(file), "%s/%s", src->path, name);
+        fe = zs_ckpt_find_file(src->m, name);
+        if (fe == NULL) {
+            st = zs_errf(err, errlen, ZS_ERR_IO, "%s/%s lists no %s", src->path, ZS_CKPT_MANIFEST,
+                         name);
+            break;
+        }
+        st = zs_ckpt_hash_file(file, &bytes, &h, err, errlen);
+        if (st == ZS_OK && (bytes != fe->bytes || h != fe->xxh3)) {
+            st =
+                zs_errf(err, errlen, ZS_ERR_IO,
+                        "%s: %" PRIu64 " bytes with xxh3 %016" PRIx64 "; the manifest says %" PRIu64
+                        " bytes with %016" PRIx64 " (the file is corrupt or truncated)",
+                        file, bytes, h, fe->bytes, fe->xxh3);
+        }
+        if (st == ZS_OK) { /* opens it and checks its tensors */
+            float probe;
+            st = zs_ckpt_reader_read(src->rd, 0, r, 0, &probe, 0, err, errlen);
+        }
+    }
+    free(need);
+    return st;
+}
+
+/* ---- pass 2: reading -------------------------------------------------------------------- */
+
+typedef struct zd_ckpt_dst {
+    zd_ckpt_src_t *src;
+    float *dst[ZS_CKPT_N_TENSORS]; /* master, m, v of this piece (dst_off counts from here) */
+} zd_ckpt_dst_t;
+
+static zs_status_t zd_ckpt_read_run(void *arg, uint32_t rank, uint64_t shard_off, uint64_t n,
+                                    uint64_t dst_off, char *err, size_t errlen)
+{
+    const zd_ckpt_dst_t *d = arg;
+    zs_status_t st = ZS_OK;
+
+    for (unsigned t = 0; t < ZS_CKPT_N_TENSORS && st == ZS_OK; t++) {
+        if (t > 0 && !d->src->moments) {
+            break;
+        }
+        st = zs_ckpt_reader_read(d->src->rd, t, rank, shard_off, d->dst[t] + dst_off, n, err,
+                                 errlen);
+    }
+    return st;
+}
+
+static zs_status_t zd_ckpt_read_piece(zd_ckpt_src_t *src, const zd_job_t *job, uint32_t b,
+                                      uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
+                                      void *arg, char *err, size_t errlen)
+{
+    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
+    zd_ckpt_dst_t d = {src,
+                       {zd_step_master(job, b) + dst_off, job->m + bk->shard_offset + dst_off,
+                        job->v + bk->shard_offset + dst_off}};
+
+    (void)arg;
+    return zs_ckpt_runs(src->old, id, a, n, zd_ckpt_read_run, &d, err, errlen);
+}
+
+/* ---- the load --------------------------------------------------------------------------- */
+
+static void zd_ckpt_src_free(zd_ckpt_src_t *src)
+{
+    zs_ckpt_reader_close(src->rd);
+    zs_layout_destroy(src->old);
+}
+
+/* Manifest, layout and the files this rank needs, all checked. */
+static zs_status_t zd_ckpt_open(const zd_job_t *job, zd_ckpt_src_t *src, char *err, size_t errlen)
+{
+    zs_status_t st = zd_ckpt_match(job, src->m, src->path, err, errlen);
+
+    if (st == ZS_OK) {
+        st = zs_ckpt_layout(src->m, &src->old, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zs_ckpt_reader_open(src->path, src->m, &src->rd, err, errlen);
+    }
+    return st == ZS_OK ? zd_ckpt_check_files(src, job, err, errlen) : st;
+}
+
+static void zd_ckpt_apply_scalars(zd_job_t *job, const zs_ckpt_manifest_t *m, bool moments)
+{
+    job->step = moments ? m->step : 0;
+    job->skipped_steps = moments ? m->skipped_steps : 0;
+    if (job->scaler.dynamic && isfinite(m->scaler.cur_scale) && m->scaler.cur_scale > 0) {
+        job->scaler.cur_scale = m->scaler.cur_scale;
+        job->scaler.cur_hysteresis = m->scaler.cur_hysteresis;
+        job->scaler.cur_iter = m->scaler.cur_iter;
+        job->scaler.last_overflow_iter = m->scaler.last_overflow_iter;
+    }
+}
+
+zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
+                         zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    char path[4096], tag[ZS_CKPT_TAG_MAX];
+    zs_ckpt_manifest_t *m = NULL;
+    zd_ckpt_src_t src;
+    uint64_t t0 = zs_time_now_ns();
+    zs_status_t st;
+
+    memset(&src, 0, sizeof(src));
+    if (req->dir == NULL || req->dir[0] != '/') {
+        st = zs_errf(err, errlen, ZS_ERR_INVALID,
+                     "checkpoint dir '%s' is not an absolute path (the daemon's working "
+                     "directory is not the trainer's)",
+                     req->dir != NULL ? req->dir : "");
+    } else {
+        st = zs_ckpt_resolve(req->dir, req->tag, path, sizeof(path), tag, sizeof(tag), err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_read(path, &m, err, errlen);
+    }
+    if (st == ZS_OK) {
+        src = (zd_ckpt_src_t){.m = m, .path = path, .moments = req->load_optimizer_states};
+        st = zd_ckpt_open(job, &src, err, errlen);
+    }
+    st = zd_ckpt_agree(job, st, "checkpoint load (checking the files)", err, errlen);
+    if (st == ZS_OK) {
+        /* from here the job's state changes: padding and absent moments are zero */
+        if (!job->master_shared) {
+            memset(job->master, 0, job->layout->shard_numel * sizeof(float));
+        }
+        memset(job->m, 0, job->layout->shard_numel * sizeof(float));
+        memset(job->v, 0, job->layout->shard_numel * sizeof(float));
+        st = zd_ckpt_pieces(&src, job, zd_ckpt_read_piece, NULL, err, errlen);
+        st = zd_ckpt_agree(job, st, "checkpoint load (reading)", err, errlen);
+    }
+    if (st == ZS_OK) {
+        zd_step_drop_partial(job);
+        zd_ckpt_apply_scalars(job, m, req->load_optimizer_states);
+        job->params_loaded = true;
+        st = zd_step_refresh_params(job, exec, err, errlen);
+    }
+    if (st == ZS_OK) {
+        zs_ckpt_pathf(out->path, sizeof(out->path), "%s", path);
+        zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
+        out->step = job->step;
+        out->loss_scale = job->scaler.cur_scale;
+        out->saved_world = m->world;
+        out->has_trainer_state = zs_ckpt_find_file(m, ZS_CKPT_TRAINER_STATE) != NULL;
+        zs_info(ZS_SUB_ENGINE, "checkpoint %s (world %u) loaded at step %" PRIu64 " in %.3f s",
+                path, m->world, job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+    }
+    if (m != NULL) {
+        zd_ckpt_src_free(&src);
+    }
+    zs_ckpt_manifest_free(m);
+    return st;
+}

@@ -288,8 +288,8 @@ static zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, 
 
 /* Rank 0, every file in place: TMP becomes DIR/TAG (replacing one of the same tag), then
  * DIR/latest names it. Each rename is atomic, so a crash leaves either the old or the new. */
-static zs_status_t zd_ckpt_commit(const char *dir, const char *tag, const char *tmp, char *err,
-                                  size_t errlen)
+static zs_status_t zd_ckpt_commit(const zd_job_t *job, const char *dir, const char *tag,
+                                  const char *tmp, char *err, size_t errlen)
 {
     char final[4096], old[4096], latest_tmp[4096], latest[4096], text[ZS_CKPT_TAG_MAX + 2];
     zs_status_t st = zs_ckpt_fsync_dir(tmp, err, errlen);
@@ -314,6 +314,7 @@ static zs_status_t zd_ckpt_commit(const char *dir, const char *tag, const char *
     if (st == ZS_OK) {
         st = zs_ckpt_fsync_dir(dir, err, errlen);
     }
+    zd_step_test_pause(job, "ckpt", job->step); /* committed, `latest` not yet */
     zs_ckpt_pathf(latest_tmp, sizeof(latest_tmp), "%s/%slatest", dir, ZS_CKPT_TMP_PREFIX);
     zs_ckpt_pathf(latest, sizeof(latest), "%s/%s", dir, ZS_CKPT_LATEST);
     zs_ckpt_pathf(text, sizeof(text), "%s\n", tag);
@@ -327,9 +328,10 @@ static zs_status_t zd_ckpt_commit(const char *dir, const char *tag, const char *
     return st == ZS_OK ? zs_ckpt_fsync_dir(dir, err, errlen) : st;
 }
 
-/* Rank 0 after a commit: keep the newest keep_last committed checkpoints of DIR (by step, as
- * their manifests say; `latest` is never removed). */
-static void zd_ckpt_prune(const char *dir, const char *keep_tag, uint32_t keep_last)
+/* Rank 0 after a commit: keep the newest keep_last committed checkpoints of this job in DIR (by
+ * step, as their manifests say; other jobs' and the one just saved are never removed). */
+static void zd_ckpt_prune(const char *dir, const char *job_id, const char *keep_tag,
+                          uint32_t keep_last)
 {
     typedef struct {
         char tag[ZS_CKPT_TAG_MAX];
@@ -349,6 +351,10 @@ static void zd_ckpt_prune(const char *dir, const char *keep_tag, uint32_t keep_l
         zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, e->d_name);
         if (zs_ckpt_manifest_read(path, &m, err, sizeof(err)) != ZS_OK) {
             continue; /* not ours, or unreadable: never removed */
+        }
+        if (strcmp(m->job_id, job_id) != 0) {
+            zs_ckpt_manifest_free(m);
+            continue;
         }
         if (n == cap) {
             entry_t *ne = realloc(ents, (cap = cap ? 2 * cap : 16) * sizeof(*ents));
@@ -421,6 +427,7 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
     if (st != ZS_OK) {
         return st;
     }
+    zd_step_test_pause(job, "ckpt", job->step);
     st = zd_ckpt_write_rank(job, tmp, &bytes, &xxh3, err, errlen);
     if (st == ZS_OK) {
         st = zd_ckpt_write_sum(job, tmp, bytes, xxh3, err, errlen);
@@ -432,14 +439,16 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
         st = zs_ckpt_write_file(path, req->trainer_state, req->trainer_state_len, &sxxh3, err,
                                 errlen);
     }
+    zd_step_test_pause(job, "ckpt", job->step);
     st = zd_ckpt_agree(job, st, "checkpoint save (writing the shards)", err, errlen);
     if (st == ZS_OK && job->rank == 0) {
         st = zd_ckpt_manifest(job, tag, tmp, has_state, sbytes, sxxh3, err, errlen);
+        zd_step_test_pause(job, "ckpt", job->step);
         if (st == ZS_OK) {
-            st = zd_ckpt_commit(req->dir, tag, tmp, err, errlen);
+            st = zd_ckpt_commit(job, req->dir, tag, tmp, err, errlen);
         }
         if (st == ZS_OK) {
-            zd_ckpt_prune(req->dir, tag, req->keep_last);
+            zd_ckpt_prune(req->dir, job->id, tag, req->keep_last);
         }
     }
     st = zd_ckpt_agree(job, st, "checkpoint save (committing)", err, errlen);
@@ -459,4 +468,134 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
     zs_info(ZS_SUB_ENGINE, "checkpoint %s saved at step %" PRIu64 " (%.3f s, %" PRIu64 " bytes)",
             out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9, bytes);
     return ZS_OK;
+}
+
+/* ---- the daemons' own checkpoints (checkpoint_* of the daemon config) ------------------------ */
+
+/* checkpoint_dir/<job id>: the daemons' own checkpoints of one job. */
+static zs_status_t zd_ckpt_job_dir(const zd_job_t *job, const char *dir, char *out, size_t len,
+                                   char *err, size_t errlen)
+{
+    if (!zs_ckpt_pathf(out, len, "%s/%s", dir, job->id) || strlen(out) > ZD_CKPT_DIR_MAX ||
+        zs_ckpt_tag_check(job->id, err, errlen) != ZS_OK) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "job id '%s' cannot name a directory under checkpoint_dir %s", job->id, dir);
+    }
+    return ZS_OK;
+}
+
+void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env)
+{
+    char dir[4096];
+    zd_ckpt_req_t req = {.dir = dir, .keep_last = env->ckpt_keep_last};
+    zd_ckpt_out_t out;
+    char err[ZD_MAX_MSG] = "";
+    uint64_t now = zs_time_now_ns();
+    double due = 0;
+    zs_status_t st;
+
+    if (env->ckpt_dir == NULL || job->step == job->ckpt_last_step || job->coll == NULL) {
+        return;
+    }
+    if (job->ckpt_last_ns == 0) {
+        job->ckpt_last_ns = now; /* the clock starts with the job */
+    }
+    if (env->ckpt_every_steps > 0 && job->step % env->ckpt_every_steps == 0) {
+        due = 1;
+    }
+    if (env->ckpt_every_ns > 0) { /* clocks differ: the ranks agree (every rank asks) */
+        zd_reduce_op_t op = ZD_REDUCE_MAX;
+        if (now - job->ckpt_last_ns >= env->ckpt_every_ns) {
+            due = 1;
+        }
+        st = job->coll->ops->all_reduce(job->coll, &due, &op, 1, err, sizeof(err));
+        if (st != ZS_OK) {
+            zs_warn(ZS_SUB_ENGINE, "automatic checkpoint: the ranks could not agree: %s", err);
+            return;
+        }
+    }
+    if (due == 0) {
+        return;
+    }
+    job->ckpt_last_step = job->step;
+    job->ckpt_last_ns = now;
+    st = zd_ckpt_job_dir(job, env->ckpt_dir, dir, sizeof(dir), err, sizeof(err));
+    if (st == ZS_OK && job->rank == 0 && mkdir(env->ckpt_dir, 0755) != 0 && errno != EEXIST) {
+        zs_warn(ZS_SUB_ENGINE, "checkpoint_dir %s: %s", env->ckpt_dir, strerror(errno));
+    }
+    st = st == ZS_OK ? zd_ckpt_save(job, &req, &out, err, sizeof(err)) : st;
+    if (st != ZS_OK) {
+        zs_warn(ZS_SUB_ENGINE, "automatic checkpoint at step %" PRIu64 " failed: %s", job->step,
+                err);
+    }
+}
+
+zs_status_t zd_ckpt_restore(zd_job_t *job, const zk_exec_t *exec, const char *dir,
+                            zd_ckpt_out_t *out, bool *restored_p)
+{
+    char path[4096], tag[ZS_CKPT_TAG_MAX], err[ZD_MAX_MSG] = "", jdir[4096];
+    zs_ckpt_manifest_t *m = NULL;
+    zd_ckpt_req_t req = {.dir = jdir, .load_optimizer_states = true};
+    zs_status_t st;
+
+    *restored_p = false;
+    st = zd_ckpt_job_dir(job, dir, jdir, sizeof(jdir), err, sizeof(err));
+    if (st == ZS_OK) {
+        st = zs_ckpt_resolve(jdir, NULL, path, sizeof(path), tag, sizeof(tag), err, sizeof(err));
+    }
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_read(path, &m, err, sizeof(err));
+    }
+    if (st == ZS_OK && strcmp(m->job_id, job->id) != 0) {
+        st = zs_errf(err, sizeof(err), ZS_ERR_NOT_FOUND, "%s is job '%s''s, not '%s''s", path,
+                     m->job_id, job->id);
+    }
+    zs_ckpt_manifest_free(m);
+    /* every rank must find one, or none loads */
+    st = zd_ckpt_agree(job, st, "resuming from checkpoint_dir", err, sizeof(err));
+    if (st != ZS_OK) {
+        zs_info(ZS_SUB_ENGINE, "job '%s' starts from its trainer's parameters: %s", job->id, err);
+        return st == ZS_ERR_PEER_LOST ? st : ZS_OK;
+    }
+    st = zd_ckpt_load(job, exec, &req, out, err, sizeof(err));
+    if (st != ZS_OK) {
+        zs_warn(ZS_SUB_ENGINE, "job '%s': resuming from %s failed: %s", job->id, path, err);
+        return st;
+    }
+    *restored_p = true;
+    zs_info(ZS_SUB_ENGINE, "job '%s' resumed from %s at step %" PRIu64, job->id, out->path,
+            job->step);
+    return ZS_OK;
+}
+
+/* ---- the trainer's requests ---------------------------------------------------------- */
+
+zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_save(job, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
+}
+
+zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_load(job, env->exec, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
 }

@@ -19,6 +19,8 @@ static const zs_config_range_t zd_collective_timeout_range = {100 * ZD_MS, ZD_D}
 static const zs_config_range_t zd_mesh_timeout_range = {ZD_S, ZD_D};
 static const zs_config_range_t zd_hb_interval_range = {10 * ZD_MS, ZD_MIN};
 static const zs_config_range_t zd_hb_timeout_range = {100 * ZD_MS, ZD_H};
+static const zs_config_range_t zd_every_range = {0, 1e12};
+static const zs_config_range_t zd_keep_range = {0, 1e6};
 
 static const zs_config_row_t zd_config_rows[] = {
     {"socket", "auto", "Unix socket path; auto = /run/zerod/zerod-<device>.sock",
@@ -55,6 +57,18 @@ static const zs_config_row_t zd_config_rows[] = {
      offsetof(zd_config_t, direct_collectives), &zs_config_bool, NULL, 0},
     {"token_file", "", "file (mode 0600) holding the shared job token for mesh authentication",
      offsetof(zd_config_t, token_file), &zs_config_string, NULL, 0},
+    {"checkpoint_dir", "",
+     "absolute directory (shared by the job's hosts) for the daemons' own checkpoints; a job "
+     "whose daemons restart resumes from its latest one there; empty: none",
+     offsetof(zd_config_t, checkpoint_dir), &zs_config_string, NULL, 0},
+    {"checkpoint_every_steps", "0", "save into checkpoint_dir every N optimizer steps (0: off)",
+     offsetof(zd_config_t, checkpoint_every_steps), &zs_config_int, &zd_every_range, 0},
+    {"checkpoint_every_seconds", "0",
+     "save into checkpoint_dir after a step once N seconds passed since the last save (0: off)",
+     offsetof(zd_config_t, checkpoint_every_seconds), &zs_config_int, &zd_every_range, 0},
+    {"checkpoint_keep_last", "0",
+     "after a save, keep the newest N checkpoints of that directory (0: keep all)",
+     offsetof(zd_config_t, checkpoint_keep_last), &zs_config_int, &zd_keep_range, 0},
 };
 
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};
@@ -64,6 +78,20 @@ const char *const zd_config_env_ignore[] = {"LOG_LEVEL", "LOG_SUBSYS", "KERNELS"
 
 zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen)
 {
+    if (cfg->checkpoint_dir != NULL && cfg->checkpoint_dir[0] != '\0' &&
+        cfg->checkpoint_dir[0] != '/') {
+        snprintf(err, errlen, "config key 'checkpoint_dir' ('%s') must be an absolute path",
+                 cfg->checkpoint_dir);
+        return ZS_ERR_CONFIG;
+    }
+    if ((cfg->checkpoint_every_steps > 0 || cfg->checkpoint_every_seconds > 0) &&
+        (cfg->checkpoint_dir == NULL || cfg->checkpoint_dir[0] == '\0')) {
+        snprintf(err, errlen,
+                 "config keys 'checkpoint_every_steps' (%lld) / 'checkpoint_every_seconds' (%lld) "
+                 "need 'checkpoint_dir'",
+                 (long long)cfg->checkpoint_every_steps, (long long)cfg->checkpoint_every_seconds);
+        return ZS_ERR_CONFIG;
+    }
     if (cfg->heartbeat_timeout_ns < 2 * cfg->heartbeat_interval_ns) {
         snprintf(err, errlen,
                  "config key 'heartbeat_timeout' (%.3g s) must be at least twice "

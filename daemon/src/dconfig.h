@@ -26,6 +26,10 @@ typedef struct zd_config {
     uint64_t heartbeat_timeout_ns;
     char *token_file;
     int direct_collectives;
+    char *checkpoint_dir; /* "": no automatic checkpoints (docs/checkpoints.md) */
+    int64_t checkpoint_every_steps;
+    int64_t checkpoint_every_seconds;
+    int64_t checkpoint_keep_last;
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;

@@ -35,6 +35,7 @@ struct zd_engine {
     /* engine thread */
     zd_job_env_t env;
     char token_file[512];
+    char ckpt_dir[4096];
     zs_ratelimit_t warn_rl; /* warnings trainers can cause at will (refused attaches, ...) */
     zd_job_t *job;
     zk_pool_t *pool;
@@ -200,7 +201,8 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
                                   r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_PARAMS_READY:
-        r->status = zd_job_params_ready(e->job, &e->env, req->conn_id, r->msg, sizeof(r->msg));
+        r->status =
+            zd_job_params_ready(e->job, &e->env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_BUCKET_READY:
         r->u.slot_free.slot = req->u.bucket_ready.slot;
@@ -410,6 +412,11 @@ static void zd_engine_env_init(zd_engine_t *e, const zd_engine_params_t *p)
     env->n_slots = p->bucket_slots;
     env->job_linger_ns = e->job_linger_ns = p->job_linger_ns;
     env->max_shard_bytes = e->max_shard_bytes = p->max_shard_bytes;
+    snprintf(e->ckpt_dir, sizeof(e->ckpt_dir), "%s", p->ckpt_dir ? p->ckpt_dir : "");
+    env->ckpt_dir = e->ckpt_dir[0] != '\0' ? e->ckpt_dir : NULL;
+    env->ckpt_every_steps = p->ckpt_every_steps;
+    env->ckpt_every_ns = p->ckpt_every_seconds * 1000000000ull;
+    env->ckpt_keep_last = p->ckpt_keep_last;
 }
 
 zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p)

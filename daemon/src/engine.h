@@ -87,6 +87,9 @@ typedef struct zd_engine_params {
     uint64_t heartbeat_interval_ns;
     uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
+    const char *ckpt_dir; /* checkpoint_* of the daemon config */
+    uint64_t ckpt_every_steps, ckpt_every_seconds;
+    uint32_t ckpt_keep_last;
     void (*notify)(void *arg); /* results are ready (called from the engine thread) */
     void *notify_arg;
 } zd_engine_params_t;

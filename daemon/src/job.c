@@ -581,8 +581,8 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
 /* ---- the trainer's requests -------------------------------------------------------------- */
 
 /* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
-static zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded,
-                                          char *err, size_t errlen)
+zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded, char *err,
+                                   size_t errlen)
 {
     if (job == NULL || job->attached_conn != conn) {
         return zs_errf(err, errlen, ZS_ERR_STATE,
@@ -602,8 +602,8 @@ static zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bo
     return ZS_OK;
 }
 
-zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn, char *err,
-                                size_t errlen)
+zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                zd_ckpt_out_t *out, char *err, size_t errlen)
 {
     zs_status_t st = zd_job_require_trainer(job, conn, false, err, errlen);
 
@@ -614,7 +614,22 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
         return zs_errf(err, errlen, ZS_ERR_STATE,
                        "job '%s' already has its parameters (a resumed job keeps them)", job->id);
     }
-    return zd_step_load_params(job, env->exec, err, errlen);
+    st = zd_step_load_params(job, env->exec, err, errlen);
+    if (st == ZS_OK && env->ckpt_dir != NULL) {
+        bool restored = false;
+        st = zd_ckpt_restore(job, env->exec, env->ckpt_dir, out, &restored);
+        if (st != ZS_OK) {
+            st = zs_errf(err, errlen, st,
+                         "job '%s': resuming from checkpoint_dir %s failed (the "
+                         "daemon log says why)",
+                         job->id, env->ckpt_dir);
+        } else if (!restored) {
+            out->path[0] = '\0';
+        }
+    }
+    out->step = job->step;
+    out->loss_scale = job->scaler.cur_scale;
+    return st;
 }
 
 zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
@@ -686,40 +701,14 @@ zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
 {
     zs_status_t st = zd_job_step_checked(job, env, conn, group_lr, n_group_lr, out, err, errlen);
 
+    if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL) {
+        zd_ckpt_auto(job, env);
+    }
+
     if (job != NULL) { /* where the job stands, whatever happened */
         out->step = job->step;
         out->loss_scale = job->scaler.cur_scale;
         out->skipped_steps = job->skipped_steps;
-    }
-    return st;
-}
-
-zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
-                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
-{
-    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    st = zd_ckpt_save(job, req, out, err, errlen);
-    if (st != ZS_OK) {
-        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
-    }
-    return st;
-}
-
-zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
-                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
-{
-    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    st = zd_ckpt_load(job, env->exec, req, out, err, errlen);
-    if (st != ZS_OK) {
-        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
     }
     return st;
 }

@@ -49,7 +49,14 @@ struct zd_job {
     zs_ckpt_param_t *pmeta; /* [n_params], registration order: names and shapes (ckpt.c) */
     char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
     uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
+    uint64_t ckpt_last_step;
 };
+
+/* ---- job.c ------------------------------------------------------------------------------ */
+
+/* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
+zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded, char *err,
+                                   size_t errlen);
 
 /* ---- ckpt.c, ckpt_load.c ------------------------------------------------------------------ */
 
@@ -64,6 +71,11 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
                          size_t errlen);
 zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
                          zd_ckpt_out_t *out, char *err, size_t errlen);
+/* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */
+void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
+/* A fresh job at ParamsReady: load DIR/latest when every rank finds it is this job's. */
+zs_status_t zd_ckpt_restore(zd_job_t *job, const zk_exec_t *exec, const char *dir,
+                            zd_ckpt_out_t *out, bool *restored_p);
 
 /* ---- step.c ----------------------------------------------------------------------------- */
 
@@ -86,6 +98,9 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, c
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
                         zd_step_out_t *out, char *err, size_t errlen);
+/* Fault injection for tests, never set in production: ZEROD_TEST_PAUSE=<phase>:<ms> sleeps at
+ * every point of that phase ("step", "allgather", "ckpt": each stage of a checkpoint save). */
+void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step);
 /* Drop a partial accumulation: zero the accumulator and the stage-1 grads. */
 void zd_step_drop_partial(zd_job_t *job);
 

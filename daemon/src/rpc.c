@@ -326,14 +326,15 @@ static zs_status_t zd_rpc_group_names(const Zerod__Ipc__V1__Group *gr, size_t g,
                            "attach: groups[%zu].names[%zu] is longer than %u bytes", g, i,
                            ZS_CKPT_NAME_MAX - 1);
         }
-        m->ndim[k + i] = gr->n_ndim != 0 ? gr->ndim[i] : 1;
-        if (m->ndim[k + i] > ZS_CKPT_MAX_DIMS || d0 + m->ndim[k + i] > gr->n_dims + 1) {
+        uint32_t nd = gr->n_ndim != 0 ? gr->ndim[i] : 0; /* 0: a 1-D shape of numel */
+        if (nd > ZS_CKPT_MAX_DIMS || d0 + nd > gr->n_dims) {
             return zs_errf(err, errlen, ZS_ERR_INVALID,
-                           "attach: groups[%zu].ndim[%zu] = %u is above %u or past dims", g, i,
-                           m->ndim[k + i], ZS_CKPT_MAX_DIMS);
+                           "attach: groups[%zu].ndim[%zu] = %u is above %u or past dims (%zu)", g,
+                           i, nd, ZS_CKPT_MAX_DIMS, gr->n_dims);
         }
+        m->ndim[k + i] = nd != 0 ? nd : 1;
         for (uint32_t d = 0; d < m->ndim[k + i]; d++) {
-            uint64_t v = gr->n_ndim != 0 ? (d0 < gr->n_dims ? gr->dims[d0++] : 0) : gr->numel[i];
+            uint64_t v = nd != 0 ? gr->dims[d0++] : gr->numel[i];
             m->dims[(*dim_at)++] = v;
             prod *= v;
         }
@@ -739,6 +740,9 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         break;
     case ZD_REQ_PARAMS_READY:
         pr.result = &r;
+        pr.step = resp->u.ckpt.step;
+        pr.restored_from = (char *)resp->u.ckpt.path;
+        pr.loss_scale = resp->u.ckpt.loss_scale;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY;
         f.params_ready_reply = &pr;
         break;

@@ -423,6 +423,10 @@ static bool zd_server_start_engine(zd_server_t *srv)
     ep.heartbeat_interval_ns = cfg->heartbeat_interval_ns;
     ep.heartbeat_timeout_ns = cfg->heartbeat_timeout_ns;
     ep.direct_collectives = cfg->direct_collectives != 0;
+    ep.ckpt_dir = cfg->checkpoint_dir;
+    ep.ckpt_every_steps = (uint64_t)cfg->checkpoint_every_steps;
+    ep.ckpt_every_seconds = (uint64_t)cfg->checkpoint_every_seconds;
+    ep.ckpt_keep_last = (uint32_t)cfg->checkpoint_keep_last;
     ep.notify = zd_engine_notify;
     ep.notify_arg = &srv->async;
     if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {

@@ -172,7 +172,7 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
  * in production: ZEROD_TEST_PAUSE=<phase>:<ms> makes every step sleep at that phase ("step":
  * before its first collective; "allgather": after the first bucket's all-gather) and log it,
  * so that a test can kill a trainer exactly there. Engine thread only. */
-static void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
+void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
 {
     static bool parsed;
     static char want[16];

@@ -33,6 +33,9 @@
 /* Bigger than the params region of these jobs (3 buckets of 16 elements). */
 #define PARAMS_MAX 1024
 
+/* what ParamsReady says about a resume from checkpoint_dir (none configured here) */
+static zd_ckpt_out_t ck_out;
+
 static atomic_bool cancel;
 static zs_ratelimit_t warn_rl;
 static zk_exec_t exec;
@@ -132,7 +135,7 @@ static void expect_attach_refused(uint64_t conn, zs_status_t want, const char *n
 
 static void params_ready(uint64_t conn)
 {
-    expect_status(zd_job_params_ready(job, &env, conn, err, sizeof(err)), ZS_OK, NULL);
+    expect_status(zd_job_params_ready(job, &env, conn, &ck_out, err, sizeof(err)), ZS_OK, NULL);
 }
 
 static zd_shard_out_t shard(void)
@@ -266,7 +269,7 @@ ZDT_TEST(zd_job, requests_without_a_job_are_refused_naming_attach)
     zd_step_out_t o;
     zd_shard_out_t s;
 
-    expect_status(zd_job_params_ready(NULL, &env, CONN_A, err, sizeof(err)), ZS_ERR_STATE,
+    expect_status(zd_job_params_ready(NULL, &env, CONN_A, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
                   "send Attach first");
     expect_status(zd_job_bucket_ready(NULL, &env, CONN_A, 0, 0, 0, err, sizeof(err)), ZS_ERR_STATE,
                   "send Attach first");
@@ -282,7 +285,7 @@ ZDT_TEST(zd_job, requests_from_another_connection_are_refused)
     zd_step_out_t o;
 
     attach(CONN_A);
-    expect_status(zd_job_params_ready(job, &env, CONN_B, err, sizeof(err)), ZS_ERR_STATE,
+    expect_status(zd_job_params_ready(job, &env, CONN_B, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
                   "no job attached on this connection");
     params_ready(CONN_A);
     expect_status(zd_job_bucket_ready(job, &env, CONN_B, 0, 0, 0, err, sizeof(err)), ZS_ERR_STATE,
@@ -310,7 +313,7 @@ ZDT_TEST(zd_job, params_ready_twice_is_refused)
 {
     attach(CONN_A);
     params_ready(CONN_A);
-    expect_status(zd_job_params_ready(job, &env, CONN_A, err, sizeof(err)), ZS_ERR_STATE,
+    expect_status(zd_job_params_ready(job, &env, CONN_A, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
                   "already has its parameters");
 }
 
@@ -412,7 +415,7 @@ ZDT_TEST(zd_job, detach_keeps_the_job_and_a_reattach_resumes_it)
     cr_assert_eq(out.step, 1);
     cr_assert(memcmp(params.addr, before, params.size) == 0,
               "the re-attached params region does not hold the job's values");
-    expect_status(zd_job_params_ready(job, &env, CONN_B, err, sizeof(err)), ZS_ERR_STATE,
+    expect_status(zd_job_params_ready(job, &env, CONN_B, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
                   "a resumed job keeps them");
     backward_f32(CONN_B, 0.5f);
     cr_assert_eq(step(CONN_B).step, 2);

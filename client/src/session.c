@@ -45,7 +45,10 @@ struct zc_session {
     /* attached job */
     bool attached;
     bool resumed;
-    bool params_ready;      /* fresh job: ParamsReady acknowledged */
+    bool params_ready; /* fresh job: ParamsReady acknowledged */
+    bool restored;     /* ParamsReady: the daemons resumed from their checkpoint_dir */
+    uint64_t restored_step;
+    double restored_scale;
     bool params_are_master; /* fp32: the params region is the daemon's master: read-only once
                                ready */
     zs_layout_t *layout;
@@ -449,10 +452,45 @@ static uint32_t zc_attach_world(const zc_attach_params_t *p)
 
 /* Build the Attach message; frees nothing of the caller's. groups/pgroups are caller storage
  * of n_groups entries. */
-static void zc_attach_fill(const zc_attach_params_t *p, Zerod__Ipc__V1__Attach *at,
-                           Zerod__Ipc__V1__Group *groups, Zerod__Ipc__V1__Group **pgroups)
+/* Group's names and shapes from its parameters' zc_param_info_t (info->... from parameter k). */
+typedef struct zc_info_arrays {
+    const zc_param_info_t *pi;
+    char **names;
+    uint32_t *ndim;
+    uint64_t *dims;
+} zc_info_arrays_t;
+
+static void zc_attach_fill_info(const zc_info_arrays_t *info, uint32_t k, uint32_t n,
+                                Zerod__Ipc__V1__Group *group)
+{
+    uint64_t *dims = info->dims + (size_t)k * ZC_MAX_DIMS;
+    size_t nd = 0;
+
+    group->n_names = group->n_ndim = n;
+    group->names = info->names + k;
+    group->ndim = info->ndim + k;
+    group->dims = dims;
+    for (uint32_t i = 0; i < n; i++) {
+        const zc_param_info_t *pi = &info->pi[k + i];
+        uint32_t d = pi->ndim;
+        info->names[k + i] = (char *)(pi->name != NULL ? pi->name : "");
+        if (d == 0 || d > ZC_MAX_DIMS) {
+            d = 0; /* a 1-D shape of numel: the daemon's default */
+        }
+        info->ndim[k + i] = d;
+        for (uint32_t j = 0; j < d; j++) {
+            dims[nd++] = pi->dims[j];
+        }
+    }
+    group->n_dims = nd;
+}
+
+static void zc_attach_fill(const zc_attach_params_t *p, const zc_info_arrays_t *info,
+                           Zerod__Ipc__V1__Attach *at, Zerod__Ipc__V1__Group *groups,
+                           Zerod__Ipc__V1__Group **pgroups)
 {
     uint64_t mask = p->field_mask;
+    uint32_t k = 0;
 
     at->job_id = (char *)p->job_id;
     at->rank = (mask & ZC_ATTACH_FIELD_RANK) ? p->rank : 0;
@@ -471,19 +509,10 @@ static void zc_attach_fill(const zc_attach_params_t *p, Zerod__Ipc__V1__Attach *
         if (p->groups[g].options_json != NULL) {
             groups[g].options_json = (char *)p->groups[g].options_json;
         }
-        if (p->groups[g].names != NULL) {
-            groups[g].n_names = p->groups[g].n_params;
-            groups[g].names = (char **)p->groups[g].names;
+        if (info != NULL) {
+            zc_attach_fill_info(info, k, p->groups[g].n_params, &groups[g]);
         }
-        if (p->groups[g].ndim != NULL && p->groups[g].dims != NULL) {
-            groups[g].n_ndim = p->groups[g].n_params;
-            groups[g].ndim = (uint32_t *)p->groups[g].ndim;
-            groups[g].n_dims = 0;
-            for (uint32_t i = 0; i < p->groups[g].n_params; i++) {
-                groups[g].n_dims += p->groups[g].ndim[i];
-            }
-            groups[g].dims = (uint64_t *)p->groups[g].dims;
-        }
+        k += p->groups[g].n_params;
         pgroups[g] = &groups[g];
     }
     at->n_groups = p->n_groups;
@@ -633,20 +662,35 @@ static int zc_attach_request(zc_session_t *s, const zc_attach_params_t *p, zc_fr
     Zerod__Ipc__V1__Attach at = ZEROD__IPC__V1__ATTACH__INIT;
     Zerod__Ipc__V1__Group *groups;
     Zerod__Ipc__V1__Group **pgroups;
+    zc_info_arrays_t info = {NULL, NULL, NULL, NULL};
+    size_t n_params = 0;
     int status;
 
+    for (uint32_t g = 0; g < p->n_groups; g++) {
+        n_params += p->groups[g].n_params;
+    }
     groups = calloc(p->n_groups, sizeof(*groups));
     pgroups = calloc(p->n_groups, sizeof(*pgroups));
-    if (groups == NULL || pgroups == NULL) {
+    if ((p->field_mask & ZC_ATTACH_FIELD_PARAM_INFO) && p->param_info != NULL) {
+        info.pi = p->param_info;
+        info.names = calloc(n_params + 1, sizeof(*info.names));
+        info.ndim = calloc(n_params + 1, sizeof(*info.ndim));
+        info.dims = calloc(n_params * ZC_MAX_DIMS + 1, sizeof(*info.dims));
+    }
+    if (groups == NULL || pgroups == NULL ||
+        (info.pi != NULL && (info.names == NULL || info.ndim == NULL || info.dims == NULL))) {
         status = zc_fail(ZC_ERR_NO_MEMORY, "attach: out of memory");
         goto out_free;
     }
-    zc_attach_fill(p, &at, groups, pgroups);
+    zc_attach_fill(p, info.pi != NULL ? &info : NULL, &at, groups, pgroups);
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
     req.attach = &at;
     status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY, -1, reply_p);
 
 out_free:
+    free(info.names);
+    free(info.ndim);
+    free(info.dims);
     free(pgroups);
     free(groups);
     return status;
@@ -804,12 +848,32 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
         return status;
     }
     status = zc_result_status(reply->params_ready_reply->result, "params_ready");
+    if (status == ZC_OK && reply->params_ready_reply->restored_from != NULL &&
+        reply->params_ready_reply->restored_from[0] != '\0') {
+        session->restored = true;
+        session->restored_step = reply->params_ready_reply->step;
+        session->restored_scale = reply->params_ready_reply->loss_scale;
+    }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     if (status == ZC_OK) {
         session->params_ready = true;
         status = zc_params_protect(session);
     }
     return status;
+}
+
+ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p)
+{
+    if (session == NULL || !session->restored) {
+        return 0;
+    }
+    if (step_p != NULL) {
+        *step_p = session->restored_step;
+    }
+    if (loss_scale_p != NULL) {
+        *loss_scale_p = session->restored_scale;
+    }
+    return 1;
 }
 
 /* ---- layout queries ---------------------------------------------------------------- */

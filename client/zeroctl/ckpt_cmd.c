@@ -225,13 +225,17 @@ static int ckpt_export_data(const ckpt_export_t *x, const zs_ckpt_manifest_t *m,
 {
     uint64_t cap = 0;
     float *buf = NULL;
+    uint16_t *half = NULL;
     zs_status_t st = ZS_OK;
 
     for (uint32_t i = 0; i < m->n_params; i++) {
         cap = m->params[i].numel > cap ? m->params[i].numel : cap;
     }
     buf = malloc((cap ? cap : 1) * sizeof(float));
-    if (buf == NULL) {
+    half = bf16 ? malloc((cap ? cap : 1) * sizeof(uint16_t)) : NULL;
+    if (buf == NULL || (bf16 && half == NULL)) {
+        free(buf);
+        free(half);
         snprintf(err, errlen, "out of memory for a parameter of %" PRIu64 " elements", cap);
         return ZC_EXIT_BAD;
     }
@@ -239,17 +243,16 @@ static int ckpt_export_data(const ckpt_export_t *x, const zs_ckpt_manifest_t *m,
         ckpt_fill_t f = {rd, tensor, buf};
         uint64_t n = m->params[i].numel;
         st = zs_ckpt_runs(layout, i, 0, n, ckpt_fill_run, &f, err, errlen);
-        if (st == ZS_OK && bf16) {
-            uint16_t *h = (uint16_t *)buf; /* in place: element j is read before it is written */
-            for (uint64_t j = 0; j < n; j++) {
-                h[j] = ckpt_bf16(buf[j]);
-            }
+        for (uint64_t j = 0; st == ZS_OK && bf16 && j < n; j++) {
+            half[j] = ckpt_bf16(buf[j]);
         }
         if (st == ZS_OK) {
-            st = zs_st_put(w, buf, n * (bf16 ? 2 : 4), err, errlen);
+            st = zs_st_put(w, bf16 ? (const void *)half : (const void *)buf, n * (bf16 ? 2 : 4),
+                           err, errlen);
         }
     }
     free(buf);
+    free(half);
     (void)x;
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
 }

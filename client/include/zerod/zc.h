@@ -116,11 +116,15 @@ typedef struct zc_group {
     uint32_t n_params;
     const uint64_t *numel;    /* [n_params], registration order */
     const char *options_json; /* NULL, or {"lr":..,"weight_decay":..,"betas":[..],"eps":..} */
-    /* Optional, kept in checkpoints (zc_checkpoint_save, `zeroctl export`): */
-    const char *const *names; /* NULL, or [n_params] names as the model's state_dict() */
-    const uint32_t *ndim;     /* NULL, or [n_params]: each parameter's number of dims (<= 8) */
-    const uint64_t *dims;     /* every parameter's dims in turn (the sum of ndim entries) */
 } zc_group_t;
+
+/* A parameter's name and shape, kept in checkpoints (zc_checkpoint_save, `zeroctl export`). */
+#define ZC_MAX_DIMS 8
+typedef struct zc_param_info {
+    const char *name; /* as the model's state_dict(); NULL or "": "param.<id>" */
+    uint32_t ndim;    /* 0: a 1-D shape of numel */
+    uint64_t dims[ZC_MAX_DIMS];
+} zc_param_info_t;
 
 enum {
     ZC_ATTACH_FIELD_JOB_ID = 1u << 0,
@@ -130,6 +134,7 @@ enum {
     ZC_ATTACH_FIELD_DTYPE = 1u << 4,
     ZC_ATTACH_FIELD_GROUPS = 1u << 5,
     ZC_ATTACH_FIELD_CONFIG_JSON = 1u << 6,
+    ZC_ATTACH_FIELD_PARAM_INFO = 1u << 7,
 };
 
 typedef struct zc_attach_params {
@@ -141,7 +146,8 @@ typedef struct zc_attach_params {
     zc_dtype_t dtype;        /* default ZC_DTYPE_F32 */
     uint32_t n_groups;       /* required, >= 1 */
     const zc_group_t *groups;
-    const char *config_json; /* default "{}" */
+    const char *config_json;           /* default "{}" */
+    const zc_param_info_t *param_info; /* optional: one per parameter, registration order */
 } zc_attach_params_t;
 
 typedef struct zc_attach_info {
@@ -165,6 +171,10 @@ typedef struct zc_attach_info {
 ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
                              zc_attach_info_t *info_p);
 ZC_API int zc_session_params_ready(zc_session_t *session);
+/* 1 when, at zc_session_params_ready(), the daemons (config checkpoint_dir) resumed the job from
+ * their last checkpoint instead: the params region holds its values, *step_p its step and
+ * *loss_scale_p its scale (either may be NULL); 0 otherwise. */
+ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p);
 
 /* Parameter `id` (registration index, group-major) inside the params region. */
 ZC_API void *zc_session_param_ptr(zc_session_t *session, uint32_t id);

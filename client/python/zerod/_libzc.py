@@ -38,6 +38,7 @@ _ATTACH_FIELD_COORDINATOR = 1 << 3
 _ATTACH_FIELD_DTYPE = 1 << 4
 _ATTACH_FIELD_GROUPS = 1 << 5
 _ATTACH_FIELD_CONFIG_JSON = 1 << 6
+_ATTACH_FIELD_PARAM_INFO = 1 << 7
 
 _STEP_FIELD_GROUP_LR = 1 << 0
 _STEP_FIELD_TIMEOUT_MS = 1 << 1
@@ -81,9 +82,14 @@ class _Group(ctypes.Structure):
         ("n_params", c_u32),
         ("numel", ctypes.POINTER(c_u64)),
         ("options_json", ctypes.c_char_p),
-        ("names", ctypes.POINTER(ctypes.c_char_p)),
-        ("ndim", ctypes.POINTER(c_u32)),
-        ("dims", ctypes.POINTER(c_u64)),
+    ]
+
+
+class _ParamInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("ndim", c_u32),
+        ("dims", c_u64 * 8),
     ]
 
 
@@ -120,6 +126,7 @@ class _AttachParams(ctypes.Structure):
         ("n_groups", c_u32),
         ("groups", ctypes.POINTER(_Group)),
         ("config_json", ctypes.c_char_p),
+        ("param_info", ctypes.POINTER(_ParamInfo)),
     ]
 
 
@@ -225,6 +232,8 @@ def _bind(lib):
     fn("zc_session_attach", ctypes.c_int,
        [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
     fn("zc_session_params_ready", ctypes.c_int, [vp])
+    fn("zc_session_restored", ctypes.c_int,
+       [vp, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_double)])
     fn("zc_session_param_ptr", vp, [vp, c_u32])
     fn("zc_session_param_numel", c_u64, [vp, c_u32])
     fn("zc_session_dtype", ctypes.c_int, [vp])
@@ -338,18 +347,12 @@ class Session:
             garr[i].n_params = len(numels)
             garr[i].numel = arr
             garr[i].options_json = _bytes(opts)
-            if len(group) > 2 and group[2] is not None:
-                names = (ctypes.c_char_p * max(1, len(numels)))(*[_bytes(n) for n in group[2]])
-                keep.append(names)
-                garr[i].names = names
-            if len(group) > 3 and group[3] is not None:
-                shapes = [list(s) for s in group[3]]
-                ndim = (c_u32 * max(1, len(numels)))(*[len(s) for s in shapes])
-                flat = [int(d) for s in shapes for d in s]
-                dims = (c_u64 * max(1, len(flat)))(*flat)
-                keep += [ndim, dims]
-                garr[i].ndim = ndim
-                garr[i].dims = dims
+        infos = []  # (name, shape) per parameter, registration order
+        for group in groups:
+            n = len(group[0])
+            names = group[2] if len(group) > 2 and group[2] is not None else [""] * n
+            shapes = group[3] if len(group) > 3 and group[3] is not None else [()] * n
+            infos += list(zip(names, shapes))
         ap = _AttachParams()
         ap.field_mask = (_ATTACH_FIELD_JOB_ID | _ATTACH_FIELD_RANK | _ATTACH_FIELD_WORLD
                          | _ATTACH_FIELD_DTYPE | _ATTACH_FIELD_GROUPS | _ATTACH_FIELD_CONFIG_JSON)
@@ -363,6 +366,18 @@ class Session:
         ap.n_groups = len(groups)
         ap.groups = garr
         ap.config_json = _bytes(config_json)
+        if any(name or shape for name, shape in infos):
+            pi = (_ParamInfo * len(infos))()
+            for i, (name, shape) in enumerate(infos):
+                pi[i].name = _bytes(name)
+                shape = [int(d) for d in shape]
+                if 0 < len(shape) <= 8:
+                    pi[i].ndim = len(shape)
+                    for j, d in enumerate(shape):
+                        pi[i].dims[j] = d
+            keep.append(pi)
+            ap.field_mask |= _ATTACH_FIELD_PARAM_INFO
+            ap.param_info = pi
         info = _AttachInfo()
         _check(lib, lib.zc_session_attach(self._h, ctypes.byref(ap), ctypes.byref(info)),
                "attach")
@@ -382,7 +397,13 @@ class Session:
         return dict(self.info)
 
     def params_ready(self):
+        """Returns None, or (step, loss_scale) when the daemons resumed the job from their
+        checkpoint_dir instead (the params region then holds the checkpoint's values)."""
         _check(self._lib, self._lib.zc_session_params_ready(self._h), "params_ready")
+        step, scale = c_u64(0), ctypes.c_double(0)
+        if self._lib.zc_session_restored(self._h, ctypes.byref(step), ctypes.byref(scale)):
+            return step.value, scale.value
+        return None
 
     @property
     def dtype(self):

@@ -397,7 +397,12 @@ class ZerodEngine(torch.nn.Module):
                     view.copy_(p.data)
                 p.data = view
         if fresh:
-            s.params_ready()
+            restored = s.params_ready()
+            if restored is not None:  # the daemons resumed the job from their checkpoint_dir
+                self.resumed = True
+                self.global_steps = restored[0]
+                if restored[1] > 0:
+                    self._loss_scale = restored[1]
 
     def _build_buckets(self):
         s = self._sess

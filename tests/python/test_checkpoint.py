@@ -268,6 +268,131 @@ def bad():
     print("bad media: every fault named, training went on, the good checkpoint loaded")
 
 
+def rank_train_to(stage, steps, end_job):
+    model, engine = engine_for(stage)
+    start = engine.global_steps
+    for _ in range(start):  # the daemons' checkpoints hold no trainer state: fast-forward
+        engine.lr_scheduler.step()
+    while engine.global_steps < steps:
+        train(engine, 1)
+    out = zr.params_of(model)
+    engine.close(end_job=end_job)
+    return start, out
+
+
+def restart():
+    """kill -9 every daemon of a world-2 job, start them again, re-attach: the job continues
+    from the daemons' last automatic checkpoint (checkpoint_every_steps 5, keep_last 2)."""
+    zf.require_world(2)
+    with zf.Cluster(2) as probe:
+        tmp = probe.tmp + "-auto"
+    os.makedirs(tmp)
+    flags = ("--job-linger", "60s", "--checkpoint-dir", tmp, "--checkpoint-every-steps", "5",
+             "--checkpoint-keep-last", "2")
+    try:
+        with zf.Cluster(2, flags=flags) as c:
+            straight = c.run(rank_train_to, (2, 20, True), job="straight")
+            first = c.run(rank_train_to, (2, 12, False), job="restarted")
+            assert [s for s, _ in first] == [0, 0], first  # the other job's checkpoints: no
+            for d in c.daemons:
+                d.proc.kill()
+                d.proc.wait()
+                d.proc = None
+                d.start()
+            again = c.run(rank_train_to, (2, 20, True), job="restarted")
+            for r in range(2):
+                assert again[r][0] == 10, "rank %d resumed at step %d, not 10" % (r, again[r][0])
+                for i, (a, b) in enumerate(zip(straight[r][1], again[r][1])):
+                    assert torch.equal(a, b), "rank %d param %d differs" % (r, i)
+        for job in ("straight", "restarted"):
+            tags = sorted(os.listdir(os.path.join(tmp, job)))
+            assert tags == ["global_step15", "global_step20", "latest"], (job, tags)
+        print("checkpoint_dir/<job>: global_step15, global_step20 and latest (keep_last 2)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("restart: both daemons killed at step 12, restarted; the job resumed at step 10 and "
+          "finished bit-identical to the uninterrupted run")
+
+
+CRASH_CHILD = """
+import sys, zd_ref as zr, test_checkpoint as tc
+model, engine = tc.engine_for(2)
+tc.train(engine, 2)
+engine.save_checkpoint(sys.argv[1], tag="good" + sys.argv[2])
+tc.train(engine, 1)
+print("SAVING", flush=True)
+engine.save_checkpoint(sys.argv[1], tag="next" + sys.argv[2])
+print("SAVED", flush=True)
+engine.close()
+"""
+
+
+def crash_trial(c, ckpt, trial, rng):
+    """Trainers save 'good<trial>', then 'next<trial>'; a daemon or a trainer is killed at a
+    random moment of the second save (ZEROD_TEST_PAUSE makes each of its stages last 40 ms).
+    Every daemon is then restarted. The previous checkpoint must verify, and `latest` must
+    name a checkpoint that verifies."""
+    import random  # noqa: F401 (rng is a random.Random)
+    import time
+    env = dict(os.environ)
+    procs = []
+    for r in range(2):
+        env.update(c.env(r, "crash%d" % trial))
+        procs.append(subprocess.Popen([sys.executable, "-c", CRASH_CHILD, ckpt, str(trial)],
+                                      env=dict(env), stdout=subprocess.PIPE, text=True,
+                                      stderr=subprocess.DEVNULL))
+    for line in procs[0].stdout:
+        if line.strip() == "SAVING":
+            break
+    time.sleep(rng.uniform(0.0, 0.35))
+    victim = rng.choice(["daemon0", "daemon1", "trainer0", "trainer1"])
+    if victim.startswith("daemon"):
+        c.daemons[int(victim[-1])].proc.kill()
+    else:
+        procs[int(victim[-1])].kill()
+    time.sleep(0.3)
+    for p in procs:  # the job is gone: its launcher ends every rank
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    for d in c.daemons:
+        if d.proc is not None:
+            d.proc.kill()
+            d.proc.wait()
+            d.proc = None
+        d.start()
+    good = os.path.join(ckpt, "good%d" % trial)
+    rc = subprocess.run([zeroctl(), "checkpoint", "verify", good], capture_output=True, text=True)
+    assert rc.returncode == 0, "trial %d (%s): %s" % (trial, victim, rc.stderr)
+    rc = subprocess.run([zeroctl(), "checkpoint", "verify", ckpt], capture_output=True, text=True)
+    assert rc.returncode == 0, "trial %d (%s): latest: %s" % (trial, victim, rc.stderr)
+    with open(os.path.join(ckpt, "latest")) as f:
+        latest = f.read().strip()
+    assert latest in ("good%d" % trial, "next%d" % trial), latest
+    return victim, latest
+
+
+def crash(trials):
+    import random
+    rng = random.Random(int(os.environ.get("ZD_CRASH_SEED", "0")) or None)
+    zf.require_world(2)
+    allowed = r"."  # killed peers and trainers are logged as errors
+    with zf.Cluster(2, flags=("--job-linger", "1s", "--heartbeat-timeout", "1s",
+                              "--heartbeat-interval", "200ms"),
+                    allowed_errors=allowed, env={"ZEROD_TEST_PAUSE": "ckpt:80"}) as c:
+        ckpt = os.path.join(c.tmp, "ckpt")
+        for t in range(trials):
+            victim, latest = crash_trial(c, ckpt, t, rng)
+            left = [n for n in os.listdir(ckpt) if n.startswith(".zerod-")]
+            print("trial %d: killed %s during a save; latest = %s, verified; leftovers %s"
+                  % (t, victim, latest, left or "none"))
+        # the last latest loads into a fresh job
+        res = c.run(rank_load_and_train, (2, ckpt, 1), job="after")
+        print("loaded %s at step %d after the crashes" % (res[0][0][0], res[0][0][2]))
+    print("crash: %d trials, the previous checkpoint always verified and latest never named a "
+          "half-written one" % trials)
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "resume"
     if mode == "resume":
@@ -277,6 +402,12 @@ def main():
         reshard()
     elif mode == "bad":
         bad()
+    elif mode == "restart":
+        restart()
+    elif mode == "crash":
+        if "--long" in sys.argv and os.environ.get("ZEROD_LONG_TESTS") != "1":
+            zf.skip("the long crash test (20 trials, ~1 min) runs with ZEROD_LONG_TESTS=1")
+        crash(int(sys.argv[sys.argv.index("--trials") + 1]) if "--trials" in sys.argv else 3)
     else:
         raise SystemExit("unknown mode %s" % mode)
     print("PASS")

@@ -73,7 +73,8 @@ def free_port():
 class Daemon:
     """One zerod (--device cpu) in its own directory; its log is dir/zerod.log."""
 
-    def __init__(self, rundir, flags=(), allowed_errors=None):
+    def __init__(self, rundir, flags=(), allowed_errors=None, env=None):
+        self.extra_env = dict(env or {})
         self.rundir = rundir
         self.socket = os.path.join(rundir, "zerod.sock")
         self.log_path = os.path.join(rundir, "zerod.log")
@@ -85,6 +86,7 @@ class Daemon:
         os.makedirs(self.rundir, exist_ok=True)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("ZEROD_") or k.startswith("ZEROD_LOG_")}
+        env.update(self.extra_env)
         log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(
@@ -161,7 +163,7 @@ class Cluster:
     launching. Use as a context manager; the temp dir is removed unless ZD_KEEP_TMP is set."""
 
     def __init__(self, world=1, flags=("--job-linger", "60s"), job="pytest-job",
-                 allowed_errors=None):
+                 allowed_errors=None, env=None):
         self.world = world
         self.job = job
         self.tmp = tempfile.mkdtemp(prefix="zd-py-")
@@ -175,7 +177,7 @@ class Cluster:
             with os.fdopen(fd, "w") as f:
                 f.write(os.urandom(32).hex() + "\n")
             flags += ["--token-file", token]
-        self.daemons = [Daemon(os.path.join(self.tmp, "rank%d" % r), flags, allowed_errors)
+        self.daemons = [Daemon(os.path.join(self.tmp, "rank%d" % r), flags, allowed_errors, env)
                         for r in range(world)]
 
     def __enter__(self):

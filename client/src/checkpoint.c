@@ -142,3 +142,33 @@ ZC_API int zc_checkpoint_load(zc_session_t *session, const zc_checkpoint_params_
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     return status;
 }
+
+ZC_API int zc_checkpoint_wait(zc_session_t *session, int timeout_ms, zc_checkpoint_info_t *info_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__CheckpointWait cw = ZEROD__IPC__V1__CHECKPOINT_WAIT__INIT;
+    const Zerod__Ipc__V1__CheckpointSaveReply *sr;
+    zc_frame_t *reply = NULL;
+    int tmo = timeout_ms > 0 ? timeout_ms : ZC_CHECKPOINT_TIMEOUT_MS;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_prepare_call(session, tmo, "checkpoint_wait");
+    if (status != ZC_OK) {
+        return status;
+    }
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT;
+    req.checkpoint_wait = &cw;
+    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE_REPLY,
+                                tmo, &reply);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "checkpoint_wait");
+    }
+    sr = reply->checkpoint_save_reply;
+    status = zc_result_status(sr->result, "checkpoint_wait");
+    if (status == ZC_OK && info_p != NULL) {
+        zc_checkpoint_info(info_p, sr->path, sr->tag, sr->step);
+    }
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    return status;
+}

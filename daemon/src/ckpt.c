@@ -118,8 +118,9 @@ zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, cha
 
 /* ---- save ------------------------------------------------------------------------------- */
 
-static zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const char *tmp, uint64_t *bytes_p,
-                                      uint64_t *xxh3_p, char *err, size_t errlen)
+zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
+                               const char *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
+                               size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     char path[4096], name[64], rank_s[16], world_s[16], step_s[32];
@@ -134,17 +135,23 @@ static zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const char *tmp, uint
     }
     snprintf(rank_s, sizeof(rank_s), "%u", job->rank);
     snprintf(world_s, sizeof(world_s), "%u", job->world);
-    snprintf(step_s, sizeof(step_s), "%" PRIu64, job->step);
+    snprintf(step_s, sizeof(step_s), "%" PRIu64, step);
     zs_ckpt_rank_file(job->rank, name, sizeof(name));
     zs_ckpt_pathf(path, sizeof(path), "%s/%s", tmp, name);
     st = zs_st_create(path, t, ZS_CKPT_N_TENSORS, kv, 4, &w, err, errlen);
-    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+    if (stage != NULL) { /* the staging copy: master, m and v one after another */
+        for (unsigned i = 0; i < ZS_CKPT_N_TENSORS && st == ZS_OK; i++) {
+            st = zs_st_put(w, stage + (size_t)i * l->shard_numel, l->shard_numel * sizeof(float),
+                           err, errlen);
+        }
+    }
+    for (uint32_t b = 0; stage == NULL && b < l->n_buckets && st == ZS_OK; b++) {
         st = zs_st_put(w, zd_step_master(job, b), l->buckets[b].slice * sizeof(float), err, errlen);
     }
-    if (st == ZS_OK) {
+    if (st == ZS_OK && stage == NULL) {
         st = zs_st_put(w, job->m, l->shard_numel * sizeof(float), err, errlen);
     }
-    if (st == ZS_OK) {
+    if (st == ZS_OK && stage == NULL) {
         st = zs_st_put(w, job->v, l->shard_numel * sizeof(float), err, errlen);
     }
     if (st != ZS_OK) {
@@ -160,12 +167,12 @@ static void zd_ckpt_sum_path(const char *tmp, uint32_t r, char *path, size_t len
     zs_ckpt_pathf(path, len, "%s/.rank_%05u.sum", tmp, r);
 }
 
-static zs_status_t zd_ckpt_write_sum(const zd_job_t *job, const char *tmp, uint64_t bytes,
-                                     uint64_t xxh3, char *err, size_t errlen)
+zs_status_t zd_ckpt_write_sum(uint32_t rank, const char *tmp, uint64_t bytes, uint64_t xxh3,
+                              char *err, size_t errlen)
 {
     char path[4096], text[64];
 
-    zd_ckpt_sum_path(tmp, job->rank, path, sizeof(path));
+    zd_ckpt_sum_path(tmp, rank, path, sizeof(path));
     zs_ckpt_pathf(text, sizeof(text), "%" PRIu64 " %016" PRIx64 "\n", bytes, xxh3);
     return zs_ckpt_write_file(path, text, strlen(text), NULL, err, errlen);
 }
@@ -193,17 +200,18 @@ static zs_status_t zd_ckpt_read_sum(const char *tmp, uint32_t r, zs_ckpt_file_t 
     return ZS_OK;
 }
 
-static zs_status_t zd_ckpt_manifest(const zd_job_t *job, const char *tag, const char *tmp,
-                                    bool has_state, uint64_t state_bytes, uint64_t state_xxh3,
-                                    char *err, size_t errlen)
+void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
+
+/* The manifest of a save as the job stands now (files come later: zd_ckpt_manifest_finish);
+ * names, shapes and group options are borrowed from the job. */
+zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *mp)
 {
     zs_ckpt_manifest_t m;
-    zs_status_t st;
 
     memset(&m, 0, sizeof(m));
     if (zs_ckpt_manifest_alloc(&m, job->layout->n_groups, 0, job->world + 1) != ZS_OK) {
-        st = zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory for the manifest");
-        goto out;
+        zd_ckpt_manifest_release(&m);
+        return ZS_ERR_NO_MEMORY;
     }
     m.version = ZS_CKPT_VERSION;
     snprintf(m.job_id, sizeof(m.job_id), "%s", job->id);
@@ -229,31 +237,49 @@ static zs_status_t zd_ckpt_manifest(const zd_job_t *job, const char *tag, const 
     free(m.params);
     m.params = job->pmeta; /* borrowed */
     m.n_params = job->layout->n_params;
-    m.n_files = job->world;
-    for (uint32_t r = 0; r < job->world; r++) {
-        st = zd_ckpt_read_sum(tmp, r, &m.files[r], err, errlen);
+    m.n_files = 0;
+    *mp = m;
+    return ZS_OK;
+}
+
+/* Free what zd_ckpt_manifest_head allocated (not what it borrowed). */
+void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m)
+{
+    free(m->group_n_params);
+    free(m->group_options);
+    free(m->files);
+    m->group_n_params = NULL;
+    m->group_options = NULL;
+    m->files = NULL;
+}
+
+/* Every rank's report and the trainer state into the manifest; write it into tmp. */
+zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const char *tmp, bool has_state,
+                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
+                                    size_t errlen)
+{
+    zs_status_t st;
+
+    m->n_files = m->world;
+    for (uint32_t r = 0; r < m->world; r++) {
+        st = zd_ckpt_read_sum(tmp, r, &m->files[r], err, errlen);
         if (st != ZS_OK) {
-            goto out;
+            return st;
         }
     }
     if (has_state) {
-        zs_ckpt_file_t *f = &m.files[m.n_files++];
+        zs_ckpt_file_t *f = &m->files[m->n_files++];
         zs_ckpt_pathf(f->name, sizeof(f->name), "%s", ZS_CKPT_TRAINER_STATE);
         f->rank = -1;
         f->bytes = state_bytes;
         f->xxh3 = state_xxh3;
     }
-    st = zs_ckpt_manifest_write(tmp, &m, err, errlen);
-out:
-    free(m.group_n_params);
-    free(m.group_options);
-    free(m.files);
-    return st;
+    return zs_ckpt_manifest_write(tmp, m, err, errlen);
 }
 
 /* Rank 0 before anyone writes: DIR exists, leftovers of unfinished saves are gone, and the
  * temporary directory is new and empty. */
-static zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, size_t errlen)
+zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, size_t errlen)
 {
     DIR *d;
     struct dirent *e;
@@ -288,8 +314,8 @@ static zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, 
 
 /* Rank 0, every file in place: TMP becomes DIR/TAG (replacing one of the same tag), then
  * DIR/latest names it. Each rename is atomic, so a crash leaves either the old or the new. */
-static zs_status_t zd_ckpt_commit(const zd_job_t *job, const char *dir, const char *tag,
-                                  const char *tmp, char *err, size_t errlen)
+zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const char *dir, const char *tag,
+                           const char *tmp, char *err, size_t errlen)
 {
     char final[4096], old[4096], latest_tmp[4096], latest[4096], text[ZS_CKPT_TAG_MAX + 2];
     zs_status_t st = zs_ckpt_fsync_dir(tmp, err, errlen);
@@ -314,7 +340,7 @@ static zs_status_t zd_ckpt_commit(const zd_job_t *job, const char *dir, const ch
     if (st == ZS_OK) {
         st = zs_ckpt_fsync_dir(dir, err, errlen);
     }
-    zd_step_test_pause(job, "ckpt", job->step); /* committed, `latest` not yet */
+    zd_step_test_pause(job, "ckpt", step); /* committed, `latest` not yet */
     zs_ckpt_pathf(latest_tmp, sizeof(latest_tmp), "%s/%slatest", dir, ZS_CKPT_TMP_PREFIX);
     zs_ckpt_pathf(latest, sizeof(latest), "%s/%s", dir, ZS_CKPT_LATEST);
     zs_ckpt_pathf(text, sizeof(text), "%s\n", tag);
@@ -330,8 +356,7 @@ static zs_status_t zd_ckpt_commit(const zd_job_t *job, const char *dir, const ch
 
 /* Rank 0 after a commit: keep the newest keep_last committed checkpoints of this job in DIR (by
  * step, as their manifests say; other jobs' and the one just saved are never removed). */
-static void zd_ckpt_prune(const char *dir, const char *job_id, const char *keep_tag,
-                          uint32_t keep_last)
+void zd_ckpt_prune(const char *dir, const char *job_id, const char *keep_tag, uint32_t keep_last)
 {
     typedef struct {
         char tag[ZS_CKPT_TAG_MAX];
@@ -409,6 +434,17 @@ static zs_status_t zd_ckpt_check_req(const zd_job_t *job, const zd_ckpt_req_t *r
     return ZS_OK;
 }
 
+static void zd_ckpt_save_out(const zd_job_t *job, const char *dir, const char *tag, bool has_state,
+                             zd_ckpt_out_t *out)
+{
+    zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", dir, tag);
+    zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
+    out->step = job->step;
+    out->loss_scale = job->scaler.cur_scale;
+    out->saved_world = job->world;
+    out->has_trainer_state = has_state;
+}
+
 zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                          size_t errlen)
 {
@@ -416,8 +452,10 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
     uint64_t bytes = 0, xxh3 = 0, sbytes = 0, sxxh3 = 0;
     bool has_state = job->rank == 0 && req->trainer_state != NULL;
     uint64_t t0 = zs_time_now_ns();
-    zs_status_t st = zd_ckpt_check_req(job, req, tag, err, errlen);
+    zs_status_t st;
 
+    zd_ckpt_async_wait(job); /* a save still writing finishes first */
+    st = zd_ckpt_check_req(job, req, tag, err, errlen);
     zs_ckpt_pathf(tmp, sizeof(tmp), "%s/%s%s", req->dir != NULL ? req->dir : "", ZS_CKPT_TMP_PREFIX,
                   tag);
     if (st == ZS_OK && job->rank == 0) {
@@ -428,9 +466,25 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
         return st;
     }
     zd_step_test_pause(job, "ckpt", job->step);
-    st = zd_ckpt_write_rank(job, tmp, &bytes, &xxh3, err, errlen);
+    if (req->async) { /* a staging copy on every rank, written in the background */
+        st = zd_ckpt_async_start(job, req, tag, tmp, err, errlen);
+        st = zd_ckpt_agree(job, st, "checkpoint save (staging a copy)", err, errlen);
+        if (st == ZS_OK) {
+            zd_ckpt_async_release(job); /* every rank staged: the writers go */
+            zd_ckpt_save_out(job, req->dir, tag, has_state, out);
+            zs_info(ZS_SUB_ENGINE, "checkpoint %s staged at step %" PRIu64 " in %.3f s; writing",
+                    out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+            return ZS_OK;
+        }
+        zd_ckpt_async_cancel(job); /* nothing written yet: the synchronous way, on every rank */
+        if (st == ZS_ERR_PEER_LOST) {
+            return st;
+        }
+        zs_warn(ZS_SUB_ENGINE, "checkpoint: no staging copy (%s); writing it before replying", err);
+    }
+    st = zd_ckpt_write_rank(job, NULL, job->step, tmp, &bytes, &xxh3, err, errlen);
     if (st == ZS_OK) {
-        st = zd_ckpt_write_sum(job, tmp, bytes, xxh3, err, errlen);
+        st = zd_ckpt_write_sum(job->rank, tmp, bytes, xxh3, err, errlen);
     }
     if (st == ZS_OK && has_state) {
         char path[4096];
@@ -442,10 +496,18 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
     zd_step_test_pause(job, "ckpt", job->step);
     st = zd_ckpt_agree(job, st, "checkpoint save (writing the shards)", err, errlen);
     if (st == ZS_OK && job->rank == 0) {
-        st = zd_ckpt_manifest(job, tag, tmp, has_state, sbytes, sxxh3, err, errlen);
+        zs_ckpt_manifest_t m;
+        memset(&m, 0, sizeof(m));
+        st = zd_ckpt_manifest_head(job, tag, &m);
+        if (st == ZS_OK) {
+            st = zd_ckpt_manifest_finish(&m, tmp, has_state, sbytes, sxxh3, err, errlen);
+        } else {
+            st = zs_errf(err, errlen, st, "out of memory for the manifest");
+        }
+        zd_ckpt_manifest_release(&m);
         zd_step_test_pause(job, "ckpt", job->step);
         if (st == ZS_OK) {
-            st = zd_ckpt_commit(job, req->dir, tag, tmp, err, errlen);
+            st = zd_ckpt_commit(job, job->step, req->dir, tag, tmp, err, errlen);
         }
         if (st == ZS_OK) {
             zd_ckpt_prune(req->dir, job->id, tag, req->keep_last);
@@ -459,12 +521,7 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
         }
         return st;
     }
-    zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", req->dir, tag);
-    zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
-    out->step = job->step;
-    out->loss_scale = job->scaler.cur_scale;
-    out->saved_world = job->world;
-    out->has_trainer_state = has_state;
+    zd_ckpt_save_out(job, req->dir, tag, has_state, out);
     zs_info(ZS_SUB_ENGINE, "checkpoint %s saved at step %" PRIu64 " (%.3f s, %" PRIu64 " bytes)",
             out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9, bytes);
     return ZS_OK;
@@ -487,7 +544,7 @@ static zs_status_t zd_ckpt_job_dir(const zd_job_t *job, const char *dir, char *o
 void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env)
 {
     char dir[4096];
-    zd_ckpt_req_t req = {.dir = dir, .keep_last = env->ckpt_keep_last};
+    zd_ckpt_req_t req = {.dir = dir, .keep_last = env->ckpt_keep_last, .async = env->ckpt_async};
     zd_ckpt_out_t out;
     char err[ZD_MAX_MSG] = "";
     uint64_t now = zs_time_now_ns();
@@ -594,6 +651,21 @@ zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t co
         return st;
     }
     st = zd_ckpt_load(job, env->exec, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
+}
+
+zs_status_t zd_job_ckpt_wait(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_wait(job, out, err, errlen);
     if (st != ZS_OK) {
         zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
     }

@@ -230,6 +230,7 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
     zs_status_t st;
 
     memset(&src, 0, sizeof(src));
+    zd_ckpt_async_wait(job); /* a save still writing finishes first */
     if (req->dir == NULL || req->dir[0] != '/') {
         st = zs_errf(err, errlen, ZS_ERR_INVALID,
                      "checkpoint dir '%s' is not an absolute path (the daemon's working "

@@ -69,6 +69,11 @@ static const zs_config_row_t zd_config_rows[] = {
     {"checkpoint_keep_last", "0",
      "after a save, keep the newest N checkpoints of that directory (0: keep all)",
      offsetof(zd_config_t, checkpoint_keep_last), &zs_config_int, &zd_keep_range, 0},
+    {"checkpoint_async", "true",
+     "a save replies once every rank holds a staging copy of its shard (3 x 4 bytes per shard "
+     "element, freed when written) and writes it while training goes on; false, or no memory "
+     "for the copy: the save writes before it replies",
+     offsetof(zd_config_t, checkpoint_async), &zs_config_bool, NULL, 0},
 };
 
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};

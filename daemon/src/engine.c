@@ -164,6 +164,9 @@ static void zd_engine_describe(const zd_req_t *req, char *buf, size_t len)
                  req->u.ckpt.tag != NULL && req->u.ckpt.tag[0] ? req->u.ckpt.tag : "global_step*",
                  req->u.ckpt.dir != NULL ? req->u.ckpt.dir : "");
         break;
+    case ZD_REQ_CKPT_WAIT:
+        snprintf(buf, len, "waiting for a checkpoint's write");
+        break;
     case ZD_REQ_CKPT_LOAD:
         snprintf(buf, len, "loading checkpoint '%.128s' from %.1024s",
                  req->u.ckpt.tag != NULL && req->u.ckpt.tag[0] ? req->u.ckpt.tag : "latest",
@@ -224,8 +227,13 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
         break;
     case ZD_REQ_CKPT_SAVE:
         req->u.ckpt.keep_last = e->env.ckpt_keep_last;
+        req->u.ckpt.async = e->env.ckpt_async;
         r->status = zd_job_ckpt_save(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
                                      r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_CKPT_WAIT:
+        r->status =
+            zd_job_ckpt_wait(e->job, &e->env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_LOAD:
         r->status = zd_job_ckpt_load(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
@@ -417,6 +425,7 @@ static void zd_engine_env_init(zd_engine_t *e, const zd_engine_params_t *p)
     env->ckpt_every_steps = p->ckpt_every_steps;
     env->ckpt_every_ns = p->ckpt_every_seconds * 1000000000ull;
     env->ckpt_keep_last = p->ckpt_keep_last;
+    env->ckpt_async = p->ckpt_async;
 }
 
 zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p)

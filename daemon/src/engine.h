@@ -25,6 +25,7 @@ typedef enum zd_req_kind {
     ZD_REQ_SHARD_INFO,
     ZD_REQ_CKPT_SAVE,
     ZD_REQ_CKPT_LOAD,
+    ZD_REQ_CKPT_WAIT,
     ZD_REQ_DISCONNECT, /* the connection closed: no result */
 } zd_req_kind_t;
 
@@ -90,6 +91,7 @@ typedef struct zd_engine_params {
     const char *ckpt_dir; /* checkpoint_* of the daemon config */
     uint64_t ckpt_every_steps, ckpt_every_seconds;
     uint32_t ckpt_keep_last;
+    bool ckpt_async;
     void (*notify)(void *arg); /* results are ready (called from the engine thread) */
     void *notify_arg;
 } zd_engine_params_t;

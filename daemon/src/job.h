@@ -47,6 +47,7 @@ typedef struct zd_job_env {
     uint64_t ckpt_every_steps;
     uint64_t ckpt_every_ns;
     uint32_t ckpt_keep_last;
+    bool ckpt_async;
 } zd_job_env_t;
 
 /* What a trainer attaches with. */
@@ -75,6 +76,7 @@ typedef struct zd_ckpt_req {
     size_t trainer_state_len;
     bool load_optimizer_states;
     uint32_t keep_last; /* save: keep the newest keep_last checkpoints of dir; 0 keeps all */
+    bool async;         /* save: reply once every rank holds a staging copy (checkpoint_async) */
 } zd_ckpt_req_t;
 
 typedef struct zd_ckpt_out {
@@ -194,6 +196,8 @@ void zd_job_drop(zd_job_t **job_p, const char *why);
 zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                              const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                              size_t errlen);
+zs_status_t zd_job_ckpt_wait(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             zd_ckpt_out_t *out, char *err, size_t errlen);
 zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                              const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                              size_t errlen);

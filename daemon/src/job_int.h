@@ -13,6 +13,8 @@
 #include "zs/layout.h"
 #include "zs/mem.h"
 
+typedef struct zd_ckpt_async zd_ckpt_async_t;
+
 struct zd_job {
     char id[ZD_JOB_ID_MAX];
     uint32_t rank, world;
@@ -50,6 +52,7 @@ struct zd_job {
     char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
     uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
     uint64_t ckpt_last_step;
+    zd_ckpt_async_t *ckpt_async; /* a save being written in the background (ckpt_async.c) */
 };
 
 /* ---- job.c ------------------------------------------------------------------------------ */
@@ -71,6 +74,31 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
                          size_t errlen);
 zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
                          zd_ckpt_out_t *out, char *err, size_t errlen);
+/* The pieces of a save both ways share (ckpt.c). */
+zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
+                               const char *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
+                               size_t errlen);
+zs_status_t zd_ckpt_write_sum(uint32_t rank, const char *tmp, uint64_t bytes, uint64_t xxh3,
+                              char *err, size_t errlen);
+zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *m);
+zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const char *tmp, bool has_state,
+                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
+                                    size_t errlen);
+void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
+zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, size_t errlen);
+zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const char *dir, const char *tag,
+                           const char *tmp, char *err, size_t errlen);
+void zd_ckpt_prune(const char *dir, const char *job_id, const char *keep_tag, uint32_t keep_last);
+/* Asynchronous saves (ckpt_async.c): stage this rank's shard and start its writer, which waits
+ * for release (every rank staged) or cancel; wait joins a writer (a later save, a load, the
+ * job's end). */
+zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const char *tag,
+                                const char *tmp, char *err, size_t errlen);
+void zd_ckpt_async_release(zd_job_t *job);
+void zd_ckpt_async_cancel(zd_job_t *job);
+void zd_ckpt_async_wait(zd_job_t *job);
+/* CheckpointWait, a collective: the background save's outcome on every rank. */
+zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t errlen);
 /* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */
 void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
 /* A fresh job at ParamsReady: load DIR/latest when every rank finds it is this job's. */

@@ -467,6 +467,9 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
             req->u.ckpt.trainer_state_len = f->checkpoint_save->trainer_state.len;
         }
         break;
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:
+        req->kind = ZD_REQ_CKPT_WAIT;
+        break;
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
         req->kind = ZD_REQ_CKPT_LOAD;
         req->u.ckpt.dir = f->checkpoint_load->dir;
@@ -693,7 +696,7 @@ static zd_reply_t *zd_rpc_encode_ckpt(const zd_resp_t *resp, Zerod__Ipc__V1__Res
     const zd_ckpt_out_t *o = &resp->u.ckpt;
 
     f.seq = resp->seq;
-    if (resp->kind == ZD_REQ_CKPT_SAVE) {
+    if (resp->kind != ZD_REQ_CKPT_LOAD) { /* save and wait */
         sr.result = r;
         sr.path = (char *)o->path;
         sr.tag = (char *)o->tag;
@@ -775,6 +778,7 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         zd_resp_free(resp);
         return reply;
     case ZD_REQ_CKPT_SAVE:
+    case ZD_REQ_CKPT_WAIT:
     case ZD_REQ_CKPT_LOAD:
         reply = zd_rpc_encode_ckpt(resp, &r);
         zd_resp_free(resp);

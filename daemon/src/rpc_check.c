@@ -65,6 +65,7 @@ zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *f, char *err, size_t 
     case ZEROD__IPC__V1__FRAME__BODY_DETACH:
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:
         trainer_msg = true;
         break;
     case ZEROD__IPC__V1__FRAME__BODY_STATUS:

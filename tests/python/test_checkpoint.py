@@ -195,6 +195,7 @@ def bad_media(ckpt):
     good = os.path.join(ckpt, "global_step3")
     train(engine, 1)
     engine.save_checkpoint(ckpt, tag="victim")
+    assert engine.wait_checkpoint() == os.path.join(ckpt, "victim")
     victim = os.path.join(ckpt, "victim")
     msgs = []
     rank_file = os.path.join(victim, "rank_00000.safetensors")
@@ -237,10 +238,13 @@ def full_disk(ckpt, prlimit, pid):
     model, engine = engine_for(2)
     train(engine, 2)
     engine.save_checkpoint(ckpt, tag="before")
+    engine.wait_checkpoint()
     subprocess.run([prlimit, "--pid", str(pid), "--fsize=4096:"], check=True)
     try:
-        msg = expect_fail(engine, lambda: engine.save_checkpoint(ckpt, tag="toobig"), "toobig",
-                          "File too large")
+        def save_and_wait():
+            engine.save_checkpoint(ckpt, tag="toobig")
+            engine.wait_checkpoint()
+        msg = expect_fail(engine, save_and_wait, "toobig", "File too large")
     finally:
         subprocess.run([prlimit, "--pid", str(pid), "--fsize=unlimited:"], check=True)
     train(engine, 1)
@@ -319,6 +323,7 @@ import sys, zd_ref as zr, test_checkpoint as tc
 model, engine = tc.engine_for(2)
 tc.train(engine, 2)
 engine.save_checkpoint(sys.argv[1], tag="good" + sys.argv[2])
+engine.wait_checkpoint()
 tc.train(engine, 1)
 print("SAVING", flush=True)
 engine.save_checkpoint(sys.argv[1], tag="next" + sys.argv[2])

@@ -289,9 +289,16 @@ typedef struct zc_checkpoint_info {
 
 /* Every rank's trainer calls it at the same step (a collective of the job's daemons): each
  * daemon writes its shard, rank 0 commits DIR/TAG and DIR/latest once all are on disk. A
- * failure anywhere leaves the previous checkpoints as they were. info_p may be NULL. */
+ * failure anywhere leaves the previous checkpoints as they were. info_p may be NULL. With the
+ * daemon's checkpoint_async (the default) it returns once every daemon holds a copy of its
+ * shard, and the files are written while training goes on: zc_checkpoint_wait() waits for
+ * them; a later save or load, and the job's end, wait too. */
 ZC_API int zc_checkpoint_save(zc_session_t *session, const zc_checkpoint_params_t *params,
                               zc_checkpoint_info_t *info_p);
+/* Every rank: wait until the last save, written in the background (the daemon's
+ * checkpoint_async), is on disk and committed; its failure, if any, on every rank. info_p
+ * (may be NULL) names that save (empty path: there was none). timeout_ms <= 0: one hour. */
+ZC_API int zc_checkpoint_wait(zc_session_t *session, int timeout_ms, zc_checkpoint_info_t *info_p);
 /* After zc_session_params_ready(), every rank: load a checkpoint saved at any world size; the
  * params region then holds the loaded weights. */
 ZC_API int zc_checkpoint_load(zc_session_t *session, const zc_checkpoint_params_t *params,

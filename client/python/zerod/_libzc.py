@@ -252,6 +252,7 @@ def _bind(lib):
     fn("zc_session_detach", ctypes.c_int, [vp, ctypes.c_int])
     fn("zc_checkpoint_save", ctypes.c_int,
        [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
+    fn("zc_checkpoint_wait", ctypes.c_int, [vp, ctypes.c_int, ctypes.POINTER(_CheckpointInfo)])
     fn("zc_checkpoint_load", ctypes.c_int,
        [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
     fn("zc_last_error", ctypes.c_char_p, [])
@@ -488,6 +489,14 @@ class Session:
         trainer_state.pt. Returns {path, tag, step, ...}."""
         return self._checkpoint(self._lib.zc_checkpoint_save, "checkpoint_save", save_dir, tag,
                                 trainer_state, timeout_ms=timeout_ms)
+
+    def checkpoint_wait(self, timeout_ms=0):
+        """Every rank: until the last save is written and committed. Returns {path, tag,
+        step} of that save (path "" when there was none)."""
+        info = _CheckpointInfo()
+        _check(self._lib, self._lib.zc_checkpoint_wait(self._h, int(timeout_ms or 0),
+                                                       ctypes.byref(info)), "checkpoint_wait")
+        return {"path": info.path.decode(), "tag": info.tag.decode(), "step": info.step}
 
     def checkpoint_load(self, load_dir, tag=None, load_optimizer_states=True, timeout_ms=0):
         """Every rank, after params_ready: returns {path, tag, step, loss_scale, saved_world,

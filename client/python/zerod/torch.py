@@ -579,9 +579,19 @@ class ZerodEngine(torch.nn.Module):
         """Like DeepSpeed's: every rank at the same step; the daemons write their shards and
         commit save_dir/tag (default global_step<N>) and save_dir/latest atomically. Rank 0's
         client_state, lr_scheduler, optimizer hyper-parameters and RNG go into the same
-        checkpoint. Returns True."""
+        checkpoint. Returns True once every daemon holds a copy of its shard; the files are
+        written meanwhile (wait_checkpoint() waits for them). Returns True."""
         del exclude_frozen_parameters  # frozen parameters are never attached
         return _checkpoint.save(self, save_dir, tag, client_state, save_latest, timeout_ms)
+
+    def wait_checkpoint(self, timeout_ms=0):
+        """Every rank: return once the last save_checkpoint is on disk and committed (saves
+        are written in the background; a later save or load, and close(), wait as well).
+        Raises ZerodError when that save failed. Returns its path, or None."""
+        self._check_open("wait_checkpoint")
+        with self._lock:
+            info = self._sess.checkpoint_wait(timeout_ms)
+        return info["path"] or None
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,

@@ -5,6 +5,7 @@
  *   zeroctl [--json] checkpoint ls DIR
  *   zeroctl [--json] checkpoint verify CKPT [--tag TAG]
  *   zeroctl checkpoint export CKPT [--tag TAG] [--dtype fp32|bf16] [--state STATE] -o OUT
+ *   zeroctl checkpoint seal CKPT     (fills in the manifest's sizes and checksums)
  *   zeroctl export --checkpoint CKPT [...] OUT
  *
  * CKPT is a checkpoint (a directory with manifest.json) or a checkpoint directory whose
@@ -37,6 +38,8 @@ static void ckpt_usage(FILE *out)
             "       zeroctl checkpoint export CKPT [--tag TAG] [--dtype fp32|bf16]\n"
             "               [--state master|exp_avg|exp_avg_sq] [--format safetensors] -o OUT\n"
             "       zeroctl export --checkpoint CKPT [same options] OUT\n"
+            "       zeroctl checkpoint seal CKPT   (write its files' sizes and checksums into\n"
+            "               its manifest: for checkpoints made by other tools)\n"
             "\n"
             "CKPT: a checkpoint (DIR/TAG, holding manifest.json), or DIR (its `latest`, or\n"
             "--tag). export writes one safetensors file with the model's state_dict() names\n"
@@ -186,6 +189,32 @@ static int ckpt_verify(const char *arg, const char *tag, int json)
     }
     zs_ckpt_manifest_free(m);
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
+}
+
+/* ---- seal ------------------------------------------------------------------------------ */
+
+/* Sizes and checksums of every file the manifest lists, into the manifest (for checkpoints
+ * written by other tools: zerod.import_deepspeed). */
+static int ckpt_seal(const char *path)
+{
+    char err[1024], file[4096];
+    zs_ckpt_manifest_t *m = NULL;
+    zs_status_t st = zs_ckpt_manifest_read(path, &m, err, sizeof(err));
+
+    for (uint32_t i = 0; st == ZS_OK && i < m->n_files; i++) {
+        zs_ckpt_pathf(file, sizeof(file), "%s/%s", path, m->files[i].name);
+        st = zs_ckpt_hash_file(file, &m->files[i].bytes, &m->files[i].xxh3, err, sizeof(err));
+    }
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_write(path, m, err, sizeof(err));
+    }
+    zs_ckpt_manifest_free(m);
+    if (st != ZS_OK) {
+        fprintf(stderr, "zeroctl: checkpoint seal: %s\n", err);
+        return ZC_EXIT_BAD;
+    }
+    printf("%s: sealed\n", path);
+    return ZC_EXIT_OK;
 }
 
 /* ---- export ---------------------------------------------------------------------------- */
@@ -428,6 +457,9 @@ int zeroctl_checkpoint_main(int argc, char **argv, int json)
     }
     if (strcmp(sub, "verify") == 0 && (argc == 3 || (argc == 5 && strcmp(argv[3], "--tag") == 0))) {
         return ckpt_verify(argv[2], argc == 5 ? argv[4] : NULL, json);
+    }
+    if (strcmp(sub, "seal") == 0 && argc == 3) {
+        return ckpt_seal(argv[2]);
     }
     if (strcmp(sub, "export") == 0) {
         rc = ckpt_parse_export(argc - 1, argv + 1, false, &x);

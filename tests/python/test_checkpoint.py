@@ -398,6 +398,56 @@ def crash(trials):
           "half-written one" % trials)
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def rank_load_ds(out):
+    import zerod.torch
+    model = zr.MLP(1)
+    engine, _, _, _ = zerod.torch.initialize(
+        model=model, model_parameters=zr.param_groups(model),
+        config=zr.config(stage=2, bucket=700))
+    path, client = engine.load_checkpoint(out)
+    loaded = {n: p.detach().clone() for n, p in model.named_parameters()}
+    step = engine.global_steps
+    while engine.global_steps < 5:
+        x, t = global_batch(engine.global_steps, engine.world_size, engine.rank)
+        engine.backward(zr.loss_fn(engine(x), t))
+        engine.step()
+    out = zr.params_of(model)
+    engine.close()
+    return step, loaded, out
+
+
+def import_ds():
+    """A real DeepSpeed 0.19.8 ZeRO-2 checkpoint (world 2, made by
+    fixtures/make_ds_checkpoint.py) through python -m zerod.import_deepspeed: zerod loads it
+    at world 2 and 1, holds DeepSpeed's weights exactly, and 2 more steps match DeepSpeed's 2
+    more steps within 1e-6 relative."""
+    src = os.path.join(FIXTURES, "ds_zero2_ckpt")
+    want = torch.load(os.path.join(FIXTURES, "ds_zero2_after5.pt"))
+    module = torch.load(os.path.join(src, "global_step3", "mp_rank_00_model_states.pt"))["module"]
+    for world in (2, 1):
+        zf.require_world(world)
+        with zf.Cluster(world) as c:
+            out = os.path.join(c.tmp, "imported")
+            env = dict(os.environ, ZEROD_ZEROCTL=zeroctl())
+            rc = subprocess.run([sys.executable, "-m", "zerod.import_deepspeed", src, out],
+                                env=env, capture_output=True, text=True)
+            assert rc.returncode == 0, rc.stderr
+            print(rc.stdout.strip())
+            res = c.run(rank_load_ds, (out,), job="ds%d" % world)
+            step, loaded, final = res[0]
+            assert step == 3, step
+            for name, v in module.items():
+                assert torch.equal(loaded[name], v.float()), "%s differs from DeepSpeed's" % name
+            diff = zr.max_rel_diff(want, final)
+            assert diff < 1e-6, "world %d: 2 steps after the import differ by %g" % (world, diff)
+            print("import at world %d: DeepSpeed's weights exact; steps 4-5 within %.2g of "
+                  "DeepSpeed's" % (world, diff))
+    print("import: a real DeepSpeed ZeRO-2 checkpoint continues in zerod")
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "resume"
     if mode == "resume":
@@ -409,6 +459,8 @@ def main():
         bad()
     elif mode == "restart":
         restart()
+    elif mode == "import":
+        import_ds()
     elif mode == "crash":
         if "--long" in sys.argv and os.environ.get("ZEROD_LONG_TESTS") != "1":
             zf.skip("the long crash test (20 trials, ~1 min) runs with ZEROD_LONG_TESTS=1")

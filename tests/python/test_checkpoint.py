@@ -221,9 +221,12 @@ def bad_media(ckpt):
         locked = os.path.join(os.path.dirname(ckpt), "locked")
         os.mkdir(locked, 0o500)
         msgs.append(expect_fail(engine, lambda: engine.save_checkpoint(
-            os.path.join(locked, "sub")), "locked"))
-    else:
-        print("SKIP part: running as root, a directory without permission does not stop it")
+            os.path.join(locked, "sub")), "locked", "Permission denied"))
+    else:  # root passes permission bits: a directory no one may create stands in for it
+        print("as root, a directory without permission does not stop the daemon: a directory "
+              "under /proc (which no one may create) stands in for it")
+        msgs.append(expect_fail(engine, lambda: engine.save_checkpoint("/proc/zerod-ckpt"),
+                                "/proc/zerod-ckpt"))
     train(engine, 1)  # training goes on
     path, _ = engine.load_checkpoint(ckpt, "global_step3")  # the good one still loads
     assert path == good, path

@@ -304,7 +304,9 @@ ZC_API int zc_checkpoint_wait(zc_session_t *session, int timeout_ms, zc_checkpoi
 ZC_API int zc_checkpoint_load(zc_session_t *session, const zc_checkpoint_params_t *params,
                               zc_checkpoint_info_t *info_p);
 
-/* end_job = 1: the daemon drops the job; 0: it keeps it for job_linger. */
+/* end_job = 1: the daemon drops the job; 0: it keeps it for job_linger. A save still being
+ * written is finished before the job is dropped, within this call's deadline (the session's):
+ * call zc_checkpoint_wait() first after a large save. */
 ZC_API int zc_session_detach(zc_session_t *session, int end_job);
 
 /* ---- daemon status and shard layout (what zeroctl shows) ------------------------------ */

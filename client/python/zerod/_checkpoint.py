@@ -66,6 +66,7 @@ def save(engine, save_dir, tag=None, client_state=None, save_latest=True, timeou
     state = _trainer_state(engine, client_state) if engine.rank == 0 else b""
     with engine._lock:
         engine._sess.checkpoint_save(save_dir, tag, state, timeout_ms=timeout_ms)
+        engine._ckpt_pending = True  # written in the background: close() waits for it
     return True
 
 
@@ -83,6 +84,7 @@ def load(engine, load_dir, tag=None, load_module_strict=True, load_optimizer_sta
         load_optimizer_states = False
         load_lr_scheduler_states = False
     with engine._lock:
+        engine._ckpt_pending = False  # the load waits for a pending save first
         info = engine._sess.checkpoint_load(load_dir, None if tag is None else str(tag),
                                             load_optimizer_states, timeout_ms=timeout_ms)
     engine.global_steps = info["step"]

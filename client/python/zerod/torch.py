@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 
 import ctypes
 
@@ -590,6 +591,7 @@ class ZerodEngine(torch.nn.Module):
         Raises ZerodError when that save failed. Returns its path, or None."""
         self._check_open("wait_checkpoint")
         with self._lock:
+            self._ckpt_pending = False
             info = self._sess.checkpoint_wait(timeout_ms)
         return info["path"] or None
 
@@ -642,6 +644,14 @@ class ZerodEngine(torch.nn.Module):
         with self._lock:
             if self._closed:
                 return
+            if getattr(self, "_ckpt_pending", False):
+                # the last save is still being written: wait with the save's own deadline
+                # rather than the detach's (the daemons finish it either way)
+                try:
+                    self._sess.checkpoint_wait()
+                except ZerodError as e:
+                    warnings.warn("zerod: the last checkpoint was not written: %s" % e)
+                self._ckpt_pending = False
             self._closed = True
             with torch.no_grad():
                 for p in self._params:

@@ -12,8 +12,10 @@ loads. Printed, as the median of RUNS:
     write bandwidth for these file sizes) -- target >= 0.8;
   - load: the same against two concurrent sequential readers, caches dropped for both sides
     (posix_fadvise DONTNEED after fsync) -- target >= 0.8;
-  - stall: how long a trainer waits in save_checkpoint against a memcpy of its shard (the
-    cost of a staging copy, the floor of an asynchronous save) -- target <= 1.5.
+  - stall: how long a trainer waits in save_checkpoint (the daemons' staging copy; the files
+    are written after it returns) against a memcpy of its shard into memory already mapped --
+    target <= 1.5.
+The save's time runs until wait_checkpoint returns (every file written and committed).
 The state of 1 B parameters (~20 GiB of daemon memory at world 2) fits a machine with 32 GiB;
 the default 512 Mi fits this project's 24 GiB machines.
 """
@@ -105,12 +107,14 @@ def trainer(rank, env, params, runs, ckdir, conn):
         ctypes.memmove(dst, src, len(src))
     memcpy_s = time.monotonic() - t  # three tensors' worth
     del src, dst
-    out = {"memcpy_s": memcpy_s, "save_s": [], "load_s": []}
+    out = {"memcpy_s": memcpy_s, "save_s": [], "stall_s": [], "load_s": []}
     for r in range(runs):
         conn.send(("ready", r))
         conn.recv()
         t = time.monotonic()
         s.checkpoint_save(ckdir, tag="bench", timeout_ms=3600000)
+        out["stall_s"].append(time.monotonic() - t)  # the trainer goes on from here
+        s.checkpoint_wait(timeout_ms=3600000)  # written and committed
         out["save_s"].append(time.monotonic() - t)
         conn.send(("saved", r))
         conn.recv()  # the parent evicted the files
@@ -177,10 +181,9 @@ def run(args):
           "median of %d" % (args.params, sizes, total / gib, args.runs))
     line("save", save, w, 0.8)
     line("load", load, rd, 0.8)
-    st = statistics.median([max(o["save_s"][i] for o in outs) for i in range(args.runs)])
-    print("stall %7.3f s in save_checkpoint vs %.3f s memcpy of the shard: ratio %.2f "
-          "(target <= 1.5; saves are synchronous: the stall is the write)"
-          % (st, memcpy_s, st / memcpy_s))
+    st = statistics.median([max(o["stall_s"][i] for o in outs) for i in range(args.runs)])
+    print("stall %7.3f s in save_checkpoint (the trainer waits; the write goes on) vs %.3f s "
+          "memcpy of the shard: ratio %.2f (target <= 1.5)" % (st, memcpy_s, st / memcpy_s))
 
 
 def main():

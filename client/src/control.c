@@ -7,6 +7,8 @@
 #include "zc_int.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #define ZC_STATUS_FIELDS                                                                           \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
@@ -219,4 +221,43 @@ ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_sh
     }
     group_p->field_mask = want;
     return ZC_OK;
+}
+
+ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t dtype,
+                             int timeout_ms, uint64_t *step_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ExportRequest er = ZEROD__IPC__V1__EXPORT_REQUEST__INIT;
+    zc_frame_t *reply = NULL;
+    char abs[4096], cwd[4096];
+    int status;
+
+    zc_error_clear();
+    if (session == NULL || path == NULL || path[0] == '\0') {
+        return zc_fail(ZC_ERR_INVALID, "export: %s is NULL or empty",
+                       session == NULL ? "session" : "path");
+    }
+    if (path[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL) {
+        return zc_fail(ZC_ERR_IO, "export: cannot make '%s' absolute: getcwd failed", path);
+    }
+    status = path[0] == '/' ? snprintf(abs, sizeof(abs), "%s", path)
+                            : snprintf(abs, sizeof(abs), "%s/%s", cwd, path);
+    if (status < 0 || (size_t)status >= sizeof(abs)) {
+        return zc_fail(ZC_ERR_INVALID, "export: path '%.200s...' is too long", path);
+    }
+    er.path = abs;
+    er.dtype = (Zerod__Ipc__V1__DType)dtype;
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST;
+    req.export_request = &er;
+    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY, timeout_ms,
+                                &reply);
+    if (status != ZC_OK) {
+        return status;
+    }
+    status = zc_result_status(reply->export_reply->result, "export");
+    if (status == ZC_OK && step_p != NULL) {
+        *step_p = reply->export_reply->step;
+    }
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    return status;
 }

@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt_cmd.h"
+#include "zerod/zc.h"
 #include "zs/ckpt.h"
 
 #include <cjson/cJSON.h>
@@ -38,6 +39,8 @@ static void ckpt_usage(FILE *out)
             "       zeroctl checkpoint export CKPT [--tag TAG] [--dtype fp32|bf16]\n"
             "               [--state master|exp_avg|exp_avg_sq] [--format safetensors] -o OUT\n"
             "       zeroctl export --checkpoint CKPT [same options] OUT\n"
+            "       zeroctl [-s SOCKET] export [--dtype fp32|bf16] OUT   (the daemon's live\n"
+            "               job; OUT new, in a directory you own)\n"
             "       zeroctl checkpoint seal CKPT   (write its files' sizes and checksums into\n"
             "               its manifest: for checkpoints made by other tools)\n"
             "\n"
@@ -428,17 +431,57 @@ static int ckpt_parse_export(int argc, char **argv, bool top, ckpt_export_t *x)
             return ZC_EXIT_USAGE;
         }
     }
+    if (x->ckpt == NULL && top) {
+        return -2; /* the daemon's live job */
+    }
     if (x->ckpt == NULL) {
-        fprintf(stderr,
-                "zeroctl: export needs a checkpoint (%s); exporting from a live job is "
-                "not supported: save a checkpoint first\n",
-                top ? "--checkpoint CKPT" : "CKPT");
+        fprintf(stderr, "zeroctl: checkpoint export needs CKPT\n");
         return ZC_EXIT_USAGE;
     }
     return -1;
 }
 
-int zeroctl_checkpoint_main(int argc, char **argv, int json)
+/* `zeroctl export` without --checkpoint: the daemon writes its live job's parameters. */
+static int ckpt_export_live(const ckpt_export_t *x, const char *socket_path, int timeout_ms)
+{
+    zc_open_params_t op;
+    zc_session_t *s = NULL;
+    uint64_t step = 0;
+    int status;
+
+    if ((strcmp(x->dtype, "fp32") != 0 && strcmp(x->dtype, "bf16") != 0) ||
+        strcmp(x->state, "master") != 0 || strcmp(x->format, "safetensors") != 0 ||
+        x->out == NULL || x->tag != NULL) {
+        fprintf(stderr, "zeroctl: export of a live job: --dtype fp32|bf16 and OUT only (the "
+                        "moments and tags are a checkpoint's: --checkpoint CKPT)\n");
+        return ZC_EXIT_USAGE;
+    }
+    memset(&op, 0, sizeof(op));
+    op.field_mask = ZC_OPEN_FIELD_TIMEOUT_MS | ZC_OPEN_FIELD_CONTROL;
+    op.timeout_ms = timeout_ms;
+    op.control = 1;
+    if (socket_path != NULL) {
+        op.field_mask |= ZC_OPEN_FIELD_SOCKET_PATH;
+        op.socket_path = socket_path;
+    }
+    status = zc_session_open(&op, &s);
+    if (status == ZC_OK) {
+        status = zc_session_export(s, x->out,
+                                   strcmp(x->dtype, "bf16") == 0 ? ZC_DTYPE_BF16 : ZC_DTYPE_F32,
+                                   timeout_ms, &step);
+    }
+    if (status != ZC_OK) {
+        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        zc_session_close(s);
+        return status == ZC_ERR_UNREACHABLE ? 7 : ZC_EXIT_BAD;
+    }
+    zc_session_close(s);
+    printf("%s: the live job's parameters at step %" PRIu64 " (%s)\n", x->out, step, x->dtype);
+    return ZC_EXIT_OK;
+}
+
+int zeroctl_checkpoint_main(int argc, char **argv, int json, const char *socket_path,
+                            int timeout_ms)
 {
     ckpt_export_t x = {NULL, NULL, NULL, "master", "fp32", "safetensors"};
     const char *sub = argc > 1 ? argv[1] : NULL;
@@ -446,6 +489,9 @@ int zeroctl_checkpoint_main(int argc, char **argv, int json)
 
     if (strcmp(argv[0], "export") == 0) {
         rc = ckpt_parse_export(argc, argv, true, &x);
+        if (rc == -2) {
+            return ckpt_export_live(&x, socket_path, timeout_ms);
+        }
         return rc >= 0 ? rc : ckpt_export(&x);
     }
     if (sub == NULL || strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {

@@ -490,17 +490,23 @@ int main(int argc, char **argv)
 {
     zeroctl_opts_t o = {.socket_path = NULL, .json = 0, .timeout_ms = 10000, .cmd = NULL};
     zc_session_t *s = NULL;
-    int rc, json = 0;
+    const char *sock = NULL;
+    int rc, json = 0, tmo = 600000;
 
-    for (int i = 1; i < argc; i++) { /* commands on files: everything after them is theirs */
+    for (int i = 1; i < argc; i++) { /* checkpoint, export: everything after them is theirs */
         if (strcmp(argv[i], "checkpoint") == 0 || strcmp(argv[i], "export") == 0) {
-            return zeroctl_checkpoint_main(argc - i, argv + i, json);
+            return zeroctl_checkpoint_main(argc - i, argv + i, json, sock, tmo);
         }
         if (strcmp(argv[i], "-j") == 0 || strcmp(argv[i], "--json") == 0) {
             json = 1;
-        } else if (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0 ||
-                   strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--timeout") == 0) {
-            i++; /* its value is not a command */
+        } else if ((strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--socket") == 0) &&
+                   i + 1 < argc) {
+            sock = argv[++i];
+        } else if ((strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--timeout") == 0) &&
+                   i + 1 < argc) {
+            if (zeroctl_parse_timeout(argv[++i], &tmo) != 0) {
+                break; /* zeroctl_parse_args reports it */
+            }
         } else if (argv[i][0] != '-') {
             break; /* the command is the daemon's */
         }

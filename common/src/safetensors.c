@@ -141,7 +141,7 @@ zs_status_t zs_st_create(const char *path, const zs_st_meta_t *tensors, unsigned
     }
     XXH3_64bits_reset(w->hash);
     zs_ckpt_pathf(w->path, sizeof(w->path), "%s", path);
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (w->fd < 0) {
         st = zs_errf(err, errlen, errno == EACCES ? ZS_ERR_PERMISSION : ZS_ERR_IO,
                      "cannot create %s: %s", path, strerror(errno));

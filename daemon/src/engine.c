@@ -167,6 +167,10 @@ static void zd_engine_describe(const zd_req_t *req, char *buf, size_t len)
     case ZD_REQ_CKPT_WAIT:
         snprintf(buf, len, "waiting for a checkpoint's write");
         break;
+    case ZD_REQ_EXPORT:
+        snprintf(buf, len, "exporting the parameters to %.1024s",
+                 req->u.export_.path != NULL ? req->u.export_.path : "");
+        break;
     case ZD_REQ_CKPT_LOAD:
         snprintf(buf, len, "loading checkpoint '%.128s' from %.1024s",
                  req->u.ckpt.tag != NULL && req->u.ckpt.tag[0] ? req->u.ckpt.tag : "latest",
@@ -230,6 +234,10 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
         req->u.ckpt.async = e->env.ckpt_async;
         r->status = zd_job_ckpt_save(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
                                      r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_EXPORT:
+        r->status = zd_job_export(e->job, &e->env, req->u.export_.path, req->u.export_.dtype,
+                                  req->u.export_.uid, &r->u.ckpt, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_WAIT:
         r->status =

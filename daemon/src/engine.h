@@ -26,6 +26,7 @@ typedef enum zd_req_kind {
     ZD_REQ_CKPT_SAVE,
     ZD_REQ_CKPT_LOAD,
     ZD_REQ_CKPT_WAIT,
+    ZD_REQ_EXPORT,
     ZD_REQ_DISCONNECT, /* the connection closed: no result */
 } zd_req_kind_t;
 
@@ -48,6 +49,11 @@ typedef struct zd_req {
             bool end_job;
         } detach;
         zd_ckpt_req_t ckpt;
+        struct {
+            const char *path;
+            zs_dtype_t dtype;
+            uint32_t uid;
+        } export_;
     } u;
     void (*release)(void *mem); /* frees what u points into (the decoded frame); may be NULL */
     void *mem;

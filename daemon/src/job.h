@@ -86,6 +86,7 @@ typedef struct zd_ckpt_out {
     double loss_scale;
     uint32_t saved_world;
     bool has_trainer_state;
+    uint64_t bytes; /* export: the file's size (saved_world: its tensor count) */
 } zd_ckpt_out_t;
 
 /* What an attach gives the trainer (AttachReply); fds are new descriptors the caller owns. */
@@ -201,6 +202,12 @@ zs_status_t zd_job_ckpt_wait(zd_job_t *job, const zd_job_env_t *env, uint64_t co
 zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                              const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                              size_t errlen);
+
+/* ExportRequest (control role): the job's parameters into one safetensors file at path, for
+ * uid (ckpt_export.c). */
+zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *path,
+                          zs_dtype_t dtype, uint32_t uid, zd_ckpt_out_t *out, char *err,
+                          size_t errlen);
 
 void zd_job_status(const zd_job_t *job, zd_job_status_t *status_p);
 zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,

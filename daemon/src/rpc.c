@@ -27,6 +27,7 @@ _Static_assert(ZEROD__IPC__V1__DTYPE__DTYPE_F32 == (int)ZS_DTYPE_F32 &&
 
 struct zd_rpc_session {
     uint64_t conn_id;
+    uint32_t uid; /* SO_PEERCRED; UINT32_MAX when unknown */
     zd_role_t role;
     uint32_t n_slots;   /* given by the attach; 0 when no job is attached */
     uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */
@@ -38,8 +39,16 @@ zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id)
 
     if (s != NULL) {
         s->conn_id = conn_id;
+        s->uid = UINT32_MAX;
     }
     return s;
+}
+
+void zd_rpc_session_set_uid(zd_rpc_session_t *s, uint32_t uid)
+{
+    if (s != NULL) {
+        s->uid = uid;
+    }
 }
 
 void zd_rpc_session_destroy(zd_rpc_session_t *s)
@@ -470,6 +479,15 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:
         req->kind = ZD_REQ_CKPT_WAIT;
         break;
+    case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
+        req->kind = ZD_REQ_EXPORT;
+        req->u.export_.path = f->export_request->path;
+        req->u.export_.uid = s->uid;
+        if (zs_dtype_from_int((long)f->export_request->dtype, &req->u.export_.dtype) != ZS_OK) {
+            st = zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %d is not fp32 or bf16",
+                         (int)f->export_request->dtype);
+        }
+        break;
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
         req->kind = ZD_REQ_CKPT_LOAD;
         req->u.ckpt.dir = f->checkpoint_load->dir;
@@ -726,6 +744,7 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
     Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
     Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
     Zerod__Ipc__V1__DetachReply dr = ZEROD__IPC__V1__DETACH_REPLY__INIT;
+    Zerod__Ipc__V1__ExportReply er = ZEROD__IPC__V1__EXPORT_REPLY__INIT;
     zd_reply_t *reply = NULL;
 
     f.seq = resp->seq;
@@ -777,6 +796,15 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         reply = zd_rpc_encode_shard(resp, &r);
         zd_resp_free(resp);
         return reply;
+    case ZD_REQ_EXPORT:
+        er.result = &r;
+        er.path = (char *)resp->u.ckpt.path;
+        er.step = resp->u.ckpt.step;
+        er.n_tensors = resp->u.ckpt.saved_world;
+        er.bytes = resp->u.ckpt.bytes;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY;
+        f.export_reply = &er;
+        break;
     case ZD_REQ_CKPT_SAVE:
     case ZD_REQ_CKPT_WAIT:
     case ZD_REQ_CKPT_LOAD:

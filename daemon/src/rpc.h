@@ -33,6 +33,8 @@ typedef struct zd_rpc_session zd_rpc_session_t;
 
 zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id);
 void zd_rpc_session_destroy(zd_rpc_session_t *session);
+/* The connection's peer uid (SO_PEERCRED): whose an exported file is. */
+void zd_rpc_session_set_uid(zd_rpc_session_t *session, uint32_t uid);
 
 /* What the daemon tells its clients besides results. */
 typedef struct zd_rpc {

@@ -70,6 +70,7 @@ zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *f, char *err, size_t 
         break;
     case ZEROD__IPC__V1__FRAME__BODY_STATUS:
     case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO:
+    case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
         control_msg = true;
         break;
     default:

@@ -45,6 +45,7 @@ static bool zd_server_peer_allowed(zd_server_t *srv, zd_conn_t *c, int fd, char 
         return false;
     }
     c->uid = cred.uid;
+    zd_rpc_session_set_uid(c->session, (uint32_t)cred.uid);
     snprintf(who, wlen, "pid %d uid %u gid %u", (int)cred.pid, (unsigned)cred.uid,
              (unsigned)cred.gid);
     if (cred.uid == 0 || cred.uid == geteuid()) {

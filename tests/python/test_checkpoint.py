@@ -96,7 +96,7 @@ def export(ckpt, state, out, tag=None):
 
 
 def read_safetensors(path):
-    """A minimal reader (no safetensors package needed): {name: fp32 tensor}."""
+    """A minimal reader (no safetensors package needed): {name: fp32 tensor} (bf16 widened)."""
     with open(path, "rb") as f:
         data = f.read()
     n = int.from_bytes(data[:8], "little")
@@ -106,9 +106,10 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         a, b = t["data_offsets"]
-        assert t["dtype"] == "F32", t
+        assert t["dtype"] in ("F32", "BF16"), t
         raw = bytearray(data[8 + n + a:8 + n + b])
-        out[name] = torch.frombuffer(raw, dtype=torch.float32).reshape(t["shape"]).clone()
+        dt = torch.float32 if t["dtype"] == "F32" else torch.bfloat16
+        out[name] = torch.frombuffer(raw, dtype=dt).reshape(t["shape"]).float().clone()
     return out
 
 
@@ -401,6 +402,42 @@ def crash(trials):
           "half-written one" % trials)
 
 
+def rank_export(sock, tmp):
+    """zeroctl export of the live job (fp32: the master exactly) and of a checkpoint (bf16)."""
+    model, engine = engine_for(2)
+    train(engine, 3)
+    live = os.path.join(tmp, "live.safetensors")
+    rc = subprocess.run([zeroctl(), "-s", sock, "export", live], capture_output=True, text=True)
+    assert rc.returncode == 0, rc.stderr
+    got = read_safetensors(live)
+    for name, p in model.named_parameters():
+        assert torch.equal(got[name], p.detach()), "live export: %s differs" % name
+    rc = subprocess.run([zeroctl(), "-s", sock, "export", live], capture_output=True, text=True)
+    assert rc.returncode == 1 and "already exists" in rc.stderr, rc.stderr
+    ckpt = os.path.join(tmp, "ckpt")
+    engine.save_checkpoint(ckpt)
+    engine.wait_checkpoint()
+    out = os.path.join(tmp, "bf16.safetensors")
+    rc = subprocess.run([zeroctl(), "export", "--checkpoint", ckpt, "--dtype", "bf16", out],
+                        capture_output=True, text=True)
+    assert rc.returncode == 0, rc.stderr
+    got = read_safetensors(out)
+    for name, p in model.named_parameters():
+        want = p.detach().to(torch.bfloat16).float()
+        assert torch.equal(got[name], want), "bf16 export: %s differs" % name
+    m2 = zr.MLP(7)  # load_state_dict with the exported names and shapes
+    m2.load_state_dict(read_safetensors(live))
+    engine.close()
+    return rc.stdout.strip()
+
+
+def export_mode():
+    with zf.Cluster(1) as c:
+        print(c.run(rank_export, (c.daemons[0].socket, c.tmp))[0])
+    print("export: a live job's parameters exactly (fp32), a checkpoint's in bf16 (rounded to "
+          "nearest even), state_dict names and shapes; an existing file is never replaced")
+
+
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
 
@@ -464,6 +501,8 @@ def main():
         restart()
     elif mode == "import":
         import_ds()
+    elif mode == "export":
+        export_mode()
     elif mode == "crash":
         if "--long" in sys.argv and os.environ.get("ZEROD_LONG_TESTS") != "1":
             zf.skip("the long crash test (20 trials, ~1 min) runs with ZEROD_LONG_TESTS=1")

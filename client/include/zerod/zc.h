@@ -420,6 +420,11 @@ typedef struct zc_group_shard {
 
 /* Ask the daemon for this rank's shard of its job (timeout_ms < 0: the session default). */
 ZC_API int zc_session_shard_info(zc_session_t *session, int timeout_ms, zc_shard_info_t *info_p);
+/* The daemon writes its job's parameters, as the trainers see them, into a new safetensors file
+ * at path (made absolute here), in a directory the calling user owns; dtype ZC_DTYPE_F32 or
+ * ZC_DTYPE_BF16. Between two steps: one step's parameters; *step_p (may be NULL) says which. */
+ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t dtype,
+                             int timeout_ms, uint64_t *step_p);
 /* Group i of the last zc_session_shard_info() on this session. */
 ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_shard_t *group_p);
 

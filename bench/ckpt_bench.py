@@ -127,7 +127,9 @@ def trainer(rank, env, params, runs, ckdir, conn):
 
 
 def run(args):
-    with zf.Cluster(2, flags=("--job-linger", "10s", "--max-shard-bytes", "1PiB")) as c:
+    flags = ("--job-linger", "10s", "--max-shard-bytes", "1PiB",
+             "--checkpoint-staging-keep", "true" if args.keep else "false")
+    with zf.Cluster(2, flags=flags) as c:
         ckdir = args.dir or os.path.join(c.tmp, "ckpt")
         os.makedirs(ckdir, exist_ok=True)
         pipes, procs = [], []
@@ -178,7 +180,8 @@ def run(args):
               % (name, m, total / m / gib, rm, total / rm / gib, rm / m, target))
 
     print("ckpt_bench: %d fp32 params at world 2, rank files %s bytes (%.2f GiB in all), "
-          "median of %d" % (args.params, sizes, total / gib, args.runs))
+          "median of %d, checkpoint_staging_keep %s"
+          % (args.params, sizes, total / gib, args.runs, "true" if args.keep else "false"))
     line("save", save, w, 0.8)
     line("load", load, rd, 0.8)
     st = statistics.median([max(o["stall_s"][i] for o in outs) for i in range(args.runs)])
@@ -191,6 +194,8 @@ def main():
     ap.add_argument("--params", type=parse_count, default=parse_count("512Mi"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None, help="checkpoint directory (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true",
+                    help="daemon config checkpoint_staging_keep: the copy's memory is reused")
     args = ap.parse_args()
     args.params -= args.params % (64 * 16)
     mp.set_start_method("spawn")

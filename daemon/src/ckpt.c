@@ -544,7 +544,10 @@ static zs_status_t zd_ckpt_job_dir(const zd_job_t *job, const char *dir, char *o
 void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env)
 {
     char dir[4096];
-    zd_ckpt_req_t req = {.dir = dir, .keep_last = env->ckpt_keep_last, .async = env->ckpt_async};
+    zd_ckpt_req_t req = {.dir = dir,
+                         .keep_last = env->ckpt_keep_last,
+                         .async = env->ckpt_async,
+                         .keep_staging = env->ckpt_staging_keep};
     zd_ckpt_out_t out;
     char err[ZD_MAX_MSG] = "";
     uint64_t now = zs_time_now_ns();

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,8 +30,10 @@ struct zd_ckpt_async {
     pthread_cond_t cond;
     bool go, cancel;     /* under lock */
     const zd_job_t *job; /* layout, id: fixed while the job lives */
-    float *stage;        /* master, m, v: 3 x shard_numel */
-    void *state;         /* rank 0: the trainer's bytes */
+    float *stage;        /* master, m, v: 3 x shard_numel (mmap'd) */
+    size_t stage_bytes;
+    bool keep;   /* checkpoint_staging_keep: the copy's memory goes back to the job, not away */
+    void *state; /* rank 0: the trainer's bytes */
     size_t state_len;
     bool has_state;
     zs_ckpt_manifest_t head; /* rank 0: the manifest as of the save */
@@ -139,8 +142,10 @@ static void *zd_ckpt_async_main(void *arg)
     }
     pthread_mutex_unlock(&a->lock);
     st = zd_ckpt_write_rank(a->job, a->stage, a->step, a->tmp, &bytes, &xxh3, err, sizeof(err));
-    zs_aligned_free(a->stage); /* the copy is on disk: its memory goes back at once */
-    a->stage = NULL;
+    if (!a->keep) { /* the copy is on disk: its memory goes back at once */
+        munmap(a->stage, a->stage_bytes);
+        a->stage = NULL;
+    }
     if (st == ZS_OK) {
         st = zd_ckpt_write_sum(a->rank, a->tmp, bytes, xxh3, err, sizeof(err));
     }
@@ -170,7 +175,9 @@ static void *zd_ckpt_async_main(void *arg)
 
 static void zd_ckpt_async_free(zd_ckpt_async_t *a)
 {
-    zs_aligned_free(a->stage);
+    if (a->stage != NULL) {
+        munmap(a->stage, a->stage_bytes);
+    }
     free(a->state);
     zd_ckpt_manifest_release(&a->head);
     pthread_mutex_destroy(&a->lock);
@@ -179,17 +186,24 @@ static void zd_ckpt_async_free(zd_ckpt_async_t *a)
 }
 
 /* The staging copy of this rank's shard. */
-static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, const zd_job_t *job)
+static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_job_t *job)
 {
     const zs_layout_t *l = job->layout;
     size_t n = (size_t)l->shard_numel;
 
-    void *p = NULL;
-
-    if (zs_aligned_alloc((3 * n + 1) * sizeof(float), 64, &p) != ZS_OK) {
-        return ZS_ERR_NO_MEMORY;
+    a->stage_bytes = (3 * n + 1) * sizeof(float);
+    if (job->ckpt_stage != NULL) { /* kept from the last save: mapped and touched already */
+        a->stage = job->ckpt_stage;
+        job->ckpt_stage = NULL;
+    } else {
+        void *p =
+            mmap(NULL, a->stage_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            return ZS_ERR_NO_MEMORY;
+        }
+        (void)madvise(p, a->stage_bytes, MADV_HUGEPAGE); /* fewer faults while copying */
+        a->stage = p;
     }
-    a->stage = p;
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         memcpy(a->stage + l->buckets[b].shard_offset, zd_step_master(job, b),
                l->buckets[b].slice * sizeof(float));
@@ -215,6 +229,7 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
     a->world = job->world;
     a->step = job->step;
     a->keep_last = req->keep_last;
+    a->keep = req->keep_staging;
     a->t0 = zs_time_now_ns();
     zs_ckpt_pathf(a->dir, sizeof(a->dir), "%s", req->dir);
     zs_ckpt_pathf(a->tag, sizeof(a->tag), "%s", tag);
@@ -278,6 +293,10 @@ static zs_status_t zd_ckpt_async_join(zd_job_t *job, zd_ckpt_out_t *out, char *e
         zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", a->tag);
         out->step = a->step;
     }
+    if (a->keep && a->stage != NULL) { /* for the next save */
+        job->ckpt_stage = a->stage;
+        a->stage = NULL;
+    }
     zd_ckpt_async_free(a);
     job->ckpt_async = NULL;
     return st;
@@ -308,4 +327,12 @@ zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t er
     }
     /* rank 0's outcome is the commit's: every rank learns it */
     return zd_ckpt_agree(job, st, "checkpoint write", err, errlen);
+}
+
+void zd_ckpt_stage_free(zd_job_t *job)
+{
+    if (job->ckpt_stage != NULL) {
+        munmap(job->ckpt_stage, (3 * (size_t)job->layout->shard_numel + 1) * sizeof(float));
+        job->ckpt_stage = NULL;
+    }
 }

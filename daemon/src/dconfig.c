@@ -74,6 +74,10 @@ static const zs_config_row_t zd_config_rows[] = {
      "element, freed when written) and writes it while training goes on; false, or no memory "
      "for the copy: the save writes before it replies",
      offsetof(zd_config_t, checkpoint_async), &zs_config_bool, NULL, 0},
+    {"checkpoint_staging_keep", "false",
+     "keep the staging copy's memory from one save to the next: the trainer's stall becomes a "
+     "memcpy, at 12 bytes per shard element for the job's life",
+     offsetof(zd_config_t, checkpoint_staging_keep), &zs_config_bool, NULL, 0},
 };
 
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};

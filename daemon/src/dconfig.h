@@ -31,6 +31,7 @@ typedef struct zd_config {
     int64_t checkpoint_every_seconds;
     int64_t checkpoint_keep_last;
     int checkpoint_async;
+    int checkpoint_staging_keep;
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;

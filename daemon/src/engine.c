@@ -232,6 +232,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
     case ZD_REQ_CKPT_SAVE:
         req->u.ckpt.keep_last = e->env.ckpt_keep_last;
         req->u.ckpt.async = e->env.ckpt_async;
+        req->u.ckpt.keep_staging = e->env.ckpt_staging_keep;
         r->status = zd_job_ckpt_save(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
                                      r->msg, sizeof(r->msg));
         break;
@@ -434,6 +435,7 @@ static void zd_engine_env_init(zd_engine_t *e, const zd_engine_params_t *p)
     env->ckpt_every_ns = p->ckpt_every_seconds * 1000000000ull;
     env->ckpt_keep_last = p->ckpt_keep_last;
     env->ckpt_async = p->ckpt_async;
+    env->ckpt_staging_keep = p->ckpt_staging_keep;
 }
 
 zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p)

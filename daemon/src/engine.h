@@ -97,7 +97,7 @@ typedef struct zd_engine_params {
     const char *ckpt_dir; /* checkpoint_* of the daemon config */
     uint64_t ckpt_every_steps, ckpt_every_seconds;
     uint32_t ckpt_keep_last;
-    bool ckpt_async;
+    bool ckpt_async, ckpt_staging_keep;
     void (*notify)(void *arg); /* results are ready (called from the engine thread) */
     void *notify_arg;
 } zd_engine_params_t;

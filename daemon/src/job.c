@@ -230,6 +230,7 @@ static void zd_job_destroy(zd_job_t *job)
         return;
     }
     zd_ckpt_async_wait(job); /* a checkpoint still being written is finished first */
+    zd_ckpt_stage_free(job);
     zd_coll_destroy(job->coll);
     zd_mesh_destroy(job->mesh);
     zs_region_cleanup(&job->params);

@@ -48,6 +48,7 @@ typedef struct zd_job_env {
     uint64_t ckpt_every_ns;
     uint32_t ckpt_keep_last;
     bool ckpt_async;
+    bool ckpt_staging_keep;
 } zd_job_env_t;
 
 /* What a trainer attaches with. */
@@ -77,6 +78,7 @@ typedef struct zd_ckpt_req {
     bool load_optimizer_states;
     uint32_t keep_last; /* save: keep the newest keep_last checkpoints of dir; 0 keeps all */
     bool async;         /* save: reply once every rank holds a staging copy (checkpoint_async) */
+    bool keep_staging;  /* async: keep the copy's memory for the next save */
 } zd_ckpt_req_t;
 
 typedef struct zd_ckpt_out {

@@ -53,6 +53,7 @@ struct zd_job {
     uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
     uint64_t ckpt_last_step;
     zd_ckpt_async_t *ckpt_async; /* a save being written in the background (ckpt_async.c) */
+    float *ckpt_stage;           /* checkpoint_staging_keep: the last save's copy, for the next */
 };
 
 /* ---- job.c ------------------------------------------------------------------------------ */
@@ -97,6 +98,8 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
 void zd_ckpt_async_release(zd_job_t *job);
 void zd_ckpt_async_cancel(zd_job_t *job);
 void zd_ckpt_async_wait(zd_job_t *job);
+/* The kept staging copy's memory goes (the job's end). */
+void zd_ckpt_stage_free(zd_job_t *job);
 /* CheckpointWait, a collective: the background save's outcome on every rank. */
 zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t errlen);
 /* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */

@@ -711,10 +711,19 @@ static zd_reply_t *zd_rpc_encode_ckpt(const zd_resp_t *resp, Zerod__Ipc__V1__Res
     Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__CheckpointSaveReply sr = ZEROD__IPC__V1__CHECKPOINT_SAVE_REPLY__INIT;
     Zerod__Ipc__V1__CheckpointLoadReply lr = ZEROD__IPC__V1__CHECKPOINT_LOAD_REPLY__INIT;
+    Zerod__Ipc__V1__ExportReply er = ZEROD__IPC__V1__EXPORT_REPLY__INIT;
     const zd_ckpt_out_t *o = &resp->u.ckpt;
 
     f.seq = resp->seq;
-    if (resp->kind != ZD_REQ_CKPT_LOAD) { /* save and wait */
+    if (resp->kind == ZD_REQ_EXPORT) {
+        er.result = r;
+        er.path = (char *)o->path;
+        er.step = o->step;
+        er.n_tensors = o->saved_world;
+        er.bytes = o->bytes;
+        f.body_case = ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY;
+        f.export_reply = &er;
+    } else if (resp->kind != ZD_REQ_CKPT_LOAD) { /* save and wait */
         sr.result = r;
         sr.path = (char *)o->path;
         sr.tag = (char *)o->tag;
@@ -744,7 +753,6 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
     Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
     Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
     Zerod__Ipc__V1__DetachReply dr = ZEROD__IPC__V1__DETACH_REPLY__INIT;
-    Zerod__Ipc__V1__ExportReply er = ZEROD__IPC__V1__EXPORT_REPLY__INIT;
     zd_reply_t *reply = NULL;
 
     f.seq = resp->seq;
@@ -796,18 +804,10 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         reply = zd_rpc_encode_shard(resp, &r);
         zd_resp_free(resp);
         return reply;
-    case ZD_REQ_EXPORT:
-        er.result = &r;
-        er.path = (char *)resp->u.ckpt.path;
-        er.step = resp->u.ckpt.step;
-        er.n_tensors = resp->u.ckpt.saved_world;
-        er.bytes = resp->u.ckpt.bytes;
-        f.body_case = ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY;
-        f.export_reply = &er;
-        break;
     case ZD_REQ_CKPT_SAVE:
     case ZD_REQ_CKPT_WAIT:
     case ZD_REQ_CKPT_LOAD:
+    case ZD_REQ_EXPORT:
         reply = zd_rpc_encode_ckpt(resp, &r);
         zd_resp_free(resp);
         return reply;

@@ -429,6 +429,7 @@ static bool zd_server_start_engine(zd_server_t *srv)
     ep.ckpt_every_seconds = (uint64_t)cfg->checkpoint_every_seconds;
     ep.ckpt_keep_last = (uint32_t)cfg->checkpoint_keep_last;
     ep.ckpt_async = cfg->checkpoint_async != 0;
+    ep.ckpt_staging_keep = cfg->checkpoint_staging_keep != 0;
     ep.notify = zd_engine_notify;
     ep.notify_arg = &srv->async;
     if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {

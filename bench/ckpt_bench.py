@@ -96,7 +96,7 @@ def trainer(rank, env, params, runs, ckdir, conn):
     per = params // n_tensors
     s = Session(env["ZEROD_SOCKET"], timeout_ms=600000)
     s.attach(env["ZEROD_JOB"], [([per] * n_tensors, None)], '{"zero_optimization": {"stage": 2}}',
-             rank=rank, world=2, coordinator="127.0.0.1:" + env["MASTER_PORT"])
+             rank=rank, world=2, coordinator="127.0.0.1:%d" % (int(env["MASTER_PORT"]) + 1))
     for pid in range(n_tensors):  # initial values: nonzero pages
         ctypes.memset(s.param_ptr(pid), 0x3c, per * 4)
     s.params_ready()

@@ -50,9 +50,18 @@ def pss_kib(pid="self"):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """MASTER_PORT: it and the next port (rank 0's daemon listens on MASTER_PORT + 1) bind."""
+    import random
+    for _ in range(256):
+        port = random.randrange(20000, 32767)
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free pair of TCP ports in 20000..32767")
 
 
 def make_model(torch, hidden):

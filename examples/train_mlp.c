@@ -8,7 +8,8 @@
  * (after a crash) recomputes exactly the batch of step k+1.
  *
  * Environment (like torchrun): ZEROD_SOCKET, ZEROD_JOB (default "train_mlp"), RANK (0),
- * WORLD_SIZE (1), MASTER_ADDR and MASTER_PORT (rank 0's daemon, "addr:port", WORLD_SIZE > 1).
+ * WORLD_SIZE (1), MASTER_ADDR and MASTER_PORT (rank 0's daemon listens on MASTER_PORT + 1,
+ * WORLD_SIZE > 1; ZEROD_COORDINATOR=host:port overrides: zc_coordinator_from_env).
  *
  * Parameters are registered in reverse order (b2, W2, b1, W1), as a PyTorch binding does.
  * Each step prints `step N loss X grad_norm Y loss_scale Z`, N being the optimizer steps the
@@ -472,7 +473,8 @@ static void usage(FILE *out)
             "  -h, --help        print this help and exit\n"
             "\n"
             "Environment: ZEROD_SOCKET, ZEROD_JOB (default train_mlp), RANK (0), WORLD_SIZE (1),\n"
-            "MASTER_ADDR and MASTER_PORT (rank 0's daemon, required when WORLD_SIZE > 1).\n");
+            "MASTER_ADDR and MASTER_PORT (rank 0's daemon listens on MASTER_PORT + 1; or\n"
+            "ZEROD_COORDINATOR=host:port; required when WORLD_SIZE > 1).\n");
 }
 
 static int parse_long(const char *arg, long lo, long hi, long *v_p)
@@ -715,7 +717,7 @@ int main(int argc, char **argv)
                 .keep = 0,
                 .dump = NULL};
     uint32_t rank, world;
-    const char *job, *addr, *port;
+    const char *job;
     char coordinator[256] = "";
     char *config = NULL;
     zc_group_t group;
@@ -741,14 +743,10 @@ int main(int argc, char **argv)
     if (job == NULL || job[0] == '\0') {
         job = "train_mlp";
     }
-    if (world > 1) {
-        addr = getenv("MASTER_ADDR");
-        port = getenv("MASTER_PORT");
-        if (addr == NULL || addr[0] == '\0' || port == NULL || port[0] == '\0') {
-            fprintf(stderr, "train_mlp: WORLD_SIZE %u needs MASTER_ADDR and MASTER_PORT\n", world);
-            return 2;
-        }
-        snprintf(coordinator, sizeof(coordinator), "%s:%s", addr, port);
+    if (world > 1 && zc_coordinator_from_env(coordinator, sizeof(coordinator)) != ZC_OK) {
+        fprintf(stderr, "train_mlp: WORLD_SIZE %u needs rank 0's daemon: %s\n", world,
+                zc_last_error());
+        return 2;
     }
     config = build_config(&o);
     if (config == NULL) {

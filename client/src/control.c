@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #define ZC_STATUS_FIELDS                                                                           \
@@ -260,4 +261,39 @@ ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t
     }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     return status;
+}
+
+ZC_API int zc_coordinator_from_env(char *buf, size_t len)
+{
+    const char *c = getenv("ZEROD_COORDINATOR"), *addr = getenv("MASTER_ADDR");
+    const char *port = getenv("MASTER_PORT");
+    char *end = NULL;
+    unsigned long p;
+    int n;
+
+    zc_error_clear();
+    if (buf == NULL || len == 0) {
+        return zc_fail(ZC_ERR_INVALID, "coordinator_from_env: buf is NULL or empty");
+    }
+    if (c != NULL && c[0] != '\0') {
+        n = snprintf(buf, len, "%s", c);
+        return n > 0 && (size_t)n < len
+                   ? ZC_OK
+                   : zc_fail(ZC_ERR_INVALID, "ZEROD_COORDINATOR '%.100s' is too long", c);
+    }
+    if (addr == NULL || addr[0] == '\0' || port == NULL || port[0] == '\0') {
+        return zc_fail(ZC_ERR_NOT_FOUND, "neither ZEROD_COORDINATOR nor MASTER_ADDR and "
+                                         "MASTER_PORT are set");
+    }
+    p = strtoul(port, &end, 10);
+    if (end == port || *end != '\0' || p == 0 || p >= 65535) {
+        return zc_fail(ZC_ERR_INVALID,
+                       "MASTER_PORT '%.40s' is not a port in 1..65534 (the daemons listen on "
+                       "MASTER_PORT + 1; or set ZEROD_COORDINATOR=host:port)",
+                       port);
+    }
+    n = snprintf(buf, len, "%s:%lu", addr, p + 1);
+    return n > 0 && (size_t)n < len
+               ? ZC_OK
+               : zc_fail(ZC_ERR_INVALID, "MASTER_ADDR '%.100s' is too long", addr);
 }

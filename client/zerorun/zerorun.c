@@ -87,7 +87,8 @@ static void zr_usage(FILE *out)
         "      --version          print the version and exit\n"
         "\n"
         "Each rank i gets RANK=i, LOCAL_RANK=i, WORLD_SIZE=N, LOCAL_WORLD_SIZE=N, MASTER_ADDR,\n"
-        "MASTER_PORT, ZEROD_JOB and ZEROD_SOCKET: the socket of daemon i with --spawn-daemons,\n"
+        "MASTER_PORT (rank 0's daemon listens on MASTER_PORT + 1; torch's store may take\n"
+        "MASTER_PORT), ZEROD_JOB and ZEROD_SOCKET: the socket of daemon i with --spawn-daemons,\n"
         "else DIR/zerod-cpu<i>.sock (DIR as for --socket-dir), the name zerod gives itself\n"
         "with --device cpu:<i> --socket auto. Trainers read /dev/null as stdin; every line they\n"
         "write to stdout or stderr comes out on zerorun's stdout or stderr as \"[rank i] line\".\n"
@@ -230,9 +231,35 @@ static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
 
 /* ---- job setup --------------------------------------------------------------------------- */
 
+/* Whether TCP port p binds on the address of res now. */
+static bool zr_port_binds(const struct addrinfo *res, unsigned p, int *err)
+{
+    struct sockaddr_storage ss;
+    bool ok;
+    int fd;
+
+    memcpy(&ss, res->ai_addr, res->ai_addrlen);
+    if (ss.ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)p);
+    } else {
+        ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)p);
+    }
+    fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+    if (fd < 0) {
+        *err = errno;
+        return false;
+    }
+    ok = bind(fd, (struct sockaddr *)&ss, res->ai_addrlen) == 0;
+    *err = ok ? 0 : errno;
+    close(fd);
+    return ok;
+}
+
 /* MASTER_PORT: a port below the kernel's ephemeral range (32768+) that binds on MASTER_ADDR
- * now. Not port 0: an ephemeral port is handed out again to any socket that binds one, such as
- * the TCP transport of a UCX worker, and rank 0's listener would then find it taken. */
+ * now, and so does the next one (rank 0's daemon listens on MASTER_PORT + 1, torch's store on
+ * MASTER_PORT: zc_coordinator_from_env). Not port 0: an ephemeral port is handed out again to any
+ * socket that binds one, such as the TCP transport of a UCX worker, and rank 0's listener would
+ * then find it taken. */
 static int zr_free_port(const char *addr, char *port, size_t len)
 {
     struct addrinfo hints, *res = NULL;
@@ -247,34 +274,18 @@ static int zr_free_port(const char *addr, char *port, size_t len)
         return -1;
     }
     for (int attempt = 0; attempt < 256; attempt++) {
-        struct sockaddr_storage ss;
         uint16_t r = 0;
         unsigned p;
-        int fd;
 
         if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
             r = (uint16_t)(getpid() + attempt * 7919);
         }
-        p = ZR_PORT_LO + r % (ZR_PORT_HI - ZR_PORT_LO);
-        memcpy(&ss, res->ai_addr, res->ai_addrlen);
-        if (ss.ss_family == AF_INET6) {
-            ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)p);
-        } else {
-            ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)p);
-        }
-        fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
-        if (fd < 0) {
-            err = errno;
-            break;
-        }
-        if (bind(fd, (struct sockaddr *)&ss, res->ai_addrlen) == 0) {
-            close(fd);
+        p = ZR_PORT_LO + r % (ZR_PORT_HI - ZR_PORT_LO - 1);
+        if (zr_port_binds(res, p, &err) && zr_port_binds(res, p + 1, &err)) {
             snprintf(port, len, "%u", p);
             freeaddrinfo(res);
             return 0;
         }
-        err = errno;
-        close(fd);
         if (err != EADDRINUSE) {
             break;
         }

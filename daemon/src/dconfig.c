@@ -83,7 +83,8 @@ static const zs_config_row_t zd_config_rows[] = {
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};
 
 const char *const zd_config_env_ignore[] = {"LOG_LEVEL", "LOG_SUBSYS", "KERNELS",    "JOB",
-                                            "LIBZC",     "CONFIG",     "TEST_PAUSE", NULL};
+                                            "LIBZC",     "CONFIG",     "TEST_PAUSE", "COORDINATOR",
+                                            "ZEROCTL",   "LONG_TESTS", NULL};
 
 zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen)
 {

@@ -89,8 +89,9 @@ static uint8_t *attach_frame(size_t *len_p)
         pgroups[g] = &groups[g];
         k += m.gnp[g];
     }
-    snprintf(coord, sizeof(coord), "%s:%s", env_or("MASTER_ADDR", "127.0.0.1"),
-             env_or("MASTER_PORT", "29500"));
+    if (zc_coordinator_from_env(coord, sizeof(coord)) != ZC_OK) {
+        snprintf(coord, sizeof(coord), "127.0.0.1:29501");
+    }
     at.job_id = (char *)env_or("ZEROD_JOB", "mesh-test");
     at.rank = (uint32_t)atoi(env_or("RANK", "0"));
     at.world = (uint32_t)atoi(env_or("WORLD_SIZE", "1"));

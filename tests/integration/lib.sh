@@ -147,11 +147,12 @@ zd_token() {
 zd_free_port() {
     /usr/bin/python3 -c '
 import random, socket
-for _ in range(256):
-    p = random.randrange(20000, 32768)
-    s = socket.socket()
+for _ in range(256):  # p and p + 1: rank 0 daemon listens on MASTER_PORT + 1
+    p = random.randrange(20000, 32767)
     try:
-        s.bind(("127.0.0.1", p))
+        for q in (p, p + 1):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", q))
     except OSError:
         continue
     print(p)

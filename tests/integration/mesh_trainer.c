@@ -263,9 +263,7 @@ int main(int argc, char **argv)
     }
     rank_ = atoi(getenv("RANK") ? getenv("RANK") : "0");
     world = (uint32_t)atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
-    if (getenv("MASTER_ADDR") && getenv("MASTER_PORT")) {
-        snprintf(coord, sizeof(coord), "%s:%s", getenv("MASTER_ADDR"), getenv("MASTER_PORT"));
-    }
+    (void)zc_coordinator_from_env(coord, sizeof(coord)); /* empty when none: world 1 */
     m = th_model_by_name(o.model);
     g = calloc(m.total, sizeof(float));
     if (g == NULL) {

@@ -60,13 +60,14 @@ def free_port():
     to another process's UCX TCP listener before rank 0's daemon binds it."""
     import random
     for _ in range(256):
-        port = random.randrange(20000, 32768)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+        port = random.randrange(20000, 32767)
+        try:  # MASTER_PORT and MASTER_PORT + 1 (rank 0's daemon: zc_coordinator_from_env)
+            for p in (port, port + 1):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
     raise RuntimeError("no free TCP port in 20000..32767")
 
 

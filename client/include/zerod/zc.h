@@ -150,6 +150,13 @@ typedef struct zc_attach_params {
     const zc_param_info_t *param_info; /* optional: one per parameter, registration order */
 } zc_attach_params_t;
 
+/* The coordinator of a world > 1 job ("host:port" of rank 0's daemon) from a launcher's
+ * environment: ZEROD_COORDINATOR when set, else MASTER_ADDR and MASTER_PORT + 1. The daemons
+ * never take MASTER_PORT itself: under torchrun, or with torch.distributed initialised, torch's
+ * own store listens there. ZC_ERR_NOT_FOUND when the environment names none;
+ * ZC_ERR_INVALID (naming the variable) for a bad port. */
+ZC_API int zc_coordinator_from_env(char *buf, size_t len);
+
 typedef struct zc_attach_info {
     uint64_t layout_hash;
     uint64_t step;     /* last completed optimizer step */

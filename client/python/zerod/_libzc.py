@@ -24,6 +24,7 @@ from ._codes import (  # noqa: F401 (DTYPE_*: the package's names for them)
     DTYPE_F16,
     DTYPE_F32,
     ZC_ERR_INVALID,
+    ZC_ERR_NOT_FOUND,
     ZC_ERR_STATE,
     ZC_OK,
 )
@@ -255,6 +256,7 @@ def _bind(lib):
     fn("zc_checkpoint_wait", ctypes.c_int, [vp, ctypes.c_int, ctypes.POINTER(_CheckpointInfo)])
     fn("zc_checkpoint_load", ctypes.c_int,
        [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
+    fn("zc_coordinator_from_env", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])
     fn("zc_last_error", ctypes.c_char_p, [])
     fn("zc_status_name", ctypes.c_char_p, [ctypes.c_int])
     fn("zc_version", ctypes.c_char_p, [])
@@ -516,6 +518,19 @@ class Session:
     @property
     def closed(self):
         return self._h is None
+
+
+def coordinator_from_env():
+    """libzc's rule (zc_coordinator_from_env): ZEROD_COORDINATOR, else MASTER_ADDR and
+    MASTER_PORT + 1 (torch's store keeps MASTER_PORT); None when the environment names none."""
+    lib = load_libzc()
+    buf = ctypes.create_string_buffer(512)
+    st = lib.zc_coordinator_from_env(buf, len(buf))
+    if st == ZC_OK:
+        return buf.value.decode()
+    if st == ZC_ERR_NOT_FOUND:
+        return None
+    _raise(lib, st, "coordinator")
 
 
 def version():

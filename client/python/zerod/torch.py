@@ -34,7 +34,7 @@ from ._codes import (
     ZC_ERR_LAYOUT_MISMATCH,
 )
 from . import _checkpoint
-from ._libzc import Session, ZerodError
+from ._libzc import Session, ZerodError, coordinator_from_env
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError"]
 
@@ -111,11 +111,13 @@ def _read_env(job=None, socket_path=None):
     local_rank = _env_int("LOCAL_RANK", rank if world > 1 else 0)
     if world < 1 or not 0 <= rank < world:
         raise ValueError("zerod: RANK %d is not below WORLD_SIZE %d" % (rank, world))
-    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    coordinator = "%s:%s" % (addr, port) if addr and port else None
+    # rank 0's daemon listens on MASTER_PORT + 1 (or ZEROD_COORDINATOR): torch's store, under
+    # torchrun or after init_process_group, holds MASTER_PORT itself
+    coordinator = coordinator_from_env() if world > 1 else None
     if world > 1 and coordinator is None:
         raise ValueError("zerod: WORLD_SIZE %d needs MASTER_ADDR and MASTER_PORT (rank 0's "
-                         "daemon coordinator)" % world)
+                         "daemon listens on MASTER_PORT + 1) or ZEROD_COORDINATOR=host:port"
+                         % world)
     sock = socket_path or os.environ.get("ZEROD_SOCKET") or (
         "/run/zerod/zerod-cpu%d.sock" % local_rank)
     job = job or os.environ.get("ZEROD_JOB") or _default_job()
@@ -703,7 +705,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     convert the model to that dtype. model_parameters: None (every parameter that requires
     grad), an iterable of tensors, or of group dicts {"params": [...], "lr", "weight_decay",
     "betas", "eps"}. The daemon and job come from the environment (ZEROD_SOCKET, ZEROD_JOB,
-    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR:MASTER_PORT) unless job/socket_path are given.
+    RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT + 1 for rank 0's daemon, or
+    ZEROD_COORDINATOR) unless job/socket_path are given.
     timeout_ms: libzc's deadline of every call (default 60 s); attach_wait_s: how long a
     busy daemon is retried (a restarted trainer may find its dead predecessor still attached
     for a moment). Returns (engine, optimizer, None, None)."""

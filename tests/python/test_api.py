@@ -173,6 +173,16 @@ def test_errors(sock):
         raise AssertionError("stage 3 was accepted")
     # the failed attach left the model untouched (no region views)
     assert all(p.grad is None for p in model.parameters())
+    try:  # a refused bf16 config: the model keeps its dtype (converted only once accepted)
+        zt.initialize(model=model, config={"bf16": {"enabled": True},
+                                           "zero_optimization": {"stage": 3}},
+                      job="api-bad", socket_path=sock)
+    except zerod.ZerodError as e:
+        assert e.name == "ERR_CONFIG", e
+    else:
+        raise AssertionError("stage 3 was accepted")
+    assert all(p.dtype == torch.float32 for p in model.parameters()), \
+        [p.dtype for p in model.parameters()]
     try:
         zt.initialize(model=model, config={}, job="api-bad",
                       socket_path=os.path.join(os.path.dirname(sock), "nobody.sock"))

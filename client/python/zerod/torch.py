@@ -313,7 +313,7 @@ class ZerodEngine(torch.nn.Module):
 
         zdtype = _config_dtype(cfg)
         self.dtype = _TORCH_DTYPE[zdtype]
-        self._convert(groups)
+        self._check_cpu(groups)
 
         # Registration: per group, reverse parameters() order; ids are group-major.
         reg_groups = [_registration_order(model, g["params"]) for g in groups]
@@ -327,6 +327,9 @@ class ZerodEngine(torch.nn.Module):
                                   attach_wait_s)
         self._closed = False
         try:
+            # the daemon accepted the config: only now does the model change dtype (a refused
+            # one leaves the caller's model as it was)
+            self._convert(groups)
             info = self._sess.info
             self.resumed = info["resumed"]
             self.stage = info["stage"]
@@ -349,14 +352,19 @@ class ZerodEngine(torch.nn.Module):
 
     # ---- attach -------------------------------------------------------------------------
 
+    @staticmethod
+    def _check_cpu(groups):
+        """The regions are host memory: every parameter must be on the CPU."""
+        for g in groups:
+            for p in g["params"]:
+                if p.device.type != "cpu":
+                    raise ValueError("zerod: parameter on %s; the Python binding maps the "
+                                     "daemon's host-memory regions, so parameters must be on "
+                                     "the CPU" % p.device)
+
     def _convert(self, groups):
-        """The model in the config's dtype, on the CPU (the regions are host memory)."""
+        """The model in the config's dtype (after the daemon accepted the config)."""
         params = [p for g in groups for p in g["params"]]
-        for p in params:
-            if p.device.type != "cpu":
-                raise ValueError("zerod: parameter on %s; the Python binding maps the daemon's "
-                                 "host-memory regions, so parameters must be on the CPU"
-                                 % p.device)
         if any(p.dtype != self.dtype for p in params) or any(
                 t.is_floating_point() and t.dtype != self.dtype
                 for t in self.module.parameters()):

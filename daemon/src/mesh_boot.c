@@ -285,12 +285,14 @@ static void zd_boot_client_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status
     b->client_status = status;
 }
 
-static void zd_boot_cleanup(zd_boot_t *b)
+/* force: the formation failed, and an endpoint's peer may never answer a flush (a stranger on
+ * the coordinator's port, a dead daemon): close without one. */
+static void zd_boot_cleanup(zd_boot_t *b, bool force)
 {
     zd_boot_msg_t *m;
 
     for (size_t i = 0; i < b->n_conns; i++) {
-        zd_ucx_ep_close(b->worker, b->conns[i].ep, false);
+        zd_ucx_ep_close(b->worker, b->conns[i].ep, force);
         free(b->conns[i].address);
         free(b->conns[i].watch_address);
     }
@@ -869,7 +871,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *ro
         }
         zd_boot_progress(b);
         if (b->client_failed) {
-            zd_ucx_ep_close(b->worker, ep, false);
+            zd_ucx_ep_close(b->worker, ep, true); /* it failed: nothing to flush */
             ep = NULL;
             if (hello_sent) {
                 st = zs_errf(err, errlen, ZS_ERR_PEER_LOST,
@@ -889,7 +891,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *ro
             break;
         }
     }
-    zd_ucx_ep_close(b->worker, ep, st == ZS_ERR_ABORTED);
+    zd_ucx_ep_close(b->worker, ep, st != ZS_OK); /* a failed one may never answer a flush */
     return st;
 }
 
@@ -923,7 +925,7 @@ zs_status_t zd_mesh_boot(zd_mesh_t *mesh, char *err, size_t errlen)
     if (st == ZS_OK) {
         st = zd_mesh_connect(mesh, &roster, err, errlen);
     }
-    zd_boot_cleanup(&boot);
+    zd_boot_cleanup(&boot, st != ZS_OK);
     zd_roster_free(&roster);
     zerod__mesh__v1__mesh_msg__free_unpacked(welcome, NULL);
     return st;

@@ -233,7 +233,7 @@ kill-trainer)
     grep -h "attached\|verify" "$work"/t*.out | grep -v first
     stop_daemons
     ;;
-wrong-token | wrong-layout | duplicate-rank | unreachable)
+wrong-token | wrong-layout | duplicate-rank | unreachable | stranger)
     world=2
     [ "$mode" = duplicate-rank ] && world=3
     case "$mode" in
@@ -260,6 +260,24 @@ wrong-token | wrong-layout | duplicate-rank | unreachable)
         start_daemon 1 "" --mesh-timeout 2s
         start_trainer 1 1 2 "" --steps 2
         ;;
+    stranger) # a process that is not a daemon holds the coordinator's port (MASTER_PORT + 1)
+        /usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+conns = []
+end = time.time() + 30
+while time.time() < end:
+    s.settimeout(0.2)
+    try:
+        conns.append(s.accept()[0])
+    except OSError:
+        pass' $((MASTER_PORT + 1)) &
+        stranger=$!
+        sleep 0.3
+        start_daemon 0 "" --mesh-timeout 3s
+        start_daemon 1 "" --mesh-timeout 3s
+        start_trainer 0 0 2 "" --steps 2
+        start_trainer 1 1 2 "" --steps 2
+        ;;
     esac
     for i in "${!tpids[@]}"; do wait_trainer "$i" 20; codes[i]=$rc; done
     for i in "${!tpids[@]}"; do
@@ -280,6 +298,14 @@ wrong-token | wrong-layout | duplicate-rank | unreachable)
         ;;
     unreachable)
         grep -q "unreachable" "$work/t1.out" || fail "no 'unreachable' in rank 1's error"
+        ;;
+    stranger) # rank 0 cannot listen; rank 1 meets a stranger; both daemons live on
+        kill "$stranger" 2>/dev/null || true
+        grep -q "cannot listen on coordinator" "$work/t0.out" || fail "rank 0 did not say why"
+        grep -q "unreachable\|ERR_" "$work/t1.out" || fail "rank 1 got no error"
+        for i in 0 1; do
+            kill -0 "${dpids[$i]}" 2>/dev/null || fail "daemon $i died meeting a stranger"
+        done
         ;;
     esac
     grep -h "ERR_" "$work"/t*.out

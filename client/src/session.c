@@ -49,6 +49,7 @@ struct zc_session {
     bool restored;     /* ParamsReady: the daemons resumed from their checkpoint_dir */
     uint64_t restored_step;
     double restored_scale;
+    char ignored_keys[256]; /* AttachReply.ignored_keys */
     bool params_are_master; /* fp32: the params region is the daemon's master: read-only once
                                ready */
     zs_layout_t *layout;
@@ -710,6 +711,8 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     s->resumed = ar->resumed;
     s->params_ready = ar->resumed;
     s->params_are_master = ar->params_are_master;
+    snprintf(s->ignored_keys, sizeof(s->ignored_keys), "%s",
+             ar->ignored_keys != NULL ? ar->ignored_keys : "");
     if (s->stage != 1 && s->stage != 2) {
         return zc_fail(ZC_ERR_PROTOCOL, "attach: the daemon replied stage %u", s->stage);
     }
@@ -860,6 +863,11 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
         status = zc_params_protect(session);
     }
     return status;
+}
+
+ZC_API const char *zc_session_ignored_keys(zc_session_t *session)
+{
+    return session != NULL ? session->ignored_keys : "";
 }
 
 ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p)

@@ -153,14 +153,15 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
 static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_env_t *env,
                                        const zd_job_spec_t *spec, char *err, size_t errlen)
 {
-    char ignored[256];
+    char *ignored = job->cfg_ignored;
     zs_status_t st;
 
-    st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(ignored), err, errlen);
+    st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(job->cfg_ignored), err,
+                               errlen);
     if (st != ZS_OK) {
         return st;
     }
-    if (ignored[0] != '\0') {
+    if (ignored[0] != '\0') { /* the trainer is told too (AttachReply.ignored_keys) */
         zs_warn_limited(env->warn_rl, ZS_SUB_CFG,
                         "job '%s': config keys zerod does not use, ignored: %s", job->id, ignored);
     }
@@ -495,6 +496,7 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     out->round_robin = job->cfg.round_robin_gradients;
     out->elem_align = job->layout->elem_align;
     out->params_are_master = job->master_shared;
+    snprintf(out->ignored_keys, sizeof(out->ignored_keys), "%s", job->cfg_ignored);
     out->fds[out->n_fds++] = zd_dup_fd(job->params.fd);
     out->fds[out->n_fds++] = zd_dup_fd(job->slots.fd);
     if (job->grads.fd >= 0) {

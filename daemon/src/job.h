@@ -106,6 +106,7 @@ typedef struct zd_attach_out {
     bool round_robin;
     uint32_t elem_align;
     bool params_are_master; /* fp32: the params region's slices are the master (read-only) */
+    char ignored_keys[256]; /* config keys accepted and not used ("" when none) */
     int fds[3];             /* params, slots, and (stage 1) grads */
     int n_fds;
 } zd_attach_out_t;

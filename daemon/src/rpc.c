@@ -627,6 +627,7 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->round_robin = a->round_robin;
     ar->elem_align = a->elem_align;
     ar->params_are_master = a->params_are_master;
+    ar->ignored_keys = (char *)a->ignored_keys;
     s->n_slots = a->n_slots;
     s->slot_busy = 0;
 }

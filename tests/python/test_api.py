@@ -161,6 +161,23 @@ def test_unused(sock):
     engine.close()
 
 
+def test_ignored_keys(sock):
+    """Config keys the daemon accepts but does not use reach the user as a warning."""
+    import warnings
+    model = zr.MLP(1)
+    cfg = zr.config(extra={"wall_clock_breakdown": True})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine, _, _, _ = zt.initialize(model=model, config=cfg, job="api-ignored",
+                                        socket_path=sock)
+    msgs = [str(w.message) for w in caught if "not used" in str(w.message)]
+    assert len(msgs) == 1 and "wall_clock_breakdown" in msgs[0] and \
+        "train_micro_batch_size_per_gpu" in msgs[0], [str(w.message) for w in caught]
+    assert engine._sess.info["ignored_keys"]
+    print("ignored keys told: %s" % msgs[0])
+    engine.close()
+
+
 def test_errors(sock):
     model = zr.MLP(1)
     try:
@@ -203,6 +220,7 @@ def main():
         sock = c.daemons[0].socket
         test_basics(sock)
         test_unused(sock)
+        test_ignored_keys(sock)
         test_errors(sock)
     print("PASS")
     return 0

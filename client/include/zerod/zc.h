@@ -178,6 +178,9 @@ typedef struct zc_attach_info {
 ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
                              zc_attach_info_t *info_p);
 ZC_API int zc_session_params_ready(zc_session_t *session);
+/* After an attach: the config keys the daemon accepted but does not use, as a comma list of
+ * dotted keys ("" when none; never NULL): a trainer should tell its user. */
+ZC_API const char *zc_session_ignored_keys(zc_session_t *session);
 /* 1 when, at zc_session_params_ready(), the daemons (config checkpoint_dir) resumed the job from
  * their last checkpoint instead: the params region holds its values, *step_p its step and
  * *loss_scale_p its scale (either may be NULL); 0 otherwise. */

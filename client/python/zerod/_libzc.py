@@ -233,6 +233,7 @@ def _bind(lib):
     fn("zc_session_attach", ctypes.c_int,
        [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
     fn("zc_session_params_ready", ctypes.c_int, [vp])
+    fn("zc_session_ignored_keys", ctypes.c_char_p, [vp])
     fn("zc_session_restored", ctypes.c_int,
        [vp, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_double)])
     fn("zc_session_param_ptr", vp, [vp, c_u32])
@@ -386,6 +387,8 @@ class Session:
                "attach")
         self.info = {name: getattr(info, name) for name, _ in _AttachInfo._fields_}
         self.info["resumed"] = bool(info.resumed)
+        ign = lib.zc_session_ignored_keys(self._h)
+        self.info["ignored_keys"] = ign.decode() if ign else ""
         self.buckets = []
         for b in range(info.n_buckets):
             bi = _BucketInfo()

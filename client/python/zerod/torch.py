@@ -326,6 +326,9 @@ class ZerodEngine(torch.nn.Module):
         self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
                                   attach_wait_s)
         self._closed = False
+        if self._sess.info.get("ignored_keys"):
+            warnings.warn("zerod: config keys accepted but not used (they change nothing here): "
+                          "%s" % self._sess.info["ignored_keys"], stacklevel=3)
         try:
             # the daemon accepted the config: only now does the model change dtype (a refused
             # one leaves the caller's model as it was)

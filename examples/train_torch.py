@@ -117,13 +117,13 @@ def main():
             engine.backward(loss)
             engine.step()
             total += loss.item()
-        if engine.was_step_applied:
+        if engine.was_step_applied():
             sched.step()
         if rank == 0:
             print("step %d loss %.6f grad_norm %.6f loss_scale %g lr %.3g%s" % (
                 engine.global_steps, total / gas, engine.get_global_grad_norm(),
                 engine.get_loss_scale(), optimizer.param_groups[0]["lr"],
-                "" if engine.was_step_applied else " skipped"), flush=True)
+                "" if engine.was_step_applied() else " skipped"), flush=True)
 
     engine.eval()
     with torch.no_grad():

@@ -74,7 +74,7 @@ def test_basics(sock):
     x, t = zr.batch(0, 1, 0)
     engine.backward(zr.loss_fn(engine(x), t))
     engine.step()
-    assert engine.global_steps == 1 and engine.skipped_steps == 0 and engine.was_step_applied
+    assert engine.global_steps == 1 and engine.skipped_steps == 0 and engine.was_step_applied()
     assert [p.data_ptr() for p in model.parameters()] == ptrs, "parameter storage moved"
     assert not any(torch.equal(a, b) for a, b in zip(before, zr.params_of(model)))
     norm = engine.get_global_grad_norm()
@@ -178,6 +178,47 @@ def test_ignored_keys(sock):
     engine.close()
 
 
+def test_deepspeed_surface(sock, tmp):
+    """The DeepSpeed engine calls a ZeRO-1/2 script uses (part of issue 16)."""
+    import argparse
+    model = zr.MLP(1)
+    engine, _, _, _ = zt.initialize(model=model, config=zr.config(gas=2), job="api-ds",
+                                    socket_path=sock)
+    assert engine.device == torch.device("cpu") and engine.global_rank == 0
+    assert engine.dp_world_size == 1 and engine.was_step_applied() is None
+    assert engine.train_micro_batch_size_per_gpu() == zr.BATCH
+    assert engine.train_batch_size() == zr.BATCH * 2
+    for s in range(4):
+        x, t = zr.batch(s // 2, s % 2, 0)
+        engine.backward(zr.loss_fn(engine(x), t))
+        engine.step(lr_kwargs={})
+    assert engine.global_steps == 2 and engine.was_step_applied() is True
+    assert engine.global_samples == 4 * zr.BATCH
+    try:
+        with engine.no_sync():
+            pass
+    except RuntimeError as e:
+        assert "stage 2" in str(e), e
+    else:
+        raise AssertionError("no_sync was accepted at stage 2")
+    assert engine.save_16bit_model(tmp, "m.bin")
+    sd = torch.load(os.path.join(tmp, "m.bin"))
+    assert set(sd) == set(model.state_dict()) and all(
+        torch.equal(sd[k], v) for k, v in model.state_dict().items())
+    engine.close()
+    args = zt.add_config_arguments(argparse.ArgumentParser()).parse_args(
+        ["--deepspeed", "--deepspeed_config", "ds.json"])
+    assert args.deepspeed and args.deepspeed_config == "ds.json"
+    try:
+        zt.zero.Init()
+    except RuntimeError as e:
+        assert "stage" in str(e), e
+    else:
+        raise AssertionError("zero.Init was accepted")
+    print("DeepSpeed surface: device, ranks, batch sizes, global_samples, was_step_applied(), "
+          "no_sync refused at stage 2, save_16bit_model, add_config_arguments, zero.Init refused")
+
+
 def test_errors(sock):
     model = zr.MLP(1)
     try:
@@ -221,6 +262,7 @@ def main():
         test_basics(sock)
         test_unused(sock)
         test_ignored_keys(sock)
+        test_deepspeed_surface(sock, c.tmp)
         test_errors(sock)
     print("PASS")
     return 0

@@ -58,7 +58,7 @@ def _train(cfg):
             loss = zr.loss_fn(engine(x), t)
             engine.backward(loss)
             engine.step()
-        assert engine.global_steps == s + 1 and engine.was_step_applied
+        assert engine.global_steps == s + 1 and engine.was_step_applied()
         grads.append(gsum)
         after.append(zr.params_of(model))
     engine.close()

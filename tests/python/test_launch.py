@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A training script that initialises torch.distributed itself (as deepspeed.init_distributed()
-does, and as every script under torchrun may) runs beside zerod: torch's store takes
+"""A training script that initialises torch.distributed itself (deepspeed.init_distributed(),
+here zerod.torch's, calls init_process_group; any script under torchrun may) runs beside zerod: torch's store takes
 MASTER_PORT, rank 0's daemon listens on MASTER_PORT + 1 (zc_coordinator_from_env), and both
 work. World 2, gloo: an all-reduce through torch, then zerod steps, then another all-reduce.
 
@@ -17,7 +17,7 @@ import zd_ref as zr  # noqa: E402
 def rank_main():
     import torch.distributed as dist
     import zerod.torch
-    dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    zerod.torch.init_distributed(dist_backend="gloo")  # init_process_group, env://
     t = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)
     model = zr.MLP(1)

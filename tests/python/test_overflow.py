@@ -86,7 +86,7 @@ def _train(cfg):
             loss = loss * float("inf")
         engine.backward(loss)
         engine.step()
-        log.append({"applied": engine.was_step_applied, "global_steps": engine.global_steps,
+        log.append({"applied": engine.was_step_applied(), "global_steps": engine.global_steps,
                     "skipped_steps": engine.skipped_steps, "scale": engine.get_loss_scale(),
                     "scale_used": scale_used, "grad_norm": engine.get_global_grad_norm(),
                     "g32": [g.clone() for g in g32], "before": before,

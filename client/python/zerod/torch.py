@@ -34,9 +34,11 @@ from ._codes import (
     ZC_ERR_LAYOUT_MISMATCH,
 )
 from . import _checkpoint
+from ._compat import DeepSpeedSurface, add_config_arguments, init_distributed, zero  # noqa: F401
 from ._libzc import Session, ZerodError, coordinator_from_env
 
-__all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError"]
+__all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_distributed",
+           "add_config_arguments", "zero"]
 
 _TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
 
@@ -288,7 +290,7 @@ def _norm_opt(v):
 
 # ---- engine -------------------------------------------------------------------------------
 
-class ZerodEngine(torch.nn.Module):
+class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
     """Runs the module and streams its gradients to the local zerod.
 
     Attributes: module, global_steps (optimizer steps the daemon has completed; a step skipped
@@ -342,7 +344,8 @@ class ZerodEngine(torch.nn.Module):
             self.micro_steps = 0
             self._loss_scale = info["loss_scale"] if info["loss_scale"] > 0 else 1.0
             self._grad_norm = None
-            self.was_step_applied = None
+            self._step_applied = None
+            self._boundary_override = None
             self._bind_params()
             self._build_buckets()
             self._install_hooks()
@@ -562,11 +565,15 @@ class ZerodEngine(torch.nn.Module):
 
     def is_gradient_accumulation_boundary(self):
         """True when the next engine.step() steps the optimizer."""
+        if self._boundary_override is not None:
+            return self._boundary_override
         return (self.micro_steps + 1) % self._gas == 0
 
-    def step(self):
+    def step(self, lr_kwargs=None):
         """Counts one micro-batch; at every gradient_accumulation_steps-th call, runs the
-        optimizer step on the daemon (no-op otherwise)."""
+        optimizer step on the daemon (no-op otherwise). lr_kwargs: DeepSpeed's, for a
+        scheduler the engine steps; zerod's engine steps none (step your scheduler)."""
+        del lr_kwargs
         self._check_open("step")
         boundary = self.is_gradient_accumulation_boundary()
         self.micro_steps += 1
@@ -580,7 +587,7 @@ class ZerodEngine(torch.nn.Module):
             res = self._sess.step(group_lr=lrs)
         self.global_steps = res["step"]
         self.skipped_steps = res["skipped_steps"]
-        self.was_step_applied = not res["skipped"]
+        self._step_applied = not res["skipped"]
         if res["loss_scale"] > 0:
             self._loss_scale = res["loss_scale"]
         self._grad_norm = res["grad_norm"]

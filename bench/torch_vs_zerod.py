@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,18 +49,11 @@ def pss_kib(pid="self"):
 
 
 def free_port():
-    """MASTER_PORT: it and the next port (rank 0's daemon listens on MASTER_PORT + 1) bind."""
-    import random
-    for _ in range(256):
-        port = random.randrange(20000, 32767)
-        try:
-            for p in (port, port + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free pair of TCP ports in 20000..32767")
+    """MASTER_PORT whose successor binds too (rank 0's daemon listens on MASTER_PORT + 1):
+    the test fixture's rule."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    import zd_fixture
+    return zd_fixture.free_port()
 
 
 def make_model(torch, hidden):

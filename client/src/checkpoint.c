@@ -13,28 +13,27 @@
 
 #define ZC_CHECKPOINT_TIMEOUT_MS (3600 * 1000)
 
-/* dir made absolute against this process's working directory (the daemon's is not ours). */
-static int zc_checkpoint_dir(const char *what, const char *dir, char *abs, size_t len)
+int zc_abs_path(const char *what, const char *path, char *buf, size_t len)
 {
     char cwd[PATH_MAX];
     int n;
 
-    if (dir == NULL || dir[0] == '\0') {
-        return zc_fail(ZC_ERR_INVALID, "%s: dir is empty", what);
+    if (path == NULL || path[0] == '\0') {
+        return zc_fail(ZC_ERR_INVALID, "%s: the path is empty", what);
     }
-    if (dir[0] == '/') {
-        n = snprintf(abs, len, "%s", dir);
+    if (path[0] == '/') {
+        n = snprintf(buf, len, "%s", path);
     } else if (getcwd(cwd, sizeof(cwd)) == NULL) {
-        return zc_fail(ZC_ERR_IO, "%s: cannot make '%s' absolute: getcwd failed", what, dir);
+        return zc_fail(ZC_ERR_IO, "%s: cannot make '%s' absolute: getcwd failed", what, path);
     } else {
-        n = snprintf(abs, len, "%s/%s", cwd, dir);
+        n = snprintf(buf, len, "%s/%s", cwd, path);
     }
     if (n < 0 || (size_t)n >= len) {
-        return zc_fail(ZC_ERR_INVALID, "%s: dir '%.200s...' is longer than %zu bytes", what, dir,
+        return zc_fail(ZC_ERR_INVALID, "%s: path '%.200s...' is longer than %zu bytes", what, path,
                        len - 1);
     }
-    while (n > 1 && abs[n - 1] == '/') {
-        abs[--n] = '\0';
+    while (n > 1 && buf[n - 1] == '/') {
+        buf[--n] = '\0';
     }
     return ZC_OK;
 }
@@ -73,7 +72,7 @@ ZC_API int zc_checkpoint_save(zc_session_t *session, const zc_checkpoint_params_
                        "checkpoint_save: trainer_state of %zu bytes (at most %u, and not NULL)",
                        params->trainer_state_len, ZC_CHECKPOINT_STATE_MAX);
     }
-    status = zc_checkpoint_dir("checkpoint_save", params->dir, dir, sizeof(dir));
+    status = zc_abs_path("checkpoint_save", params->dir, dir, sizeof(dir));
     if (status == ZC_OK) {
         status = zc_session_prepare_call(session, zc_checkpoint_timeout(params), "checkpoint_save");
     }
@@ -114,7 +113,7 @@ ZC_API int zc_checkpoint_load(zc_session_t *session, const zc_checkpoint_params_
     if (params == NULL) {
         return zc_fail(ZC_ERR_INVALID, "checkpoint_load: params is NULL");
     }
-    status = zc_checkpoint_dir("checkpoint_load", params->dir, dir, sizeof(dir));
+    status = zc_abs_path("checkpoint_load", params->dir, dir, sizeof(dir));
     if (status == ZC_OK) {
         status = zc_session_prepare_call(session, zc_checkpoint_timeout(params), "checkpoint_load");
     }

@@ -230,21 +230,16 @@ ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__ExportRequest er = ZEROD__IPC__V1__EXPORT_REQUEST__INIT;
     zc_frame_t *reply = NULL;
-    char abs[4096], cwd[4096];
+    char abs[4096];
     int status;
 
     zc_error_clear();
-    if (session == NULL || path == NULL || path[0] == '\0') {
-        return zc_fail(ZC_ERR_INVALID, "export: %s is NULL or empty",
-                       session == NULL ? "session" : "path");
+    if (session == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "export: session is NULL");
     }
-    if (path[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL) {
-        return zc_fail(ZC_ERR_IO, "export: cannot make '%s' absolute: getcwd failed", path);
-    }
-    status = path[0] == '/' ? snprintf(abs, sizeof(abs), "%s", path)
-                            : snprintf(abs, sizeof(abs), "%s/%s", cwd, path);
-    if (status < 0 || (size_t)status >= sizeof(abs)) {
-        return zc_fail(ZC_ERR_INVALID, "export: path '%.200s...' is too long", path);
+    status = zc_abs_path("export", path, abs, sizeof(abs));
+    if (status != ZC_OK) {
+        return status;
     }
     er.path = abs;
     er.dtype = (Zerod__Ipc__V1__DType)dtype;

@@ -105,6 +105,10 @@ int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_
  * sent, and every submitted slot came back. */
 int zc_session_prepare_call(zc_session_t *session, int timeout_ms, const char *what);
 
+/* path made absolute against this process's working directory (a daemon's is not ours), into
+ * buf; ZC_ERR_INVALID / ZC_ERR_IO named after `what` otherwise. */
+int zc_abs_path(const char *what, const char *path, char *buf, size_t len);
+
 /* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message". */
 int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);
 

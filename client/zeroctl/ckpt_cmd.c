@@ -251,9 +251,9 @@ static uint16_t ckpt_bf16(float x)
     return (uint16_t)(u >> 16);
 }
 
-static int ckpt_export_data(const ckpt_export_t *x, const zs_ckpt_manifest_t *m,
-                            const zs_layout_t *layout, zs_ckpt_reader_t *rd, zs_st_writer_t *w,
-                            unsigned tensor, bool bf16, char *err, size_t errlen)
+static int ckpt_export_data(const zs_ckpt_manifest_t *m, const zs_layout_t *layout,
+                            zs_ckpt_reader_t *rd, zs_st_writer_t *w, unsigned tensor, bool bf16,
+                            char *err, size_t errlen)
 {
     uint64_t cap = 0;
     float *buf = NULL;
@@ -285,7 +285,6 @@ static int ckpt_export_data(const ckpt_export_t *x, const zs_ckpt_manifest_t *m,
     }
     free(buf);
     free(half);
-    (void)x;
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
 }
 
@@ -316,7 +315,7 @@ static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ck
         st = zs_st_create(tmp, meta, m->n_params, kv, 3, &w, err, sizeof(err));
     }
     if (st == ZS_OK) {
-        rc = ckpt_export_data(x, m, layout, rd, w, tensor, bf16, err, sizeof(err));
+        rc = ckpt_export_data(m, layout, rd, w, tensor, bf16, err, sizeof(err));
         st = rc == ZC_EXIT_OK ? zs_st_finish(w, NULL, NULL, err, sizeof(err)) : ZS_ERR_IO;
         if (rc != ZC_EXIT_OK) {
             zs_st_abort(w);
@@ -346,6 +345,7 @@ static int ckpt_export(const ckpt_export_t *x)
     char path[4096];
     zs_ckpt_manifest_t *m = NULL;
     unsigned tensor = ZS_CKPT_N_TENSORS;
+    const char *dup;
     int rc;
 
     for (unsigned t = 0; t < ZS_CKPT_N_TENSORS; t++) {
@@ -366,15 +366,11 @@ static int ckpt_export(const ckpt_export_t *x)
     if (rc != ZC_EXIT_OK) {
         return rc;
     }
-    for (uint32_t i = 0; i < m->n_params; i++) {
-        for (uint32_t j = 0; j < i; j++) {
-            if (strcmp(m->params[i].name, m->params[j].name) == 0) {
-                fprintf(stderr, "zeroctl: export: %s names two parameters '%s'\n", path,
-                        m->params[i].name);
-                zs_ckpt_manifest_free(m);
-                return ZC_EXIT_BAD;
-            }
-        }
+    dup = zs_ckpt_duplicate_name(m->params, m->n_params);
+    if (dup != NULL) {
+        fprintf(stderr, "zeroctl: export: %s names two parameters '%s'\n", path, dup);
+        zs_ckpt_manifest_free(m);
+        return ZC_EXIT_BAD;
     }
     rc = ckpt_export_run(x, path, m, tensor, strcmp(x->dtype, "bf16") == 0);
     zs_ckpt_manifest_free(m);

@@ -611,10 +611,61 @@ out:
     return st;
 }
 
-zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *err, size_t errlen)
+zs_status_t zs_ckpt_verify_file(const char *path, const zs_ckpt_file_t *fe, char *err,
+                                size_t errlen)
 {
     char file[4096];
+    uint64_t bytes = 0, h = 0;
+    zs_status_t st;
 
+    zs_ckpt_pathf(file, sizeof(file), "%s/%s", path, fe->name);
+    st = zs_ckpt_hash_file(file, &bytes, &h, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (bytes != fe->bytes) {
+        return zs_errf(err, errlen, ZS_ERR_IO,
+                       "%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or "
+                       "replaced)",
+                       file, bytes, fe->bytes);
+    }
+    if (h != fe->xxh3) {
+        return zs_errf(err, errlen, ZS_ERR_IO,
+                       "%s: checksum xxh3 %016" PRIx64 ", the manifest says %016" PRIx64
+                       " (the file is corrupt)",
+                       file, h, fe->xxh3);
+    }
+    return ZS_OK;
+}
+
+static int zs_ckpt_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *zs_ckpt_duplicate_name(const zs_ckpt_param_t *params, uint32_t n)
+{
+    const char **names = malloc((n ? n : 1) * sizeof(*names));
+    const char *dup = NULL;
+
+    if (names == NULL) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        names[i] = params[i].name != NULL ? params[i].name : "";
+    }
+    qsort(names, n, sizeof(*names), zs_ckpt_name_cmp);
+    for (uint32_t i = 1; i < n && dup == NULL; i++) {
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            dup = names[i];
+        }
+    }
+    free(names);
+    return dup;
+}
+
+zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *err, size_t errlen)
+{
     for (uint32_t r = 0; r < m->world; r++) {
         char name[64];
         zs_ckpt_rank_file(r, name, sizeof(name));
@@ -624,24 +675,9 @@ zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *
         }
     }
     for (uint32_t i = 0; i < m->n_files; i++) {
-        uint64_t bytes = 0, h = 0;
-        zs_status_t st;
-        zs_ckpt_pathf(file, sizeof(file), "%s/%s", path, m->files[i].name);
-        st = zs_ckpt_hash_file(file, &bytes, &h, err, errlen);
+        zs_status_t st = zs_ckpt_verify_file(path, &m->files[i], err, errlen);
         if (st != ZS_OK) {
             return st;
-        }
-        if (bytes != m->files[i].bytes) {
-            return zs_errf(err, errlen, ZS_ERR_IO,
-                           "%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or "
-                           "replaced)",
-                           file, bytes, m->files[i].bytes);
-        }
-        if (h != m->files[i].xxh3) {
-            return zs_errf(err, errlen, ZS_ERR_IO,
-                           "%s: checksum xxh3 %016" PRIx64 ", the manifest says %016" PRIx64
-                           " (the file is corrupt)",
-                           file, h, m->files[i].xxh3);
         }
     }
     return ZS_OK;

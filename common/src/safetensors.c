@@ -394,7 +394,7 @@ zs_status_t zs_ckpt_reader_open(const char *path, const zs_ckpt_manifest_t *m,
     return ZS_OK;
 }
 
-static zs_status_t zs_ckpt_reader_file(zs_ckpt_reader_t *rd, uint32_t r, char *err, size_t errlen)
+zs_status_t zs_ckpt_reader_open_rank(zs_ckpt_reader_t *rd, uint32_t r, char *err, size_t errlen)
 {
     char name[64], file[4096];
     zs_status_t st;
@@ -435,7 +435,7 @@ zs_status_t zs_ckpt_reader_read(zs_ckpt_reader_t *rd, unsigned t, uint32_t rank,
                        ") is outside the checkpoint",
                        rd->path, rank, t, shard_off, n);
     }
-    st = zs_ckpt_reader_file(rd, rank, err, errlen);
+    st = zs_ckpt_reader_open_rank(rd, rank, err, errlen);
     if (st != ZS_OK) {
         return st;
     }

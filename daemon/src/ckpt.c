@@ -413,18 +413,28 @@ void zd_ckpt_prune(const char *dir, const char *job_id, const char *keep_tag, ui
     free(ents);
 }
 
-static zs_status_t zd_ckpt_check_req(const zd_job_t *job, const zd_ckpt_req_t *req, char *tag,
-                                     char *err, size_t errlen)
+zs_status_t zd_ckpt_check_dir(const char *dir, char *err, size_t errlen)
 {
-    if (req->dir == NULL || req->dir[0] != '/') {
+    if (dir == NULL || dir[0] != '/') {
         return zs_errf(err, errlen, ZS_ERR_INVALID,
                        "checkpoint dir '%s' is not an absolute path (the daemon's working "
                        "directory is not the trainer's)",
-                       req->dir != NULL ? req->dir : "");
+                       dir != NULL ? dir : "");
     }
-    if (strlen(req->dir) > ZD_CKPT_DIR_MAX) {
+    if (strlen(dir) > ZD_CKPT_DIR_MAX) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "checkpoint dir is %zu bytes long (at most %u)",
-                       strlen(req->dir), ZD_CKPT_DIR_MAX);
+                       strlen(dir), ZD_CKPT_DIR_MAX);
+    }
+    return ZS_OK;
+}
+
+static zs_status_t zd_ckpt_check_req(const zd_job_t *job, const zd_ckpt_req_t *req, char *tag,
+                                     char *err, size_t errlen)
+{
+    zs_status_t st = zd_ckpt_check_dir(req->dir, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
     }
     if (req->tag != NULL && req->tag[0] != '\0') {
         snprintf(tag, ZS_CKPT_TAG_MAX, "%s", req->tag);

@@ -120,6 +120,7 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *pa
 {
     char tmp[4096];
     uint64_t bytes = 0;
+    const char *dup;
     zs_status_t st;
     int fd;
 
@@ -133,13 +134,9 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *pa
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %s: fp32 or bf16 only",
                        zs_dtype_name(dtype));
     }
-    for (uint32_t i = 0; i < job->layout->n_params; i++) {
-        for (uint32_t j = 0; j < i && job->layout->n_params < 4096; j++) {
-            if (strcmp(job->pmeta[i].name, job->pmeta[j].name) == 0) {
-                return zs_errf(err, errlen, ZS_ERR_INVALID, "export: two parameters are named '%s'",
-                               job->pmeta[i].name);
-            }
-        }
+    dup = zs_ckpt_duplicate_name(job->pmeta, job->layout->n_params);
+    if (dup != NULL) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "export: two parameters are named '%s'", dup);
     }
     st = zd_export_check_path(path, uid, err, errlen);
     if (st != ZS_OK) {

@@ -118,32 +118,22 @@ static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_job_t *job, 
     }
     st = zd_ckpt_pieces(src, job, zd_ckpt_mark_piece, need, err, errlen);
     for (uint32_t r = 0; r < src->m->world && st == ZS_OK; r++) {
-        char name[64], file[4096];
+        char name[64];
         const zs_ckpt_file_t *fe;
-        uint64_t bytes = 0, h = 0;
 
         if (!need[r]) {
             continue;
         }
         zs_ckpt_rank_file(r, name, sizeof(name));
-        zs_ckpt_pathf(file, sizeof(file), "%s/%s", src->path, name);
         fe = zs_ckpt_find_file(src->m, name);
         if (fe == NULL) {
             st = zs_errf(err, errlen, ZS_ERR_IO, "%s/%s lists no %s", src->path, ZS_CKPT_MANIFEST,
                          name);
             break;
         }
-        st = zs_ckpt_hash_file(file, &bytes, &h, err, errlen);
-        if (st == ZS_OK && (bytes != fe->bytes || h != fe->xxh3)) {
-            st =
-                zs_errf(err, errlen, ZS_ERR_IO,
-                        "%s: %" PRIu64 " bytes with xxh3 %016" PRIx64 "; the manifest says %" PRIu64
-                        " bytes with %016" PRIx64 " (the file is corrupt or truncated)",
-                        file, bytes, h, fe->bytes, fe->xxh3);
-        }
-        if (st == ZS_OK) { /* opens it and checks its tensors */
-            float probe;
-            st = zs_ckpt_reader_read(src->rd, 0, r, 0, &probe, 0, err, errlen);
+        st = zs_ckpt_verify_file(src->path, fe, err, errlen);
+        if (st == ZS_OK) {
+            st = zs_ckpt_reader_open_rank(src->rd, r, err, errlen);
         }
     }
     free(need);
@@ -231,12 +221,8 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
 
     memset(&src, 0, sizeof(src));
     zd_ckpt_async_wait(job); /* a save still writing finishes first */
-    if (req->dir == NULL || req->dir[0] != '/') {
-        st = zs_errf(err, errlen, ZS_ERR_INVALID,
-                     "checkpoint dir '%s' is not an absolute path (the daemon's working "
-                     "directory is not the trainer's)",
-                     req->dir != NULL ? req->dir : "");
-    } else {
+    st = zd_ckpt_check_dir(req->dir, err, errlen);
+    if (st == ZS_OK) {
         st = zs_ckpt_resolve(req->dir, req->tag, path, sizeof(path), tag, sizeof(tag), err, errlen);
     }
     if (st == ZS_OK) {

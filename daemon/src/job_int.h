@@ -76,6 +76,8 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
                          size_t errlen);
 zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
                          zd_ckpt_out_t *out, char *err, size_t errlen);
+/* dir is absolute (the daemon's working directory is not the trainer's) and not too long. */
+zs_status_t zd_ckpt_check_dir(const char *dir, char *err, size_t errlen);
 /* The pieces of a save both ways share (ckpt.c). */
 zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
                                const char *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,

@@ -122,6 +122,11 @@ zs_status_t zs_ckpt_resolve(const char *dir, const char *tag, char *path, size_t
 /* Size and XXH3-64 of a whole file. */
 zs_status_t zs_ckpt_hash_file(const char *path, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
                               size_t errlen);
+/* Check file fe of the checkpoint at `path` against its manifest entry (size and checksum). */
+zs_status_t zs_ckpt_verify_file(const char *path, const zs_ckpt_file_t *fe, char *err,
+                                size_t errlen);
+/* A name two of the parameters share, or NULL when every name is distinct. */
+const char *zs_ckpt_duplicate_name(const zs_ckpt_param_t *params, uint32_t n);
 /* Check every file of the checkpoint at `path` against the manifest (size and checksum). */
 zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *err, size_t errlen);
 /* Write `len` bytes to path (created 0644, truncated), fsync'd; size and checksum out. */
@@ -147,6 +152,8 @@ zs_status_t zs_ckpt_runs(const zs_layout_t *layout, uint32_t id, uint64_t a, uin
 typedef struct zs_ckpt_reader zs_ckpt_reader_t;
 zs_status_t zs_ckpt_reader_open(const char *path, const zs_ckpt_manifest_t *m,
                                 zs_ckpt_reader_t **rd_p, char *err, size_t errlen);
+/* Open saved rank `rank`'s file now and check its tensors (reads open it on first use). */
+zs_status_t zs_ckpt_reader_open_rank(zs_ckpt_reader_t *rd, uint32_t rank, char *err, size_t errlen);
 /* n fp32 elements of tensor t (index into zs_ckpt_tensor_names) of saved rank `rank` from
  * shard offset shard_off. */
 zs_status_t zs_ckpt_reader_read(zs_ckpt_reader_t *rd, unsigned t, uint32_t rank, uint64_t shard_off,

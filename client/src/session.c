@@ -55,6 +55,9 @@ struct zc_session {
     zs_layout_t *layout;
     zc_dtype_t dtype;
     size_t dsize;
+    zc_dtype_t grads_dtype; /* stage 1's grads region (data_types.grad_accum_dtype) */
+    size_t gsize;
+    uint32_t train_batch, micro_batch; /* AttachReply: 0 when the config gives none */
     uint32_t stage;
     uint32_t accum_steps;
     uint32_t n_slots;
@@ -616,7 +619,7 @@ static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
                        "needs one of %llu",
                        ar->n_slots, (unsigned long long)ar->slot_bytes, (unsigned long long)need);
     }
-    need = s->layout->total_numel * s->dsize;
+    need = s->layout->total_numel * s->gsize;
     if (s->stage == 1 && ar->grads_bytes < need) {
         return zc_fail(ZC_ERR_PROTOCOL,
                        "attach: grads region of %llu bytes, the layout needs "
@@ -708,6 +711,14 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     s->dtype = (p->field_mask & ZC_ATTACH_FIELD_DTYPE) ? p->dtype : ZC_DTYPE_F32;
     s->dsize = zc_dtype_size(s->dtype);
     s->accum_steps = ar->gradient_accumulation_steps ? ar->gradient_accumulation_steps : 1;
+    s->grads_dtype = (zc_dtype_t)ar->grads_dtype;
+    s->train_batch = ar->train_batch_size;
+    s->micro_batch = ar->train_micro_batch_size;
+    if (s->stage == 1 && s->grads_dtype != s->dtype && s->grads_dtype != ZC_DTYPE_F32) {
+        return zc_fail(ZC_ERR_PROTOCOL, "attach: grads region of dtype %d for %s parameters",
+                       (int)ar->grads_dtype, zc_dtype_name(s->dtype));
+    }
+    s->gsize = zc_dtype_size(s->grads_dtype);
     s->resumed = ar->resumed;
     s->params_ready = ar->resumed;
     s->params_are_master = ar->params_are_master;
@@ -868,6 +879,25 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
 ZC_API const char *zc_session_ignored_keys(zc_session_t *session)
 {
     return session != NULL ? session->ignored_keys : "";
+}
+
+ZC_API zc_dtype_t zc_session_grads_dtype(zc_session_t *session)
+{
+    return session != NULL && session->attached ? session->grads_dtype : ZC_DTYPE_F32;
+}
+
+ZC_API int zc_session_batch(zc_session_t *session, uint32_t *train_batch_p, uint32_t *micro_p)
+{
+    if (session == NULL || !session->attached) {
+        return zc_fail(ZC_ERR_STATE, "batch: the session is not attached");
+    }
+    if (train_batch_p != NULL) {
+        *train_batch_p = session->train_batch;
+    }
+    if (micro_p != NULL) {
+        *micro_p = session->micro_batch;
+    }
+    return ZC_OK;
 }
 
 ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p)
@@ -1055,7 +1085,7 @@ ZC_API void *zc_session_param_grad_ptr(zc_session_t *session, uint32_t id)
     if (grads == NULL || zc_session_check_param(session, id, "param_grad_ptr") != ZC_OK) {
         return NULL;
     }
-    return grads + zs_layout_param_by_id(session->layout, id)->offset * session->dsize;
+    return grads + zs_layout_param_by_id(session->layout, id)->offset * session->gsize;
 }
 
 /* ---- slots ------------------------------------------------------------------------- */

@@ -62,6 +62,7 @@ static zs_status_t zd_job_sizes(zd_job_t *job)
 {
     const zs_layout_t *l = job->layout;
     uint64_t dsize = zs_dtype_size(job->dtype), psi = l->param_numel, shard_bytes;
+    uint64_t gsize = zs_dtype_size(job->cfg.grad_accum_dtype);
     zs_status_t st;
 
     st = zs_mul_u64(l->total_numel, dsize, &job->mem_bytes[ZD_MEM_PARAMS]);
@@ -77,11 +78,17 @@ static zs_status_t zd_job_sizes(zd_job_t *job)
     if (st != ZS_OK) {
         return st;
     }
-    job->mem_bytes[ZD_MEM_GRADS] = job->cfg.stage == 1 ? job->mem_bytes[ZD_MEM_PARAMS] : 0;
-    /* stage 2 = dΨ + 16Ψ/N (+ slots); stage 1 adds dΨ of full gradients */
+    job->mem_bytes[ZD_MEM_GRADS] = 0;
+    if (job->cfg.stage == 1) { /* full gradients in data_types.grad_accum_dtype */
+        st = zs_mul_u64(l->total_numel, gsize, &job->mem_bytes[ZD_MEM_GRADS]);
+        if (st != ZS_OK) {
+            return st;
+        }
+    }
+    /* stage 2 = dΨ + 16Ψ/N (+ slots); stage 1 adds gΨ of full gradients (g: accum dtype) */
     job->mem_formula[ZD_MEM_PARAMS] = dsize * psi;
     job->mem_formula[ZD_MEM_SLOTS] = job->mem_bytes[ZD_MEM_SLOTS];
-    job->mem_formula[ZD_MEM_GRADS] = job->cfg.stage == 1 ? dsize * psi : 0;
+    job->mem_formula[ZD_MEM_GRADS] = job->cfg.stage == 1 ? gsize * psi : 0;
     for (int t = ZD_MEM_MASTER; t <= ZD_MEM_ACC; t++) {
         job->mem_bytes[t] = shard_bytes;
         job->mem_formula[t] = 4 * psi / job->world;
@@ -158,6 +165,9 @@ static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_env_t *env,
 
     st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(job->cfg_ignored), err,
                                errlen);
+    if (st == ZS_OK) {
+        st = zd_train_config_resolve_batch(&job->cfg, spec->world, err, errlen);
+    }
     if (st != ZS_OK) {
         return st;
     }
@@ -497,6 +507,9 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     out->elem_align = job->layout->elem_align;
     out->params_are_master = job->master_shared;
     snprintf(out->ignored_keys, sizeof(out->ignored_keys), "%s", job->cfg_ignored);
+    out->train_batch_size = job->cfg.train_batch_size;
+    out->micro_batch_size = job->cfg.micro_batch_size;
+    out->grads_dtype = job->cfg.grad_accum_dtype;
     out->fds[out->n_fds++] = zd_dup_fd(job->params.fd);
     out->fds[out->n_fds++] = zd_dup_fd(job->slots.fd);
     if (job->grads.fd >= 0) {

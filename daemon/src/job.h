@@ -107,7 +107,9 @@ typedef struct zd_attach_out {
     uint32_t elem_align;
     bool params_are_master; /* fp32: the params region's slices are the master (read-only) */
     char ignored_keys[256]; /* config keys accepted and not used ("" when none) */
-    int fds[3];             /* params, slots, and (stage 1) grads */
+    uint32_t train_batch_size, micro_batch_size; /* 0: not given */
+    zs_dtype_t grads_dtype;                      /* stage 1's grads region */
+    int fds[3];                                  /* params, slots, and (stage 1) grads */
     int n_fds;
 } zd_attach_out_t;
 

@@ -628,6 +628,9 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->elem_align = a->elem_align;
     ar->params_are_master = a->params_are_master;
     ar->ignored_keys = (char *)a->ignored_keys;
+    ar->train_batch_size = a->train_batch_size;
+    ar->train_micro_batch_size = a->micro_batch_size;
+    ar->grads_dtype = (Zerod__Ipc__V1__DType)a->grads_dtype;
     s->n_slots = a->n_slots;
     s->slot_busy = 0;
 }

@@ -103,16 +103,17 @@ zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err,
     return st;
 }
 
-/* Reduce-scatter `src` (bucket b of this rank) into the accumulator: the first contribution of
- * an accumulation window overwrites (no read of a zero accumulator), later ones add. */
-static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, uint32_t b, char *err,
-                                         size_t errlen)
+/* Reduce-scatter `src` (bucket b of this rank, in dtype) into the accumulator: the first
+ * contribution of an accumulation window overwrites (no read of a zero accumulator), later ones
+ * add. */
+static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtype_t dtype,
+                                         uint32_t b, char *err, size_t errlen)
 {
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
 
     job->acc_clean[b] = 0;
-    return job->coll->ops->reduce_scatter(job->coll, src, job->dtype, bk->slice,
+    return job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
                                           job->acc + bk->shard_offset, flags, err, errlen);
 }
 
@@ -136,7 +137,7 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, c
 {
     const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
-    return zd_step_reduce_bucket(job, src, bucket, err, errlen);
+    return zd_step_reduce_bucket(job, src, job->dtype, bucket, err, errlen);
 }
 
 void zd_step_drop_partial(zd_job_t *job)
@@ -154,16 +155,17 @@ void zd_step_drop_partial(zd_job_t *job)
 static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
-    size_t dsize = zs_dtype_size(job->dtype);
+    zs_dtype_t gtype = job->cfg.grad_accum_dtype;
+    size_t gsize = zs_dtype_size(gtype);
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        zs_status_t st =
-            zd_step_reduce_bucket(job, zd_step_bucket_ptr(job, &job->grads, b), b, err, errlen);
+        char *src = (char *)job->grads.addr + bk->offset * gsize;
+        zs_status_t st = zd_step_reduce_bucket(job, src, gtype, b, err, errlen);
         if (st != ZS_OK) {
             return st;
         }
-        memset((char *)job->grads.addr + bk->offset * dsize, 0, (size_t)(bk->padded * dsize));
+        memset(src, 0, (size_t)(bk->padded * gsize));
     }
     return ZS_OK;
 }

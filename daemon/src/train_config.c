@@ -1,4 +1,5 @@
 #include "train_config.h"
+#include "train_config_int.h"
 
 #include "zs/config.h"
 #include "zs/error.h"
@@ -13,185 +14,8 @@
 #include <strings.h>
 #include <xxhash.h>
 
-#define ZD_TC_OFF(field) offsetof(zd_train_config_t, field)
-
-/* ---- the table (docs/training-config.md)
- * ---------------------------------------------------------- */
-
-static const zd_tc_choice_t zd_tc_stage_choices[] = {
-    {"0", 0, "stage 0 is plain data parallelism: use DDP; zerod serves stages 1 and 2"},
-    {"1", 1, NULL},
-    {"2", 2, NULL},
-    {"3", 3, "stage 3 parameter partitioning is not implemented; zerod serves stages 1 and 2"},
-    {NULL, 0, NULL},
-};
-
-static const zd_tc_choice_t zd_tc_offload_opt_choices[] = {
-    {"none", 0, NULL},
-    {"cpu", 1, NULL},
-    {"nvme", 0, "NVMe offload is not implemented; use \"cpu\""},
-    {NULL, 0, NULL},
-};
-
-static const zd_tc_choice_t zd_tc_offload_param_choices[] = {
-    {"none", 0, NULL},
-    {"cpu", 0, "parameter offload is a stage 3 feature, which zerod does not implement"},
-    {"nvme", 0, "parameter offload is a stage 3 feature, which zerod does not implement"},
-    {NULL, 0, NULL},
-};
-
-static const zd_tc_choice_t zd_tc_allreduce_choices[] = {
-    {"mean", 1, NULL},
-    {"sum", 0, NULL},
-    {NULL, 0, NULL},
-};
-
-static const zd_tc_choice_t zd_tc_optimizer_choices[] = {
-    {"Adam", 0, NULL},
-    {"AdamW", 1, NULL},
-    {NULL, 0, NULL},
-};
-
-/* Row shapes. `flags` ZD_TC_MATH marks what the config hash must cover. */
-#define ZD_TC_SECTION(path, doc)                                                                   \
-    {                                                                                              \
-        path, ZD_TC_OBJECT, ZD_TC_HONOURED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, 0, doc       \
-    }
-#define ZD_TC_FLAG(path, def, field, flags, doc)                                                   \
-    {                                                                                              \
-        path, ZD_TC_BOOL, ZD_TC_HONOURED, def, 0, 0, NULL, ZD_TC_STORE_BOOL, ZD_TC_OFF(field), 0,  \
-            flags, doc                                                                             \
-    }
-#define ZD_TC_INTEGER(path, def, min, max, store, field, flags, doc)                               \
-    {                                                                                              \
-        path, ZD_TC_INT, ZD_TC_HONOURED, def, min, max, NULL, store, ZD_TC_OFF(field), 0, flags,   \
-            doc                                                                                    \
-    }
-#define ZD_TC_REAL(path, def, min, max, field, flags, doc)                                         \
-    {                                                                                              \
-        path, ZD_TC_NUMBER, ZD_TC_HONOURED, def, min, max, NULL, ZD_TC_STORE_F64,                  \
-            ZD_TC_OFF(field), 0, flags, doc                                                        \
-    }
-/* An enum (type ZD_TC_ENUM) or an int (ZD_TC_INT) that takes only its choices. */
-#define ZD_TC_CHOICE(path, type, def, choices, store, offset, flags, doc)                          \
-    {                                                                                              \
-        path, type, ZD_TC_HONOURED, def, 0, 0, choices, store, offset, 0, flags, doc               \
-    }
-#define ZD_TC_TWO(path, def, min, max, field1, field2, flags, doc)                                 \
-    {                                                                                              \
-        path, ZD_TC_PAIR, ZD_TC_HONOURED, def, min, max, NULL, ZD_TC_STORE_F64, ZD_TC_OFF(field1), \
-            ZD_TC_OFF(field2), flags, doc                                                          \
-    }
-/* Refused with doc as the reason, unless its value is def (what zerod does anyway). */
-#define ZD_TC_REFUSE(path, type, def, doc)                                                         \
-    {                                                                                              \
-        path, type, ZD_TC_REFUSED, def, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, 0, doc                 \
-    }
-/* Accepted and listed in `ignored` (doc: why ignoring it cannot change the math). */
-#define ZD_TC_IGNORE(path, type, doc)                                                              \
-    {                                                                                              \
-        path, type, ZD_TC_IGNORED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, 0, doc                \
-    }
-
-#define ZD_TC_PER_BUCKET "not used: zerod reduce-scatters and all-gathers once per reduce bucket"
-#define ZD_TC_OWN_MEMORY "zerod allocates and pins its host memory itself"
-#define ZD_TC_MONITOR    "monitoring only; zerod exports its metrics itself"
-
-static const zd_tc_key_t zd_tc_keys[] = {
-    {"", ZD_TC_OBJECT, ZD_TC_HONOURED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, ZD_TC_OPEN,
-     "the training config; a top-level key zerod does not know (another DeepSpeed feature) is "
-     "ignored with a warning, unless it looks like a typo of a known key"},
-    ZD_TC_SECTION("zero_optimization", "ZeRO stage and buckets"),
-    ZD_TC_CHOICE("zero_optimization.stage", ZD_TC_INT, "2", zd_tc_stage_choices, ZD_TC_STORE_U32,
-                 ZD_TC_OFF(stage), ZD_TC_MATH,
-                 "1: optimizer state sharded; 2: gradients sharded too"),
-    ZD_TC_INTEGER("zero_optimization.reduce_bucket_size", "500000000", 1, 1e15, ZD_TC_STORE_U64,
-                  reduce_bucket_size, ZD_TC_MATH,
-                  "elements per gradient bucket (rounded down to world x 16); parameters are split "
-                  "between buckets where they cross one's end"),
-    ZD_TC_FLAG("zero_optimization.overlap_comm", "true", overlap_comm, 0,
-               "accepted; stage 2 always reduces buckets while backward continues"),
-    ZD_TC_FLAG("zero_optimization.contiguous_gradients", "true", contiguous_gradients, 0,
-               "accepted; zerod is always contiguous"),
-    ZD_TC_FLAG("zero_optimization.round_robin_gradients", "false", round_robin_gradients,
-               ZD_TC_MATH, "reorder each group's params round-robin before the layout"),
-    ZD_TC_SECTION("zero_optimization.offload_optimizer", "where the optimizer state lives"),
-    ZD_TC_CHOICE("zero_optimization.offload_optimizer.device", ZD_TC_ENUM, "\"none\"",
-                 zd_tc_offload_opt_choices, ZD_TC_STORE_BOOL, ZD_TC_OFF(offload_cpu), ZD_TC_MATH,
-                 "cpu: shard and Adam in host memory, CPU Adam even on a CUDA backend"),
-    ZD_TC_IGNORE("zero_optimization.offload_optimizer.pin_memory", ZD_TC_BOOL, ZD_TC_OWN_MEMORY),
-    ZD_TC_SECTION("zero_optimization.offload_param", "parameter offload, a stage 3 feature"),
-    ZD_TC_CHOICE("zero_optimization.offload_param.device", ZD_TC_ENUM, "\"none\"",
-                 zd_tc_offload_param_choices, ZD_TC_STORE_NONE, 0, 0, "only \"none\""),
-    ZD_TC_IGNORE("zero_optimization.offload_param.pin_memory", ZD_TC_BOOL, ZD_TC_OWN_MEMORY),
-    ZD_TC_REFUSE("zero_optimization.zero_quantized_weights", ZD_TC_BOOL, "false",
-                 "ZeRO++ quantized weights are a stage 3 feature, which zerod does not implement"),
-    ZD_TC_REFUSE("zero_optimization.zero_quantized_gradients", ZD_TC_BOOL, "false",
-                 "ZeRO++ quantized gradient communication is not implemented"),
-    ZD_TC_IGNORE("zero_optimization.allgather_partitions", ZD_TC_BOOL, ZD_TC_PER_BUCKET),
-    ZD_TC_IGNORE("zero_optimization.allgather_bucket_size", ZD_TC_INT, ZD_TC_PER_BUCKET),
-    ZD_TC_IGNORE("zero_optimization.reduce_scatter", ZD_TC_BOOL, ZD_TC_PER_BUCKET),
-    ZD_TC_SECTION("fp16", "fp16 params and grads, loss scaling"),
-    ZD_TC_FLAG("fp16.enabled", "false", fp16_enabled, ZD_TC_MATH,
-               "fp16 params and grads (fp16 and bf16 both false: fp32)"),
-    ZD_TC_REAL("fp16.loss_scale", "0", 0, 1e38, static_loss_scale, ZD_TC_MATH,
-               "0: dynamic loss scale; > 0: this static scale"),
-    ZD_TC_INTEGER("fp16.initial_scale_power", "16", 0, 126, ZD_TC_STORE_I32, initial_scale_power,
-                  ZD_TC_MATH, "the dynamic scale starts at 2^power"),
-    ZD_TC_INTEGER("fp16.loss_scale_window", "1000", 1, 1e9, ZD_TC_STORE_U32, loss_scale_window,
-                  ZD_TC_MATH, "good steps before the scale doubles"),
-    ZD_TC_INTEGER("fp16.hysteresis", "2", 1, 1e9, ZD_TC_STORE_U32, hysteresis, ZD_TC_MATH,
-                  "overflows tolerated before the scale halves"),
-    ZD_TC_FLAG("fp16.consecutive_hysteresis", "false", consecutive_hysteresis, ZD_TC_MATH,
-               "refill the hysteresis on every good step"),
-    ZD_TC_REAL("fp16.min_loss_scale", "1", 0, 1e38, min_loss_scale, ZD_TC_MATH | ZD_TC_MIN_OPEN,
-               "floor of the dynamic scale; an overflow there with hysteresis spent is an error"),
-    ZD_TC_SECTION("bf16", "bf16 params and grads"),
-    ZD_TC_FLAG("bf16.enabled", "false", bf16_enabled, ZD_TC_MATH,
-               "bf16 params and grads (not together with fp16.enabled)"),
-    ZD_TC_FLAG("bf16.check_grad_overflow", "true", bf16_check_overflow, ZD_TC_MATH,
-               "skip steps whose gradients hold inf or nan"),
-    ZD_TC_REAL("gradient_clipping", "1.0", 0, 1e38, gradient_clipping, ZD_TC_MATH,
-               "largest global gradient norm; 0 disables clipping"),
-    ZD_TC_INTEGER("gradient_accumulation_steps", "1", 1, 1e6, ZD_TC_STORE_U32,
-                  gradient_accumulation_steps, ZD_TC_MATH, "micro-steps per optimizer step"),
-    ZD_TC_CHOICE("gradient_allreduce_op", ZD_TC_ENUM, "\"mean\"", zd_tc_allreduce_choices,
-                 ZD_TC_STORE_BOOL, ZD_TC_OFF(allreduce_mean), ZD_TC_MATH,
-                 "sum: gradients are not divided by the world size"),
-    ZD_TC_SECTION("optimizer", "the optimizer zerod runs on the shard"),
-    ZD_TC_CHOICE("optimizer.type", ZD_TC_ENUM, "\"AdamW\"", zd_tc_optimizer_choices,
-                 ZD_TC_STORE_BOOL, ZD_TC_OFF(optimizer_adamw), ZD_TC_MATH | ZD_TC_NOCASE,
-                 "any case; Adam with adam_w_mode false is L2 mode"),
-    ZD_TC_SECTION("optimizer.params", "hyper-parameters; a param group may override each"),
-    ZD_TC_REAL("optimizer.params.lr", "1e-3", 0, 1e6, opt.lr, ZD_TC_MATH, "learning rate"),
-    ZD_TC_TWO("optimizer.params.betas", "[0.9, 0.999]", 0, 0.999999999, opt.beta1, opt.beta2,
-              ZD_TC_MATH, "Adam's beta1 and beta2"),
-    ZD_TC_REAL("optimizer.params.eps", "1e-8", 0, 1, opt.eps, ZD_TC_MATH,
-               "added to the denominator"),
-    ZD_TC_REAL("optimizer.params.weight_decay", "0", 0, 1e6, opt.weight_decay, ZD_TC_MATH,
-               "decoupled (adam_w_mode) or L2 weight decay"),
-    ZD_TC_FLAG("optimizer.params.bias_correction", "true", opt.bias_correction, ZD_TC_MATH,
-               "divide the moments by 1 - beta^t"),
-    ZD_TC_FLAG("optimizer.params.adam_w_mode", "true", opt.adam_w_mode, ZD_TC_MATH,
-               "false: L2 mode (only with optimizer.type Adam)"),
-    ZD_TC_IGNORE("steps_per_print", ZD_TC_INT, "DeepSpeed's progress log; the trainer logs"),
-    ZD_TC_IGNORE("wall_clock_breakdown", ZD_TC_BOOL,
-                 "DeepSpeed's timers; zeroctl stats reports zerod's"),
-    ZD_TC_IGNORE("tensorboard", ZD_TC_OBJECT, ZD_TC_MONITOR),
-    ZD_TC_IGNORE("wandb", ZD_TC_OBJECT, ZD_TC_MONITOR),
-    ZD_TC_IGNORE("csv_monitor", ZD_TC_OBJECT, ZD_TC_MONITOR),
-};
-
-#define ZD_TC_N_KEYS  ZS_ARRAY_SIZE(zd_tc_keys)
+#define ZD_TC_N_KEYS  zd_tc_n_keys
 #define ZD_TC_PATHLEN 192
-
-const zd_tc_key_t *zd_train_config_keys(size_t *n_p)
-{
-    if (n_p != NULL) {
-        *n_p = ZD_TC_N_KEYS;
-    }
-    return zd_tc_keys;
-}
 
 /* ---- table navigation --------------------------------------------------------------------- */
 
@@ -253,7 +77,7 @@ typedef struct zd_tc_ctx {
     bool ignored_full;
     char *err;
     size_t errlen;
-    bool seen[ZD_TC_N_KEYS];
+    bool seen[ZD_TC_MAX_KEYS];
 } zd_tc_ctx_t;
 
 static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
@@ -526,6 +350,20 @@ static zs_status_t zd_tc_set_pair(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const 
     return ZS_OK;
 }
 
+/* A leaf row without a default (or with the default null) takes null: not given. */
+static bool zd_tc_null_ok(const zd_tc_key_t *k)
+{
+    return k->def == NULL || strcmp(k->def, "null") == 0;
+}
+
+/* "auto" is the Hugging Face integration's placeholder, filled in from the Trainer's own
+ * arguments before DeepSpeed sees the config; nothing here can resolve it. */
+static bool zd_tc_is_auto(const zd_tc_key_t *k, const cJSON *item)
+{
+    return cJSON_IsString(item) && strcmp(item->valuestring, "auto") == 0 &&
+           (k->type != ZD_TC_ENUM || zd_tc_choice(k, item) == NULL);
+}
+
 /* One value of a leaf row (not an object). */
 static zs_status_t zd_tc_set_leaf(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const char *shown,
                                   const cJSON *item)
@@ -533,6 +371,17 @@ static zs_status_t zd_tc_set_leaf(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const 
     double v;
     zs_status_t st;
 
+    if (cJSON_IsNull(item) && zd_tc_null_ok(k)) {
+        zd_tc_store(ctx, k, k->offset, 0);
+        return ZS_OK;
+    }
+    if (zd_tc_is_auto(k, item)) {
+        return zd_tc_fail(ctx,
+                          "config key '%s': \"auto\" is filled in by the Hugging Face Trainer's "
+                          "DeepSpeed integration from its own arguments; zerod takes the config "
+                          "as given: write the value",
+                          shown);
+    }
     switch (k->type) {
     case ZD_TC_BOOL:
         if (!cJSON_IsBool(item)) {
@@ -741,8 +590,10 @@ static zs_status_t zd_tc_walk(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent, const
             zd_tc_ignore(ctx, child);
         } else {
             ctx->seen[k - zd_tc_keys] = true;
-            st = k->type == ZD_TC_OBJECT ? zd_tc_walk(ctx, k, child, item)
-                                         : zd_tc_set_leaf(ctx, k, child, item);
+            st = k->type != ZD_TC_OBJECT      ? zd_tc_set_leaf(ctx, k, child, item)
+                 : !(k->flags & ZD_TC_OPAQUE) ? zd_tc_walk(ctx, k, child, item)
+                 : cJSON_IsObject(item)       ? ZS_OK
+                                              : zd_tc_bad_value(ctx, k, ZD_TC_OBJECT, child, item);
         }
         if (st != ZS_OK) {
             return st;
@@ -774,6 +625,28 @@ static zs_status_t zd_tc_defaults(zd_tc_ctx_t *ctx)
     return ZS_OK;
 }
 
+/* data_types.grad_accum_dtype: null is the param dtype (DeepSpeed's default); otherwise the
+ * param dtype or fp32 (a sum in a narrower or other 16-bit type than the gradients is refused,
+ * as DeepSpeed has no optimizer for that mix). */
+static zs_status_t zd_tc_accum_rule(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
+{
+    zs_dtype_t want;
+
+    if (cfg->grad_accum_code == 0) {
+        cfg->grad_accum_dtype = cfg->dtype;
+        return ZS_OK;
+    }
+    want = (zs_dtype_t)(cfg->grad_accum_code - 1);
+    if (want != ZS_DTYPE_F32 && want != cfg->dtype) {
+        return zd_tc_fail(ctx,
+                          "config key 'data_types.grad_accum_dtype': \"%s\" with %s parameters is "
+                          "not supported (sum in fp32, or in the param dtype)",
+                          zs_dtype_name(want), zs_dtype_name(cfg->dtype));
+    }
+    cfg->grad_accum_dtype = want;
+    return ZS_OK;
+}
+
 /* Rules between keys, once every key is read. */
 static zs_status_t zd_tc_rules(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
 {
@@ -792,7 +665,8 @@ static zs_status_t zd_tc_rules(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
         }
         cfg->opt.adam_w_mode = true;
     }
-    return ZS_OK;
+    cfg->gas_given = ctx->seen[zd_tc_find("gradient_accumulation_steps") - zd_tc_keys];
+    return zd_tc_accum_rule(ctx, cfg);
 }
 
 zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char *ignored,
@@ -838,6 +712,44 @@ zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char
 out:
     cJSON_Delete(root);
     return st;
+}
+
+/* DeepSpeed's _set_batch_related_parameters and _batch_assertion, with one difference: neither
+ * batch size given is not an error (zerod needs none; the engine then reports none). */
+zs_status_t zd_train_config_resolve_batch(zd_train_config_t *cfg, uint32_t world, char *err,
+                                          size_t errlen)
+{
+    uint64_t tb = cfg->train_batch_size, mb = cfg->micro_batch_size;
+    uint64_t gas = cfg->gas_given ? cfg->gradient_accumulation_steps : 0;
+    uint64_t w = world > 0 ? world : 1;
+
+    if (tb == 0 && mb == 0) {
+        return ZS_OK;
+    }
+    if (tb != 0 && mb != 0 && gas == 0) {
+        gas = tb / mb / w;
+    } else if (tb != 0 && mb == 0) {
+        gas = gas == 0 ? 1 : gas;
+        mb = tb / w / gas;
+    } else if (tb == 0) {
+        gas = gas == 0 ? 1 : gas;
+        tb = mb * gas * w;
+    }
+    if (tb == 0 || mb == 0 || gas == 0 || tb != mb * gas * w || tb > UINT32_MAX) {
+        return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                       "config keys 'train_batch_size' %llu%s, 'train_micro_batch_size_per_gpu' "
+                       "%llu%s and 'gradient_accumulation_steps' %llu%s disagree: with world %llu "
+                       "the batch must be micro x gradient_accumulation_steps x world = %llu, "
+                       "every term at least 1",
+                       (unsigned long long)tb, cfg->train_batch_size ? "" : " (derived)",
+                       (unsigned long long)mb, cfg->micro_batch_size ? "" : " (derived)",
+                       (unsigned long long)gas, cfg->gas_given ? "" : " (derived)",
+                       (unsigned long long)w, (unsigned long long)(mb * gas * w));
+    }
+    cfg->train_batch_size = (uint32_t)tb;
+    cfg->micro_batch_size = (uint32_t)mb;
+    cfg->gradient_accumulation_steps = (uint32_t)gas;
+    return ZS_OK;
 }
 
 zs_status_t zd_group_opts_parse(const char *json, const zd_group_opts_t *base, uint32_t group,
@@ -889,7 +801,11 @@ uint64_t zd_train_config_hash(const zd_train_config_t *c)
                  c->allreduce_mean, c->optimizer_adamw, c->opt.lr, c->opt.beta1, c->opt.beta2,
                  c->opt.eps, c->opt.weight_decay, c->opt.bias_correction, c->opt.adam_w_mode,
                  c->offload_cpu);
-    return XXH3_64bits(buf, (size_t)n);
+    if (c->grad_accum_dtype != c->dtype && n > 0 && (size_t)n < sizeof(buf)) {
+        /* only when it differs, so that the hash of every earlier config stays the same */
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, " gad=%d", (int)c->grad_accum_dtype);
+    }
+    return XXH3_64bits(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
 /* ---- printing the table ------------------------------------------------------------------- */

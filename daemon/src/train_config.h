@@ -52,6 +52,20 @@ typedef struct zd_train_config {
     double gradient_clipping;
     uint32_t gradient_accumulation_steps;
     bool allreduce_mean;
+    bool prescale_gradients;          /* accepted: the mean is the same (sums are fp32) */
+    double gradient_predivide_factor; /* likewise */
+    int grad_accum_code;              /* data_types.grad_accum_dtype: 0 = null, else dtype + 1 */
+    zs_dtype_t grad_accum_dtype;      /* resolved: stage 1's grads region holds this dtype */
+    /* batch (0: not given; zd_train_config_resolve_batch fills what the others determine) */
+    uint32_t train_batch_size;
+    uint32_t micro_batch_size;
+    bool gas_given;
+    /* read by the trainer's engine (not by the daemon's math) */
+    uint32_t steps_per_print;
+    bool zero_allow_untested_optimizer;
+    bool offload_pin_memory;
+    uint32_t offload_buffer_count;
+    bool offload_fast_init;
     /* optimizer */
     bool optimizer_adamw; /* type AdamW (else Adam) */
     zd_group_opts_t opt;
@@ -65,6 +79,13 @@ typedef struct zd_train_config {
  * ", ..." when cut short), for the caller to warn about once; ignored may be NULL. */
 zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char *ignored,
                                   size_t ignored_len, char *err, size_t errlen);
+
+/* DeepSpeed's batch triple: train_batch_size = micro x gradient_accumulation_steps x world;
+ * any two given determine the third, one alone sets gradient_accumulation_steps 1, all three must
+ * agree. Neither batch size given: gradient_accumulation_steps as given (zerod needs no batch
+ * size; DeepSpeed would refuse). ZS_ERR_CONFIG naming all three values when they disagree. */
+zs_status_t zd_train_config_resolve_batch(zd_train_config_t *cfg, uint32_t world, char *err,
+                                          size_t errlen);
 
 /* Parse one group's options JSON (keys of optimizer.params) over `base`. NULL/empty: base.
  * Messages name the key as groups[<group>].options.<key>. */
@@ -108,6 +129,7 @@ enum {
     ZD_TC_NOCASE = 1u << 2,   /* enum: choices match whatever the case */
     ZD_TC_MIN_OPEN = 1u << 3, /* the range excludes min */
     ZD_TC_MAX_OPEN = 1u << 4, /* the range excludes max */
+    ZD_TC_OPAQUE = 1u << 5,   /* object: handed whole to the trainer's engine, which checks it */
 };
 
 /* A value of an enum (name), or of an int (value; name is its decimal text). refused == NULL:

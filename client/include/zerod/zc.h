@@ -181,6 +181,13 @@ ZC_API int zc_session_params_ready(zc_session_t *session);
 /* After an attach: the config keys the daemon accepted but does not use, as a comma list of
  * dotted keys ("" when none; never NULL): a trainer should tell its user. */
 ZC_API const char *zc_session_ignored_keys(zc_session_t *session);
+/* After an attach: DeepSpeed's batch triple as the daemon resolved it from the config and the
+ * world (train_batch_size = micro x gradient_accumulation_steps x world); 0 for both when the
+ * config gives no batch size. Either pointer may be NULL. */
+ZC_API int zc_session_batch(zc_session_t *session, uint32_t *train_batch_p, uint32_t *micro_p);
+/* Stage 1: the dtype of the full-gradient region, where micro-steps are summed: the config's
+ * data_types.grad_accum_dtype, by default the session dtype (as in DeepSpeed), or fp32. */
+ZC_API zc_dtype_t zc_session_grads_dtype(zc_session_t *session);
 /* 1 when, at zc_session_params_ready(), the daemons (config checkpoint_dir) resumed the job from
  * their last checkpoint instead: the params region holds its values, *step_p its step and
  * *loss_scale_p its scale (either may be NULL); 0 otherwise. */
@@ -242,8 +249,8 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
 ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot,
                                   uint32_t micro_step);
 
-/* Stage 1: the full-gradient region (total_numel elements of the session dtype, the same
- * layout as the params region). The trainer adds each micro-step's gradients; the daemon
+/* Stage 1: the full-gradient region (total_numel elements of zc_session_grads_dtype(), the
+ * same layout as the params region). The trainer adds each micro-step's gradients; the daemon
  * consumes and zeroes it at the step. NULL in stage 2. */
 ZC_API void *zc_session_grads_ptr(zc_session_t *session);
 /* Stage 1: parameter `id`'s place in the full-gradient region. NULL in stage 2. */

@@ -11,7 +11,7 @@ import torch
 
 class DeepSpeedSurface:
     """Mixed into ZerodEngine: expects rank, world_size, stage, micro_steps, global_steps,
-    config, module, _gas and _step_applied."""
+    config, module, _gas, _train_batch, _micro_batch and _step_applied."""
 
     @property
     def device(self):
@@ -27,18 +27,15 @@ class DeepSpeedSurface:
         return self.world_size
 
     def train_micro_batch_size_per_gpu(self):
-        """From the config: train_micro_batch_size_per_gpu, else train_batch_size / (gas x
-        world); None when the config gives neither."""
-        cfg = self.config or {}
-        micro = cfg.get("train_micro_batch_size_per_gpu")
-        if micro is None and cfg.get("train_batch_size") is not None:
-            micro = int(cfg["train_batch_size"]) // (self._gas * self.world_size)
-        return None if micro is None else int(micro)
+        """DeepSpeed's batch triple as the daemon resolved it from the config and the world
+        (any two of train_batch_size, train_micro_batch_size_per_gpu and
+        gradient_accumulation_steps determine the third); None when the config gives neither
+        batch size (DeepSpeed refuses such a config; zerod needs none)."""
+        return self._micro_batch or None
 
     def train_batch_size(self):
         """micro x gradient_accumulation_steps x world, as DeepSpeed defines it."""
-        micro = self.train_micro_batch_size_per_gpu()
-        return None if micro is None else micro * self._gas * self.world_size
+        return self._train_batch or None
 
     @property
     def global_samples(self):

@@ -234,6 +234,8 @@ def _bind(lib):
        [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
     fn("zc_session_params_ready", ctypes.c_int, [vp])
     fn("zc_session_ignored_keys", ctypes.c_char_p, [vp])
+    fn("zc_session_grads_dtype", ctypes.c_int, [vp])
+    fn("zc_session_batch", ctypes.c_int, [vp, ctypes.POINTER(c_u32), ctypes.POINTER(c_u32)])
     fn("zc_session_restored", ctypes.c_int,
        [vp, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_double)])
     fn("zc_session_param_ptr", vp, [vp, c_u32])
@@ -389,6 +391,11 @@ class Session:
         self.info["resumed"] = bool(info.resumed)
         ign = lib.zc_session_ignored_keys(self._h)
         self.info["ignored_keys"] = ign.decode() if ign else ""
+        self.info["grads_dtype"] = lib.zc_session_grads_dtype(self._h)
+        tb, mb = c_u32(0), c_u32(0)
+        _check(lib, lib.zc_session_batch(self._h, ctypes.byref(tb), ctypes.byref(mb)), "batch")
+        self.info["train_batch_size"] = tb.value
+        self.info["train_micro_batch_size_per_gpu"] = mb.value
         self.buckets = []
         for b in range(info.n_buckets):
             bi = _BucketInfo()

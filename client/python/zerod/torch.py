@@ -33,7 +33,7 @@ from ._codes import (
     ZC_ERR_BUSY,
     ZC_ERR_LAYOUT_MISMATCH,
 )
-from . import _checkpoint
+from . import _checkpoint, _setup
 from ._compat import DeepSpeedSurface, add_config_arguments, init_distributed, zero  # noqa: F401
 from ._libzc import Session, ZerodError, coordinator_from_env
 
@@ -339,6 +339,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             self.resumed = info["resumed"]
             self.stage = info["stage"]
             self._gas = max(1, info["gradient_accumulation_steps"])
+            self._train_batch = info["train_batch_size"]
+            self._micro_batch = info["train_micro_batch_size_per_gpu"]
             self.global_steps = info["step"]
             self.skipped_steps = 0  # the daemon reports its count with every step
             self.micro_steps = 0
@@ -354,7 +356,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             self._closed = True
             raise
         self.optimizer = None  # set by initialize()
-        self.lr_scheduler = None  # the caller may set it: checkpoints save and load its state
+        self.lr_scheduler = None  # initialize()'s: stepped after each applied step, saved
+        self._progress = _setup.Progress(cfg.get("steps_per_print", 10), self.rank)
 
     # ---- attach -------------------------------------------------------------------------
 
@@ -434,9 +437,10 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                 self._buckets_of[pid].append(b)
         self._slot_views = {}     # (slot index, bucket) -> [views, in bucket order]
         self._grad_views = None
-        if self.stage == 1:
+        if self.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
+            gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]
             self._grad_views = [
-                _tensor_at(s.param_grad_ptr(pid), p.numel(), self.dtype).view(p.shape)
+                _tensor_at(s.param_grad_ptr(pid), p.numel(), gdtype).view(p.shape)
                 for pid, p in enumerate(self._params)]
         self._reset_micro()
 
@@ -571,14 +575,22 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
 
     def step(self, lr_kwargs=None):
         """Counts one micro-batch; at every gradient_accumulation_steps-th call, runs the
-        optimizer step on the daemon (no-op otherwise). lr_kwargs: DeepSpeed's, for a
-        scheduler the engine steps; zerod's engine steps none (step your scheduler)."""
-        del lr_kwargs
+        optimizer step on the daemon (no-op otherwise), then, as DeepSpeed does, steps
+        lr_scheduler (with lr_kwargs) when the step was applied (not skipped for an fp16
+        overflow), and logs a progress line every steps_per_print steps on rank 0."""
         self._check_open("step")
         boundary = self.is_gradient_accumulation_boundary()
         self.micro_steps += 1
-        if boundary:
-            self.optimizer.step()
+        if not boundary:
+            return
+        self.optimizer.step()
+        if self._step_applied and self.lr_scheduler is not None:
+            with warnings.catch_warnings():
+                # a torch scheduler built on the client optimizer now steps this one, whose
+                # step() its constructor did not wrap: the order is right (optimizer first)
+                warnings.filterwarnings("ignore", message=r"Seems like `optimizer\.step\(\)`")
+                self.lr_scheduler.step(**(lr_kwargs or {}))
+        self._progress.after_step(self)
 
     def _optimizer_step(self):
         self._check_open("step")
@@ -727,15 +739,16 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     ZEROD_COORDINATOR) unless job/socket_path are given.
     timeout_ms: libzc's deadline of every call (default 60 s); attach_wait_s: how long a
     busy daemon is retried (a restarted trainer may find its dead predecessor still attached
-    for a moment). Returns (engine, optimizer, None, None)."""
+    for a moment).
+    optimizer: DeepSpeed's client optimizer, torch.optim.Adam/AdamW (or DeepSpeed's Adam) or a
+    callable building one from the parameters: its type and per-group hyper-parameters replace
+    the config's optimizer section (the daemon runs it). lr_scheduler: a scheduler built on
+    that optimizer, or a callable(optimizer); else the config's "scheduler" section. Either is
+    stepped after every applied step. Everything is checked before anything changes.
+    Returns (engine, optimizer, None, lr_scheduler)."""
     if model is None:
         raise ValueError("zerod: initialize needs model=")
-    if optimizer is not None:
-        raise ValueError("zerod: the optimizer runs in the daemon; configure it in the config's "
-                         "'optimizer' section instead of passing optimizer=")
-    if lr_scheduler is not None:
-        raise ValueError("zerod: pass lr_scheduler=None and build the scheduler on the "
-                         "returned optimizer")
+    _setup.check_client_scheduler(lr_scheduler)
     if mpu is not None:
         raise ValueError("zerod: model parallelism (mpu=) is not supported")
     if training_data is not None:
@@ -745,6 +758,11 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if config is None and args is not None:
         config = getattr(args, "deepspeed_config", None)
     cfg = _load_config(config)
+    client_opt = None
+    if optimizer is not None:  # DeepSpeed runs a client optimizer instead of the config's
+        client_opt, cfg, model_parameters = _setup.client_optimizer(optimizer, model,
+                                                                    model_parameters, cfg)
+    sched_cfg = _setup.check_scheduler(cfg) if lr_scheduler is None else None
     env = _read_env(job, socket_path)
     groups = _collect_groups(model, model_parameters)
     engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s)
@@ -757,7 +775,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         opt_groups.append(d)
     try:
         engine.optimizer = ZerodOptimizer(engine, opt_groups, defaults)
+        if lr_scheduler is not None:
+            engine.lr_scheduler = _setup.client_scheduler(lr_scheduler, client_opt,
+                                                          engine.optimizer)
+        elif sched_cfg is not None:
+            engine.lr_scheduler = _setup.build_scheduler(sched_cfg, engine.optimizer)
     except BaseException:
         engine.close(end_job=False)
         raise
-    return engine, engine.optimizer, None, None
+    return engine, engine.optimizer, None, engine.lr_scheduler

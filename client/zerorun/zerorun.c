@@ -86,12 +86,20 @@ static void zr_usage(FILE *out)
         "  -h, --help             print this help and exit\n"
         "      --version          print the version and exit\n"
         "\n"
-        "Each rank i gets RANK=i, LOCAL_RANK=i, WORLD_SIZE=N, LOCAL_WORLD_SIZE=N, MASTER_ADDR,\n"
-        "MASTER_PORT (rank 0's daemon listens on MASTER_PORT + 1; torch's store may take\n"
-        "MASTER_PORT), ZEROD_JOB and ZEROD_SOCKET: the socket of daemon i with --spawn-daemons,\n"
-        "else DIR/zerod-cpu<i>.sock (DIR as for --socket-dir), the name zerod gives itself\n"
-        "with --device cpu:<i> --socket auto. Trainers read /dev/null as stdin; every line they\n"
-        "write to stdout or stderr comes out on zerorun's stdout or stderr as \"[rank i] line\".\n"
+        "Each rank i gets torchrun's environment of one node: RANK=i, LOCAL_RANK=i,\n"
+        "ROLE_RANK=i, WORLD_SIZE=N, LOCAL_WORLD_SIZE=N, ROLE_WORLD_SIZE=N, GROUP_RANK=0,\n"
+        "GROUP_WORLD_SIZE=1, ROLE_NAME=default, MASTER_ADDR, MASTER_PORT (rank 0's daemon\n"
+        "listens on MASTER_PORT + 1; torch's store may take MASTER_PORT),\n"
+        "TORCHELASTIC_RESTART_COUNT=0, TORCHELASTIC_MAX_RESTARTS=0, TORCHELASTIC_RUN_ID=<job>,\n"
+        "TORCHELASTIC_USE_AGENT_STORE=False, and OMP_NUM_THREADS=1 when N > 1 and it is not\n"
+        "set (a notice says so); and zerod's: ZEROD_JOB=<job> and ZEROD_SOCKET, the socket of\n"
+        "daemon i with --spawn-daemons, else DIR/zerod-cpu<i>.sock (DIR as for --socket-dir),\n"
+        "the name zerod gives itself with --device cpu:<i> --socket auto.\n"
+        "\n"
+        "A CMD ending in .py runs as \"$PYTHON -u CMD ARGS...\" (python3 from $PATH when PYTHON\n"
+        "is unset), as torchrun runs a script. Trainers read /dev/null as stdin; every line\n"
+        "they write to stdout or stderr comes out on zerorun's stdout or stderr as\n"
+        "\"[rank i] line\".\n"
         "\n"
         "With --spawn-daemons, the private directory (mode 0700) holds the sockets, a random\n"
         "job token (token, mode 0600, given to each zerod as --token-file) and each daemon's\n"
@@ -517,12 +525,59 @@ static int zr_daemons_up(zr_run_t *r, const zr_opts_t *o, const char *dir)
     return zr_daemons_wait_ready(r);
 }
 
-/* Start every trainer with its environment, then supervise them. */
+/* OMP_NUM_THREADS=1 for every rank when the user has not set it and there is more than one
+ * rank: torchrun does the same (N ranks of N-thread OpenMP pools overload the host). */
+static bool zr_omp_default(int nproc)
+{
+    if (nproc <= 1 || getenv("OMP_NUM_THREADS") != NULL) {
+        return false;
+    }
+    fprintf(stderr, "zerorun: setting OMP_NUM_THREADS=1 for every rank (it is not set and "
+                    "there are several ranks, as torchrun does); tune it for your job as "
+                    "needed\n");
+    return true;
+}
+
+/* The command as run: a CMD ending in ".py" runs as "$PYTHON -u CMD ARGS..." (python3 from
+ * $PATH when PYTHON is unset or empty), as torchrun runs a script. *argv is the command itself
+ * or a new array (*owned, to free). 0 or -1 (reported). */
+static int zr_command(char **cmd, char ***argv, char ***owned)
+{
+    const char *py = getenv("PYTHON");
+    size_t n = 0, len = strlen(cmd[0]);
+    char **a;
+
+    *argv = cmd;
+    *owned = NULL;
+    if (len < 3 || strcmp(cmd[0] + len - 3, ".py") != 0) {
+        return 0;
+    }
+    while (cmd[n] != NULL) {
+        n++;
+    }
+    a = calloc(n + 3, sizeof(*a));
+    if (a == NULL) {
+        fprintf(stderr, "zerorun: out of memory\n");
+        return -1;
+    }
+    a[0] = (char *)(py != NULL && py[0] != '\0' ? py : "python3");
+    a[1] = (char *)"-u"; /* unbuffered, as torchrun: lines come out as they are written */
+    memcpy(a + 2, cmd, n * sizeof(*a));
+    *argv = *owned = a;
+    return 0;
+}
+
+/* Start every trainer with torchrun's environment of one node (group 0 of 1, role "default",
+ * no restarts, the job id as run id) and zerod's, then supervise them. */
 static int zr_trainers_run(zr_run_t *r, const zr_opts_t *o, const char *job, const char *port)
 {
-    char world[16], rank[16];
+    char world[16], rank[16], **argv, **owned;
+    bool omp = zr_omp_default(r->nproc);
     int started = 0;
 
+    if (zr_command(o->cmd, &argv, &owned) != 0) {
+        return ZR_EXIT_FAIL;
+    }
     snprintf(world, sizeof(world), "%d", r->nproc);
     for (; started < r->nproc && r->stop_signal == 0; started++) {
         const zr_env_t env[] = {
@@ -530,17 +585,28 @@ static int zr_trainers_run(zr_run_t *r, const zr_opts_t *o, const char *job, con
             {"LOCAL_RANK", rank},
             {"WORLD_SIZE", world},
             {"LOCAL_WORLD_SIZE", world},
+            {"GROUP_RANK", "0"},
+            {"GROUP_WORLD_SIZE", "1"},
+            {"ROLE_NAME", "default"},
+            {"ROLE_RANK", rank},
+            {"ROLE_WORLD_SIZE", world},
             {"MASTER_ADDR", o->master_addr},
             {"MASTER_PORT", port},
+            {"TORCHELASTIC_RESTART_COUNT", "0"},
+            {"TORCHELASTIC_MAX_RESTARTS", "0"},
+            {"TORCHELASTIC_RUN_ID", job},
+            {"TORCHELASTIC_USE_AGENT_STORE", "False"}, /* rank 0's trainer holds torch's store */
             {"ZEROD_JOB", job},
             {"ZEROD_SOCKET", r->trainers[started].socket_path},
+            {"OMP_NUM_THREADS", "1"}, /* last: only when zr_omp_default() */
         };
         snprintf(rank, sizeof(rank), "%d", started);
-        if (zr_trainer_start(r, started, o->cmd, env, ZR_ARRAY_SIZE(env)) != 0) {
+        if (zr_trainer_start(r, started, argv, env, ZR_ARRAY_SIZE(env) - (omp ? 0 : 1)) != 0) {
             break;
         }
         zr_handle_signals(r); /* an early exit shows up in the loop below */
     }
+    free(owned);
     return zr_trainers_supervise(r, started);
 }
 

@@ -46,6 +46,7 @@ case "$case_" in
 usage)
     zd_expect_rc 0 "$zerorun" --help
     grep -q -- '--spawn-daemons' "$tmp/out" || fail "--help does not document --spawn-daemons"
+    grep -q 'TORCHELASTIC_RUN_ID' "$tmp/out" || fail "--help does not document the environment"
     zd_expect_rc 0 "$zerorun" --version
     grep -q '^zerorun ' "$tmp/out" || fail "--version prints no version"
     zd_expect_rc 2 "$zerorun" -- true
@@ -110,6 +111,7 @@ term_grace)
     no_leftovers
     ;;
 env)
+    unset OMP_NUM_THREADS PYTHON PYTHONUNBUFFERED
     # (3) the torchrun environment, one line per rank, prefixed
     # shellcheck disable=SC2016 # expanded by the ranks' sh
     show='echo $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $ZEROD_JOB $ZEROD_SOCKET'
@@ -134,6 +136,40 @@ env)
         -- sh -c 'echo $ZEROD_SOCKET; test -S "$ZEROD_SOCKET"'
     grep -Eq "^\[rank 0\] $tmp/zerorun-[^/]+/zerod-cpu0\.sock$" "$tmp/out" ||
         fail "ZEROD_SOCKET is not the private daemon's"
+    # torchrun's whole per-process environment of one node (each rank prints `env`), and
+    # OMP_NUM_THREADS=1 with a notice when it is not set and there are several ranks
+    zd_expect_rc 0 "$zerorun" --nproc 2 --master-port 29556 --job j8 -- env
+    for r in 0 1; do
+        for kv in RANK=$r LOCAL_RANK=$r ROLE_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 \
+            ROLE_WORLD_SIZE=2 GROUP_RANK=0 GROUP_WORLD_SIZE=1 ROLE_NAME=default \
+            MASTER_ADDR=127.0.0.1 MASTER_PORT=29556 TORCHELASTIC_RESTART_COUNT=0 \
+            TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=j8 \
+            TORCHELASTIC_USE_AGENT_STORE=False ZEROD_JOB=j8 OMP_NUM_THREADS=1; do
+            grep -Fqx "[rank $r] $kv" "$tmp/out" || fail "rank $r's environment has no $kv"
+        done
+    done
+    grep -q '^zerorun: setting OMP_NUM_THREADS=1 for every rank' "$tmp/err" ||
+        fail "no notice about OMP_NUM_THREADS"
+    # shellcheck disable=SC2016 # expanded by the ranks' sh
+    OMP_NUM_THREADS=3 zd_expect_rc 0 "$zerorun" --nproc 2 -- sh -c 'echo "omp=$OMP_NUM_THREADS"'
+    [ "$(grep -c '^\[rank [01]\] omp=3$' "$tmp/out")" = 2 ] || fail "OMP_NUM_THREADS=3 not kept"
+    if grep -q OMP_NUM_THREADS "$tmp/err"; then fail "a notice although OMP_NUM_THREADS is set"; fi
+    # shellcheck disable=SC2016 # expanded by the rank's sh
+    zd_expect_rc 0 "$zerorun" --nproc 1 -- sh -c 'echo "omp=${OMP_NUM_THREADS-unset}"'
+    grep -q '^\[rank 0\] omp=unset$' "$tmp/out" || fail "OMP_NUM_THREADS set for one rank"
+    # a CMD ending in .py runs with python3 from PATH, unbuffered (-u), as torchrun runs it
+    printf '%s\n' 'import os, sys' 'unbuffered = int(sys.stdout.write_through)' \
+        'print("py", unbuffered, os.environ["RANK"], *sys.argv[1:])' >"$tmp/show.py"
+    zd_expect_rc 0 "$zerorun" --nproc 2 -- "$tmp/show.py" a "b c"
+    for r in 0 1; do
+        grep -Fqx "[rank $r] py 1 $r a b c" "$tmp/out" || fail "rank $r: not run by python3 -u"
+    done
+    # ... or with $PYTHON
+    printf '#!/bin/sh\necho "via-PYTHON $*"\nexec python3 "$@"\n' >"$tmp/py"
+    chmod +x "$tmp/py"
+    PYTHON="$tmp/py" zd_expect_rc 0 "$zerorun" --nproc 1 -- "$tmp/show.py" x
+    grep -Fqx "[rank 0] via-PYTHON -u $tmp/show.py x" "$tmp/out" || fail "\$PYTHON not used"
+    grep -Fqx "[rank 0] py 1 0 x" "$tmp/out" || fail "$tmp/show.py not run through \$PYTHON"
     no_leftovers
     ;;
 daemon_killed)

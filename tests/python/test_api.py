@@ -195,6 +195,20 @@ def test_deepspeed_surface(sock, tmp):
         engine.step(lr_kwargs={})
     assert engine.global_steps == 2 and engine.was_step_applied() is True
     assert engine.global_samples == 4 * zr.BATCH
+    assert engine.local_rank == 0 and engine.world_size == 1 and engine.module is model
+    assert engine.gradient_accumulation_steps() == 2 and engine.get_lr() == [1e-3]
+    assert engine.loss_scale == 1.0 and engine.get_loss_scale() == 1.0
+    assert engine.get_global_grad_norm() > 0
+    assert engine.is_gradient_accumulation_boundary() is False
+    engine.set_gradient_accumulation_boundary(True)  # step at the next call, not the second
+    assert engine.is_gradient_accumulation_boundary() is True
+    x, t = zr.batch(2, 0, 0)
+    engine.backward(zr.loss_fn(engine(x), t))
+    engine.step()
+    assert engine.global_steps == 3, engine.global_steps
+    engine.set_gradient_accumulation_boundary(None)
+    assert engine.eval() is engine and not model.training
+    assert engine.train() is engine and model.training
     try:
         with engine.no_sync():
             pass

@@ -1,5 +1,5 @@
 /* The key tables of docs/training-config.md and docs/daemon-config.md are generated from the
- * config tables (daemon/src/train_config.c, daemon/src/dconfig.c), between the lines
+ * config tables (daemon/src/train_config_keys.c, daemon/src/dconfig.c), between the lines
  *   <!-- BEGIN GENERATED: <name> ... -->   and   <!-- END GENERATED -->
  * A stale table fails here. ZEROD_UPDATE_DOCS=1 rewrites it instead:
  *   cmake --build <build dir> --target update-docs */

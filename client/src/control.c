@@ -187,6 +187,17 @@ ZC_API int zc_session_shard_info(zc_session_t *session, int timeout_ms, zc_shard
     return ZC_OK;
 }
 
+ZC_API const char *zc_session_training_config(zc_session_t *session)
+{
+    const zc_frame_t *kept = session != NULL ? zc_session_kept(session, ZC_KEPT_SHARD) : NULL;
+
+    if (kept == NULL) {
+        return NULL;
+    }
+    return kept->shard_info_reply->training_config != NULL ? kept->shard_info_reply->training_config
+                                                           : "";
+}
+
 ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_shard_t *group_p)
 {
     const Zerod__Ipc__V1__GroupShard *g;

@@ -46,6 +46,8 @@ static void zeroctl_usage(FILE *out)
             "Commands:\n"
             "  status             daemon, job, step, collectives and memory by category\n"
             "  shard              this rank's shard ranges per parameter group\n"
+            "  config             the job's training config as resolved, with each value's source\n"
+            "                     (config, default or derived)\n"
             "  checkpoint ls|verify|export ...  checkpoint directories (no daemon; see\n"
             "                     'zeroctl checkpoint --help')\n"
             "  export --checkpoint CKPT OUT     one safetensors file of the model\n"
@@ -392,6 +394,51 @@ static int zeroctl_shard(zc_session_t *s, const zeroctl_opts_t *o)
     return rc;
 }
 
+/* ---- config ------------------------------------------------------------------------ */
+
+/* The job's resolved training config, key by key, and where each value came from. */
+static int zeroctl_config(zc_session_t *s, const zeroctl_opts_t *o)
+{
+    zc_shard_info_t info = {.field_mask = ZC_SHARD_INFO_FIELD_LAYOUT};
+    const char *text;
+    cJSON *rows, *root;
+    const cJSON *row;
+
+    int status = zc_session_shard_info(s, o->timeout_ms, &info);
+
+    if (status != ZC_OK) {
+        zeroctl_fail(status);
+        return ZEROCTL_EXIT_DAEMON;
+    }
+    text = zc_session_training_config(s);
+    rows = cJSON_Parse(text != NULL && *text != '\0' ? text : "[]");
+    if (rows == NULL) {
+        fprintf(stderr, "zeroctl: the daemon sent a training config that is not JSON\n");
+        return ZEROCTL_EXIT_DAEMON;
+    }
+    if (o->json) {
+        root = cJSON_CreateObject();
+        cJSON_AddNumberToObject(root, "schema_version", ZEROCTL_SCHEMA_VERSION);
+        cJSON_AddStringToObject(root, "command", "config");
+        cJSON_AddStringToObject(root, "job_id", info.job_id);
+        cJSON_AddNumberToObject(root, "rank", info.rank);
+        cJSON_AddNumberToObject(root, "world", info.world);
+        cJSON_AddItemToObject(root, "keys", rows);
+        return zeroctl_print_json(root);
+    }
+    printf("job %s, rank %u of %u\n%-50s %-24s %s\n", info.job_id, info.rank, info.world, "KEY",
+           "VALUE", "SOURCE");
+    cJSON_ArrayForEach(row, rows)
+    {
+        char *v = cJSON_PrintUnformatted(cJSON_GetObjectItem(row, "value"));
+        printf("%-50s %-24s %s\n", cJSON_GetStringValue(cJSON_GetObjectItem(row, "key")),
+               v != NULL ? v : "?", cJSON_GetStringValue(cJSON_GetObjectItem(row, "source")));
+        cJSON_free(v);
+    }
+    cJSON_Delete(rows);
+    return ZEROCTL_EXIT_OK;
+}
+
 /* ---- main -------------------------------------------------------------------------- */
 
 static int zeroctl_parse_timeout(const char *arg, int *ms_p)
@@ -454,8 +501,10 @@ static int zeroctl_parse_args(int argc, char **argv, zeroctl_opts_t *o)
         return ZEROCTL_EXIT_USAGE;
     }
     o->cmd = argv[optind];
-    if (strcmp(o->cmd, "status") != 0 && strcmp(o->cmd, "shard") != 0) {
-        fprintf(stderr, "zeroctl: unknown command '%s' (expected status or shard)\n", o->cmd);
+    if (strcmp(o->cmd, "status") != 0 && strcmp(o->cmd, "shard") != 0 &&
+        strcmp(o->cmd, "config") != 0) {
+        fprintf(stderr, "zeroctl: unknown command '%s' (expected status, shard or config)\n",
+                o->cmd);
         return ZEROCTL_EXIT_USAGE;
     }
     return ZEROCTL_EXIT_CONTINUE;
@@ -521,6 +570,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(o.cmd, "status") == 0) {
         rc = zeroctl_status(s, &o);
+    } else if (strcmp(o.cmd, "config") == 0) {
+        rc = zeroctl_config(s, &o);
     } else {
         rc = zeroctl_shard(s, &o);
     }

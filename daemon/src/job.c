@@ -182,6 +182,7 @@ static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_env_t *env,
                        zs_dtype_name(spec->dtype), zs_dtype_name(job->cfg.dtype));
     }
     job->config_hash = zd_train_config_hash(&job->cfg);
+    job->cfg_explained = zd_train_config_explain(spec->config_json, &job->cfg);
     job->group_opts = calloc(spec->n_groups, sizeof(*job->group_opts));
     if (job->group_opts == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
@@ -256,6 +257,7 @@ static void zd_job_destroy(zd_job_t *job)
     }
     zs_layout_destroy(job->layout);
     free(job->group_opts);
+    free(job->cfg_explained);
     free(job->acc_clean);
     free(job);
 }
@@ -866,5 +868,6 @@ zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_s
     }
     zd_step_master_sumsq(job, env->exec, &sumsq, &nonfinite);
     out->master_sumsq = nonfinite ? NAN : sumsq;
+    out->training_config = job->cfg_explained != NULL ? strdup(job->cfg_explained) : NULL;
     return ZS_OK;
 }

@@ -162,6 +162,7 @@ typedef struct zd_shard_out {
     uint32_t n_buckets, n_groups;
     zd_group_shard_t *groups; /* [n_groups], malloc'd: the caller frees */
     double master_sumsq;      /* NaN when the master holds a non-finite value */
+    char *training_config;    /* zd_train_config_explain's, malloc'd: the caller frees */
 } zd_shard_out_t;
 
 /* The daemon holds at most one job: *job_p. Attach connection `conn` to the job of spec: a new

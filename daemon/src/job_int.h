@@ -22,6 +22,7 @@ struct zd_job {
     zs_dtype_t dtype;
     zd_train_config_t cfg;
     char cfg_ignored[256]; /* keys of the config zerod accepted and does not use */
+    char *cfg_explained;   /* zd_train_config_explain (zeroctl config); may be NULL */
     uint64_t config_hash;
     zs_layout_t *layout;
     zd_group_opts_t *group_opts; /* [n_groups] */

@@ -8,6 +8,7 @@
 #include "zs/log.h"
 #include "zs/version.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -25,6 +26,8 @@ enum {
     OPT_PRINT = 1000,
     OPT_VERSION,
     OPT_TRAIN_KEYS,
+    OPT_TRAIN_CONFIG,
+    OPT_WORLD,
     OPT_KEY_BASE = 2000,
 };
 
@@ -40,6 +43,9 @@ static void zd_usage(FILE *out)
         "  -t, --test-config     check the config and exit\n"
         "      --print-training-keys[=text|markdown]\n"
         "                        list the DeepSpeed training-config keys zerod knows and exit\n"
+        "      --print-training-config FILE [--world N]\n"
+        "                        resolve a DeepSpeed JSON config as a job of N ranks (default 1)\n"
+        "                        would: every key's value and source (config, default, derived)\n"
         "      --version         print the version and exit\n"
         "  -h, --help            this help\n"
         "\n"
@@ -109,6 +115,8 @@ typedef struct zd_args {
     zs_config_flag_t *flags;
     size_t n_flags;
     const char *config_path;
+    const char *train_config; /* --print-training-config FILE */
+    const char *world;        /* --world N, with it */
     bool print, test;
 } zd_args_t;
 
@@ -124,7 +132,7 @@ static int zd_args_table(zd_args_t *a, int argc)
 {
     size_t n_keys = zd_config_table.n_rows, n = 0;
 
-    a->opts = calloc(n_keys + 8, sizeof(*a->opts));
+    a->opts = calloc(n_keys + 10, sizeof(*a->opts));
     a->names = calloc(n_keys, sizeof(*a->names));
     a->flags = calloc((size_t)argc + 1, sizeof(*a->flags));
     if (a->opts == NULL || a->names == NULL || a->flags == NULL) {
@@ -136,6 +144,9 @@ static int zd_args_table(zd_args_t *a, int argc)
     a->opts[n++] = (struct option){"print-config", no_argument, NULL, OPT_PRINT};
     a->opts[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
     a->opts[n++] = (struct option){"print-training-keys", optional_argument, NULL, OPT_TRAIN_KEYS};
+    a->opts[n++] =
+        (struct option){"print-training-config", required_argument, NULL, OPT_TRAIN_CONFIG};
+    a->opts[n++] = (struct option){"world", required_argument, NULL, OPT_WORLD};
     a->opts[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
     for (size_t i = 0; i < n_keys; i++) {
         snprintf(a->names[i], sizeof(a->names[i]), "%s", zd_config_table.rows[i].name);
@@ -161,6 +172,51 @@ static int zd_print_training_keys(const char *format)
     return 0;
 }
 
+/* --print-training-config FILE [--world N]: the exit code. */
+static int zd_print_training_config(const char *path, const char *world_arg)
+{
+    char err[512], ignored[512], *end = NULL, *json = NULL, *explained;
+    long world = world_arg != NULL ? strtol(world_arg, &end, 10) : 1;
+    zd_train_config_t cfg;
+    size_t len = 0;
+    FILE *f;
+    zs_status_t st;
+
+    if (world_arg != NULL && (end == world_arg || *end != '\0' || world < 1 || world > 65536)) {
+        fprintf(stderr, "zerod: --world: '%s' is not a world size in 1..65536\n", world_arg);
+        return ZD_EXIT_USAGE;
+    }
+    f = fopen(path, "r");
+    if (f == NULL || getdelim(&json, &len, '\0', f) < 0) {
+        fprintf(stderr, "zerod: --print-training-config: cannot read %s: %s\n", path,
+                strerror(errno));
+        if (f != NULL) {
+            fclose(f);
+        }
+        free(json);
+        return ZD_EXIT_USAGE;
+    }
+    fclose(f);
+    st = zd_train_config_parse(json, &cfg, ignored, sizeof(ignored), err, sizeof(err));
+    if (st == ZS_OK) {
+        st = zd_train_config_resolve_batch(&cfg, (uint32_t)world, err, sizeof(err));
+    }
+    if (st != ZS_OK) {
+        fprintf(stderr, "zerod: %s: %s\n", path, err);
+        free(json);
+        return ZD_EXIT_USAGE;
+    }
+    explained = zd_train_config_explain(json, &cfg);
+    printf("%s as a job of %ld rank%s:\n", path, world, world == 1 ? "" : "s");
+    zd_train_config_print_explained(stdout, explained);
+    if (ignored[0] != '\0') {
+        printf("ignored (they change nothing here): %s\n", ignored);
+    }
+    free(explained);
+    free(json);
+    return 0;
+}
+
 /* -1 to go on, else the exit code (--help, --version, a usage error). */
 static int zd_args_parse(zd_args_t *a, int argc, char **argv)
 {
@@ -183,6 +239,10 @@ static int zd_args_parse(zd_args_t *a, int argc, char **argv)
             return 0;
         } else if (c == OPT_TRAIN_KEYS) {
             return zd_print_training_keys(optarg);
+        } else if (c == OPT_TRAIN_CONFIG) {
+            a->train_config = optarg;
+        } else if (c == OPT_WORLD) {
+            a->world = optarg;
         } else if (c == OPT_HELP) {
             zd_usage(stdout);
             return 0;
@@ -197,6 +257,9 @@ static int zd_args_parse(zd_args_t *a, int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "zerod: unexpected argument '%s'\nTry 'zerod --help'.\n", argv[optind]);
         return ZD_EXIT_USAGE;
+    }
+    if (a->train_config != NULL) {
+        return zd_print_training_config(a->train_config, a->world);
     }
     if (a->config_path == NULL && getenv("ZEROD_CONFIG") != NULL) {
         a->config_path = getenv("ZEROD_CONFIG");

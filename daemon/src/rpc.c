@@ -650,6 +650,7 @@ static void zd_rpc_shard_reply(const zd_shard_out_t *o, Zerod__Ipc__V1__ShardInf
     si->bucket_size = o->bucket_size;
     si->layout_hash = o->layout_hash;
     si->master_sumsq = o->master_sumsq;
+    si->training_config = o->training_config != NULL ? o->training_config : "";
     for (uint32_t g = 0; g < o->n_groups; g++) {
         const zd_group_shard_t *in = &o->groups[g];
         zerod__ipc__v1__group_shard__init(&groups[g]);

@@ -87,6 +87,13 @@ zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char
 zs_status_t zd_train_config_resolve_batch(zd_train_config_t *cfg, uint32_t world, char *err,
                                           size_t errlen);
 
+/* The resolved config (parsed and resolved into cfg) key by key, as a JSON array of {"key",
+ * "value", "source"} with source "config" (given), "default" or "derived" (the batch triple,
+ * grad_accum_dtype's default); malloc'd, NULL when out of memory. */
+char *zd_train_config_explain(const char *json, const zd_train_config_t *cfg);
+/* That array as a table (KEY VALUE SOURCE). */
+void zd_train_config_print_explained(FILE *out, const char *explained);
+
 /* Parse one group's options JSON (keys of optimizer.params) over `base`. NULL/empty: base.
  * Messages name the key as groups[<group>].options.<key>. */
 zs_status_t zd_group_opts_parse(const char *json, const zd_group_opts_t *base, uint32_t group,

@@ -132,5 +132,20 @@ EOF
 zd_expect_rc 0 "$zeroctl" status
 grep -q 'MEASURED (B)' "$rundir/out" || fail "status table has no units"
 
+# the job's resolved training config, each value with its source
+zd_expect_rc 0 "$zeroctl" --json config
+"$py" -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["command"] == "config" and c["job_id"] == "ctl_json", c
+keys = {k["key"]: k for k in c["keys"]}
+assert keys["zero_optimization.stage"]["source"] in ("config", "default"), keys
+assert keys["gradient_accumulation_steps"]["value"] >= 1, keys
+assert all(k["source"] in ("config", "default", "derived") for k in c["keys"]), c
+' "$rundir/out" || fail "config --json"
+zd_expect_rc 0 "$zeroctl" config
+grep -q '^optimizer.params.lr  *[0-9.e-]*  *\(config\|default\)$' "$rundir/out" ||
+    fail "config table lacks optimizer.params.lr"
+
 zd_ctl_stop
 echo "PASS"

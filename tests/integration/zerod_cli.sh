@@ -55,6 +55,15 @@ out=$("$zerod" --print-training-keys) || fail "--print-training-keys exited $?"
 grep -q '^zero_optimization.stage ' <<<"$out" || fail "--print-training-keys lacks stage: $out"
 out=$("$zerod" --print-training-keys=markdown) || fail "--print-training-keys=markdown failed"
 grep -q '^| `optimizer.params.lr` |' <<<"$out" || fail "the markdown table lacks lr: $out"
+# a training config resolved as a job of N ranks: values and their sources
+printf '%s' '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}' >"$work/ds.json"
+out=$("$zerod" --print-training-config "$work/ds.json" --world 2) ||
+    fail "--print-training-config exited $?"
+grep -q '^gradient_accumulation_steps  *4  *derived$' <<<"$out" || fail "no derived gas 4: $out"
+grep -q '^train_batch_size  *32  *config$' <<<"$out" || fail "no train_batch_size 32: $out"
+out=$("$zerod" --print-training-config "$work/ds.json" --world 3 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -q "'train_batch_size' 32" <<<"$out" || fail "world 3 accepted: rc $rc, $out"
 out=$("$zerod" --print-training-keys=md 2>&1)
 rc=$?
 [ $rc = 2 ] && grep -q "'md'" <<<"$out" || fail "--print-training-keys=md: rc $rc, $out"

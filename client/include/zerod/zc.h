@@ -444,6 +444,10 @@ ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t
                              int timeout_ms, uint64_t *step_p);
 /* Group i of the last zc_session_shard_info() on this session. */
 ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_shard_t *group_p);
+/* The job's resolved training config from the last zc_session_shard_info(): a JSON array of
+ * {"key", "value", "source"} (source "config", "default" or "derived"); "" from a daemon that
+ * does not send it, NULL before a shard_info. Valid until the next shard_info or close. */
+ZC_API const char *zc_session_training_config(zc_session_t *session);
 
 /* ---- errors -------------------------------------------------------------------------- */
 

@@ -7,7 +7,10 @@
 #   make fuzz    build + the long fuzz: live socket, then libFuzzer (ZEROD_FUZZ_SECONDS each)
 #   make bench-deepspeed  build + real DeepSpeed 0.19.8 (ZeRO-1, 2, 2+offload) against zerod
 #                (bench/ds_vs_zerod.py; the venv of bench/ds_venv.sh is created once, ~6 GB)
-#   make test-deepspeed   the same, short: final parameters of every side within 1e-5
+#   make test-deepspeed   the same, short: final parameters of every side within 1e-5; then
+#                the DeepSpeed example ported by its import (tests/python/test_deepspeed_port.py)
+#   make test-torch2      build + the Python tests (ctest -L python) under torch 2.x
+#                (the venv of tests/python/torch2_venv.sh, ~5 GB, created once; in build-torch2/)
 #   make lint    clang-format check + cppcheck
 #   make install PREFIX=/usr/local
 BUILD       ?= build
@@ -21,7 +24,7 @@ endif
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
 .PHONY: all deps configure build test bench lint install clean demo fuzz bench-deepspeed \
-        test-deepspeed
+        test-deepspeed test-torch2
 
 all: build
 
@@ -63,10 +66,29 @@ bench-deepspeed: build
 	py=$$(bash bench/ds_venv.sh | tail -n 1) && ZEROD_TEST_DAEMON=$(BUILD)/daemon/zerod \
 	    "$$py" bench/ds_vs_zerod.py --zk-bench $(BUILD)/bench/zk_bench $(DS_ARGS)
 
+# Then tests/python/test_deepspeed_port.py: examples/deepspeed_port's DeepSpeed script and its
+# one-import port, under torchrun and zerorun (Debian's python3 and torch) against DeepSpeed
+# ZeRO-2 from the venv, fp32 and bf16 (about 100 s on 2 cores; the whole target about 3 min,
+# venv made). Both run; either failing fails.
 test-deepspeed: build
-	py=$$(bash bench/ds_venv.sh | tail -n 1) && ZEROD_TEST_DAEMON=$(BUILD)/daemon/zerod \
+	py=$$(bash bench/ds_venv.sh | tail -n 1) || exit 1; rc=0; \
+	ZEROD_TEST_DAEMON=$(BUILD)/daemon/zerod \
 	    "$$py" bench/ds_vs_zerod.py --zk-bench $(BUILD)/bench/zk_bench --runs 1 --steps 3 \
-	    --warmup 1 --sides ds-zero1,ds-zero2,ds-zero2-offload,zerod --check $(DS_ARGS)
+	    --warmup 1 --sides ds-zero1,ds-zero2,ds-zero2-offload,zerod --check $(DS_ARGS) || rc=1; \
+	ZEROD_DS_PYTHON="$$py" ZEROD_TEST_DAEMON=$(abspath $(BUILD))/daemon/zerod \
+	    ZEROD_LIBZC=$(abspath $(BUILD))/client/libzc.so \
+	    /usr/bin/python3 tests/python/test_deepspeed_port.py --dtype both || rc=1; \
+	exit $$rc
+
+# The Python suite again, under torch 2.x (make test: Debian's 1.13). Their interpreter is a
+# configure-time choice (ZEROD_TORCH_PYTHON, tests/python/CMakeLists.txt), so they run from a
+# build dir of their own configured with the venv's python; $(BUILD) is left as it is.
+TORCH2_BUILD ?= build-torch2
+test-torch2: build
+	py=$$(bash tests/python/torch2_venv.sh) && \
+	cmake -S . -B $(TORCH2_BUILD) -DZEROD_TORCH_PYTHON="$$py" $(CMAKE_FLAGS) && \
+	cmake --build $(TORCH2_BUILD) -j$(JOBS) && \
+	ctest --test-dir $(TORCH2_BUILD) --output-on-failure -j$(JOBS) -L python
 
 # The long fuzz (ctest runs 10 s of the first): tests/integration/live_fuzz.sh against a daemon
 # of its own, then the libFuzzer target over the frame decoder (tests/fuzz) where clang built

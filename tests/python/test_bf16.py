@@ -16,10 +16,12 @@ Tolerance, argued: the daemon's master and the reference master get the same gra
 step and differ only by fp32 rounding of the Adam update (a few ulps, 1e-7 relative per step;
 no feedback, since the gradients are taken at zerod's own parameters). Their bf16 casts are
 then equal except where the two masters straddle a bf16 rounding boundary, and there they are
-adjacent bf16 values. So: every element within one bf16 ulp (adjacent bit patterns), and at
-most 1% of the elements not bit-identical (the expected fraction is about master difference /
-bf16 ulp, 1e-5 / 4e-3, far below 1%). A wrong cast (truncation instead of RNE), a missing
-fp32 master (bf16 state) or a wrong averaging factor breaks either bound.
+adjacent bf16 values. So: every element within one bf16 ulp (adjacent bit patterns) or, near
+zero where a bf16 ulp is smaller than the masters' absolute difference, within ATOL of the
+reference's fp32 master; and at most 1% of the elements not bit-identical (the expected
+fraction is about master difference / bf16 ulp, 1e-5 / 4e-3, far below 1%). A wrong cast
+(truncation instead of RNE), a missing fp32 master (bf16 state) or a wrong averaging factor
+breaks either bound.
 """
 import sys
 
@@ -30,6 +32,12 @@ import zd_ref as zr  # noqa: E402
 
 STEPS = 20
 GAS = 2
+# The masters' absolute difference: fp32 roundings of the update (lr 2e-2 * 2^-24 ~ 1e-9 a
+# step), carried by the moments' averages and larger where a gradient changes sign and the
+# first moment cancels. Measured: up to 1.1e-8 with torch 1.13's AdamW, 3.6e-8 with torch 2's
+# (whose first moment is exp_avg.lerp_(grad), not the daemon's mul + add). It matters only
+# where |param| < 3e-5 (there a bf16 ulp is at most 1.2e-7).
+ATOL = 2e-7
 
 
 def _train(cfg):
@@ -99,7 +107,7 @@ def main():
             for i, p in enumerate(ref_model.parameters()):
                 want = p.detach().to(torch.bfloat16)
                 got = res["after"][s][i]
-                adj = bf16_adjacent(got, want)
+                adj = bf16_adjacent(got, want) | ((got.float() - p.detach()).abs() <= ATOL)
                 assert bool(adj.all()), (
                     "step %d rank %d tensor %d: %d elements more than one bf16 ulp from the "
                     "reference (max diff %g)" % (s + 1, r, i, int((~adj).sum()),

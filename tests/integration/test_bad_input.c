@@ -691,13 +691,13 @@ Test(zerod_bad_input, unused_config_keys_are_named_in_the_log_once)
 
     raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
     r = raw_attach(c, "unused-keys", small_numel, 2,
-                   "{\"train_batch_size\": 32, \"wall_clock_breakdown\": false}");
+                   "{\"dump_state\": true, \"wall_clock_breakdown\": false}");
     expect_result(r->attach_reply->result, ZS_OK, "attach", "", NULL);
     zerod__ipc__v1__frame__free_unpacked(r, NULL);
     raw_detach_end(c);
     raw_close(c);
     cr_assert_eq(daemon_log_count("job 'unused-keys': config keys zerod does not use, ignored: "
-                                  "train_batch_size, wall_clock_breakdown",
+                                  "dump_state, wall_clock_breakdown",
                                   NULL, NULL),
                  1, "the unused keys are not logged once, by name");
 }

@@ -46,8 +46,8 @@ def engine_for(stage):
     model = zr.MLP(1)
     engine, opt, _, _ = zerod.torch.initialize(
         model=model, model_parameters=zr.param_groups(model),
-        config=zr.config(stage=stage, bucket=700))
-    engine.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + 0.05 * s))
+        config=zr.config(stage=stage, bucket=700),
+        lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + 0.05 * s)))
     return model, engine
 
 
@@ -55,8 +55,7 @@ def train(engine, steps):
     for _ in range(steps):
         x, t = global_batch(engine.global_steps, engine.world_size, engine.rank)
         engine.backward(zr.loss_fn(engine(x), t))
-        engine.step()
-        engine.lr_scheduler.step()
+        engine.step()  # steps engine.lr_scheduler too, as DeepSpeed's does
 
 
 def rank_save_and_continue(stage, ckpt, save_at, more):

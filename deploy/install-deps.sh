@@ -14,7 +14,7 @@ PACKAGES=(
     libuv1-dev libucx-dev ucx-utils libinih-dev libcjson-dev libssl-dev
     libmicrohttpd-dev libsystemd-dev libxxhash-dev
     # tests
-    libcriterion-dev iproute2 procps
+    libcriterion-dev iproute2 procps prometheus
     # Python binding, PyTorch parity tests and benchmark peers
     python3 python3-numpy python3-torch
     openmpi-bin libopenmpi-dev

@@ -78,6 +78,7 @@ typedef struct opts {
     long die_bucket; /* ... after this many bucket submissions (stage 1: micro-steps) */
     int keep;        /* detach with end_job = 0 */
     const char *dump;
+    int resume; /* -1: not said (the daemon re-attaches a kept job); else a zc_resume_t */
 } opts_t;
 
 /* ---- random numbers (splitmix64) --------------------------------------------------- */
@@ -469,6 +470,10 @@ static void usage(FILE *out)
             "                    raise SIGKILL during optimizer step STEP (1-based) after\n"
             "                    BUCKET bucket submissions (default 0; stage 1: micro-steps)\n"
             "  --keep            detach with end_job = 0: the job lingers for a re-attach\n"
+            "  --resume auto|never|must\n"
+            "                    what to do with a job the daemon keeps (docs/design-notes.md\n"
+            "                    \"A job's life\"); auto continues it only on a restart\n"
+            "                    (TORCHELASTIC_RESTART_COUNT > 0); default: when it fits\n"
             "  --dump FILE       write every final parameter, one \"%%a\" line each\n"
             "  -h, --help        print this help and exit\n"
             "\n"
@@ -489,15 +494,32 @@ static int parse_long(const char *arg, long lo, long hi, long *v_p)
     return 0;
 }
 
+/* --resume: a zc_resume_t, or -1 (reported) */
+static int parse_resume(const char *arg)
+{
+    if (strcmp(arg, "auto") == 0 || strcmp(arg, "never") == 0 || strcmp(arg, "must") == 0) {
+        return arg[0] == 'a' ? ZC_RESUME_AUTO : arg[0] == 'n' ? ZC_RESUME_NEVER : ZC_RESUME_MUST;
+    }
+    fprintf(stderr, "train_mlp: --resume '%s' is not auto, never or must\n", arg);
+    return -1;
+}
+
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
     static const struct option longopts[] = {
-        {"steps", required_argument, NULL, 'n'}, {"stage", required_argument, NULL, 'z'},
-        {"dtype", required_argument, NULL, 'd'}, {"batch", required_argument, NULL, 'b'},
-        {"accum", required_argument, NULL, 'g'}, {"lr", required_argument, NULL, 'l'},
-        {"seed", required_argument, NULL, 's'},  {"die-at", required_argument, NULL, 'k'},
-        {"keep", no_argument, NULL, 'K'},        {"dump", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"steps", required_argument, NULL, 'n'},
+        {"stage", required_argument, NULL, 'z'},
+        {"dtype", required_argument, NULL, 'd'},
+        {"batch", required_argument, NULL, 'b'},
+        {"accum", required_argument, NULL, 'g'},
+        {"lr", required_argument, NULL, 'l'},
+        {"seed", required_argument, NULL, 's'},
+        {"die-at", required_argument, NULL, 'k'},
+        {"keep", no_argument, NULL, 'K'},
+        {"dump", required_argument, NULL, 'D'},
+        {"resume", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     long v;
     char *end;
@@ -581,6 +603,11 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             break;
         case 'D':
             o->dump = optarg;
+            break;
+        case 'R':
+            if ((o->resume = parse_resume(optarg)) < 0) {
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -703,6 +730,19 @@ static int train(zc_session_t *s, const opts_t *o, uint32_t rank, const zc_attac
     return 0;
 }
 
+/* --resume: the policy, and whether the launcher says this process is a restart. */
+static void attach_resume(const opts_t *o, zc_attach_params_t *ap)
+{
+    const char *count = getenv("TORCHELASTIC_RESTART_COUNT");
+
+    if (o->resume < 0) {
+        return;
+    }
+    ap->field_mask |= ZC_ATTACH_FIELD_RESUME;
+    ap->resume = (zc_resume_t)o->resume;
+    ap->restart = count != NULL && atoi(count) > 0;
+}
+
 int main(int argc, char **argv)
 {
     opts_t o = {.steps = 50,
@@ -715,7 +755,8 @@ int main(int argc, char **argv)
                 .die_step = 0,
                 .die_bucket = 0,
                 .keep = 0,
-                .dump = NULL};
+                .dump = NULL,
+                .resume = -1};
     uint32_t rank, world;
     const char *job;
     char coordinator[256] = "";
@@ -776,6 +817,7 @@ int main(int argc, char **argv)
     ap.n_groups = 1;
     ap.groups = &group;
     ap.config_json = config;
+    attach_resume(&o, &ap);
     status = zc_session_attach(s, &ap, &info);
     if (status != ZC_OK) {
         rc = fail("attach", status);

@@ -50,6 +50,7 @@ struct zc_session {
     uint64_t restored_step;
     double restored_scale;
     char ignored_keys[256]; /* AttachReply.ignored_keys */
+    char replaced[512];     /* AttachReply.replaced */
     bool params_are_master; /* fp32: the params region is the daemon's master: read-only once
                                ready */
     zs_layout_t *layout;
@@ -432,6 +433,10 @@ static int zc_attach_check(const zc_session_t *s, const zc_attach_params_t *p)
     if ((mask & ZC_ATTACH_FIELD_DTYPE) && zc_dtype_size(p->dtype) == 0) {
         return zc_fail(ZC_ERR_INVALID, "attach: dtype %d is not a zc_dtype_t", (int)p->dtype);
     }
+    if ((mask & ZC_ATTACH_FIELD_RESUME) &&
+        ((int)p->resume < ZC_RESUME_IF_KEPT || (int)p->resume > ZC_RESUME_MUST)) {
+        return zc_fail(ZC_ERR_INVALID, "attach: resume %d is not a zc_resume_t", (int)p->resume);
+    }
     if (!(mask & ZC_ATTACH_FIELD_GROUPS) || p->n_groups == 0 || p->groups == NULL) {
         return zc_fail(ZC_ERR_INVALID, "attach: at least one parameter group is required");
     }
@@ -503,6 +508,10 @@ static void zc_attach_fill(const zc_attach_params_t *p, const zc_info_arrays_t *
         at->coordinator = (char *)p->coordinator;
     }
     at->dtype = (Zerod__Ipc__V1__DType)((mask & ZC_ATTACH_FIELD_DTYPE) ? p->dtype : ZC_DTYPE_F32);
+    if (mask & ZC_ATTACH_FIELD_RESUME) { /* ipc.proto Resume has zc_resume_t's values */
+        at->resume = (Zerod__Ipc__V1__Resume)p->resume;
+        at->restart = p->restart != 0;
+    }
     at->config_json =
         (char *)(((mask & ZC_ATTACH_FIELD_CONFIG_JSON) && p->config_json != NULL) ? p->config_json
                                                                                   : "{}");
@@ -724,6 +733,7 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     s->params_are_master = ar->params_are_master;
     snprintf(s->ignored_keys, sizeof(s->ignored_keys), "%s",
              ar->ignored_keys != NULL ? ar->ignored_keys : "");
+    snprintf(s->replaced, sizeof(s->replaced), "%s", ar->replaced != NULL ? ar->replaced : "");
     if (s->stage != 1 && s->stage != 2) {
         return zc_fail(ZC_ERR_PROTOCOL, "attach: the daemon replied stage %u", s->stage);
     }
@@ -874,6 +884,11 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
         status = zc_params_protect(session);
     }
     return status;
+}
+
+ZC_API const char *zc_session_replaced(zc_session_t *session)
+{
+    return session != NULL ? session->replaced : "";
 }
 
 ZC_API const char *zc_session_ignored_keys(zc_session_t *session)

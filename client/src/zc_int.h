@@ -117,6 +117,8 @@ int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);
 typedef enum zc_kept {
     ZC_KEPT_STATUS = 0, /* StatusReply */
     ZC_KEPT_SHARD,      /* ShardInfoReply */
+    ZC_KEPT_JOB_LIST,   /* JobListReply */
+    ZC_KEPT_JOB_END,    /* JobEndReply */
     ZC_KEPT_COUNT
 } zc_kept_t;
 

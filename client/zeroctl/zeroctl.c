@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt_cmd.h"
+#include "job_cmd.h"
 #include "zerod/zc.h" /* the public API only: zeroctl is a client like any other */
 
 #include <cjson/cJSON.h>
@@ -51,12 +52,15 @@ static void zeroctl_usage(FILE *out)
             "  checkpoint ls|verify|export ...  checkpoint directories (no daemon; see\n"
             "                     'zeroctl checkpoint --help')\n"
             "  export --checkpoint CKPT OUT     one safetensors file of the model\n"
+            "  job ls|end ...     the daemons' jobs; end one on every daemon that holds it\n"
+            "                     (see 'zeroctl job --help')\n"
             "\n"
             "Options:\n"
             "  -s, --socket PATH  daemon socket (default: $ZEROD_SOCKET, else %s)\n"
             "  -j, --json         print one JSON object (stable; has \"schema_version\")\n"
             "  -t, --timeout MS   deadline for the daemon's answer (default 10000)\n"
             "  -h, --help         print this help and exit\n"
+            "  -V, --version      print the version and exit\n"
             "\n"
             "Exit status: 0 ok, 1 the daemon returned an error, 2 usage error, 7 daemon "
             "unreachable.\n",
@@ -462,11 +466,12 @@ static int zeroctl_parse_args(int argc, char **argv, zeroctl_opts_t *o)
         {"json", no_argument, NULL, 'j'},
         {"timeout", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'}, /* "zeroctl X.Y.Z", as zerod and zerorun print */
         {NULL, 0, NULL, 0},
     };
     int c;
 
-    while ((c = getopt_long(argc, argv, "s:jt:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:jt:hV", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
             o->socket_path = optarg;
@@ -485,6 +490,9 @@ static int zeroctl_parse_args(int argc, char **argv, zeroctl_opts_t *o)
             break;
         case 'h':
             zeroctl_usage(stdout);
+            return ZEROCTL_EXIT_OK;
+        case 'V':
+            printf("zeroctl %s\n", zc_version()); /* ZS_VERSION (zs/version.h) */
             return ZEROCTL_EXIT_OK;
         default:
             fprintf(stderr, "Try 'zeroctl --help'.\n");
@@ -542,9 +550,12 @@ int main(int argc, char **argv)
     const char *sock = NULL;
     int rc, json = 0, tmo = 600000;
 
-    for (int i = 1; i < argc; i++) { /* checkpoint, export: everything after them is theirs */
+    for (int i = 1; i < argc; i++) { /* checkpoint, export, job: what follows is theirs */
         if (strcmp(argv[i], "checkpoint") == 0 || strcmp(argv[i], "export") == 0) {
             return zeroctl_checkpoint_main(argc - i, argv + i, json, sock, tmo);
+        }
+        if (strcmp(argv[i], "job") == 0) {
+            return zeroctl_job_main(argc - i, argv + i, json, sock, tmo == 600000 ? 0 : tmo);
         }
         if (strcmp(argv[i], "-j") == 0 || strcmp(argv[i], "--json") == 0) {
             json = 1;

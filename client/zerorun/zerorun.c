@@ -95,6 +95,8 @@ static void zr_usage(FILE *out)
         "set (a notice says so); and zerod's: ZEROD_JOB=<job> and ZEROD_SOCKET, the socket of\n"
         "daemon i with --spawn-daemons, else DIR/zerod-cpu<i>.sock (DIR as for --socket-dir),\n"
         "the name zerod gives itself with --device cpu:<i> --socket auto.\n"
+        "zerorun never restarts a trainer (TORCHELASTIC_RESTART_COUNT stays 0): a job whose\n"
+        "trainer died, run again, starts afresh with zerod.torch's resume=\"auto\".\n"
         "\n"
         "A CMD ending in .py runs as \"$PYTHON -u CMD ARGS...\" (python3 from $PATH when PYTHON\n"
         "is unset), as torchrun runs a script. Trainers read /dev/null as stdin; every line\n"

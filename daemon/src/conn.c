@@ -195,6 +195,7 @@ static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
 
     keep = !close;
     if (st != ZS_OK) {
+        zd_metrics_protocol_error(c->srv->metrics);
         zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s (%s)%s",
                         (unsigned long long)c->id, why, zs_status_name(st),
                         close ? "; closing it" : "");
@@ -221,6 +222,7 @@ static void zd_frame_timer_cb(uv_timer_t *t)
     snprintf(msg, sizeof(msg),
              "truncated frame: got %zu of %zu bytes within frame_timeout (%llu ms)", c->len,
              c->need, (unsigned long long)c->srv->frame_timeout_ms);
+    zd_metrics_protocol_error(c->srv->metrics);
     zd_conn_fail(c, 0, ZS_ERR_TIMEOUT, msg);
 }
 
@@ -270,6 +272,7 @@ static bool zd_conn_append(zd_conn_t *c, const char *data, size_t n)
             snprintf(msg, sizeof(msg),
                      "the frame buffers of all connections are full (%u MiB); try again",
                      ZD_BUFFER_BUDGET >> 20);
+            zd_metrics_conn_refused(c->srv->metrics);
             zd_conn_fail(c, 0, st, msg);
             return false;
         }
@@ -295,6 +298,7 @@ static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             char msg[160];
             snprintf(msg, sizeof(msg), "truncated frame: connection closed after %zu of %zu bytes",
                      c->len, c->need);
+            zd_metrics_protocol_error(c->srv->metrics);
             zd_conn_fail(c, 0, ZS_ERR_PROTOCOL, msg);
             return;
         }
@@ -335,6 +339,7 @@ void zd_conn_pump(zd_conn_t *c)
             zs_frame_parse(c->buf + off, c->len - off, &used, &c->need, err, sizeof(err));
 
         if (st != ZS_OK) {
+            zd_metrics_protocol_error(c->srv->metrics);
             zd_conn_fail(c, 0, st, err);
             return;
         }

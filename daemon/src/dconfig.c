@@ -1,4 +1,5 @@
 #include "dconfig.h"
+#include "metrics.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -78,6 +79,10 @@ static const zs_config_row_t zd_config_rows[] = {
      "keep the staging copy's memory from one save to the next: the trainer's stall becomes a "
      "memcpy, at 12 bytes per shard element for the job's life",
      offsetof(zd_config_t, checkpoint_staging_keep), &zs_config_bool, NULL, 0},
+    {"metrics_listen", "",
+     "serve /metrics (Prometheus), /healthz and /readyz over HTTP on HOST:PORT (127.0.0.1:9400) "
+     "or an absolute unix socket path (mode 0660); empty: off (docs/metrics.md)",
+     offsetof(zd_config_t, metrics_listen), &zs_config_string, NULL, 0},
 };
 
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};
@@ -88,6 +93,11 @@ const char *const zd_config_env_ignore[] = {"LOG_LEVEL", "LOG_SUBSYS", "KERNELS"
 
 zs_status_t zd_config_check(const zd_config_t *cfg, char *err, size_t errlen)
 {
+    zd_listen_t listen;
+
+    if (zd_listen_parse(cfg->metrics_listen, &listen, err, errlen) != ZS_OK) {
+        return ZS_ERR_CONFIG;
+    }
     if (cfg->checkpoint_dir != NULL && cfg->checkpoint_dir[0] != '\0' &&
         cfg->checkpoint_dir[0] != '/') {
         snprintf(err, errlen, "config key 'checkpoint_dir' ('%s') must be an absolute path",

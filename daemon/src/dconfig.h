@@ -32,6 +32,7 @@ typedef struct zd_config {
     int64_t checkpoint_keep_last;
     int checkpoint_async;
     int checkpoint_staging_keep;
+    char *metrics_listen; /* "": off; HOST:PORT or a unix socket path (docs/metrics.md) */
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;

@@ -30,14 +30,20 @@ struct zd_engine {
     uint64_t job_linger_ns;   /* reloadable */
     zd_engine_status_t pub;   /* what Status reports */
     atomic_bool cancel;       /* shutdown, readable without the lock (mesh waits poll it) */
+    /* the watchdog's view (zd_engine_health), written by the engine thread alone */
+    _Atomic uint64_t beat_ns, phase_since_ns;
+    atomic_int phase; /* ZD_ENGINE_PHASE_IDLE, _TEARDOWN, or the zd_req_kind_t in progress */
+    uint64_t beat_interval_ns;
     void (*notify)(void *arg);
     void *notify_arg;
+    zd_metrics_t *metrics; /* the published job goes there too (its own lock, taken inside ours) */
     /* engine thread */
     zd_job_env_t env;
     char token_file[512];
     char ckpt_dir[4096];
     zs_ratelimit_t warn_rl; /* warnings trainers can cause at will (refused attaches, ...) */
     zd_job_t *job;
+    zd_job_ended_t ended; /* the trainer of the job an operator ended last (job_ctl.c) */
     zk_pool_t *pool;
     zk_exec_t exec;
 };
@@ -105,6 +111,7 @@ static void zd_engine_publish_locked(zd_engine_t *e)
     if (e->job != NULL) {
         zd_job_status(e->job, &e->pub.job);
     }
+    zd_metrics_publish_job(e->metrics, e->pub.has_job ? &e->pub.job : NULL);
 }
 
 static void zd_engine_publish(zd_engine_t *e)
@@ -122,6 +129,7 @@ static void zd_engine_busy(void *arg, const char *what)
     pthread_mutex_lock(&e->lock);
     snprintf(e->pub.activity, sizeof(e->pub.activity), "%s", what != NULL ? what : "");
     e->pub.activity_since_ns = zs_time_now_ns();
+    atomic_store(&e->beat_ns, e->pub.activity_since_ns);
     zd_engine_publish_locked(e);
     pthread_mutex_unlock(&e->lock);
 }
@@ -131,6 +139,23 @@ void zd_engine_status_get(zd_engine_t *e, zd_engine_status_t *status_p)
     pthread_mutex_lock(&e->lock);
     *status_p = e->pub;
     pthread_mutex_unlock(&e->lock);
+}
+
+/* Enter a phase (idle, a request of some kind, the stop's teardown): a sign of life too. */
+static void zd_engine_phase(zd_engine_t *e, int phase)
+{
+    uint64_t now = zs_time_now_ns();
+
+    atomic_store(&e->phase_since_ns, now);
+    atomic_store(&e->beat_ns, now);
+    atomic_store(&e->phase, phase);
+}
+
+void zd_engine_health(zd_engine_t *e, zd_engine_health_t *health_p)
+{
+    health_p->phase = atomic_load(&e->phase);
+    health_p->since_ns = atomic_load(&e->phase_since_ns);
+    health_p->beat_ns = atomic_load(&e->beat_ns);
 }
 
 /* ---- running a request ------------------------------------------------------------------- */
@@ -177,10 +202,39 @@ static void zd_engine_describe(const zd_req_t *req, char *buf, size_t len)
                  req->u.ckpt.tag != NULL && req->u.ckpt.tag[0] ? req->u.ckpt.tag : "latest",
                  req->u.ckpt.dir != NULL ? req->u.ckpt.dir : "");
         break;
+    case ZD_REQ_JOB_END:
+        snprintf(buf, len, "ending job '%.128s' (zeroctl job end)",
+                 req->u.job_end.all ? "*" : req->u.job_end.job_id);
+        break;
     default:
         snprintf(buf, len, "%s", "");
         break;
     }
+}
+
+/* An operator's JobEnd; and the trainer of a job an operator ended, told so at its next call (a
+ * detach is fine: nothing is left to detach). True when r holds the result. */
+static bool zd_engine_run_ctl(zd_engine_t *e, zd_req_t *req, zd_resp_t *r)
+{
+    if (req->kind == ZD_REQ_JOB_END) {
+        r->status =
+            zd_job_end(&e->job, &e->env, &req->u.job_end, &r->u.job_end, r->msg, sizeof(r->msg));
+        return true;
+    }
+    if (e->ended.conn == 0 || req->conn_id != e->ended.conn || req->kind == ZD_REQ_ATTACH) {
+        return false;
+    }
+    if (req->kind == ZD_REQ_DETACH) {
+        e->ended.conn = 0;
+        r->status = ZS_OK;
+        return true;
+    }
+    if (req->kind == ZD_REQ_BUCKET_READY) { /* the connection's slot is free again */
+        r->u.slot_free.slot = req->u.bucket_ready.slot;
+        r->u.slot_free.bucket = req->u.bucket_ready.bucket;
+    }
+    r->status = zs_errf(r->msg, sizeof(r->msg), ZS_ERR_JOB_ENDED, "%s", e->ended.msg);
+    return true;
 }
 
 /* Run one request against the job; its result (if it has one) goes out. */
@@ -202,7 +256,12 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
     r->conn_id = req->conn_id;
     r->seq = req->seq;
     zd_engine_describe(req, what, sizeof(what));
+    zd_engine_phase(e, (int)req->kind);
     zd_engine_busy(e, what);
+    if (zd_engine_run_ctl(e, req, r)) {
+        zd_engine_push(e, r);
+        return;
+    }
     switch (req->kind) {
     case ZD_REQ_ATTACH:
         r->status = zd_job_attach(&e->job, &e->env, req->conn_id, &req->u.attach, &r->u.attach,
@@ -250,6 +309,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
                                      r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_DISCONNECT:
+    case ZD_REQ_JOB_END: /* zd_engine_run_ctl's */
         break;
     }
     zd_engine_push(e, r);
@@ -303,7 +363,12 @@ static void zd_engine_idle(zd_engine_t *e)
         fds[1] = (struct pollfd){.fd = fd, .events = POLLIN};
         n = 2;
     }
+    if (e->beat_interval_ns != 0 && timeout_ns > e->beat_interval_ns) {
+        timeout_ns = e->beat_interval_ns; /* wake to beat: the watchdog sees an idle engine live */
+    }
+    atomic_store(&e->beat_ns, zs_time_now_ns());
     poll(fds, n, timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
+    atomic_store(&e->beat_ns, zs_time_now_ns());
     if (read(e->wake_fd, &drain, sizeof(drain)) < 0) {
         drain = 0;
     }
@@ -324,6 +389,26 @@ static zd_req_t *zd_engine_next(zd_engine_t *e, bool *shutdown_p)
     return req;
 }
 
+/* The stop: the job ends here, on the engine thread that owns it, while the loop still runs and
+ * tells systemd (EXTEND_TIMEOUT_USEC) that a large job's teardown -- an async checkpoint's
+ * write to finish, its memory to free -- is under way. */
+static void zd_engine_teardown(zd_engine_t *e)
+{
+    char what[256];
+
+    if (e->job == NULL) {
+        return;
+    }
+    zd_engine_phase(e, ZD_ENGINE_PHASE_TEARDOWN);
+    pthread_mutex_lock(&e->lock);
+    snprintf(what, sizeof(what), "stopping: ending job '%.128s'", e->pub.job.job_id);
+    pthread_mutex_unlock(&e->lock);
+    zd_engine_busy(e, what);
+    zd_job_drop(&e->job, "daemon stopped");
+    zd_engine_busy(e, NULL);
+    zd_engine_phase(e, ZD_ENGINE_PHASE_IDLE);
+}
+
 static void *zd_engine_main(void *arg)
 {
     zd_engine_t *e = arg;
@@ -337,6 +422,7 @@ static void *zd_engine_main(void *arg)
             zd_engine_run(e, req);
             zd_req_free(req);
             zd_job_tick(&e->job, &e->env); /* a mesh lost during the request */
+            zd_engine_phase(e, ZD_ENGINE_PHASE_IDLE);
             zd_engine_busy(e, NULL);
         } else if (!shutdown) {
             zd_engine_idle(e);
@@ -352,6 +438,9 @@ static void *zd_engine_main(void *arg)
         pthread_mutex_lock(&e->lock);
     }
     e->tail = NULL;
+    pthread_mutex_unlock(&e->lock);
+    zd_engine_teardown(e);
+    pthread_mutex_lock(&e->lock);
     e->stopped = true;
     pthread_mutex_unlock(&e->lock);
     e->notify(e->notify_arg);
@@ -427,6 +516,7 @@ static void zd_engine_env_init(zd_engine_t *e, const zd_engine_params_t *p)
     env->busy = zd_engine_busy;
     env->arg = e;
     env->warn_rl = &e->warn_rl;
+    env->ended = &e->ended;
     env->n_slots = p->bucket_slots;
     env->job_linger_ns = e->job_linger_ns = p->job_linger_ns;
     env->max_shard_bytes = e->max_shard_bytes = p->max_shard_bytes;
@@ -450,7 +540,12 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
     pthread_mutex_init(&e->lock, NULL);
     e->notify = p->notify;
     e->notify_arg = p->notify_arg;
+    e->metrics = p->metrics;
     e->pub.start_ns = zs_time_now_ns();
+    e->beat_interval_ns = p->beat_interval_ns;
+    atomic_init(&e->beat_ns, e->pub.start_ns);
+    atomic_init(&e->phase_since_ns, e->pub.start_ns);
+    atomic_init(&e->phase, ZD_ENGINE_PHASE_IDLE);
     zd_engine_env_init(e, p);
     e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (e->wake_fd < 0) {

@@ -8,6 +8,7 @@
 #define ZD_ENGINE_H
 
 #include "job.h"
+#include "job_ctl.h"
 #include "zs/status.h"
 
 #include <stdbool.h>
@@ -28,6 +29,7 @@ typedef enum zd_req_kind {
     ZD_REQ_CKPT_WAIT,
     ZD_REQ_EXPORT,
     ZD_REQ_DISCONNECT, /* the connection closed: no result */
+    ZD_REQ_JOB_END,    /* control: zeroctl job end */
 } zd_req_kind_t;
 
 /* One request of a connection. */
@@ -54,6 +56,7 @@ typedef struct zd_req {
             zs_dtype_t dtype;
             uint32_t uid;
         } export_;
+        zd_job_end_req_t job_end;
     } u;
     void (*release)(void *mem); /* frees what u points into (the decoded frame); may be NULL */
     void *mem;
@@ -75,6 +78,7 @@ typedef struct zd_resp {
         zd_step_out_t step;
         zd_shard_out_t shard; /* its groups are owned by the result */
         zd_ckpt_out_t ckpt;
+        zd_job_end_out_t job_end;
     } u;
 } zd_resp_t;
 
@@ -100,6 +104,8 @@ typedef struct zd_engine_params {
     bool ckpt_async, ckpt_staging_keep;
     void (*notify)(void *arg); /* results are ready (called from the engine thread) */
     void *notify_arg;
+    uint64_t beat_interval_ns; /* 0, or the longest the idle engine sleeps without a beat */
+    zd_metrics_t *metrics;     /* NULL, or where the published status goes too (metrics.h) */
 } zd_engine_params_t;
 
 zs_status_t zd_engine_create(const zd_engine_params_t *params, zd_engine_t **engine_p);
@@ -131,5 +137,19 @@ typedef struct zd_engine_status {
 
 /* A copy of the last published status (any thread). */
 void zd_engine_status_get(zd_engine_t *engine, zd_engine_status_t *status_p);
+
+/* What the watchdog (notify.c) asks, lock-free from any thread: the engine's phase and its last
+ * sign of life. It beats when it enters a phase, when it publishes an activity (a request's
+ * begin and end, "forming the mesh", ...), and on every idle wake -- at least every
+ * beat_interval_ns when that is set. */
+#define ZD_ENGINE_PHASE_IDLE     (-1)
+#define ZD_ENGINE_PHASE_TEARDOWN (-2) /* the stop: the job is being ended */
+typedef struct zd_engine_health {
+    int phase;         /* one of the above, or the zd_req_kind_t of the request in progress */
+    uint64_t since_ns; /* when the phase began (zs_time_now_ns) */
+    uint64_t beat_ns;  /* the last sign of life */
+} zd_engine_health_t;
+
+void zd_engine_health(zd_engine_t *engine, zd_engine_health_t *health_p);
 
 #endif

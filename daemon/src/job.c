@@ -287,6 +287,7 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     job->dtype = spec->dtype;
     job->master_shared = spec->dtype == ZS_DTYPE_F32;
     job->n_slots = env->n_slots;
+    job->created_ns = zs_time_now_ns();
     st = zd_job_parse_config(job, env, spec, err, errlen);
     if (st == ZS_OK) {
         st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
@@ -323,10 +324,13 @@ void zd_job_drop(zd_job_t **job_p, const char *why)
 /* The mesh aborted (a peer lost, a collective timed out, a trainer gone): tear it down and
  * drop the partial micro-step. The shard stays at the last completed step; every rank's trainer
  * gets ERR_PEER_LOST until it re-attaches, which forms a new mesh. */
-static void zd_job_mesh_failed(zd_job_t *job, const zd_job_env_t *env)
+void zd_job_mesh_failed(zd_job_t *job, const zd_job_env_t *env)
 {
     if (job->mesh == NULL) {
         return;
+    }
+    if (zd_mesh_ended(job->mesh, job->end_why, sizeof(job->end_why))) {
+        job->end_pending = true; /* a peer ended the job: zd_job_ended_by_peer drops it */
     }
     zd_mesh_aborted(job->mesh, job->mesh_why, sizeof(job->mesh_why));
     zd_coll_destroy(job->coll);
@@ -381,8 +385,7 @@ static zs_status_t zd_job_mesh_create(zd_job_t *job, const zd_job_env_t *env, ch
 
 /* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and, when
  * the job already has parameters, redo the all-gather from the master shards. */
-static zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err,
-                                    size_t errlen)
+zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
 {
     const zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
     zs_status_t st;
@@ -418,9 +421,8 @@ static zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char
 
 /* ---- attach -------------------------------------------------------------------------------- */
 
-/* A re-attach of the kept job: the same rank, world, layout and config, and no live trainer. */
-static zs_status_t zd_job_check_reattach(const zd_job_t *job, uint64_t conn,
-                                         const zd_job_spec_t *spec, char *err, size_t errlen)
+zs_status_t zd_job_check_reattach(const zd_job_t *job, uint64_t conn, const zd_job_spec_t *spec,
+                                  char *err, size_t errlen)
 {
     zd_train_config_t cfg;
     zs_layout_spec_t ls;
@@ -465,22 +467,6 @@ static zs_status_t zd_job_check_reattach(const zd_job_t *job, uint64_t conn,
                        zs_dtype_name(job->dtype));
     }
     return ZS_OK;
-}
-
-/* Another job holds the daemon: busy, for as long as its trainer or its linger lasts. */
-static zs_status_t zd_job_busy(const zd_job_t *job, uint64_t conn, char *err, size_t errlen)
-{
-    uint64_t now = zs_time_now_ns();
-
-    if (job->attached_conn != 0 && job->attached_conn != conn) {
-        return zs_errf(err, errlen, ZS_ERR_BUSY, "busy: this daemon serves job '%s' (attached)",
-                       job->id);
-    }
-    return zs_errf(err, errlen, ZS_ERR_BUSY,
-                   "busy: this daemon keeps job '%s' for a re-attach for %.0f s more "
-                   "(job_linger)",
-                   job->id,
-                   job->linger_until_ns > now ? (double)(job->linger_until_ns - now) * 1e-9 : 0.0);
 }
 
 static int zd_dup_fd(int fd)
@@ -565,13 +551,18 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
 zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn,
                           const zd_job_spec_t *spec, zd_attach_out_t *out, char *err, size_t errlen)
 {
-    zd_job_t *job = *job_p;
-    bool resumed = job != NULL;
+    char replaced[ZD_MAX_MSG] = "";
+    zd_job_t *job;
+    bool resumed;
     zs_status_t st;
 
-    if (job != NULL && (spec->job_id == NULL || strcmp(job->id, spec->job_id) != 0)) {
-        return zd_job_busy(job, conn, err, errlen);
+    /* busy, nothing to resume, or the kept job replaced (job_ctl.c) */
+    st = zd_job_attach_decide(job_p, env, conn, spec, replaced, sizeof(replaced), err, errlen);
+    if (st != ZS_OK) {
+        return st;
     }
+    job = *job_p;
+    resumed = job != NULL;
     if (job == NULL) {
         st = zd_job_attach_new(job_p, env, spec, err, errlen);
         if (st != ZS_OK) {
@@ -589,11 +580,16 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
                             spec->job_id, err);
             return st;
         }
+        job->stats.reattaches++;
         zs_info(ZS_SUB_ENGINE, "job '%s' re-attached at step %llu", job->id,
                 (unsigned long long)job->step);
     }
     job->attached_conn = conn;
+    job->released_ns = 0;
+    job->kept = false;
+    job->trainer_pid = spec->trainer_pid;
     zd_job_attach_out(job, resumed, out);
+    snprintf(out->replaced, sizeof(out->replaced), "%s", replaced);
     return ZS_OK;
 }
 
@@ -737,8 +733,10 @@ zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
 static void zd_job_release_trainer(zd_job_t *job, const zd_job_env_t *env)
 {
     zd_step_drop_partial(job);
+    zd_step_stats_reset_window(job);
     job->attached_conn = 0;
-    job->linger_until_ns = zs_time_now_ns() + env->job_linger_ns;
+    job->released_ns = zs_time_now_ns();
+    job->linger_until_ns = job->released_ns + env->job_linger_ns;
 }
 
 zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn, bool end_job,
@@ -757,6 +755,7 @@ zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
         /* the mesh stays up (its watch beats on): the trainers of every rank detach between
          * steps and a later re-attach continues on the same mesh */
         zd_job_release_trainer(job, env);
+        job->kept = true; /* on purpose: RESUME_AUTO re-attaches it (job_ctl.c) */
     }
     return ZS_OK;
 }
@@ -789,9 +788,12 @@ uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env)
     }
     if (job->mesh != NULL) {
         zd_mesh_tick(job->mesh);
-        if (zd_mesh_aborted(job->mesh, NULL, 0)) {
+        if (!zd_mesh_ended(job->mesh, NULL, 0) && zd_mesh_aborted(job->mesh, NULL, 0)) {
             zd_job_mesh_failed(job, env);
         }
+    }
+    if (zd_job_ended_by_peer(job_p, env)) { /* a peer's END, here or in a request */
+        return UINT64_MAX;
     }
     if (job->attached_conn != 0) {
         return UINT64_MAX;
@@ -822,6 +824,7 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
     s->skipped_steps = job->skipped_steps;
     s->loss_scale = job->scaler.cur_scale;
     s->grad_norm = job->last_grad_norm;
+    s->stats = job->stats;
     s->trainer_attached = job->attached_conn != 0;
     s->param_numel = job->layout->param_numel;
     s->layout_hash = job->layout->hash;
@@ -831,6 +834,14 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
                                : "none (no mesh yet)");
     memcpy(s->mem_bytes, job->mem_bytes, sizeof(s->mem_bytes));
     memcpy(s->mem_formula, job->mem_formula, sizeof(s->mem_formula));
+    s->created_ns = job->created_ns;
+    s->released_ns = job->attached_conn != 0 ? 0 : job->released_ns;
+    s->linger_until_ns = job->attached_conn != 0 ? 0 : job->linger_until_ns;
+    s->kept = job->kept;
+    s->mesh_lost = job->mesh_lost;
+    s->mesh_up = job->coll != NULL;
+    s->trainer_pid = job->attached_conn != 0 ? job->trainer_pid : 0;
+    snprintf(s->coordinator, sizeof(s->coordinator), "%s", job->coordinator);
 }
 
 zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,

@@ -8,6 +8,7 @@
 #ifndef ZD_JOB_H
 #define ZD_JOB_H
 
+#include "metrics.h"
 #include "zk/kernels.h"
 #include "zs/dtype.h"
 #include "zs/log.h"
@@ -23,6 +24,13 @@
 #define ZD_MAX_MSG 512
 
 typedef struct zd_job zd_job_t;
+
+/* The trainer connection of the last job an operator ended (zeroctl job end, here or on a
+ * peer), so that its next call is told why (ERR_JOB_ENDED). The engine's; job_ctl.c writes it. */
+typedef struct zd_job_ended {
+    uint64_t conn; /* 0: none */
+    char msg[ZD_MAX_MSG];
+} zd_job_ended_t;
 
 /* What a job needs from the daemon: settings, the kernels, and a way back to the engine. */
 typedef struct zd_job_env {
@@ -49,7 +57,17 @@ typedef struct zd_job_env {
     uint32_t ckpt_keep_last;
     bool ckpt_async;
     bool ckpt_staging_keep;
+    zd_job_ended_t *ended; /* NULL: not recorded */
 } zd_job_env_t;
+
+/* What an attach wants done with a job kept for a re-attach (ipc.proto Resume;
+ * docs/design-notes.md "A job's life"). */
+typedef enum zd_resume {
+    ZD_RESUME_IF_KEPT = 0, /* re-attach whenever the layout matches (clients without the field) */
+    ZD_RESUME_AUTO = 1,    /* only on a restart, or a job kept on purpose; else replace it */
+    ZD_RESUME_NEVER = 2,   /* always replace it */
+    ZD_RESUME_MUST = 3,    /* re-attach it, or fail */
+} zd_resume_t;
 
 /* What a trainer attaches with. */
 typedef struct zd_job_spec {
@@ -66,6 +84,9 @@ typedef struct zd_job_spec {
     const char *const *names; /* NULL, or [n_params] (NULL or "" entries: "param.<id>") */
     const uint32_t *ndim;     /* NULL, or [n_params] */
     const uint64_t *dims;     /* the dims of every parameter in turn (sum of ndim) */
+    zd_resume_t resume;
+    bool restart;        /* the launcher says this process is a restart */
+    int32_t trainer_pid; /* SO_PEERCRED of the connection; 0: unknown */
 } zd_job_spec_t;
 
 /* CheckpointSave / CheckpointLoad (docs/checkpoints.md). */
@@ -111,6 +132,7 @@ typedef struct zd_attach_out {
     zs_dtype_t grads_dtype;                      /* stage 1's grads region */
     int fds[3];                                  /* params, slots, and (stage 1) grads */
     int n_fds;
+    char replaced[ZD_MAX_MSG]; /* the kept job this attach replaced, and why ("" when none) */
 } zd_attach_out_t;
 
 typedef struct zd_step_out {
@@ -142,10 +164,19 @@ typedef struct zd_job_status {
     zs_dtype_t dtype;
     uint64_t step, skipped_steps;
     double loss_scale, grad_norm;
+    zd_step_stats_t stats; /* step phases, collective bytes, re-attaches (metrics.h) */
     bool trainer_attached;
     uint64_t param_numel, layout_hash;
     char collectives[256];
     uint64_t mem_bytes[ZD_MEM_COUNT], mem_formula[ZD_MEM_COUNT];
+    /* its life (JobList, zeroctl job ls): monotonic times */
+    uint64_t created_ns;
+    uint64_t released_ns;     /* its trainer went (0 while attached) */
+    uint64_t linger_until_ns; /* 0 while attached */
+    bool kept;                /* its trainer detached keeping it (not a crash) */
+    bool mesh_lost, mesh_up;
+    int32_t trainer_pid;
+    char coordinator[256];
 } zd_job_status_t;
 
 /* ShardInfo. */

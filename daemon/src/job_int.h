@@ -50,12 +50,20 @@ struct zd_job {
     double last_grad_norm;
     uint64_t mem_bytes[ZD_MEM_COUNT];
     uint64_t mem_formula[ZD_MEM_COUNT];
+    zd_step_stats_t stats;  /* measured by step.c, published with the status (metrics.h) */
     zs_ckpt_param_t *pmeta; /* [n_params], registration order: names and shapes (ckpt.c) */
     char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
     uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
     uint64_t ckpt_last_step;
     zd_ckpt_async_t *ckpt_async; /* a save being written in the background (ckpt_async.c) */
     float *ckpt_stage;           /* checkpoint_staging_keep: the last save's copy, for the next */
+    /* its life (job_ctl.c): monotonic times; the trainer's pid for messages */
+    uint64_t created_ns;
+    uint64_t released_ns; /* its trainer went; 0 while attached */
+    bool kept;            /* its trainer detached without end_job (not a crash) */
+    int32_t trainer_pid;
+    bool end_pending; /* a peer ended the job (mesh END) while its mesh was torn down */
+    char end_why[256];
 };
 
 /* ---- job.c ------------------------------------------------------------------------------ */
@@ -63,6 +71,26 @@ struct zd_job {
 /* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
 zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded, char *err,
                                    size_t errlen);
+/* A re-attach of the kept job: the same rank, world, layout and config, and no live trainer. */
+zs_status_t zd_job_check_reattach(const zd_job_t *job, uint64_t conn, const zd_job_spec_t *spec,
+                                  char *err, size_t errlen);
+/* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and, when
+ * the job already has parameters, redo the all-gather from the master shards. */
+zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen);
+/* The mesh aborted: tear it down, drop the partial micro-step; trainers must re-attach. */
+void zd_job_mesh_failed(zd_job_t *job, const zd_job_env_t *env);
+
+/* ---- job_ctl.c: what the operator and the attach policy decide ------------------------------ */
+
+/* Before an attach: refuse it (ERR_BUSY naming the job held, ERR_NOT_FOUND for resume MUST
+ * with nothing to resume), or replace the kept job of the same id (dropped; *why says so),
+ * or leave *job_p for a re-attach. */
+zs_status_t zd_job_attach_decide(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn,
+                                 const zd_job_spec_t *spec, char *replaced, size_t replaced_len,
+                                 char *err, size_t errlen);
+/* Between requests: a peer ended the job (mesh END)? Then it is dropped here too and its
+ * trainer told (env->ended). */
+bool zd_job_ended_by_peer(zd_job_t **job_p, const zd_job_env_t *env);
 
 /* ---- ckpt.c, ckpt_load.c ------------------------------------------------------------------ */
 
@@ -138,5 +166,7 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
 void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step);
 /* Drop a partial accumulation: zero the accumulator and the stage-1 grads. */
 void zd_step_drop_partial(zd_job_t *job);
+/* The trainer went: the next step's window (bucket wait, metrics.h) opens at its first bucket. */
+void zd_step_stats_reset_window(zd_job_t *job);
 
 #endif

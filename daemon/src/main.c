@@ -64,8 +64,13 @@ static void zd_usage(FILE *out)
             }
         }
         zs_config_allowed(row, allowed, sizeof(allowed));
-        fprintf(out, "  %-22s %s (default %s%s%s)\n", flag, row->doc,
-                row->def[0] ? row->def : "\"\"", allowed[0] ? "; " : "", allowed);
+        if (strlen(flag) > 22) { /* its text on the next line, as man pages read it (gen_man.c) */
+            fprintf(out, "  %s\n%25s", flag, "");
+        } else {
+            fprintf(out, "  %-22s ", flag);
+        }
+        fprintf(out, "%s (default %s%s%s)\n", row->doc, row->def[0] ? row->def : "\"\"",
+                allowed[0] ? "; " : "", allowed);
     }
     fprintf(out, "\nSignals: SIGTERM/SIGINT stop cleanly; SIGHUP reloads job_linger, "
                  "max_shard_bytes, frame_timeout.\n");

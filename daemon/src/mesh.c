@@ -30,6 +30,22 @@ static void zd_mesh_mark_lost(zd_mesh_t *mesh, uint32_t rank, const char *why)
     (void)rank;
 }
 
+/* A rank ended the job (END): the mesh stops like an abort, but it is no fault. */
+static void zd_mesh_mark_ended(zd_mesh_t *mesh, uint32_t origin, const char *reason)
+{
+    mesh->left[origin] = true; /* its endpoints close next: expected */
+    if (mesh->ended || mesh->closing) {
+        return;
+    }
+    mesh->ended = true;
+    if (!mesh->aborted) {
+        mesh->aborted = true;
+        snprintf(mesh->why, sizeof(mesh->why), "%s", reason != NULL ? reason : "");
+    }
+    zs_info(ZS_SUB_MESH, "job '%s' ended by rank %u: %s", mesh->job_id, origin,
+            reason != NULL ? reason : "");
+}
+
 static void zd_data_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
@@ -72,6 +88,9 @@ static ucs_status_t zd_ctrl_am_cb(void *arg, const void *header, size_t header_l
         case ZEROD__MESH__V1__CONTROL__TYPE__LEAVE:
             mesh->left[c->origin] = true;
             break;
+        case ZEROD__MESH__V1__CONTROL__TYPE__END:
+            zd_mesh_mark_ended(mesh, c->origin, c->reason);
+            break;
         case ZEROD__MESH__V1__CONTROL__TYPE__BARRIER:
             if (c->seq > mesh->barrier_seen[c->origin]) {
                 mesh->barrier_seen[c->origin] = c->seq;
@@ -106,7 +125,7 @@ uint64_t zd_mesh_tick(zd_mesh_t *mesh)
 
 void zd_mesh_leave(zd_mesh_t *mesh)
 {
-    if (mesh == NULL || mesh->aborted) {
+    if (mesh == NULL || (mesh->aborted && !mesh->ended)) {
         return;
     }
     for (uint32_t r = 0; r < mesh->p.world; r++) {
@@ -120,6 +139,27 @@ void zd_mesh_leave(zd_mesh_t *mesh)
             usleep(100);
         }
     }
+}
+
+void zd_mesh_end(zd_mesh_t *mesh, const char *why)
+{
+    if (mesh == NULL) {
+        return;
+    }
+    for (uint32_t r = 0; r < mesh->p.world; r++) {
+        if (r != mesh->p.rank) {
+            zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__END, 0, 0, why);
+        }
+    }
+    mesh->ended = true; /* zd_mesh_leave, which follows, goes out even after an abort */
+}
+
+bool zd_mesh_ended(const zd_mesh_t *mesh, char *why, size_t len)
+{
+    if (mesh != NULL && mesh->ended && why != NULL) {
+        snprintf(why, len, "%s", mesh->why);
+    }
+    return mesh != NULL && mesh->ended;
 }
 
 bool zd_mesh_cancelled(const zd_mesh_t *mesh)

@@ -74,6 +74,12 @@ void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
 /* The job ends normally on this rank: tell the peers, so that closing the endpoints is not
  * taken for a lost rank. */
 void zd_mesh_leave(zd_mesh_t *mesh);
+/* An operator ends the job (zeroctl job end): tell every peer to end it too (best effort), with
+ * why for their trainers. zd_mesh_leave follows. */
+void zd_mesh_end(zd_mesh_t *mesh, const char *why);
+/* Did a peer end the job (END)? Fills why with its reason. The mesh is aborted too, so that a
+ * collective in progress stops at once. */
+bool zd_mesh_ended(const zd_mesh_t *mesh, char *why, size_t len);
 
 /* Was the wait cut short because the daemon is shutting down? */
 bool zd_mesh_cancelled(const zd_mesh_t *mesh);

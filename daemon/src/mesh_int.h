@@ -43,6 +43,7 @@ struct zd_mesh {
     int efd;
     bool aborted;
     char why[512];
+    bool ended; /* a rank sent END (zeroctl job end): aborted too, without an error */
     bool closing;
 };
 

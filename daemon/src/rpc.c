@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "rpc.h"
+#include "rpc_int.h"
 
 #include "dconfig.h"
 #include "rpc_check.h"
@@ -28,6 +29,7 @@ _Static_assert(ZEROD__IPC__V1__DTYPE__DTYPE_F32 == (int)ZS_DTYPE_F32 &&
 struct zd_rpc_session {
     uint64_t conn_id;
     uint32_t uid; /* SO_PEERCRED; UINT32_MAX when unknown */
+    int32_t pid;  /* SO_PEERCRED; 0 when unknown */
     zd_role_t role;
     uint32_t n_slots;   /* given by the attach; 0 when no job is attached */
     uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */
@@ -48,6 +50,13 @@ void zd_rpc_session_set_uid(zd_rpc_session_t *s, uint32_t uid)
 {
     if (s != NULL) {
         s->uid = uid;
+    }
+}
+
+void zd_rpc_session_set_pid(zd_rpc_session_t *s, int32_t pid)
+{
+    if (s != NULL) {
+        s->pid = pid;
     }
 }
 
@@ -73,7 +82,7 @@ void zd_reply_free(zd_reply_t *reply)
 }
 
 /* The length prefix and the packed frame, in a new reply (NULL on allocation failure). */
-static zd_reply_t *zd_rpc_pack(const zd_frame_t *frame)
+zd_reply_t *zd_rpc_pack(const zd_frame_t *frame)
 {
     size_t len = zerod__ipc__v1__frame__get_packed_size(frame);
     zd_reply_t *reply = calloc(1, sizeof(*reply));
@@ -95,7 +104,7 @@ static zd_reply_t *zd_rpc_pack(const zd_frame_t *frame)
     return reply;
 }
 
-static Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg)
+Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg)
 {
     Zerod__Ipc__V1__Result r = ZEROD__IPC__V1__RESULT__INIT;
 
@@ -381,6 +390,11 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
         return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: %zu parameters exceed the limit of %u",
                        n_params, ZS_LAYOUT_MAX_PARAMS);
     }
+    if ((int)at->resume < ZD_RESUME_IF_KEPT || (int)at->resume > ZD_RESUME_MUST) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: resume %d is not one of IF_KEPT, AUTO, NEVER, MUST (0..3)",
+                       (int)at->resume);
+    }
     if (zs_dtype_from_int((long)at->dtype, &req->u.attach.dtype) != ZS_OK) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: dtype %d is not fp32, fp16 or bf16",
                        (int)at->dtype);
@@ -422,10 +436,48 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
                                     at->config_json,
                                     m->names,
                                     m->ndim,
-                                    m->dims};
+                                    m->dims,
+                                    (zd_resume_t)at->resume, /* checked above */
+                                    at->restart,
+                                    0};
     req->release = zd_rpc_release_attach;
     req->mem = m;
     return ZS_OK;
+}
+
+/* The checkpoint and export requests of zd_rpc_request. */
+static zs_status_t zd_rpc_request_ckpt(const zd_rpc_session_t *s, const zd_frame_t *f,
+                                       zd_req_t *req, char *err, size_t errlen)
+{
+    switch (f->body_case) {
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
+        req->kind = ZD_REQ_CKPT_SAVE;
+        req->u.ckpt.dir = f->checkpoint_save->dir;
+        req->u.ckpt.tag = f->checkpoint_save->tag;
+        if (f->checkpoint_save->trainer_state.len > 0) {
+            req->u.ckpt.trainer_state = f->checkpoint_save->trainer_state.data;
+            req->u.ckpt.trainer_state_len = f->checkpoint_save->trainer_state.len;
+        }
+        return ZS_OK;
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:
+        req->kind = ZD_REQ_CKPT_WAIT;
+        return ZS_OK;
+    case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
+        req->kind = ZD_REQ_EXPORT;
+        req->u.export_.path = f->export_request->path;
+        req->u.export_.uid = s->uid;
+        if (zs_dtype_from_int((long)f->export_request->dtype, &req->u.export_.dtype) != ZS_OK) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %d is not fp32 or bf16",
+                           (int)f->export_request->dtype);
+        }
+        return ZS_OK;
+    default: /* CHECKPOINT_LOAD */
+        req->kind = ZD_REQ_CKPT_LOAD;
+        req->u.ckpt.dir = f->checkpoint_load->dir;
+        req->u.ckpt.tag = f->checkpoint_load->tag;
+        req->u.ckpt.load_optimizer_states = f->checkpoint_load->load_optimizer_states;
+        return ZS_OK;
+    }
 }
 
 /* The engine request of a checked frame; takes the frame. */
@@ -448,6 +500,7 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
         req->kind = ZD_REQ_ATTACH;
         req->release = NULL;
         st = zd_rpc_attach_spec(f, req, err, errlen);
+        req->u.attach.trainer_pid = s->pid;
         break;
     case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
         req->kind = ZD_REQ_PARAMS_READY;
@@ -468,31 +521,15 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
         req->u.detach.end_job = f->detach->end_job;
         break;
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
-        req->kind = ZD_REQ_CKPT_SAVE;
-        req->u.ckpt.dir = f->checkpoint_save->dir;
-        req->u.ckpt.tag = f->checkpoint_save->tag;
-        if (f->checkpoint_save->trainer_state.len > 0) {
-            req->u.ckpt.trainer_state = f->checkpoint_save->trainer_state.data;
-            req->u.ckpt.trainer_state_len = f->checkpoint_save->trainer_state.len;
-        }
-        break;
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:
-        req->kind = ZD_REQ_CKPT_WAIT;
-        break;
     case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
-        req->kind = ZD_REQ_EXPORT;
-        req->u.export_.path = f->export_request->path;
-        req->u.export_.uid = s->uid;
-        if (zs_dtype_from_int((long)f->export_request->dtype, &req->u.export_.dtype) != ZS_OK) {
-            st = zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %d is not fp32 or bf16",
-                         (int)f->export_request->dtype);
-        }
-        break;
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
-        req->kind = ZD_REQ_CKPT_LOAD;
-        req->u.ckpt.dir = f->checkpoint_load->dir;
-        req->u.ckpt.tag = f->checkpoint_load->tag;
-        req->u.ckpt.load_optimizer_states = f->checkpoint_load->load_optimizer_states;
+        st = zd_rpc_request_ckpt(s, f, req, err, errlen);
+        break;
+    case ZEROD__IPC__V1__FRAME__BODY_JOB_END:
+        req->kind = ZD_REQ_JOB_END;
+        req->u.job_end = (zd_job_end_req_t){f->job_end->job_id, f->job_end->all,
+                                            f->job_end->checkpoint_dir, s->uid};
         break;
     default: /* zd_rpc_check let only the bodies above through, and ShardInfo */
         req->kind = ZD_REQ_SHARD_INFO;
@@ -556,6 +593,11 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t
         *close_p = true;
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return st;
+    }
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_JOB_LIST) { /* rpc_job.c */
+        *reply_p = zd_rpc_job_list(rpc, f->seq);
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return ZS_OK;
     }
     if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO ||
         f->body_case == ZEROD__IPC__V1__FRAME__BODY_STATUS) {
@@ -631,6 +673,7 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->train_batch_size = a->train_batch_size;
     ar->train_micro_batch_size = a->micro_batch_size;
     ar->grads_dtype = (Zerod__Ipc__V1__DType)a->grads_dtype;
+    ar->replaced = (char *)a->replaced;
     s->n_slots = a->n_slots;
     s->slot_busy = 0;
 }
@@ -814,6 +857,10 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
     case ZD_REQ_CKPT_LOAD:
     case ZD_REQ_EXPORT:
         reply = zd_rpc_encode_ckpt(resp, &r);
+        zd_resp_free(resp);
+        return reply;
+    case ZD_REQ_JOB_END: /* rpc_job.c */
+        reply = zd_rpc_job_end_reply(resp, &r);
         zd_resp_free(resp);
         return reply;
     case ZD_REQ_DISCONNECT:

@@ -35,6 +35,8 @@ zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id);
 void zd_rpc_session_destroy(zd_rpc_session_t *session);
 /* The connection's peer uid (SO_PEERCRED): whose an exported file is. */
 void zd_rpc_session_set_uid(zd_rpc_session_t *session, uint32_t uid);
+/* The connection's peer pid (SO_PEERCRED): named when its trainer holds the job. */
+void zd_rpc_session_set_pid(zd_rpc_session_t *session, int32_t pid);
 
 /* What the daemon tells its clients besides results. */
 typedef struct zd_rpc {

@@ -71,6 +71,8 @@ zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *f, char *err, size_t 
     case ZEROD__IPC__V1__FRAME__BODY_STATUS:
     case ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO:
     case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
+    case ZEROD__IPC__V1__FRAME__BODY_JOB_END:
+    case ZEROD__IPC__V1__FRAME__BODY_JOB_LIST:
         control_msg = true;
         break;
     default:

@@ -4,6 +4,8 @@
  * signals and an orderly stop. A connection's own framing and back-pressure are in conn.c.
  */
 #define _GNU_SOURCE
+#include "metrics_http.h"
+#include "notify.h"
 #include "server_int.h"
 #include "zs/log.h"
 #include "zs/version.h"
@@ -20,9 +22,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
-#ifdef ZD_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 static zd_conn_t *zd_server_find_conn(zd_server_t *srv, uint64_t id)
 {
@@ -46,6 +45,7 @@ static bool zd_server_peer_allowed(zd_server_t *srv, zd_conn_t *c, int fd, char 
     }
     c->uid = cred.uid;
     zd_rpc_session_set_uid(c->session, (uint32_t)cred.uid);
+    zd_rpc_session_set_pid(c->session, (int32_t)cred.pid);
     snprintf(who, wlen, "pid %d uid %u gid %u", (int)cred.pid, (unsigned)cred.uid,
              (unsigned)cred.gid);
     if (cred.uid == 0 || cred.uid == geteuid()) {
@@ -108,6 +108,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         snprintf(msg, sizeof(msg), "permission denied for %s (allowed: uid %u, root%s%s)", who,
                  (unsigned)geteuid(), srv->has_allowed_gid ? ", group " : "",
                  srv->has_allowed_gid ? srv->params->config->allowed_group : "");
+        zd_metrics_conn_refused(srv->metrics);
         zd_conn_fail(c, 0, ZS_ERR_PERMISSION, msg);
         return;
     }
@@ -115,6 +116,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         char msg[160];
         snprintf(msg, sizeof(msg), "too many connections from uid %u (at most %u)",
                  (unsigned)c->uid, ZD_MAX_CONNS_PER_UID);
+        zd_metrics_conn_refused(srv->metrics);
         zd_conn_fail(c, 0, ZS_ERR_LIMIT, msg);
         return;
     }
@@ -137,6 +139,10 @@ static void zd_server_close_all(zd_server_t *srv)
     uv_close((uv_handle_t *)&srv->sig_term, NULL);
     uv_close((uv_handle_t *)&srv->sig_int, NULL);
     uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+    zd_notify_close(srv->notify);
+    srv->notify = NULL;
+    zd_metrics_http_stop(srv->http); /* /healthz answered until the engine stopped */
+    srv->http = NULL;
 }
 
 /* Hand engine results to their connections as replies (a result for a closed connection is
@@ -162,6 +168,7 @@ static void zd_async_cb(uv_async_t *a)
     zd_server_t *srv = a->data;
 
     zd_server_deliver(srv, zd_engine_take_results(srv->engine));
+    zd_notify_update(srv->notify); /* STATUS= when the job changed */
     if (srv->stopping && zd_engine_stopped(srv->engine) && !uv_is_closing((uv_handle_t *)a)) {
         /* every reply is out (or queued in libuv): close connections after their writes */
         zd_resp_t *late = zd_engine_take_results(srv->engine);
@@ -199,9 +206,8 @@ static void zd_server_stop(zd_server_t *srv, const char *why)
         return;
     }
     srv->stopping = true;
-#ifdef ZD_HAVE_SYSTEMD
-    sd_notify(0, "STOPPING=1");
-#endif
+    zd_metrics_set_listening(srv->metrics, false); /* /readyz: 503 from now on */
+    zd_notify_stopping(srv->notify);
     zs_info(ZS_SUB_MAIN, "%s: finishing the request in progress and stopping", why);
     if (srv->listening) {
         zd_server_unlisten(srv);
@@ -432,6 +438,12 @@ static bool zd_server_start_engine(zd_server_t *srv)
     ep.ckpt_staging_keep = cfg->checkpoint_staging_keep != 0;
     ep.notify = zd_engine_notify;
     ep.notify_arg = &srv->async;
+    if (cfg->metrics_listen != NULL && cfg->metrics_listen[0] != '\0' &&
+        zd_metrics_create(srv->params->device, &srv->metrics) != ZS_OK) {
+        return false;
+    }
+    ep.metrics = srv->metrics;
+    ep.beat_interval_ns = zd_notify_watchdog_ns() / 4; /* notify.c: the watchdog's rule */
     if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {
         return false;
     }
@@ -454,16 +466,13 @@ static void zd_server_watch_signals(zd_server_t *srv)
     uv_signal_start(&srv->sig_hup, zd_signal_cb, SIGHUP);
 }
 
-/* Tell launchers the daemon serves: a READY line on stdout, and sd_notify under systemd. */
+/* Tell launchers the daemon serves: a READY line on stdout (READY=1 to systemd: notify.c). */
 static void zd_server_announce(const zd_server_params_t *params)
 {
     zs_info(ZS_SUB_MAIN, "zerod %s ready on %s (device %s, pid %d)", ZS_VERSION,
             params->socket_path, params->device, (int)getpid());
     printf("READY %s\n", params->socket_path);
     fflush(stdout);
-#ifdef ZD_HAVE_SYSTEMD
-    sd_notifyf(0, "READY=1\nSTATUS=serving %s", params->socket_path);
-#endif
 }
 
 int zd_server_run(const zd_server_params_t *params)
@@ -497,12 +506,16 @@ int zd_server_run(const zd_server_params_t *params)
         goto out_free;
     }
     zd_server_watch_signals(srv);
-    if (zd_server_listen(srv) != ZS_OK) {
+    if (zd_server_listen(srv) != ZS_OK ||
+        zd_metrics_http_start(srv->loop, srv->metrics, cfg->metrics_listen, srv->has_allowed_gid,
+                              srv->allowed_gid, &srv->http) != ZS_OK) {
         zd_server_stop(srv, "start-up failed");
         uv_run(srv->loop, UV_RUN_DEFAULT);
         goto out_engine;
     }
     zd_server_announce(params);
+    srv->notify = zd_notify_start(srv->loop, srv->engine, params->socket_path,
+                                  zd_config_peer_deadline_ns(cfg));
     uv_run(srv->loop, UV_RUN_DEFAULT);
     rc = 0;
     zs_info(ZS_SUB_MAIN, "stopped");
@@ -510,6 +523,7 @@ int zd_server_run(const zd_server_params_t *params)
 out_engine:
     zd_engine_destroy(srv->engine);
 out_free:
+    zd_metrics_destroy(srv->metrics); /* after the engine and the HTTP thread stopped */
     uv_loop_close(srv->loop);
     free(srv);
     return rc;

@@ -68,6 +68,11 @@ struct zd_server {
     uv_async_t async;
     uv_signal_t sig_term, sig_int, sig_hup;
     zd_engine_t *engine;
+    struct zd_notify *notify; /* READY, STATUS, WATCHDOG to systemd (notify.h); NULL: none */
+    /* metrics_listen: the snapshot (metrics.h) and its HTTP endpoint (metrics_http.h); NULL
+     * when off */
+    zd_metrics_t *metrics;
+    struct zd_metrics_http *http;
     zd_rpc_t rpc;
     const zd_server_params_t *params;
     uint64_t frame_timeout_ms;

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "job_int.h"
 #include "zs/error.h"
+#include "zs/time.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -77,6 +78,8 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
         }
         st = job->coll->ops->all_gather(job->coll, zd_step_bucket_ptr(job, &job->params, b),
                                         job->dtype, bk->slice, err, errlen);
+        job->stats.xfer_bytes[ZD_XFER_ALL_GATHER] +=
+            (uint64_t)job->world * bk->slice * zs_dtype_size(job->dtype);
     }
     if (st == ZS_OK) {
         job->params_stale = false;
@@ -111,10 +114,19 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
 {
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
+    zd_step_stats_t *s = &job->stats;
+    uint64_t bytes = (uint64_t)job->world * bk->slice * zs_dtype_size(dtype);
+    uint64_t t0 = zs_time_now_ns();
+    zs_status_t st;
 
     job->acc_clean[b] = 0;
-    return job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
-                                          job->acc + bk->shard_offset, flags, err, errlen);
+    st = job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
+                                        job->acc + bk->shard_offset, flags, err, errlen);
+    s->window_ns = s->window_ns != 0 ? s->window_ns : t0; /* the window's first bucket */
+    s->win_rs_ns += zs_time_now_ns() - t0;
+    s->win_rs_bytes += bytes;
+    s->xfer_bytes[ZD_XFER_REDUCE_SCATTER] += bytes;
+    return st;
 }
 
 /* Adam leaves the last step's gradients in the accumulator (one write stream fewer) and marks
@@ -291,6 +303,8 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
         zs_status_t st =
             job->coll->ops->all_gather(job->coll, zd_step_bucket_ptr(job, &job->params, b),
                                        job->dtype, l->buckets[b].slice, err, errlen);
+        job->stats.xfer_bytes[ZD_XFER_ALL_GATHER] +=
+            (uint64_t)job->world * l->buckets[b].slice * zs_dtype_size(job->dtype);
         if (st != ZS_OK) {
             return st;
         }
@@ -302,13 +316,24 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
     return ZS_OK;
 }
 
-zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                        zd_step_out_t *out, char *err, size_t errlen)
+/* The time since *t, which moves to now (CLOCK_MONOTONIC). */
+static uint64_t zd_step_lap(uint64_t *t)
+{
+    uint64_t now = zs_time_now_ns(), d = now - *t;
+
+    *t = now;
+    return d;
+}
+
+/* The phases of docs/semantics.md §4; ns[phase] gets the duration of each phase that ran. */
+static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
+                                    zd_step_out_t *out, uint64_t *ns, char *err, size_t errlen)
 {
     double sumsq = 0, S, grad_norm;
     bool nonfinite = false, overflow;
     float grad_scale;
     zs_status_t st;
+    uint64_t t;
 
     zd_step_test_pause(job, "step", job->step + 1);
     if (job->cfg.stage == 1) {
@@ -317,6 +342,7 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
             return st;
         }
     }
+    t = zs_time_now_ns();
     zd_step_zero_stale(job);
     st = zd_step_norm(job, exec, &sumsq, &nonfinite, err, errlen);
     if (st != ZS_OK) {
@@ -327,6 +353,7 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
     /* 2. loss-scaler update; S is the scale this step's backward used */
     S = job->scaler.cur_scale;
     st = zd_scaler_update(&job->scaler, overflow);
+    ns[ZD_PHASE_NORM] = zd_step_lap(&t);
     if (st != ZS_OK) {
         zd_step_drop_partial(job);
         return zs_errf(err, errlen, st,
@@ -344,6 +371,7 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
     }
     grad_scale = zd_step_grad_scale(job, sumsq, S, &grad_norm);
     st = zd_step_adam(job, exec, group_lr, grad_scale, err, errlen);
+    ns[ZD_PHASE_ADAM] = zd_step_lap(&t);
     if (st != ZS_OK) {
         return st;
     }
@@ -353,5 +381,63 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
     job->last_grad_norm = grad_norm;
     out->skipped = false;
     out->grad_norm = grad_norm;
-    return job->world > 1 ? zd_step_all_gather(job, err, errlen) : ZS_OK;
+    if (job->world == 1) {
+        return ZS_OK;
+    }
+    st = zd_step_all_gather(job, err, errlen);
+    ns[ZD_PHASE_ALL_GATHER] = zd_step_lap(&t);
+    return st;
+}
+
+void zd_step_stats_reset_window(zd_job_t *job)
+{
+    job->stats.window_ns = job->stats.win_rs_ns = job->stats.win_rs_bytes = 0;
+}
+
+/* A step that ran (committed or skipped) goes into the phase histograms and the busbw of its
+ * collectives; either way the next window opens (at once after a step, at the next bucket
+ * after a failure). */
+static void zd_step_stats_end(zd_job_t *job, zs_status_t st, uint64_t *ns)
+{
+    zd_step_stats_t *s = &job->stats;
+    double share = (double)(job->world - 1) / job->world; /* (N - 1) / N */
+    uint64_t ag_bytes = job->layout->shard_numel * job->world * zs_dtype_size(job->dtype);
+
+    if (s->win_rs_bytes > 0) {
+        ns[ZD_PHASE_REDUCE_SCATTER] = s->win_rs_ns;
+    }
+    if (st == ZS_OK) {
+        for (int p = 0; p < ZD_PHASE_COUNT; p++) {
+            if (ns[p] != UINT64_MAX) {
+                zd_hist_observe(&s->phase[p], (double)ns[p] * 1e-9);
+            }
+        }
+        s->busbw[ZD_XFER_REDUCE_SCATTER] =
+            s->win_rs_ns > 0 ? (double)s->win_rs_bytes / ((double)s->win_rs_ns * 1e-9) * share : 0;
+        s->busbw[ZD_XFER_ALL_GATHER] =
+            ns[ZD_PHASE_ALL_GATHER] != UINT64_MAX && ns[ZD_PHASE_ALL_GATHER] > 0
+                ? (double)ag_bytes / ((double)ns[ZD_PHASE_ALL_GATHER] * 1e-9) * share
+                : 0;
+    }
+    zd_step_stats_reset_window(job);
+    s->window_ns = st == ZS_OK ? zs_time_now_ns() : 0;
+}
+
+zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
+                        zd_step_out_t *out, char *err, size_t errlen)
+{
+    zd_step_stats_t *s = &job->stats;
+    uint64_t ns[ZD_PHASE_COUNT], start = zs_time_now_ns();
+    zs_status_t st;
+
+    for (int p = 0; p < ZD_PHASE_COUNT; p++) {
+        ns[p] = UINT64_MAX; /* did not run */
+    }
+    if (s->window_ns != 0) { /* the time not spent reducing: waiting for the trainer */
+        uint64_t busy = s->window_ns + s->win_rs_ns;
+        ns[ZD_PHASE_BUCKET_WAIT] = start > busy ? start - busy : 0;
+    }
+    st = zd_step_pipeline(job, exec, group_lr, out, ns, err, errlen);
+    zd_step_stats_end(job, st, ns);
+    return st;
 }

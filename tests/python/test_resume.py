@@ -12,7 +12,9 @@ lands inside a step, with buckets of the unfinished micro-step already submitted
 must drop that partial step. Run 1 ("straight") trains without interruption; run 2
 ("killed") is SIGKILLed on every rank after it printed step KILL_AFTER, then restarted.
 With N ranks every rank's trainer is killed and restarted, as a launcher restarting the job
-would. Both runs happen on the same daemons, one job after the other.
+would: the restarted trainers say so (TORCHELASTIC_RESTART_COUNT=1, as torchrun sets it), since
+initialize(resume="auto") continues a kept job only on a restart (a plain re-run replaces it:
+test_lifecycle.py). Both runs happen on the same daemons, one job after the other.
 """
 import os
 import signal
@@ -50,9 +52,12 @@ def child(out):
     print("DONE", flush=True)
 
 
-def start(cluster, job, rank, out):
+def start(cluster, job, rank, out, restart=False):
     env = dict(os.environ)
+    env.pop("TORCHELASTIC_RESTART_COUNT", None)
     env.update(cluster.env(rank, job))
+    if restart:  # the launcher's word that this is a restart of the job
+        env["TORCHELASTIC_RESTART_COUNT"] = "1"
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out],
                             env=env, stdout=subprocess.PIPE, text=True)
 
@@ -98,7 +103,7 @@ def main():
             p.stdout.close()
             assert p.returncode == -signal.SIGKILL, p.returncode
 
-        procs = [start(c, "killed", r, outs["killed"][r]) for r in range(world)]
+        procs = [start(c, "killed", r, outs["killed"][r], restart=True) for r in range(world)]
         logs = finish(procs)
         for r, log in enumerate(logs):
             first = log.splitlines()[0]

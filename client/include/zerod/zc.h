@@ -71,6 +71,7 @@ extern "C" {
 #define ZC_ERR_LAYOUT_MISMATCH (-31)
 #define ZC_ERR_STATE           (-32)
 #define ZC_ERR_LOSS_SCALE      (-33)
+#define ZC_ERR_JOB_ENDED       (-34)
 #define ZC_ERR_PEER_LOST       (-40)
 #define ZC_ERR_ABORTED         (-41)
 #define ZC_ERR_AUTH            (-42)
@@ -135,7 +136,22 @@ enum {
     ZC_ATTACH_FIELD_GROUPS = 1u << 5,
     ZC_ATTACH_FIELD_CONFIG_JSON = 1u << 6,
     ZC_ATTACH_FIELD_PARAM_INFO = 1u << 7,
+    ZC_ATTACH_FIELD_RESUME = 1u << 8, /* resume and restart */
 };
+
+/* What an attach does with a job the daemon keeps for a re-attach: one whose trainer went
+ * without ending it (crashed, killed, or detached with end_job = 0) within job_linger. Only a
+ * job of the same id is ever re-attached or replaced; a daemon holding another job, or one with
+ * a live trainer, answers ZC_ERR_BUSY naming it, its age and `zeroctl job end`. The daemon
+ * decides, so that every rank of a job decides alike (docs/design-notes.md "A job's life"). */
+typedef enum zc_resume {
+    ZC_RESUME_IF_KEPT = 0, /* re-attach it when its layout and config match (the default) */
+    ZC_RESUME_AUTO = 1,    /* re-attach it only when restart is 1 or its trainer detached keeping
+                              it, and its layout and config match; otherwise a new job replaces
+                              it (the daemon logs the replaced job's id and step) */
+    ZC_RESUME_NEVER = 2,   /* a new job always replaces it */
+    ZC_RESUME_MUST = 3,    /* re-attach it; ZC_ERR_NOT_FOUND when the daemon keeps none */
+} zc_resume_t;
 
 typedef struct zc_attach_params {
     uint64_t field_mask;
@@ -148,6 +164,9 @@ typedef struct zc_attach_params {
     const zc_group_t *groups;
     const char *config_json;           /* default "{}" */
     const zc_param_info_t *param_info; /* optional: one per parameter, registration order */
+    zc_resume_t resume;                /* default ZC_RESUME_IF_KEPT */
+    int restart;                       /* 1: the launcher says this process is a restart
+                                          (torchrun's TORCHELASTIC_RESTART_COUNT > 0) */
 } zc_attach_params_t;
 
 /* The coordinator of a world > 1 job ("host:port" of rank 0's daemon) from a launcher's
@@ -178,6 +197,9 @@ typedef struct zc_attach_info {
 ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
                              zc_attach_info_t *info_p);
 ZC_API int zc_session_params_ready(zc_session_t *session);
+/* After an attach: the kept job it replaced and why ("job 'x' at step 12, kept 40 s: ..."), or
+ * "" (never NULL). */
+ZC_API const char *zc_session_replaced(zc_session_t *session);
 /* After an attach: the config keys the daemon accepted but does not use, as a comma list of
  * dotted keys ("" when none; never NULL): a trainer should tell its user. */
 ZC_API const char *zc_session_ignored_keys(zc_session_t *session);
@@ -448,6 +470,69 @@ ZC_API int zc_session_group_shard(zc_session_t *session, uint32_t i, zc_group_sh
  * {"key", "value", "source"} (source "config", "default" or "derived"); "" from a daemon that
  * does not send it, NULL before a shard_info. Valid until the next shard_info or close. */
 ZC_API const char *zc_session_training_config(zc_session_t *session);
+
+/* ---- the daemon's job (what `zeroctl job` does) ----------------------------------------- */
+
+enum {
+    ZC_JOB_INFO_FIELD_JOB = 1u << 0,  /* job_id .. step, coordinator */
+    ZC_JOB_INFO_FIELD_LIFE = 1u << 1, /* state .. mesh_up */
+};
+
+/* A job a daemon holds (it holds one at most). */
+typedef struct zc_job_info {
+    uint64_t field_mask;
+    const char *job_id;
+    uint32_t rank;
+    uint32_t world;
+    uint64_t step;
+    const char *coordinator;
+    const char *state;    /* "attached", "lost" (attached, its mesh lost), "kept" (its trainer
+                             detached keeping it) or "orphaned" (its trainer went without one) */
+    double age_s;         /* since it was created on this daemon */
+    double idle_s;        /* since its trainer went; 0 while attached */
+    double linger_left_s; /* until job_linger ends it; 0 while attached */
+    int32_t trainer_pid;  /* the attached trainer's; 0 when none */
+    int mesh_up;          /* 1: its daemons' mesh is formed (world 1: always) */
+} zc_job_info_t;
+
+/* Ask the daemon for its job: *n_jobs_p is 0 or 1; zc_session_job_info() reads it. */
+ZC_API int zc_session_job_list(zc_session_t *session, int timeout_ms, uint32_t *n_jobs_p);
+/* Job i of the last zc_session_job_list() on this session. */
+ZC_API int zc_session_job_info(zc_session_t *session, uint32_t i, zc_job_info_t *info_p);
+
+enum {
+    ZC_JOB_END_FIELD_CHECKPOINT_DIR = 1u << 0,
+    ZC_JOB_END_FIELD_TIMEOUT_MS = 1u << 1,
+};
+
+typedef struct zc_job_end_params {
+    uint64_t field_mask;
+    const char *checkpoint_dir; /* a final checkpoint there (made absolute here; the calling
+                                   user's, or root's). At world > 1 every daemon of the job must
+                                   be asked, the job's trainers gone; a failed save leaves the
+                                   job as it was */
+    int timeout_ms;             /* default: the session's */
+} zc_job_end_params_t;
+
+enum {
+    ZC_JOB_END_FIELD_RESULT = 1u << 0, /* every field below */
+};
+
+typedef struct zc_job_end_result {
+    uint64_t field_mask;
+    const char *job_id; /* the job ended */
+    uint32_t rank;
+    uint32_t world;
+    uint64_t step;          /* its step when it ended */
+    const char *checkpoint; /* the final checkpoint's directory, or "" */
+    int peers_told;         /* 1: its mesh was up, its other daemons end it too */
+} zc_job_end_result_t;
+
+/* End the daemon's job (job_id), or whatever job it holds (job_id NULL): its trainer's next
+ * call fails with ZC_ERR_JOB_ENDED. ZC_ERR_NOT_FOUND when it holds no such job. params and
+ * result_p may be NULL; result_p's strings stay valid until the next zc_session_job_end(). */
+ZC_API int zc_session_job_end(zc_session_t *session, const char *job_id,
+                              const zc_job_end_params_t *params, zc_job_end_result_t *result_p);
 
 /* ---- errors -------------------------------------------------------------------------- */
 

@@ -28,6 +28,7 @@ ZC_ERR_CONFIG = -30
 ZC_ERR_LAYOUT_MISMATCH = -31
 ZC_ERR_STATE = -32
 ZC_ERR_LOSS_SCALE = -33
+ZC_ERR_JOB_ENDED = -34
 ZC_ERR_PEER_LOST = -40
 ZC_ERR_ABORTED = -41
 ZC_ERR_AUTH = -42
@@ -60,6 +61,7 @@ STATUS = {
     -31: ("ERR_LAYOUT_MISMATCH", "layout mismatch"),
     -32: ("ERR_STATE", "invalid state"),
     -33: ("ERR_LOSS_SCALE", "loss scale already at minimum"),
+    -34: ("ERR_JOB_ENDED", "job ended"),
     -40: ("ERR_PEER_LOST", "peer lost"),
     -41: ("ERR_ABORTED", "aborted"),
     -42: ("ERR_AUTH", "authentication failed"),

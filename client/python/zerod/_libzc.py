@@ -40,6 +40,10 @@ _ATTACH_FIELD_DTYPE = 1 << 4
 _ATTACH_FIELD_GROUPS = 1 << 5
 _ATTACH_FIELD_CONFIG_JSON = 1 << 6
 _ATTACH_FIELD_PARAM_INFO = 1 << 7
+_ATTACH_FIELD_RESUME = 1 << 8
+
+# zc_resume_t: what an attach does with a job the daemon keeps for a re-attach
+RESUME = {"if_kept": 0, "auto": 1, "never": 2, "must": 3}
 
 _STEP_FIELD_GROUP_LR = 1 << 0
 _STEP_FIELD_TIMEOUT_MS = 1 << 1
@@ -128,6 +132,8 @@ class _AttachParams(ctypes.Structure):
         ("groups", ctypes.POINTER(_Group)),
         ("config_json", ctypes.c_char_p),
         ("param_info", ctypes.POINTER(_ParamInfo)),
+        ("resume", ctypes.c_int),
+        ("restart", ctypes.c_int),
     ]
 
 
@@ -234,6 +240,7 @@ def _bind(lib):
        [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
     fn("zc_session_params_ready", ctypes.c_int, [vp])
     fn("zc_session_ignored_keys", ctypes.c_char_p, [vp])
+    fn("zc_session_replaced", ctypes.c_char_p, [vp])
     fn("zc_session_grads_dtype", ctypes.c_int, [vp])
     fn("zc_session_batch", ctypes.c_int, [vp, ctypes.POINTER(c_u32), ctypes.POINTER(c_u32)])
     fn("zc_session_restored", ctypes.c_int,
@@ -339,10 +346,13 @@ class Session:
     # ---- attach -------------------------------------------------------------------------
 
     def attach(self, job_id, groups, config_json="{}", dtype=DTYPE_F32, rank=0, world=1,
-               coordinator=None):
+               coordinator=None, resume=None, restart=False):
         """groups: list of (numels, options_json or None[, names, shapes]): names and shapes
-        (lists, one per parameter) go into checkpoints. Returns the attach info as a dict
-        (keys of zc_attach_info_t) and fills self.buckets with the layout."""
+        (lists, one per parameter) go into checkpoints. resume: None (the daemon re-attaches a
+        job it keeps whenever it fits), or "auto", "never", "must" (zc_resume_t); restart: the
+        launcher says this process is a restart. Returns the attach info as a dict (keys of
+        zc_attach_info_t, and "replaced": the kept job this attach replaced, or "") and fills
+        self.buckets with the layout."""
         lib = self._lib
         keep = []  # keep the ctypes arrays alive during the call
         garr = (_Group * len(groups))()
@@ -372,6 +382,12 @@ class Session:
         ap.n_groups = len(groups)
         ap.groups = garr
         ap.config_json = _bytes(config_json)
+        if resume is not None:
+            if resume not in RESUME:
+                raise ValueError("zerod: resume=%r is not one of %s" % (resume, sorted(RESUME)))
+            ap.field_mask |= _ATTACH_FIELD_RESUME
+            ap.resume = RESUME[resume]
+            ap.restart = 1 if restart else 0
         if any(name or shape for name, shape in infos):
             pi = (_ParamInfo * len(infos))()
             for i, (name, shape) in enumerate(infos):
@@ -389,6 +405,8 @@ class Session:
                "attach")
         self.info = {name: getattr(info, name) for name, _ in _AttachInfo._fields_}
         self.info["resumed"] = bool(info.resumed)
+        rep = lib.zc_session_replaced(self._h)
+        self.info["replaced"] = rep.decode(errors="replace") if rep else ""
         ign = lib.zc_session_ignored_keys(self._h)
         self.info["ignored_keys"] = ign.decode() if ign else ""
         self.info["grads_dtype"] = lib.zc_session_grads_dtype(self._h)

@@ -31,6 +31,7 @@ from ._codes import (
     DTYPE_F32,
     STATUS,
     ZC_ERR_BUSY,
+    ZC_ERR_JOB_ENDED,
     ZC_ERR_LAYOUT_MISMATCH,
 )
 from . import _checkpoint, _setup
@@ -107,7 +108,8 @@ def _default_job():
 
 def _read_env(job=None, socket_path=None):
     """The torchrun / zerorun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT, ZEROD_SOCKET, ZEROD_JOB."""
+    MASTER_PORT, ZEROD_SOCKET, ZEROD_JOB, and TORCHELASTIC_RESTART_COUNT (> 0: the launcher
+    restarted this process, so resume="auto" continues the job the daemon kept)."""
     rank = _env_int("RANK", 0)
     world = _env_int("WORLD_SIZE", 1)
     local_rank = _env_int("LOCAL_RANK", rank if world > 1 else 0)
@@ -120,11 +122,14 @@ def _read_env(job=None, socket_path=None):
         raise ValueError("zerod: WORLD_SIZE %d needs MASTER_ADDR and MASTER_PORT (rank 0's "
                          "daemon listens on MASTER_PORT + 1) or ZEROD_COORDINATOR=host:port"
                          % world)
-    sock = socket_path or os.environ.get("ZEROD_SOCKET") or (
-        "/run/zerod/zerod-cpu%d.sock" % local_rank)
+    # torchrun gives every local rank the same environment: ZEROD_SOCKET_DIR (as zerorun
+    # sets it) finds each rank's own daemon there
+    sock = socket_path or os.environ.get("ZEROD_SOCKET") or os.path.join(
+        os.environ.get("ZEROD_SOCKET_DIR") or "/run/zerod", "zerod-cpu%d.sock" % local_rank)
     job = job or os.environ.get("ZEROD_JOB") or _default_job()
     return {"rank": rank, "world": world, "local_rank": local_rank,
-            "coordinator": coordinator if world > 1 else None, "socket": sock, "job": job}
+            "coordinator": coordinator if world > 1 else None, "socket": sock, "job": job,
+            "restart": _env_int("TORCHELASTIC_RESTART_COUNT", 0) > 0}
 
 
 # ---- parameter groups ---------------------------------------------------------------------
@@ -297,7 +302,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
     on fp16 overflow does not count), skipped_steps, micro_steps (engine.step() calls), rank,
     world_size, stage, dtype, resumed (the attach found the job's state on the daemon)."""
 
-    def __init__(self, model, groups, cfg, env, timeout_ms=None, attach_wait_s=2.0):
+    def __init__(self, model, groups, cfg, env, timeout_ms=None, attach_wait_s=2.0,
+                 resume="auto"):
         super().__init__()
         self.module = model
         self.config = cfg
@@ -326,8 +332,11 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                      for ps, g in zip(reg_groups, groups)]
 
         self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
-                                  attach_wait_s)
+                                  attach_wait_s, resume)
         self._closed = False
+        if self._sess.info.get("replaced"):
+            warnings.warn("zerod: a new job replaced the one the daemon kept (%s)"
+                          % self._sess.info["replaced"], stacklevel=3)
         if self._sess.info.get("ignored_keys"):
             warnings.warn("zerod: config keys accepted but not used (they change nothing here): "
                           "%s" % self._sess.info["ignored_keys"], stacklevel=3)
@@ -383,13 +392,14 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                 if p.dtype != self.dtype:
                     p.data = p.data.to(self.dtype)
 
-    def _attach(self, env, zdtype, zc_groups, config_json, timeout_ms, attach_wait_s):
+    def _attach(self, env, zdtype, zc_groups, config_json, timeout_ms, attach_wait_s, resume):
         deadline = time.monotonic() + max(0.0, attach_wait_s)
         while True:
             sess = Session(env["socket"], timeout_ms)
             try:
                 sess.attach(env["job"], zc_groups, config_json, zdtype, env["rank"], env["world"],
-                            env["coordinator"])
+                            env["coordinator"], resume=resume,
+                            restart=env.get("restart", False))
                 return sess
             except ZerodError as e:
                 sess.close()
@@ -696,6 +706,9 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             self._grad_views = None
             try:
                 self._sess.detach(end_job)
+            except ZerodError as e:
+                if e.status != ZC_ERR_JOB_ENDED:  # an operator ended it: nothing to detach
+                    raise
             finally:
                 self._sess.close()
 
@@ -728,7 +741,7 @@ def _accumulate_node_hook(engine, pid, grad_inputs, grad_outputs):
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
                lr_scheduler=None, config=None, config_params=None, job=None, socket_path=None,
                timeout_ms=None, attach_wait_s=2.0, mpu=None, dist_init_required=None,
-               collate_fn=None):
+               collate_fn=None, resume="auto"):
     """Attach `model` to the local zerod, like deepspeed.initialize.
 
     config: a DeepSpeed config dict or the path of a JSON file (docs/training-config.md); fp16/bf16
@@ -740,6 +753,14 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     timeout_ms: libzc's deadline of every call (default 60 s); attach_wait_s: how long a
     busy daemon is retried (a restarted trainer may find its dead predecessor still attached
     for a moment).
+    resume: what to do with a job of the same id that the daemon keeps after its trainer went
+    (docs/design-notes.md "A job's life"). "auto" (default): continue it only when the launcher
+    says this process is a restart (torchrun's TORCHELASTIC_RESTART_COUNT > 0) or its trainer
+    closed it with end_job=False, and the model and config still fit it; otherwise a new job
+    replaces it (the daemon logs the old job's id and step; a warning says so here). "never":
+    always start afresh. "must": continue it, or fail (ERR_NOT_FOUND) when there is none. The
+    daemons decide, so every rank decides alike; a daemon holding another job, or one with a
+    live trainer, answers ERR_BUSY naming it, its age and `zeroctl job end`.
     optimizer: DeepSpeed's client optimizer, torch.optim.Adam/AdamW (or DeepSpeed's Adam) or a
     callable building one from the parameters: its type and per-group hyper-parameters replace
     the config's optimizer section (the daemon runs it). lr_scheduler: a scheduler built on
@@ -748,6 +769,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     Returns (engine, optimizer, None, lr_scheduler)."""
     if model is None:
         raise ValueError("zerod: initialize needs model=")
+    if resume not in ("auto", "never", "must"):
+        raise ValueError("zerod: resume=%r is not 'auto', 'never' or 'must'" % (resume,))
     _setup.check_client_scheduler(lr_scheduler)
     if mpu is not None:
         raise ValueError("zerod: model parallelism (mpu=) is not supported")
@@ -765,7 +788,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     sched_cfg = _setup.check_scheduler(cfg) if lr_scheduler is None else None
     env = _read_env(job, socket_path)
     groups = _collect_groups(model, model_parameters)
-    engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s)
+    engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s, resume)
     defaults = _config_defaults(cfg)
     opt_groups = []
     for g in groups:

@@ -38,6 +38,7 @@ extern "C" {
     XX(ERR_LAYOUT_MISMATCH, -31, "layout mismatch")                                                \
     XX(ERR_STATE, -32, "invalid state")                                                            \
     XX(ERR_LOSS_SCALE, -33, "loss scale already at minimum")                                       \
+    XX(ERR_JOB_ENDED, -34, "job ended")                                                            \
     XX(ERR_PEER_LOST, -40, "peer lost")                                                            \
     XX(ERR_ABORTED, -41, "aborted")                                                                \
     XX(ERR_AUTH, -42, "authentication failed")                                                     \

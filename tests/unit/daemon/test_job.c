@@ -444,16 +444,19 @@ ZDT_TEST(zd_job, another_job_is_busy_while_one_is_attached_or_lingers)
 {
     attach(CONN_A);
     spec.job_id = "job-2";
-    expect_attach_refused(CONN_B, ZS_ERR_BUSY, "serves job 'job-1' (attached)");
+    expect_attach_refused(CONN_B, ZS_ERR_BUSY, "holds job 'job-1'");
+    cr_assert(strstr(err, "attached by a live trainer") != NULL, "%s", err);
+    cr_assert(strstr(err, "zeroctl job end job-1") != NULL, "%s", err);
     expect_status(zd_job_detach(&job, &env, CONN_A, false, err, sizeof(err)), ZS_OK, NULL);
-    expect_attach_refused(CONN_B, ZS_ERR_BUSY, "keeps job 'job-1' for a re-attach");
-    cr_assert(strstr(err, "job_linger") != NULL, "%s", err);
+    expect_attach_refused(CONN_B, ZS_ERR_BUSY, "holds job 'job-1'");
+    cr_assert(strstr(err, "for a re-attach (job_linger)") != NULL, "%s", err);
+    cr_assert(strstr(err, "zeroctl job end job-1") != NULL, "%s", err);
 }
 
 ZDT_TEST(zd_job, a_reattach_while_the_trainer_is_attached_is_busy)
 {
     attach(CONN_A);
-    expect_attach_refused(CONN_B, ZS_ERR_BUSY, "attached by another trainer");
+    expect_attach_refused(CONN_B, ZS_ERR_BUSY, "attached by a live trainer");
     cr_assert(status().trainer_attached);
 }
 

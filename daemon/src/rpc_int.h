@@ -1,0 +1,22 @@
+/*
+ * Shared by the files of rpc (rpc.c, rpc_job.c): never included elsewhere.
+ */
+#ifndef ZD_RPC_INT_H
+#define ZD_RPC_INT_H
+
+#include "rpc.h"
+#include "rpc_check.h"
+
+/* The length prefix and the packed frame, in a new reply (NULL on allocation failure). */
+zd_reply_t *zd_rpc_pack(const zd_frame_t *frame);
+/* A Result pointing at msg (not copied). */
+Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg);
+
+/* ---- rpc_job.c: the operator's job control --------------------------------------------------- */
+
+/* JobListReply, from what the engine last published: at once, like Status. */
+zd_reply_t *zd_rpc_job_list(const zd_rpc_t *rpc, uint64_t seq);
+/* JobEndReply of an engine result (r: its Result). */
+zd_reply_t *zd_rpc_job_end_reply(const zd_resp_t *resp, Zerod__Ipc__V1__Result *r);
+
+#endif

@@ -73,8 +73,7 @@ void zd_resp_free(zd_resp_t *resp)
             }
         }
     } else if (resp->kind == ZD_REQ_SHARD_INFO) {
-        free(resp->u.shard.groups);
-        free(resp->u.shard.training_config);
+        zd_shard_out_free(&resp->u.shard);
     }
     free(resp);
 }

@@ -844,6 +844,14 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
     snprintf(s->coordinator, sizeof(s->coordinator), "%s", job->coordinator);
 }
 
+void zd_shard_out_free(zd_shard_out_t *out)
+{
+    free(out->groups);
+    free(out->training_config);
+    out->groups = NULL;
+    out->training_config = NULL;
+}
+
 zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,
                               char *err, size_t errlen)
 {

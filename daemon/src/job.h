@@ -196,6 +196,9 @@ typedef struct zd_shard_out {
     char *training_config;    /* zd_train_config_explain's, malloc'd: the caller frees */
 } zd_shard_out_t;
 
+/* Free what a zd_job_shard_info() allocated in *out (groups, training_config); NULLs them. */
+void zd_shard_out_free(zd_shard_out_t *out);
+
 /* The daemon holds at most one job: *job_p. Attach connection `conn` to the job of spec: a new
  * job (when *job_p is NULL), or a re-attach of *job_p (the same id, rank, layout and config, its
  * trainer gone); ZS_ERR_BUSY for another job. At world > 1 the mesh forms (bounded by

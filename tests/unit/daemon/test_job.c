@@ -143,7 +143,7 @@ static zd_shard_out_t shard(void)
     zd_shard_out_t s;
 
     expect_status(zd_job_shard_info(job, &env, &s, err, sizeof(err)), ZS_OK, NULL);
-    free(s.groups);
+    zd_shard_out_free(&s);
     return s;
 }
 

@@ -308,6 +308,7 @@ static char *build_config(const opts_t *o)
     cJSON *opt, *params, *zero, *fp16, *bf16;
     char *text;
 
+    cJSON_AddNumberToObject(root, "train_micro_batch_size_per_gpu", o->batch);
     cJSON_AddNumberToObject(root, "gradient_accumulation_steps", o->accum);
     cJSON_AddNumberToObject(root, "gradient_clipping", 1.0);
     opt = cJSON_AddObjectToObject(root, "optimizer");

@@ -13,7 +13,7 @@
 
 #define ZC_STATUS_FIELDS                                                                           \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
-     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY)
+     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE)
 #define ZC_MEMORY_TERM_FIELDS (ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA)
 #define ZC_SHARD_INFO_FIELDS                                                                       \
     (ZC_SHARD_INFO_FIELD_LAYOUT | ZC_SHARD_INFO_FIELD_MASTER | ZC_SHARD_INFO_FIELD_GROUPS)
@@ -66,6 +66,12 @@ static void zc_status_fill(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_statu
     }
     if (want & ZC_DAEMON_STATUS_FIELD_MEMORY) {
         st->n_memory = (uint32_t)r->n_memory;
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_RATE) {
+        st->steps_per_s = r->steps_per_s;
+        st->train_batch_size = r->train_batch_size;
+        st->busbw_reduce_scatter = r->busbw_reduce_scatter;
+        st->busbw_all_gather = r->busbw_all_gather;
     }
     st->field_mask = want;
 }

@@ -364,7 +364,7 @@ ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **sessio
     }
     snprintf(s->socket_path, sizeof(s->socket_path), "%s", path);
 
-    status = zc_conn_connect(&s->conn, path);
+    status = zc_conn_connect(&s->conn, path, zs_deadline_in_ms((uint64_t)s->timeout_ms));
     if (status != ZC_OK) {
         goto err_free;
     }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ZC_RX_MIN_CAP (64u * 1024u)
@@ -59,8 +60,30 @@ void zc_conn_cleanup(zc_conn_t *conn)
     conn->off = conn->len = conn->cap = 0;
 }
 
-int zc_conn_connect(zc_conn_t *conn, const char *path)
+/* The backlog of a listener that does not accept is full: a non-blocking connect says EAGAIN
+ * (Unix sockets never answer EINPROGRESS), and nothing can be polled for room in it. Try again
+ * after a pause (10 ms, doubling to 100 ms) until the deadline. */
+static int zc_conn_backlog_wait(const char *path, zs_deadline_t deadline, uint64_t *pause_ns)
 {
+    uint64_t left = zs_deadline_remaining_ns(deadline);
+    uint64_t ns = *pause_ns < left ? *pause_ns : left;
+    struct timespec ts = {.tv_sec = (time_t)(ns / ZS_NSEC_PER_SEC),
+                          .tv_nsec = (long)(ns % ZS_NSEC_PER_SEC)};
+
+    if (left == 0) {
+        return zc_fail(ZC_ERR_TIMEOUT,
+                       "connect(%s): the daemon accepts no connection (its listen backlog stayed "
+                       "full: is it stopped or wedged?)",
+                       path);
+    }
+    (void)nanosleep(&ts, NULL); /* EINTR: the loop tries again */
+    *pause_ns = *pause_ns * 2 < 100 * ZS_NSEC_PER_MSEC ? *pause_ns * 2 : 100 * ZS_NSEC_PER_MSEC;
+    return ZC_OK;
+}
+
+int zc_conn_connect(zc_conn_t *conn, const char *path, zs_deadline_t deadline)
+{
+    uint64_t pause_ns = 10 * ZS_NSEC_PER_MSEC;
     struct sockaddr_un addr;
     int status;
     int fd;
@@ -78,7 +101,7 @@ int zc_conn_connect(zc_conn_t *conn, const char *path)
     }
     memcpy(addr.sun_path, path, strlen(path) + 1);
 
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         status = zc_fail(ZC_ERR_IO, "socket(AF_UNIX): %s", strerror(errno));
         goto err;
@@ -87,6 +110,13 @@ int zc_conn_connect(zc_conn_t *conn, const char *path)
         int e = errno;
         if (e == EINTR) {
             continue;
+        }
+        if (e == EAGAIN) {
+            status = zc_conn_backlog_wait(path, deadline, &pause_ns);
+            if (status == ZC_OK) {
+                continue;
+            }
+            goto err_close;
         }
         if (e == EACCES || e == EPERM) {
             status = zc_fail(ZC_ERR_PERMISSION, "connect(%s): %s", path, strerror(e));

@@ -59,8 +59,9 @@ int zc_conn_init(zc_conn_t *conn, int fd);
 /* Close the socket and any unclaimed fds, free the buffer. Safe twice. */
 void zc_conn_cleanup(zc_conn_t *conn);
 /* Connect to a Unix socket path: ZC_ERR_UNREACHABLE (nothing listens / no such socket),
- * ZC_ERR_PERMISSION, ZC_ERR_INVALID (path too long). */
-int zc_conn_connect(zc_conn_t *conn, const char *path);
+ * ZC_ERR_PERMISSION, ZC_ERR_INVALID (path too long), ZC_ERR_TIMEOUT (the listener's backlog
+ * stayed full until the deadline: a stopped or wedged daemon). */
+int zc_conn_connect(zc_conn_t *conn, const char *path, zs_deadline_t deadline);
 
 /* A new request sequence number (never 0). */
 uint64_t zc_conn_next_seq(zc_conn_t *conn);
@@ -119,6 +120,7 @@ typedef enum zc_kept {
     ZC_KEPT_SHARD,      /* ShardInfoReply */
     ZC_KEPT_JOB_LIST,   /* JobListReply */
     ZC_KEPT_JOB_END,    /* JobEndReply */
+    ZC_KEPT_TRACE,      /* TraceReply */
     ZC_KEPT_COUNT
 } zc_kept_t;
 

@@ -14,6 +14,8 @@
  */
 #define _GNU_SOURCE
 #include "ckpt_cmd.h"
+
+#include "cli.h"
 #include "zerod/zc.h"
 #include "zs/ckpt.h"
 
@@ -64,13 +66,13 @@ static int ckpt_open(const char *arg, const char *tag, char *path, size_t len,
     } else {
         st = zs_ckpt_resolve(arg, tag, path, len, tagbuf, sizeof(tagbuf), err, sizeof(err));
         if (st != ZS_OK) {
-            fprintf(stderr, "zeroctl: %s\n", err);
+            zctl_error(st, "%s", err);
             return ZC_EXIT_BAD;
         }
     }
     st = zs_ckpt_manifest_read(path, m_p, err, sizeof(err));
     if (st != ZS_OK) {
-        fprintf(stderr, "zeroctl: %s\n", err);
+        zctl_error(st, "%s", err);
         return ZC_EXIT_BAD;
     }
     return ZC_EXIT_OK;
@@ -96,7 +98,8 @@ static int ckpt_ls(const char *dir, int json)
     cJSON *left = cJSON_AddArrayToObject(root, "leftovers");
 
     if (d == NULL) {
-        fprintf(stderr, "zeroctl: checkpoint dir %s: %s\n", dir, strerror(errno));
+        zctl_error(errno == ENOENT ? ZC_ERR_NOT_FOUND : ZC_ERR_IO, "checkpoint dir %s: %s", dir,
+                   strerror(errno));
         cJSON_Delete(root);
         return ZC_EXIT_BAD;
     }
@@ -141,14 +144,11 @@ static int ckpt_ls(const char *dir, int json)
     }
     closedir(d);
     if (json) {
-        char *text;
         cJSON_AddNumberToObject(root, "schema_version", 1);
         cJSON_AddStringToObject(root, "command", "checkpoint ls");
         cJSON_AddStringToObject(root, "dir", dir);
         cJSON_AddStringToObject(root, "latest", latest);
-        text = cJSON_Print(root);
-        printf("%s\n", text != NULL ? text : "{}");
-        free(text);
+        return zctl_print_json(root, 0) == ZCTL_EXIT_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
     }
     cJSON_Delete(root);
     return ZC_EXIT_OK;
@@ -169,7 +169,6 @@ static int ckpt_verify(const char *arg, const char *tag, int json)
     st = zs_ckpt_verify(path, m, err, sizeof(err));
     if (json) {
         cJSON *root = cJSON_CreateObject();
-        char *text;
         cJSON_AddNumberToObject(root, "schema_version", 1);
         cJSON_AddStringToObject(root, "command", "checkpoint verify");
         cJSON_AddStringToObject(root, "path", path);
@@ -179,16 +178,13 @@ static int ckpt_verify(const char *arg, const char *tag, int json)
         cJSON_AddNumberToObject(root, "world", m->world);
         cJSON_AddNumberToObject(root, "files", m->n_files);
         cJSON_AddNumberToObject(root, "bytes", (double)ckpt_bytes(m));
-        text = cJSON_Print(root);
-        printf("%s\n", text != NULL ? text : "{}");
-        free(text);
-        cJSON_Delete(root);
+        (void)zctl_print_json(root, 0);
     } else if (st == ZS_OK) {
         printf("%s: ok (step %" PRIu64 ", world %u, %u files, %" PRIu64 " bytes checked)\n", path,
                m->step, m->world, m->n_files, ckpt_bytes(m));
     }
     if (st != ZS_OK) {
-        fprintf(stderr, "zeroctl: %s\n", err);
+        zctl_error(st, "%s", err);
     }
     zs_ckpt_manifest_free(m);
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
@@ -213,7 +209,7 @@ static int ckpt_seal(const char *path)
     }
     zs_ckpt_manifest_free(m);
     if (st != ZS_OK) {
-        fprintf(stderr, "zeroctl: checkpoint seal: %s\n", err);
+        zctl_error(st, "checkpoint seal: %s", err);
         return ZC_EXIT_BAD;
     }
     printf("%s: sealed\n", path);
@@ -327,7 +323,7 @@ static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ck
     }
     if (st != ZS_OK) {
         unlink(tmp);
-        fprintf(stderr, "zeroctl: export of %s: %s\n", path, err);
+        zctl_error(st, "export of %s: %s", path, err);
         rc = ZC_EXIT_BAD;
     } else {
         rc = ZC_EXIT_OK;
@@ -356,10 +352,10 @@ static int ckpt_export(const ckpt_export_t *x)
     if (tensor == ZS_CKPT_N_TENSORS ||
         (strcmp(x->dtype, "fp32") != 0 && strcmp(x->dtype, "bf16") != 0) ||
         strcmp(x->format, "safetensors") != 0 || x->out == NULL) {
-        fprintf(stderr,
-                "zeroctl: export: --state '%s' (master, exp_avg, exp_avg_sq), --dtype '%s' "
-                "(fp32, bf16), --format '%s' (safetensors) and OUT (%s) are needed\n",
-                x->state, x->dtype, x->format, x->out != NULL ? x->out : "missing");
+        zctl_error(ZC_ERR_INVALID,
+                   "export: --state '%s' (master, exp_avg, exp_avg_sq), --dtype '%s' (fp32, "
+                   "bf16), --format '%s' (safetensors) and OUT (%s) are needed",
+                   x->state, x->dtype, x->format, x->out != NULL ? x->out : "missing");
         return ZC_EXIT_USAGE;
     }
     rc = ckpt_open(x->ckpt, x->tag, path, sizeof(path), &m);
@@ -368,7 +364,7 @@ static int ckpt_export(const ckpt_export_t *x)
     }
     dup = zs_ckpt_duplicate_name(m->params, m->n_params);
     if (dup != NULL) {
-        fprintf(stderr, "zeroctl: export: %s names two parameters '%s'\n", path, dup);
+        zctl_error(ZC_ERR_INVALID, "export: %s names two parameters '%s'", path, dup);
         zs_ckpt_manifest_free(m);
         return ZC_EXIT_BAD;
     }
@@ -390,7 +386,8 @@ static int ckpt_parse_export(int argc, char **argv, bool top, ckpt_export_t *x)
     int c;
 
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+    opterr = 0; /* zctl_getopt_error says it, under --json as JSON too */
+    while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'T':
             x->tag = optarg;
@@ -414,7 +411,7 @@ static int ckpt_parse_export(int argc, char **argv, bool top, ckpt_export_t *x)
             ckpt_usage(stdout);
             return ZC_EXIT_OK;
         default:
-            return ZC_EXIT_USAGE;
+            return zctl_getopt_error(c, argv, "zeroctl checkpoint --help");
         }
     }
     for (; optind < argc; optind++) { /* positionals: CKPT then OUT (OUT only for `export`) */
@@ -423,7 +420,7 @@ static int ckpt_parse_export(int argc, char **argv, bool top, ckpt_export_t *x)
         } else if (x->out == NULL) {
             x->out = argv[optind];
         } else {
-            fprintf(stderr, "zeroctl: export: unexpected argument '%s'\n", argv[optind]);
+            zctl_error(ZC_ERR_INVALID, "export: unexpected argument '%s'", argv[optind]);
             return ZC_EXIT_USAGE;
         }
     }
@@ -431,7 +428,7 @@ static int ckpt_parse_export(int argc, char **argv, bool top, ckpt_export_t *x)
         return -2; /* the daemon's live job */
     }
     if (x->ckpt == NULL) {
-        fprintf(stderr, "zeroctl: checkpoint export needs CKPT\n");
+        zctl_error(ZC_ERR_INVALID, "checkpoint export needs CKPT");
         return ZC_EXIT_USAGE;
     }
     return -1;
@@ -448,8 +445,8 @@ static int ckpt_export_live(const ckpt_export_t *x, const char *socket_path, int
     if ((strcmp(x->dtype, "fp32") != 0 && strcmp(x->dtype, "bf16") != 0) ||
         strcmp(x->state, "master") != 0 || strcmp(x->format, "safetensors") != 0 ||
         x->out == NULL || x->tag != NULL) {
-        fprintf(stderr, "zeroctl: export of a live job: --dtype fp32|bf16 and OUT only (the "
-                        "moments and tags are a checkpoint's: --checkpoint CKPT)\n");
+        zctl_error(ZC_ERR_INVALID, "export of a live job: --dtype fp32|bf16 and OUT only (the "
+                                   "moments and tags are a checkpoint's: --checkpoint CKPT)");
         return ZC_EXIT_USAGE;
     }
     memset(&op, 0, sizeof(op));
@@ -467,13 +464,26 @@ static int ckpt_export_live(const ckpt_export_t *x, const char *socket_path, int
                                    timeout_ms, &step);
     }
     if (status != ZC_OK) {
-        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        zctl_error(status, "%s", zc_last_error());
         zc_session_close(s);
         return status == ZC_ERR_UNREACHABLE ? 7 : ZC_EXIT_BAD;
     }
     zc_session_close(s);
     printf("%s: the live job's parameters at step %" PRIu64 " (%s)\n", x->out, step, x->dtype);
     return ZC_EXIT_OK;
+}
+
+/* The JSON output's "command": "checkpoint SUB" for a known SUB. */
+static void ckpt_command(const char *sub)
+{
+    static const char *const names[] = {"checkpoint ls", "checkpoint verify", "checkpoint export",
+                                        "checkpoint seal"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(sub, names[i] + strlen("checkpoint ")) == 0) {
+            zctl_set_command(names[i]);
+        }
+    }
 }
 
 int zeroctl_checkpoint_main(int argc, char **argv, int json, const char *socket_path,
@@ -484,6 +494,7 @@ int zeroctl_checkpoint_main(int argc, char **argv, int json, const char *socket_
     int rc;
 
     if (strcmp(argv[0], "export") == 0) {
+        zctl_set_command("export");
         rc = ckpt_parse_export(argc, argv, true, &x);
         if (rc == -2) {
             return ckpt_export_live(&x, socket_path, timeout_ms);
@@ -491,9 +502,13 @@ int zeroctl_checkpoint_main(int argc, char **argv, int json, const char *socket_
         return rc >= 0 ? rc : ckpt_export(&x);
     }
     if (sub == NULL || strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
+        if (sub == NULL) {
+            zctl_error(ZC_ERR_INVALID, "checkpoint: missing COMMAND (ls, verify, export or seal)");
+        }
         ckpt_usage(sub == NULL ? stderr : stdout);
         return sub == NULL ? ZC_EXIT_USAGE : ZC_EXIT_OK;
     }
+    ckpt_command(sub);
     if (strcmp(sub, "ls") == 0 && argc == 3) {
         return ckpt_ls(argv[2], json);
     }
@@ -507,7 +522,7 @@ int zeroctl_checkpoint_main(int argc, char **argv, int json, const char *socket_
         rc = ckpt_parse_export(argc - 1, argv + 1, false, &x);
         return rc >= 0 ? rc : ckpt_export(&x);
     }
-    fprintf(stderr, "zeroctl: checkpoint %s: unknown subcommand or wrong arguments\n", sub);
+    zctl_error(ZC_ERR_INVALID, "checkpoint %s: unknown subcommand or wrong arguments", sub);
     ckpt_usage(stderr);
     return ZC_EXIT_USAGE;
 }

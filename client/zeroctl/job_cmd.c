@@ -12,21 +12,20 @@
  */
 #define _GNU_SOURCE
 #include "job_cmd.h"
+
+#include "cli.h"
 #include "zerod/zc.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#define JOB_SCHEMA_VERSION 1
-#define JOB_MAX_DAEMONS    256
+#define JOB_MAX_DAEMONS    ZCTL_MAX_DAEMONS
 #define JOB_LS_TIMEOUT_MS  10000
 #define JOB_END_TIMEOUT_MS 600000 /* a final checkpoint may form a mesh and write a large shard */
 
@@ -34,7 +33,7 @@ enum { JOB_EXIT_OK = 0, JOB_EXIT_DAEMON = 1, JOB_EXIT_USAGE = 2, JOB_EXIT_UNREAC
 
 /* One daemon: what it said. */
 typedef struct job_daemon {
-    char socket[108];
+    char socket[ZCTL_SOCKET_MAX];
     int status; /* of the last call: ZC_OK, or the failure (msg) */
     char msg[512];
     int has_job;
@@ -90,40 +89,26 @@ static void job_usage(FILE *out)
 
 /* ---- which daemons ------------------------------------------------------------------------ */
 
-static int job_by_socket(const void *a, const void *b)
-{
-    return strcmp(((const job_daemon_t *)a)->socket, ((const job_daemon_t *)b)->socket);
-}
-
 /* Every socket in dir, into d after the n_p there, by name; 0, or -1 when dir cannot be read. */
 static int job_scan_dir(const char *dir, job_daemon_t *d, int *n_p)
 {
-    DIR *dp = opendir(dir);
-    struct dirent *e;
-    struct stat sb;
-    int first = *n_p;
+    char(*sockets)[ZCTL_SOCKET_MAX] = calloc(JOB_MAX_DAEMONS, ZCTL_SOCKET_MAX);
+    int n = sockets != NULL ? zctl_scan_dir(dir, sockets, JOB_MAX_DAEMONS - *n_p) : -1;
 
-    if (dp == NULL) {
-        return -1;
+    int e = errno; /* opendir's, for the caller's %m */
+
+    for (int i = 0; i < n; i++) {
+        memcpy(d[(*n_p)++].socket, sockets[i], ZCTL_SOCKET_MAX);
     }
-    while ((e = readdir(dp)) != NULL && *n_p < JOB_MAX_DAEMONS) {
-        char path[4096];
-        int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (n < 0 || (size_t)n >= sizeof(d->socket) || stat(path, &sb) != 0 ||
-            !S_ISSOCK(sb.st_mode)) {
-            continue;
-        }
-        memcpy(d[(*n_p)++].socket, path, (size_t)n + 1); /* it fits: checked above */
-    }
-    closedir(dp);
-    qsort(d + first, (size_t)(*n_p - first), sizeof(*d), job_by_socket);
-    return 0;
+    free(sockets);
+    errno = e;
+    return n < 0 ? -1 : 0;
 }
 
 static int job_targets(const job_opts_t *o, job_daemon_t *d, int *n_p)
 {
     char dflt[4096];
-    const char *dir = o->dir, *env = getenv("ZEROD_SOCKET");
+    const char *dir = o->dir;
 
     *n_p = 0;
     for (int i = 0; i < o->n_sockets; i++) {
@@ -133,16 +118,15 @@ static int job_targets(const job_opts_t *o, job_daemon_t *d, int *n_p)
         return JOB_EXIT_OK;
     }
     if (dir == NULL) {
-        snprintf(dflt, sizeof(dflt), "%s", env != NULL && env[0] != '\0' ? env : "/run/zerod/x");
-        dir = dirname(dflt);
+        dir = zctl_default_dir(1, dflt, sizeof(dflt));
     }
     if (job_scan_dir(dir, d, n_p) != 0) {
-        fprintf(stderr, "zeroctl: job: cannot read the socket directory %s: %m\n", dir);
+        zctl_error(ZC_ERR_UNREACHABLE, "job: cannot read the socket directory %s: %m", dir);
         return JOB_EXIT_UNREACHABLE;
     }
     if (*n_p == 0) {
-        fprintf(stderr, "zeroctl: job: no daemon socket in %s (give -s SOCKET or --dir DIR)\n",
-                dir);
+        zctl_error(ZC_ERR_UNREACHABLE, "job: no daemon socket in %s (give -s SOCKET or --dir DIR)",
+                   dir);
         return JOB_EXIT_UNREACHABLE;
     }
     return JOB_EXIT_OK;
@@ -217,25 +201,12 @@ static int job_exit_of(const job_daemon_t *d, int n)
 
 static int job_print_json(cJSON *root)
 {
-    char *text = root != NULL ? cJSON_Print(root) : NULL;
-
-    cJSON_Delete(root);
-    if (text == NULL) {
-        fprintf(stderr, "zeroctl: out of memory building the JSON output\n");
-        return JOB_EXIT_DAEMON;
-    }
-    printf("%s\n", text);
-    cJSON_free(text);
-    return JOB_EXIT_OK;
+    return zctl_print_json(root, 0);
 }
 
 static cJSON *job_json_root(const char *command)
 {
-    cJSON *root = cJSON_CreateObject();
-
-    cJSON_AddNumberToObject(root, "schema_version", JOB_SCHEMA_VERSION);
-    cJSON_AddStringToObject(root, "command", command);
-    return root;
+    return zctl_json_root(command);
 }
 
 /* ---- job ls -------------------------------------------------------------------------------- */
@@ -469,8 +440,8 @@ static int job_end(const job_opts_t *o, job_daemon_t *d, int n)
             printf("no job to end on the %d daemon%s asked\n", n, n == 1 ? "" : "s");
             return rc;
         }
-        fprintf(stderr, "zeroctl: no daemon of the %d asked holds job '%s' (zeroctl job ls)\n", n,
-                o->job_id);
+        zctl_error(ZC_ERR_NOT_FOUND, "no daemon of the %d asked holds job '%s' (zeroctl job ls)", n,
+                   o->job_id);
         return rc == JOB_EXIT_OK ? JOB_EXIT_DAEMON : rc;
     }
     job_end_run(o, d, n);
@@ -498,8 +469,8 @@ static int job_parse_timeout(const char *arg, int *ms_p)
     long v = strtol(arg, &end, 10);
 
     if (end == arg || *end != '\0' || v <= 0 || v > 3600L * 1000L) {
-        fprintf(stderr, "zeroctl: --timeout '%s' is not a number of milliseconds in 1..3600000\n",
-                arg);
+        zctl_usage_error("zeroctl job --help",
+                         "--timeout '%s' is not a number of milliseconds in 1..3600000", arg);
         return -1;
     }
     *ms_p = (int)v;
@@ -522,7 +493,8 @@ static int job_parse(int argc, char **argv, job_opts_t *o)
     int c;
 
     optind = 1;
-    while ((c = getopt_long(argc, argv, "s:t:jh", longopts, NULL)) != -1) {
+    opterr = 0; /* zctl_getopt_error says it, under --json as JSON too */
+    while ((c = getopt_long(argc, argv, ":s:t:jh", longopts, NULL)) != -1) {
         if (c == 's' && o->n_sockets < JOB_MAX_DAEMONS) {
             o->sockets[o->n_sockets++] = optarg;
         } else if (c == 'd') {
@@ -537,12 +509,12 @@ static int job_parse(int argc, char **argv, job_opts_t *o)
             o->checkpoint = optarg;
         } else if (c == 'j') {
             o->json = 1;
+            zctl_set_json(1);
         } else if (c == 'h') {
             job_usage(stdout);
             return JOB_EXIT_OK;
         } else {
-            fprintf(stderr, "Try 'zeroctl job --help'.\n");
-            return JOB_EXIT_USAGE;
+            return zctl_getopt_error(c, argv, "zeroctl job --help");
         }
     }
     return -1;
@@ -555,18 +527,19 @@ static int job_check(int argc, char **argv, job_opts_t *o, const char **cmd_p)
     int operands = argc - optind - 1;
 
     if (cmd == NULL || (strcmp(cmd, "ls") != 0 && strcmp(cmd, "end") != 0)) {
-        fprintf(stderr, "zeroctl: job: %s%s%s (expected ls or end); try 'zeroctl job --help'\n",
-                cmd == NULL ? "missing COMMAND" : "unknown command '", cmd == NULL ? "" : cmd,
-                cmd == NULL ? "" : "'");
+        zctl_error(ZC_ERR_INVALID, "job: %s%s%s (expected ls or end); try 'zeroctl job --help'",
+                   cmd == NULL ? "missing COMMAND" : "unknown command '", cmd == NULL ? "" : cmd,
+                   cmd == NULL ? "" : "'");
         return JOB_EXIT_USAGE;
     }
+    zctl_set_command(strcmp(cmd, "ls") == 0 ? "job ls" : "job end");
     if (strcmp(cmd, "ls") == 0 && (operands > 0 || o->all || o->checkpoint != NULL)) {
-        fprintf(stderr, "zeroctl: job ls takes no JOB, --all or --checkpoint\n");
+        zctl_error(ZC_ERR_INVALID, "job ls takes no JOB, --all or --checkpoint");
         return JOB_EXIT_USAGE;
     }
     if (strcmp(cmd, "end") == 0) {
         if ((operands == 1) == (o->all != 0) || operands > 1) {
-            fprintf(stderr, "zeroctl: job end needs exactly one of JOB and --all\n");
+            zctl_error(ZC_ERR_INVALID, "job end needs exactly one of JOB and --all");
             return JOB_EXIT_USAGE;
         }
         o->job_id = operands == 1 ? argv[optind + 1] : NULL;
@@ -597,7 +570,7 @@ int zeroctl_job_main(int argc, char **argv, int json, const char *socket_path, i
     }
     d = calloc(JOB_MAX_DAEMONS, sizeof(*d));
     if (d == NULL) {
-        fprintf(stderr, "zeroctl: out of memory\n");
+        zctl_error(ZC_ERR_NO_MEMORY, "out of memory");
         return JOB_EXIT_DAEMON;
     }
     rc = job_targets(&o, d, &n);

@@ -1,17 +1,22 @@
 /*
  * zeroctl: inspect a zerod daemon over its socket (control role).
  *
- *   zeroctl [-s SOCKET] [--json] [--timeout MS] status|shard
+ *   zeroctl [-s SOCKET] [--json] [--timeout MS] status|shard|config
+ *   zeroctl [--dir DIR] [--json] [--timeout MS] status [-l SECONDS]   every daemon of the host
+ *                                                                     (status_cmd.c)
  *   zeroctl [--json] checkpoint ls|verify|export ...   (files only: ckpt_cmd.c)
  *   zeroctl export --checkpoint CKPT ... OUT
  *
  * Exit codes (conventions.md): 0 ok, 1 the daemon returned an error, 2 usage, 7 daemon
- * unreachable. --json prints one object with "schema_version" (the stable interface); the
- * human output is a table with units in the header.
+ * unreachable. --json prints one object with "schema_version" (the stable interface), also for
+ * an error (cli.h); the human output is a table with units in the header.
  */
 #define _GNU_SOURCE
 #include "ckpt_cmd.h"
+#include "cli.h"
 #include "job_cmd.h"
+#include "status_cmd.h"
+#include "trace_cmd.h"
 #include "zerod/zc.h" /* the public API only: zeroctl is a client like any other */
 
 #include <cjson/cJSON.h>
@@ -21,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ZEROCTL_SCHEMA_VERSION 1
+#define ZEROCTL_SCHEMA_VERSION ZCTL_SCHEMA_VERSION
 
 enum {
     ZEROCTL_EXIT_OK = 0,
@@ -35,17 +40,24 @@ typedef struct zeroctl_opts {
     const char *socket_path;
     int json;
     int timeout_ms;
-    const char *cmd; /* "status" or "shard" */
+    int timeout_given; /* -t (status: else each command's default) */
+    const char *dir;   /* status: --dir */
+    int loop_s;        /* status: -l */
+    const char *cmd;   /* "status", "shard" or "config" */
 } zeroctl_opts_t;
 
 static void zeroctl_usage(FILE *out)
 {
     fprintf(out,
             "Usage: zeroctl [OPTIONS] COMMAND\n"
-            "Inspect a zerod daemon.\n"
+            "Inspect zerod daemons.\n"
             "\n"
             "Commands:\n"
-            "  status             daemon, job, step, collectives and memory by category\n"
+            "  status             daemon, job, step, steps/s, samples/s, bus bandwidth, memory\n"
+            "                     by category; without -s or $ZEROD_SOCKET one row per daemon\n"
+            "                     of --dir (socket, device, job, rank, state, step, rates,\n"
+            "                     memory, trainer pid); an unreachable one is a row with its\n"
+            "                     error\n"
             "  shard              this rank's shard ranges per parameter group\n"
             "  config             the job's training config as resolved, with each value's source\n"
             "                     (config, default or derived)\n"
@@ -54,16 +66,31 @@ static void zeroctl_usage(FILE *out)
             "  export --checkpoint CKPT OUT     one safetensors file of the model\n"
             "  job ls|end ...     the daemons' jobs; end one on every daemon that holds it\n"
             "                     (see 'zeroctl job --help')\n"
+            "  trace [-n N] [-o FILE] ...  a Chrome / Perfetto trace of a job's last N steps on\n"
+            "                     every daemon (see 'zeroctl trace --help')\n"
             "\n"
             "Options:\n"
-            "  -s, --socket PATH  daemon socket (default: $ZEROD_SOCKET, else %s)\n"
+            "  -s, --socket PATH  daemon socket (default: $ZEROD_SOCKET, else %s;\n"
+            "                     status: else the table of every daemon of --dir)\n"
             "  -j, --json         print one JSON object (stable; has \"schema_version\")\n"
-            "  -t, --timeout MS   deadline for the daemon's answer (default 10000)\n"
+            "  -t, --timeout MS   deadline for the daemon's answer (default 10000; each daemon\n"
+            "                     of the status table: 5000)\n"
+            "      --dir DIR      status: the table of every daemon socket in DIR (default\n"
+            "                     /run/zerod), even with $ZEROD_SOCKET set\n"
+            "  -l, --loop SECONDS\n"
+            "                     status: redraw every SECONDS (1..86400) until SIGINT or\n"
+            "                     SIGTERM, the screen cleared before each; with --json one\n"
+            "                     object per line\n"
             "  -h, --help         print this help and exit\n"
             "  -V, --version      print the version and exit\n"
             "\n"
+            "With --json an error is an object too: {\"schema_version\", \"command\", \"error\":\n"
+            "{\"status\", \"message\"}}.\n"
+            "\n"
             "Exit status: 0 ok, 1 the daemon returned an error, 2 usage error, 7 daemon "
-            "unreachable.\n",
+            "unreachable\n"
+            "(the status table: 7 when a daemon was unreachable or DIR holds none, else 1 when\n"
+            "one failed).\n",
             ZC_DEFAULT_SOCKET);
 }
 
@@ -76,206 +103,16 @@ static void zeroctl_hex64(uint64_t v, char *buf, size_t len)
 static void zeroctl_fail(int status)
 {
     if (status == ZC_ERR_NO_MEMORY && zc_last_error()[0] == '\0') {
-        fprintf(stderr, "zeroctl: out of memory\n");
+        zctl_error(status, "out of memory");
     } else {
-        fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+        zctl_error(status, "%s", zc_last_error());
     }
 }
 
 /* Print the JSON object and free it. */
 static int zeroctl_print_json(cJSON *root)
 {
-    char *text;
-
-    if (root == NULL) {
-        fprintf(stderr, "zeroctl: out of memory building the JSON output\n");
-        return ZEROCTL_EXIT_DAEMON;
-    }
-    text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (text == NULL) {
-        fprintf(stderr, "zeroctl: out of memory printing the JSON output\n");
-        return ZEROCTL_EXIT_DAEMON;
-    }
-    printf("%s\n", text);
-    cJSON_free(text);
-    return ZEROCTL_EXIT_OK;
-}
-
-/* ---- status ------------------------------------------------------------------------ */
-
-/* What `zeroctl status` shows: the status and its memory terms. */
-typedef struct zeroctl_status {
-    zc_daemon_status_t st;
-    zc_memory_term_t *memory; /* [st.n_memory] */
-} zeroctl_status_t;
-
-static cJSON *zeroctl_status_json(const zeroctl_status_t *z)
-{
-    const zc_daemon_status_t *r = &z->st;
-    cJSON *root = cJSON_CreateObject();
-    cJSON *job, *mem;
-    char hash[32];
-
-    cJSON_AddNumberToObject(root, "schema_version", ZEROCTL_SCHEMA_VERSION);
-    cJSON_AddStringToObject(root, "command", "status");
-    cJSON_AddStringToObject(root, "version", r->version);
-    cJSON_AddNumberToObject(root, "pid", r->pid);
-    cJSON_AddStringToObject(root, "device", r->device);
-    cJSON_AddStringToObject(root, "socket", r->socket);
-    cJSON_AddNumberToObject(root, "uptime_s", r->uptime_s);
-    cJSON_AddNumberToObject(root, "heap_in_use_bytes", (double)r->heap_in_use);
-    if (r->activity[0] != '\0') {
-        cJSON_AddStringToObject(root, "activity", r->activity);
-        cJSON_AddNumberToObject(root, "activity_s", r->activity_s);
-    } else {
-        cJSON_AddNullToObject(root, "activity");
-        cJSON_AddNumberToObject(root, "activity_s", 0);
-    }
-    cJSON_AddBoolToObject(root, "has_job", r->has_job);
-    if (r->has_job) {
-        job = cJSON_AddObjectToObject(root, "job");
-        cJSON_AddStringToObject(job, "id", r->job_id);
-        cJSON_AddNumberToObject(job, "rank", r->rank);
-        cJSON_AddNumberToObject(job, "world", r->world);
-        cJSON_AddNumberToObject(job, "stage", r->stage);
-        cJSON_AddStringToObject(job, "dtype", zc_dtype_name(r->dtype));
-        cJSON_AddNumberToObject(job, "step", (double)r->step);
-        cJSON_AddNumberToObject(job, "skipped_steps", (double)r->skipped_steps);
-        cJSON_AddNumberToObject(job, "loss_scale", r->loss_scale);
-        cJSON_AddNumberToObject(job, "grad_norm", r->grad_norm);
-        cJSON_AddBoolToObject(job, "trainer_attached", r->trainer_attached);
-        cJSON_AddNumberToObject(job, "param_numel", (double)r->param_numel);
-        /* a 64-bit identifier: a string, since JSON numbers are doubles */
-        zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
-        cJSON_AddStringToObject(job, "layout_hash", hash);
-        cJSON_AddStringToObject(job, "collectives", r->collectives);
-    } else {
-        cJSON_AddNullToObject(root, "job");
-    }
-    mem = cJSON_AddArrayToObject(root, "memory");
-    for (uint32_t i = 0; i < r->n_memory; i++) {
-        const zc_memory_term_t *t = &z->memory[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", t->name);
-        cJSON_AddNumberToObject(o, "bytes", (double)t->bytes);
-        cJSON_AddNumberToObject(o, "formula_bytes", (double)t->formula_bytes);
-        cJSON_AddStringToObject(o, "formula", t->formula);
-        cJSON_AddItemToArray(mem, o);
-    }
-    return root;
-}
-
-static void zeroctl_status_job_table(const zc_daemon_status_t *r)
-{
-    char hash[32];
-
-    zeroctl_hex64(r->layout_hash, hash, sizeof(hash));
-    printf("%-20s %s\n", "job", r->job_id);
-    printf("%-20s %u/%u\n", "rank/world", r->rank, r->world);
-    printf("%-20s %u\n", "stage", r->stage);
-    printf("%-20s %s\n", "dtype", zc_dtype_name(r->dtype));
-    printf("%-20s %s\n", "trainer", r->trainer_attached ? "attached" : "detached");
-    printf("%-20s %" PRIu64 "\n", "step", r->step);
-    printf("%-20s %" PRIu64 "\n", "skipped steps", r->skipped_steps);
-    printf("%-20s %g\n", "loss scale", r->loss_scale);
-    if (r->grad_norm < 0) {
-        printf("%-20s %s\n", "last grad norm", "not finite");
-    } else {
-        printf("%-20s %.6g\n", "last grad norm", r->grad_norm);
-    }
-    printf("%-20s %" PRIu64 "\n", "params (elements)", r->param_numel);
-    printf("%-20s %s\n", "layout hash", hash);
-    printf("%-20s %s\n", "collectives", r->collectives);
-}
-
-static void zeroctl_status_memory_table(const zeroctl_status_t *z)
-{
-    uint64_t total = 0, total_formula = 0;
-
-    if (z->st.n_memory == 0) {
-        return;
-    }
-    printf("\n%-12s %16s %16s %10s  %s\n", "MEMORY", "MEASURED (B)", "FORMULA (B)", "MEAS (MiB)",
-           "FORMULA");
-    for (uint32_t i = 0; i < z->st.n_memory; i++) {
-        const zc_memory_term_t *t = &z->memory[i];
-        printf("%-12s %16" PRIu64 " %16" PRIu64 " %10.2f  %s\n", t->name, t->bytes,
-               t->formula_bytes, (double)t->bytes / (1024.0 * 1024.0), t->formula);
-        total += t->bytes;
-        total_formula += t->formula_bytes;
-    }
-    printf("%-12s %16" PRIu64 " %16" PRIu64 " %10.2f\n", "total", total, total_formula,
-           (double)total / (1024.0 * 1024.0));
-}
-
-static void zeroctl_status_table(const zeroctl_status_t *z)
-{
-    const zc_daemon_status_t *r = &z->st;
-
-    printf("%-20s %s\n", "FIELD", "VALUE");
-    printf("%-20s %s\n", "version", r->version);
-    printf("%-20s %d\n", "pid", r->pid);
-    printf("%-20s %s\n", "device", r->device);
-    printf("%-20s %s\n", "socket", r->socket);
-    printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
-    printf("%-20s %" PRIu64 "\n", "heap in use (B)", r->heap_in_use);
-    if (r->activity[0] != '\0') {
-        printf("%-20s %s (%.1f s)\n", "busy with", r->activity, r->activity_s);
-    } else {
-        printf("%-20s %s\n", "busy with", "nothing (waiting for work)");
-    }
-    if (!r->has_job) {
-        printf("%-20s %s\n", "job", "-");
-    } else {
-        zeroctl_status_job_table(r);
-    }
-    zeroctl_status_memory_table(z);
-}
-
-/* The daemon's status and every memory term, into z (z->memory: the caller frees). */
-static int zeroctl_status_fetch(zc_session_t *s, int timeout_ms, zeroctl_status_t *z)
-{
-    int status;
-
-    z->st.field_mask = ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |
-                       ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY;
-    status = zc_session_daemon_status(s, timeout_ms, &z->st);
-    if (status != ZC_OK) {
-        return status;
-    }
-    z->memory = calloc(z->st.n_memory > 0 ? z->st.n_memory : 1, sizeof(*z->memory));
-    if (z->memory == NULL) {
-        return ZC_ERR_NO_MEMORY;
-    }
-    for (uint32_t i = 0; i < z->st.n_memory; i++) {
-        z->memory[i].field_mask = ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA;
-        status = zc_session_memory_term(s, i, &z->memory[i]);
-        if (status != ZC_OK) {
-            return status;
-        }
-    }
-    return ZC_OK;
-}
-
-static int zeroctl_status(zc_session_t *s, const zeroctl_opts_t *o)
-{
-    zeroctl_status_t z = {.memory = NULL};
-    int status;
-    int rc;
-
-    status = zeroctl_status_fetch(s, o->timeout_ms, &z);
-    if (status != ZC_OK) {
-        zeroctl_fail(status);
-        rc = ZEROCTL_EXIT_DAEMON;
-    } else if (o->json) {
-        rc = zeroctl_print_json(zeroctl_status_json(&z));
-    } else {
-        zeroctl_status_table(&z);
-        rc = ZEROCTL_EXIT_OK;
-    }
-    free(z.memory);
-    return rc;
+    return zctl_print_json(root, 0);
 }
 
 /* ---- shard ------------------------------------------------------------------------- */
@@ -417,7 +254,7 @@ static int zeroctl_config(zc_session_t *s, const zeroctl_opts_t *o)
     text = zc_session_training_config(s);
     rows = cJSON_Parse(text != NULL && *text != '\0' ? text : "[]");
     if (rows == NULL) {
-        fprintf(stderr, "zeroctl: the daemon sent a training config that is not JSON\n");
+        zctl_error(ZC_ERR_PROTOCOL, "the daemon sent a training config that is not JSON");
         return ZEROCTL_EXIT_DAEMON;
     }
     if (o->json) {
@@ -457,6 +294,83 @@ static int zeroctl_parse_timeout(const char *arg, int *ms_p)
     return 0;
 }
 
+/* -l SECONDS: 1..86400 */
+static int zeroctl_parse_loop(const char *arg, int *s_p)
+{
+    char *end = NULL;
+    long v = strtol(arg, &end, 10);
+
+    if (end == arg || *end != '\0' || v <= 0 || v > 86400L) {
+        return zctl_usage_error("zeroctl --help",
+                                "--loop '%s' is not a number of seconds in 1..86400", arg);
+    }
+    *s_p = (int)v;
+    return ZEROCTL_EXIT_CONTINUE;
+}
+
+/* One option into o; ZEROCTL_EXIT_CONTINUE, or the exit code. */
+static int zeroctl_parse_opt(int c, char **argv, zeroctl_opts_t *o)
+{
+    switch (c) {
+    case 's':
+        o->socket_path = optarg;
+        return ZEROCTL_EXIT_CONTINUE;
+    case 'j':
+        o->json = 1;
+        return ZEROCTL_EXIT_CONTINUE;
+    case 't':
+        o->timeout_given = 1;
+        if (zeroctl_parse_timeout(optarg, &o->timeout_ms) != 0) {
+            return zctl_usage_error("zeroctl --help",
+                                    "--timeout '%s' is not a number of milliseconds in 1..3600000",
+                                    optarg);
+        }
+        return ZEROCTL_EXIT_CONTINUE;
+    case 'd':
+        o->dir = optarg;
+        return ZEROCTL_EXIT_CONTINUE;
+    case 'l':
+        return zeroctl_parse_loop(optarg, &o->loop_s);
+    case 'h':
+        zeroctl_usage(stdout);
+        return ZEROCTL_EXIT_OK;
+    case 'V':
+        printf("zeroctl %s\n", zc_version()); /* ZS_VERSION (zs/version.h) */
+        return ZEROCTL_EXIT_OK;
+    default:
+        return zctl_getopt_error(c, argv, "zeroctl --help");
+    }
+}
+
+/* The command and what only status takes; ZEROCTL_EXIT_CONTINUE, or the exit code. */
+static int zeroctl_check_cmd(int argc, char **argv, zeroctl_opts_t *o)
+{
+    if (optind >= argc) {
+        return zctl_usage_error("zeroctl --help", "missing COMMAND (status, shard or config)");
+    }
+    o->cmd = argv[optind];
+    if (strcmp(o->cmd, "status") != 0 && strcmp(o->cmd, "shard") != 0 &&
+        strcmp(o->cmd, "config") != 0) {
+        return zctl_usage_error("zeroctl --help",
+                                "unknown command '%s' (expected status, shard or config)", o->cmd);
+    }
+    zctl_set_command(o->cmd);
+    if (optind + 1 < argc) {
+        return zctl_usage_error("zeroctl --help", "unexpected argument '%s' after COMMAND '%s'",
+                                argv[optind + 1], argv[optind]);
+    }
+    if (strcmp(o->cmd, "status") != 0 && (o->dir != NULL || o->loop_s > 0)) {
+        return zctl_usage_error("zeroctl --help", "%s is an option of status only",
+                                o->dir != NULL ? "--dir" : "--loop");
+    }
+    if (o->socket_path != NULL && o->dir != NULL) {
+        return zctl_usage_error("zeroctl --help",
+                                "-s SOCKET (one daemon) and --dir DIR (every daemon of DIR) "
+                                "exclude each other");
+    }
+    return ZEROCTL_EXIT_CONTINUE;
+}
+
 /* The command line into o; ZEROCTL_EXIT_CONTINUE, or the exit code when there is nothing more to
  * do (--help, a usage error, reported). */
 static int zeroctl_parse_args(int argc, char **argv, zeroctl_opts_t *o)
@@ -465,57 +379,23 @@ static int zeroctl_parse_args(int argc, char **argv, zeroctl_opts_t *o)
         {"socket", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
         {"timeout", required_argument, NULL, 't'},
+        {"dir", required_argument, NULL, 'd'},
+        {"loop", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'}, /* "zeroctl X.Y.Z", as zerod and zerorun print */
         {NULL, 0, NULL, 0},
     };
-    int c;
+    int c, rc;
 
-    while ((c = getopt_long(argc, argv, "s:jt:hV", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            o->socket_path = optarg;
-            break;
-        case 'j':
-            o->json = 1;
-            break;
-        case 't':
-            if (zeroctl_parse_timeout(optarg, &o->timeout_ms) != 0) {
-                fprintf(stderr,
-                        "zeroctl: --timeout '%s' is not a number of milliseconds in "
-                        "1..3600000\n",
-                        optarg);
-                return ZEROCTL_EXIT_USAGE;
-            }
-            break;
-        case 'h':
-            zeroctl_usage(stdout);
-            return ZEROCTL_EXIT_OK;
-        case 'V':
-            printf("zeroctl %s\n", zc_version()); /* ZS_VERSION (zs/version.h) */
-            return ZEROCTL_EXIT_OK;
-        default:
-            fprintf(stderr, "Try 'zeroctl --help'.\n");
-            return ZEROCTL_EXIT_USAGE;
+    opterr = 0; /* zctl_getopt_error says it, under --json as JSON too */
+    while ((c = getopt_long(argc, argv, ":s:jt:l:hV", longopts, NULL)) != -1) {
+        rc = zeroctl_parse_opt(c, argv, o);
+        if (rc != ZEROCTL_EXIT_CONTINUE) {
+            return rc;
         }
     }
-    if (optind >= argc) {
-        fprintf(stderr, "zeroctl: missing COMMAND (status or shard); try 'zeroctl --help'\n");
-        return ZEROCTL_EXIT_USAGE;
-    }
-    if (optind + 1 < argc) {
-        fprintf(stderr, "zeroctl: unexpected argument '%s' after COMMAND '%s'\n", argv[optind + 1],
-                argv[optind]);
-        return ZEROCTL_EXIT_USAGE;
-    }
-    o->cmd = argv[optind];
-    if (strcmp(o->cmd, "status") != 0 && strcmp(o->cmd, "shard") != 0 &&
-        strcmp(o->cmd, "config") != 0) {
-        fprintf(stderr, "zeroctl: unknown command '%s' (expected status, shard or config)\n",
-                o->cmd);
-        return ZEROCTL_EXIT_USAGE;
-    }
-    return ZEROCTL_EXIT_CONTINUE;
+    zctl_set_json(o->json);
+    return zeroctl_check_cmd(argc, argv, o);
 }
 
 /* A control session on the daemon; on failure, reported, the exit code. */
@@ -536,11 +416,29 @@ static int zeroctl_open(const zeroctl_opts_t *o, zc_session_t **s_p)
     if (status == ZC_OK) {
         return ZEROCTL_EXIT_OK;
     }
-    fprintf(stderr, "zeroctl: %s\n", zc_last_error());
+    zctl_error(status, "%s", zc_last_error());
     if (status == ZC_ERR_UNREACHABLE || status == ZC_ERR_PERMISSION) {
         return ZEROCTL_EXIT_UNREACHABLE;
     }
     return (status == ZC_ERR_INVALID) ? ZEROCTL_EXIT_USAGE : ZEROCTL_EXIT_DAEMON;
+}
+
+/* Errors in JSON under --json anywhere (cli.h), naming the command even when a usage error
+ * comes before zeroctl_check_cmd sees it. */
+static void zeroctl_error_setup(int argc, char **argv)
+{
+    static const char *const cmds[] = {"status", "shard", "config"};
+    int named = 0;
+
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        zctl_set_json(strcmp(argv[i], "-j") == 0 || strcmp(argv[i], "--json") == 0);
+        for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]) && !named; k++) {
+            named = strcmp(argv[i], cmds[k]) == 0;
+            if (named) {
+                zctl_set_command(cmds[k]);
+            }
+        }
+    }
 }
 
 int main(int argc, char **argv)
@@ -550,12 +448,18 @@ int main(int argc, char **argv)
     const char *sock = NULL;
     int rc, json = 0, tmo = 600000;
 
-    for (int i = 1; i < argc; i++) { /* checkpoint, export, job: what follows is theirs */
+    zeroctl_error_setup(argc, argv);
+    for (int i = 1; i < argc; i++) { /* checkpoint, export, job, trace: what follows is theirs */
         if (strcmp(argv[i], "checkpoint") == 0 || strcmp(argv[i], "export") == 0) {
-            return zeroctl_checkpoint_main(argc - i, argv + i, json, sock, tmo);
+            return zctl_finish(zeroctl_checkpoint_main(argc - i, argv + i, json, sock, tmo));
         }
         if (strcmp(argv[i], "job") == 0) {
-            return zeroctl_job_main(argc - i, argv + i, json, sock, tmo == 600000 ? 0 : tmo);
+            return zctl_finish(
+                zeroctl_job_main(argc - i, argv + i, json, sock, tmo == 600000 ? 0 : tmo));
+        }
+        if (strcmp(argv[i], "trace") == 0) {
+            return zctl_finish(
+                zeroctl_trace_main(argc - i, argv + i, json, sock, tmo == 600000 ? 0 : tmo));
         }
         if (strcmp(argv[i], "-j") == 0 || strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -573,19 +477,25 @@ int main(int argc, char **argv)
     }
     rc = zeroctl_parse_args(argc, argv, &o);
     if (rc != ZEROCTL_EXIT_CONTINUE) {
-        return rc;
+        return zctl_finish(rc);
+    }
+    if (strcmp(o.cmd, "status") == 0) {
+        zeroctl_status_opts_t so = {.socket_path = o.socket_path,
+                                    .dir = o.dir,
+                                    .json = o.json,
+                                    .timeout_ms = o.timeout_given ? o.timeout_ms : 0,
+                                    .loop_s = o.loop_s};
+        return zctl_finish(zeroctl_status_main(&so));
     }
     rc = zeroctl_open(&o, &s);
     if (rc != ZEROCTL_EXIT_OK) {
-        return rc;
+        return zctl_finish(rc);
     }
-    if (strcmp(o.cmd, "status") == 0) {
-        rc = zeroctl_status(s, &o);
-    } else if (strcmp(o.cmd, "config") == 0) {
+    if (strcmp(o.cmd, "config") == 0) {
         rc = zeroctl_config(s, &o);
     } else {
         rc = zeroctl_shard(s, &o);
     }
     zc_session_close(s);
-    return rc;
+    return zctl_finish(rc);
 }

@@ -455,8 +455,8 @@ static void zd_ckpt_save_out(const zd_job_t *job, const char *dir, const char *t
     out->has_trainer_state = has_state;
 }
 
-zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
-                         size_t errlen)
+static zs_status_t zd_ckpt_save_run(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out,
+                                    char *err, size_t errlen)
 {
     char tag[ZS_CKPT_TAG_MAX], tmp[4096];
     uint64_t bytes = 0, xxh3 = 0, sbytes = 0, sxxh3 = 0;
@@ -535,6 +535,18 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
     zs_info(ZS_SUB_ENGINE, "checkpoint %s saved at step %" PRIu64 " (%.3f s, %" PRIu64 " bytes)",
             out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9, bytes);
     return ZS_OK;
+}
+
+/* A save, a span of the step trace (trace.h) whatever its outcome. */
+zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                         size_t errlen)
+{
+    uint64_t t0 = zs_time_now_ns();
+    zs_status_t st = zd_ckpt_save_run(job, req, out, err, errlen);
+
+    zd_trace_span(job->trace, ZD_TRACE_CHECKPOINT, job->step, t0, zs_time_now_ns(),
+                  st != ZS_OK ? ZD_TRACE_FAILED : 0);
+    return st;
 }
 
 /* ---- the daemons' own checkpoints (checkpoint_* of the daemon config) ------------------------ */

@@ -1,5 +1,6 @@
 #include "dconfig.h"
 #include "metrics.h"
+#include "trace.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static const zs_config_range_t zd_hb_interval_range = {10 * ZD_MS, ZD_MIN};
 static const zs_config_range_t zd_hb_timeout_range = {100 * ZD_MS, ZD_H};
 static const zs_config_range_t zd_every_range = {0, 1e12};
 static const zs_config_range_t zd_keep_range = {0, 1e6};
+static const zs_config_range_t zd_trace_range = {0, ZD_TRACE_MAX_SPANS};
 
 static const zs_config_row_t zd_config_rows[] = {
     {"socket", "auto", "Unix socket path; auto = /run/zerod/zerod-<device>.sock",
@@ -83,6 +85,10 @@ static const zs_config_row_t zd_config_rows[] = {
      "serve /metrics (Prometheus), /healthz and /readyz over HTTP on HOST:PORT (127.0.0.1:9400) "
      "or an absolute unix socket path (mode 0660); empty: off (docs/metrics.md)",
      offsetof(zd_config_t, metrics_listen), &zs_config_string, NULL, 0},
+    {"trace_buffer", "8192",
+     "spans the step trace keeps for zeroctl trace, recorded always (48 bytes each; a step takes "
+     "3 per bucket and 4 more); 0: off (docs/trace.md)",
+     offsetof(zd_config_t, trace_buffer), &zs_config_int, &zd_trace_range, 0},
 };
 
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};

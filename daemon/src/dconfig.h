@@ -33,6 +33,7 @@ typedef struct zd_config {
     int checkpoint_async;
     int checkpoint_staging_keep;
     char *metrics_listen; /* "": off; HOST:PORT or a unix socket path (docs/metrics.md) */
+    int64_t trace_buffer; /* spans of the step trace's ring; 0: off (docs/trace.md) */
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;

@@ -37,6 +37,7 @@ struct zd_engine {
     void (*notify)(void *arg);
     void *notify_arg;
     zd_metrics_t *metrics; /* the published job goes there too (its own lock, taken inside ours) */
+    zd_trace_t *trace;     /* the step trace: written by the engine thread, read by TraceRequest */
     /* engine thread */
     zd_job_env_t env;
     char token_file[512];
@@ -255,6 +256,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
     r->conn_id = req->conn_id;
     r->seq = req->seq;
     zd_engine_describe(req, what, sizeof(what));
+    e->env.req_arrived_ns = req->arrived_ns;
     zd_engine_phase(e, (int)req->kind);
     zd_engine_busy(e, what);
     if (zd_engine_run_ctl(e, req, r)) {
@@ -451,6 +453,7 @@ static void *zd_engine_main(void *arg)
 void zd_engine_submit(zd_engine_t *e, zd_req_t *req)
 {
     req->next = NULL;
+    req->arrived_ns = zs_time_now_ns();
     pthread_mutex_lock(&e->lock);
     if (e->shutdown) {
         pthread_mutex_unlock(&e->lock);
@@ -475,6 +478,11 @@ void zd_engine_shutdown(zd_engine_t *e)
     atomic_store(&e->cancel, true);
     pthread_mutex_unlock(&e->lock);
     zd_engine_wake(e);
+}
+
+zd_trace_t *zd_engine_trace(zd_engine_t *e)
+{
+    return e->trace;
 }
 
 bool zd_engine_stopped(zd_engine_t *e)
@@ -546,11 +554,20 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
     atomic_init(&e->phase_since_ns, e->pub.start_ns);
     atomic_init(&e->phase, ZD_ENGINE_PHASE_IDLE);
     zd_engine_env_init(e, p);
+    st = zd_trace_create(p->trace_spans, &e->trace);
+    if (st == ZS_ERR_INVALID) {
+        zs_error(ZS_SUB_ENGINE, "a step trace of %u spans is above the %u allowed", p->trace_spans,
+                 ZD_TRACE_MAX_SPANS);
+    }
+    if (st != ZS_OK) { /* ZS_ERR_NO_MEMORY: trace.c said why */
+        goto err_free;
+    }
+    e->env.trace = e->trace;
     e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (e->wake_fd < 0) {
         zs_error(ZS_SUB_ENGINE, "eventfd: %m");
         st = ZS_ERR_IO;
-        goto err_free;
+        goto err_trace;
     }
     if (p->threads > 1) {
         st = zk_pool_create(p->threads, &e->pool);
@@ -574,6 +591,8 @@ err_pool:
     zk_pool_destroy(e->pool);
 err_fd:
     close(e->wake_fd);
+err_trace:
+    zd_trace_destroy(e->trace);
 err_free:
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -600,6 +619,7 @@ void zd_engine_destroy(zd_engine_t *e)
     }
     zk_pool_destroy(e->pool);
     close(e->wake_fd);
+    zd_trace_destroy(e->trace);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }

@@ -37,7 +37,8 @@ typedef struct zd_req {
     struct zd_req *next;
     zd_req_kind_t kind;
     uint64_t conn_id;
-    uint64_t seq; /* echoed in the result */
+    uint64_t seq;        /* echoed in the result */
+    uint64_t arrived_ns; /* when zd_engine_submit took it (monotonic): the step trace's */
     union {
         zd_job_spec_t attach;
         struct {
@@ -106,6 +107,7 @@ typedef struct zd_engine_params {
     void *notify_arg;
     uint64_t beat_interval_ns; /* 0, or the longest the idle engine sleeps without a beat */
     zd_metrics_t *metrics;     /* NULL, or where the published status goes too (metrics.h) */
+    uint32_t trace_spans;      /* the step trace's ring (trace.h, trace_buffer); 0: off */
 } zd_engine_params_t;
 
 zs_status_t zd_engine_create(const zd_engine_params_t *params, zd_engine_t **engine_p);
@@ -114,6 +116,8 @@ void zd_engine_destroy(zd_engine_t *engine);
 
 /* Hand a request over (the engine frees it). */
 void zd_engine_submit(zd_engine_t *engine, zd_req_t *req);
+/* The step trace the engine records (NULL: off); TraceRequest reads it on any thread. */
+zd_trace_t *zd_engine_trace(zd_engine_t *engine);
 /* Results ready to send, oldest first; the caller frees each with zd_resp_free. */
 zd_resp_t *zd_engine_take_results(zd_engine_t *engine);
 /* Finish the request in progress, fail the queued ones with ERR_ABORTED, stop the thread. */

@@ -288,6 +288,7 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     job->master_shared = spec->dtype == ZS_DTYPE_F32;
     job->n_slots = env->n_slots;
     job->created_ns = zs_time_now_ns();
+    job->trace = env->trace;
     st = zd_job_parse_config(job, env, spec, err, errlen);
     if (st == ZS_OK) {
         st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
@@ -544,6 +545,7 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
             (unsigned long long)job->layout->param_numel, job->layout->n_buckets,
             (unsigned long long)job->layout->shard_numel, (unsigned long long)job->layout->hash);
     zd_job_log_stores(job);
+    zd_trace_begin(job->trace, job->id, job->rank, job->world); /* the trace is this job's now */
     *job_p = job;
     return ZS_OK;
 }
@@ -676,8 +678,7 @@ zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                        "%u)",
                        micro_step, job->cfg.gradient_accumulation_steps);
     }
-    (void)env;
-    st = zd_step_reduce_slot(job, slot, bucket, why, sizeof(why));
+    st = zd_step_reduce_slot(job, slot, bucket, micro_step, env->req_arrived_ns, why, sizeof(why));
     return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
 }
 
@@ -842,6 +843,7 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
     s->mesh_up = job->coll != NULL;
     s->trainer_pid = job->attached_conn != 0 ? job->trainer_pid : 0;
     snprintf(s->coordinator, sizeof(s->coordinator), "%s", job->coordinator);
+    s->train_batch_size = job->cfg.train_batch_size;
 }
 
 void zd_shard_out_free(zd_shard_out_t *out)

@@ -9,6 +9,7 @@
 #define ZD_JOB_H
 
 #include "metrics.h"
+#include "trace.h"
 #include "zk/kernels.h"
 #include "zs/dtype.h"
 #include "zs/log.h"
@@ -57,7 +58,9 @@ typedef struct zd_job_env {
     uint32_t ckpt_keep_last;
     bool ckpt_async;
     bool ckpt_staging_keep;
-    zd_job_ended_t *ended; /* NULL: not recorded */
+    zd_job_ended_t *ended;   /* NULL: not recorded */
+    zd_trace_t *trace;       /* the step trace (trace.h); NULL: off */
+    uint64_t req_arrived_ns; /* when the request being run arrived (monotonic; 0: unknown) */
 } zd_job_env_t;
 
 /* What an attach wants done with a job kept for a re-attach (ipc.proto Resume;
@@ -177,6 +180,7 @@ typedef struct zd_job_status {
     bool mesh_lost, mesh_up;
     int32_t trainer_pid;
     char coordinator[256];
+    uint32_t train_batch_size; /* samples per step, every rank's; 0: not given */
 } zd_job_status_t;
 
 /* ShardInfo. */

@@ -8,6 +8,7 @@
 #include "coll.h"
 #include "job.h"
 #include "scaler.h"
+#include "trace.h"
 #include "train_config.h"
 #include "zs/ckpt.h"
 #include "zs/layout.h"
@@ -51,6 +52,7 @@ struct zd_job {
     uint64_t mem_bytes[ZD_MEM_COUNT];
     uint64_t mem_formula[ZD_MEM_COUNT];
     zd_step_stats_t stats;  /* measured by step.c, published with the status (metrics.h) */
+    zd_trace_t *trace;      /* the daemon's step trace (trace.h; env->trace); NULL: off */
     zs_ckpt_param_t *pmeta; /* [n_params], registration order: names and shapes (ckpt.c) */
     char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
     uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
@@ -154,9 +156,10 @@ void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *su
 /* Bucket b's slice of the fp32 master: in the params region itself when shared. */
 float *zd_step_master(const zd_job_t *job, uint32_t b);
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
-/* Stage 2: reduce-scatter the slot into the accumulator slice. */
-zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,
-                                size_t errlen);
+/* Stage 2: reduce-scatter the slot into the accumulator slice. arrived_ns: when its BucketReady
+ * arrived (monotonic; 0: unknown), for the trace. */
+zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                uint64_t arrived_ns, char *err, size_t errlen);
 /* docs/semantics.md §4 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,

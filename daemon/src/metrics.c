@@ -39,6 +39,33 @@ void zd_hist_observe(zd_hist_t *h, double seconds)
     /* above the last bound: only in +Inf, which is count */
 }
 
+void zd_step_rate_note(zd_step_stats_t *s, uint64_t now_ns)
+{
+    s->step_end_ns[s->n_step_ends % ZD_RATE_STEPS] = now_ns;
+    s->n_step_ends++;
+}
+
+double zd_step_rate(const zd_step_stats_t *s, uint64_t since_ns, uint64_t now_ns)
+{
+    uint64_t from = now_ns > ZD_RATE_WINDOW_NS ? now_ns - ZD_RATE_WINDOW_NS : 0;
+    uint64_t held = s->n_step_ends < ZD_RATE_STEPS ? s->n_step_ends : ZD_RATE_STEPS;
+    uint64_t count = 0;
+
+    from = since_ns > from ? since_ns : from;
+    while (count < held && s->step_end_ns[(s->n_step_ends - 1 - count) % ZD_RATE_STEPS] > from) {
+        count++;
+    }
+    if (count == ZD_RATE_STEPS && s->n_step_ends > ZD_RATE_STEPS) {
+        /* the window holds more steps than the ring: the oldest held one opens it */
+        from = s->step_end_ns[s->n_step_ends % ZD_RATE_STEPS];
+        count = ZD_RATE_STEPS - 1;
+    }
+    if (count == 0 || now_ns <= from) {
+        return 0;
+    }
+    return (double)count / ((double)(now_ns - from) * 1e-9);
+}
+
 /* ---- the snapshot ---------------------------------------------------------------------- */
 
 typedef struct zd_metrics_snap {

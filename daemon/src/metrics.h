@@ -46,6 +46,10 @@ typedef struct zd_hist {
 
 void zd_hist_observe(zd_hist_t *h, double seconds);
 
+/* The step rate of Status: a ring of the last step ends, looked at over a window. */
+#define ZD_RATE_STEPS     64
+#define ZD_RATE_WINDOW_NS (10ull * 1000000000ull)
+
 /* A job's step statistics (engine thread; copied out with the job's status). */
 typedef struct zd_step_stats {
     zd_hist_t phase[ZD_PHASE_COUNT];
@@ -56,7 +60,18 @@ typedef struct zd_step_stats {
      * bucket when there is none, to the end of the next step */
     uint64_t window_ns; /* monotonic; 0: no window open */
     uint64_t win_rs_ns, win_rs_bytes;
+    /* when the last steps that ran ended (monotonic), for the step rate (zd_step_rate) */
+    uint64_t step_end_ns[ZD_RATE_STEPS]; /* a ring: step k at [k % ZD_RATE_STEPS] */
+    uint64_t n_step_ends;                /* steps that ran, committed or skipped */
 } zd_step_stats_t;
+
+/* A step ran and ended at now_ns (engine thread). */
+void zd_step_rate_note(zd_step_stats_t *s, uint64_t now_ns);
+/* Steps per second (docs/metrics.md "Step rate"): those that ended in the last
+ * ZD_RATE_WINDOW_NS, or since since_ns (the job's creation) when that is later, over that
+ * time; with more of them than the ring holds, the last ZD_RATE_STEPS - 1 over the time since
+ * the oldest. 0 when none ended in it. */
+double zd_step_rate(const zd_step_stats_t *s, uint64_t since_ns, uint64_t now_ns);
 
 /* ---- the snapshot ---------------------------------------------------------------------- */
 

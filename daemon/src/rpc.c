@@ -230,6 +230,10 @@ static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
         s.layout_hash = j->layout_hash;
         s.dtype = (Zerod__Ipc__V1__DType)j->dtype;
         s.collectives = (char *)j->collectives;
+        s.steps_per_s = zd_step_rate(&j->stats, j->created_ns, zs_time_now_ns());
+        s.train_batch_size = j->train_batch_size;
+        s.busbw_reduce_scatter = j->stats.busbw[ZD_XFER_REDUCE_SCATTER];
+        s.busbw_all_gather = j->stats.busbw[ZD_XFER_ALL_GATHER];
         zd_rpc_memory(j, terms, term_ptrs, formulas);
         s.n_memory = ZD_MEM_COUNT;
         s.memory = term_ptrs;
@@ -594,8 +598,10 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return st;
     }
-    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_JOB_LIST) { /* rpc_job.c */
-        *reply_p = zd_rpc_job_list(rpc, f->seq);
+    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_JOB_LIST ||
+        f->body_case == ZEROD__IPC__V1__FRAME__BODY_TRACE) { /* rpc_job.c, rpc_trace.c */
+        bool trace = f->body_case == ZEROD__IPC__V1__FRAME__BODY_TRACE;
+        *reply_p = trace ? zd_rpc_trace(rpc, f) : zd_rpc_job_list(rpc, f->seq);
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return ZS_OK;
     }

@@ -44,6 +44,7 @@ typedef struct zd_rpc {
     const char *device;
     const char *socket_path;
     uint64_t peer_deadline_ms; /* HelloReply: how long the daemon takes to fail a call */
+    zd_trace_t *trace;         /* TraceRequest's ring (the engine's); NULL: tracing is off */
     /* Where requests go: NULL sends them to zd_engine_submit(engine); a unit test takes them
      * here instead (and frees each with zd_req_free). */
     void (*submit)(void *arg, zd_req_t *req);

@@ -73,6 +73,7 @@ zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *f, char *err, size_t 
     case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
     case ZEROD__IPC__V1__FRAME__BODY_JOB_END:
     case ZEROD__IPC__V1__FRAME__BODY_JOB_LIST:
+    case ZEROD__IPC__V1__FRAME__BODY_TRACE:
         control_msg = true;
         break;
     default:

@@ -19,4 +19,9 @@ zd_reply_t *zd_rpc_job_list(const zd_rpc_t *rpc, uint64_t seq);
 /* JobEndReply of an engine result (r: its Result). */
 zd_reply_t *zd_rpc_job_end_reply(const zd_resp_t *resp, Zerod__Ipc__V1__Result *r);
 
+/* ---- rpc_trace.c: the step trace ------------------------------------------------------------- */
+
+/* TraceReply, from the trace's ring (rpc->trace): at once, like Status. */
+zd_reply_t *zd_rpc_trace(const zd_rpc_t *rpc, const zd_frame_t *f);
+
 #endif

@@ -443,11 +443,13 @@ static bool zd_server_start_engine(zd_server_t *srv)
         return false;
     }
     ep.metrics = srv->metrics;
+    ep.trace_spans = (uint32_t)cfg->trace_buffer;
     ep.beat_interval_ns = zd_notify_watchdog_ns() / 4; /* notify.c: the watchdog's rule */
     if (zd_engine_create(&ep, &srv->engine) != ZS_OK) {
         return false;
     }
     srv->rpc.engine = srv->engine;
+    srv->rpc.trace = zd_engine_trace(srv->engine);
     srv->rpc.device = srv->params->device;
     srv->rpc.socket_path = srv->params->socket_path;
     srv->rpc.peer_deadline_ms = zd_config_peer_deadline_ns(cfg) / 1000000u;

@@ -61,6 +61,25 @@ void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *su
     }
 }
 
+/* All-gather bucket b of the params region (its span: the job's step; flags ZD_TRACE_*). */
+static zs_status_t zd_step_gather_bucket(zd_job_t *job, uint32_t b, uint16_t flags, char *err,
+                                         size_t errlen)
+{
+    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
+    void *dst = zd_step_bucket_ptr(job, &job->params, b);
+    zd_trace_span_t span = {.kind = ZD_TRACE_ALL_GATHER, .step = job->step, .bucket = b};
+    zs_status_t st;
+
+    span.bytes = (uint64_t)job->world * bk->slice * zs_dtype_size(job->dtype);
+    span.start_ns = zs_time_now_ns();
+    st = job->coll->ops->all_gather(job->coll, dst, job->dtype, bk->slice, err, errlen);
+    span.dur_ns = zs_time_now_ns() - span.start_ns;
+    span.flags = (uint16_t)(flags | (st != ZS_OK ? ZD_TRACE_FAILED : 0));
+    zd_trace_add(job->trace, &span);
+    job->stats.xfer_bytes[ZD_XFER_ALL_GATHER] += span.bytes;
+    return st;
+}
+
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
@@ -76,10 +95,7 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
         if (st != ZS_OK) {
             return zs_errf(err, errlen, st, "cast: %s", zk_last_error());
         }
-        st = job->coll->ops->all_gather(job->coll, zd_step_bucket_ptr(job, &job->params, b),
-                                        job->dtype, bk->slice, err, errlen);
-        job->stats.xfer_bytes[ZD_XFER_ALL_GATHER] +=
-            (uint64_t)job->world * bk->slice * zs_dtype_size(job->dtype);
+        st = zd_step_gather_bucket(job, b, ZD_TRACE_REFRESH, err, errlen);
     }
     if (st == ZS_OK) {
         job->params_stale = false;
@@ -106,6 +122,21 @@ zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err,
     return st;
 }
 
+/* A span of bucket b for the step being built, from t0 to t1. */
+static void zd_step_trace_bucket(const zd_job_t *job, zd_trace_kind_t kind, uint64_t t0,
+                                 uint64_t t1, uint32_t b, uint64_t bytes, uint16_t flags)
+{
+    zd_trace_span_t span = {.kind = (uint16_t)kind,
+                            .start_ns = t0,
+                            .dur_ns = t1 - t0,
+                            .step = job->step + 1,
+                            .bucket = b,
+                            .bytes = bytes,
+                            .flags = flags};
+
+    zd_trace_add(job->trace, &span);
+}
+
 /* Reduce-scatter `src` (bucket b of this rank, in dtype) into the accumulator: the first
  * contribution of an accumulation window overwrites (no read of a zero accumulator), later ones
  * add. */
@@ -116,14 +147,17 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
     unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
     zd_step_stats_t *s = &job->stats;
     uint64_t bytes = (uint64_t)job->world * bk->slice * zs_dtype_size(dtype);
-    uint64_t t0 = zs_time_now_ns();
+    uint64_t t0 = zs_time_now_ns(), t1;
     zs_status_t st;
 
     job->acc_clean[b] = 0;
     st = job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
                                         job->acc + bk->shard_offset, flags, err, errlen);
+    t1 = zs_time_now_ns();
+    zd_step_trace_bucket(job, ZD_TRACE_REDUCE_SCATTER, t0, t1, b, bytes,
+                         st != ZS_OK ? ZD_TRACE_FAILED : 0);
     s->window_ns = s->window_ns != 0 ? s->window_ns : t0; /* the window's first bucket */
-    s->win_rs_ns += zs_time_now_ns() - t0;
+    s->win_rs_ns += t1 - t0;
     s->win_rs_bytes += bytes;
     s->xfer_bytes[ZD_XFER_REDUCE_SCATTER] += bytes;
     return st;
@@ -144,11 +178,21 @@ static void zd_step_zero_stale(zd_job_t *job)
     job->acc_stale = false;
 }
 
-zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, char *err,
-                                size_t errlen)
+zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                uint64_t arrived_ns, char *err, size_t errlen)
 {
     const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
+    if (job->trace != NULL && arrived_ns != 0) { /* its wait for the engine since it arrived */
+        zd_trace_span_t span = {.kind = ZD_TRACE_BUCKET,
+                                .start_ns = arrived_ns,
+                                .step = job->step + 1,
+                                .bucket = bucket,
+                                .micro_step = micro_step};
+        uint64_t now = zs_time_now_ns();
+        span.dur_ns = now > arrived_ns ? now - arrived_ns : 0;
+        zd_trace_add(job->trace, &span);
+    }
     return zd_step_reduce_bucket(job, src, job->dtype, bucket, err, errlen);
 }
 
@@ -216,6 +260,7 @@ static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *su
     static const zd_reduce_op_t ops[2] = {ZD_REDUCE_SUM, ZD_REDUCE_MAX};
     double vals[2];
     int nonfinite = 0;
+    uint64_t t0;
     zs_status_t st;
 
     st = zk_sumsq(exec, job->acc, job->layout->shard_numel, &vals[0], &nonfinite);
@@ -224,7 +269,10 @@ static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *su
                        (unsigned long long)job->step + 1, zs_status_string(st), zk_last_error());
     }
     vals[1] = nonfinite ? 1.0 : 0.0;
+    t0 = zs_time_now_ns();
     st = job->coll->ops->all_reduce(job->coll, vals, ops, 2, err, errlen);
+    zd_trace_span(job->trace, ZD_TRACE_ALL_REDUCE, job->step + 1, t0, zs_time_now_ns(),
+                  st != ZS_OK ? ZD_TRACE_FAILED : 0);
     if (st != ZS_OK) {
         return st;
     }
@@ -300,11 +348,7 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
 
     job->params_stale = true;
     for (uint32_t b = 0; b < l->n_buckets; b++) {
-        zs_status_t st =
-            job->coll->ops->all_gather(job->coll, zd_step_bucket_ptr(job, &job->params, b),
-                                       job->dtype, l->buckets[b].slice, err, errlen);
-        job->stats.xfer_bytes[ZD_XFER_ALL_GATHER] +=
-            (uint64_t)job->world * l->buckets[b].slice * zs_dtype_size(job->dtype);
+        zs_status_t st = zd_step_gather_bucket(job, b, 0, err, errlen);
         if (st != ZS_OK) {
             return st;
         }
@@ -322,6 +366,16 @@ static uint64_t zd_step_lap(uint64_t *t)
     uint64_t now = zs_time_now_ns(), d = now - *t;
 
     *t = now;
+    return d;
+}
+
+/* zd_step_lap, the phase that ended also a span of kind of the trace (step: the one built). */
+static uint64_t zd_step_lap_trace(const zd_job_t *job, uint64_t *t, zd_trace_kind_t kind,
+                                  uint64_t step)
+{
+    uint64_t from = *t, d = zd_step_lap(t);
+
+    zd_trace_span(job->trace, kind, step, from, *t, 0);
     return d;
 }
 
@@ -353,7 +407,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
     /* 2. loss-scaler update; S is the scale this step's backward used */
     S = job->scaler.cur_scale;
     st = zd_scaler_update(&job->scaler, overflow);
-    ns[ZD_PHASE_NORM] = zd_step_lap(&t);
+    ns[ZD_PHASE_NORM] = zd_step_lap_trace(job, &t, ZD_TRACE_NORM, job->step + 1);
     if (st != ZS_OK) {
         zd_step_drop_partial(job);
         return zs_errf(err, errlen, st,
@@ -371,7 +425,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
     }
     grad_scale = zd_step_grad_scale(job, sumsq, S, &grad_norm);
     st = zd_step_adam(job, exec, group_lr, grad_scale, err, errlen);
-    ns[ZD_PHASE_ADAM] = zd_step_lap(&t);
+    ns[ZD_PHASE_ADAM] = zd_step_lap_trace(job, &t, ZD_TRACE_ADAM, job->step + 1);
     if (st != ZS_OK) {
         return st;
     }
@@ -394,9 +448,9 @@ void zd_step_stats_reset_window(zd_job_t *job)
     job->stats.window_ns = job->stats.win_rs_ns = job->stats.win_rs_bytes = 0;
 }
 
-/* A step that ran (committed or skipped) goes into the phase histograms and the busbw of its
- * collectives; either way the next window opens (at once after a step, at the next bucket
- * after a failure). */
+/* A step that ran (committed or skipped) goes into the phase histograms, the busbw of its
+ * collectives and the step rate; either way the next window opens (at once after a step, at the
+ * next bucket after a failure). */
 static void zd_step_stats_end(zd_job_t *job, zs_status_t st, uint64_t *ns)
 {
     zd_step_stats_t *s = &job->stats;
@@ -421,13 +475,17 @@ static void zd_step_stats_end(zd_job_t *job, zs_status_t st, uint64_t *ns)
     }
     zd_step_stats_reset_window(job);
     s->window_ns = st == ZS_OK ? zs_time_now_ns() : 0;
+    if (st == ZS_OK) {
+        zd_step_rate_note(s, s->window_ns);
+    }
 }
 
 zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
                         zd_step_out_t *out, char *err, size_t errlen)
 {
     zd_step_stats_t *s = &job->stats;
-    uint64_t ns[ZD_PHASE_COUNT], start = zs_time_now_ns();
+    uint64_t ns[ZD_PHASE_COUNT], start = zs_time_now_ns(), step = job->step + 1;
+    uint16_t flags;
     zs_status_t st;
 
     for (int p = 0; p < ZD_PHASE_COUNT; p++) {
@@ -438,6 +496,8 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
         ns[ZD_PHASE_BUCKET_WAIT] = start > busy ? start - busy : 0;
     }
     st = zd_step_pipeline(job, exec, group_lr, out, ns, err, errlen);
+    flags = st != ZS_OK ? ZD_TRACE_FAILED : (out->skipped ? ZD_TRACE_SKIPPED : 0);
+    zd_trace_span(job->trace, ZD_TRACE_STEP, step, start, zs_time_now_ns(), flags);
     zd_step_stats_end(job, st, ns);
     return st;
 }

@@ -105,7 +105,9 @@ typedef struct zc_open_params {
     int control;             /* 1: open with the control role (status only), as zeroctl */
 } zc_open_params_t;
 
-/* Connect and exchange Hello. ZC_ERR_UNREACHABLE when nothing listens on the socket. */
+/* Connect and exchange Hello. ZC_ERR_UNREACHABLE when nothing listens on the socket;
+ * ZC_ERR_TIMEOUT when its daemon accepts nothing (stopped: its listen backlog full) or does not
+ * answer Hello within timeout_ms. */
 ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **session_p);
 /* Close the connection and unmap the regions; NULL is a no-op. Closing without a detach
  * leaves the job on the daemon for job_linger (a new session may re-attach). */
@@ -365,6 +367,7 @@ enum {
     ZC_DAEMON_STATUS_FIELD_ACTIVITY = 1u << 1, /* activity, activity_s */
     ZC_DAEMON_STATUS_FIELD_JOB = 1u << 2,      /* has_job, job_id .. collectives */
     ZC_DAEMON_STATUS_FIELD_MEMORY = 1u << 3,   /* n_memory */
+    ZC_DAEMON_STATUS_FIELD_RATE = 1u << 4,     /* steps_per_s .. busbw_all_gather */
 };
 
 typedef struct zc_daemon_status {
@@ -386,12 +389,17 @@ typedef struct zc_daemon_status {
     uint64_t step;        /* optimizer steps completed */
     uint64_t skipped_steps;
     double loss_scale;
-    double grad_norm;        /* the last step's; < 0 when not finite */
-    uint64_t param_numel;    /* parameter elements, unpadded */
-    uint64_t layout_hash;    /* the job's layout, as zc_attach_info_t's */
-    const char *collectives; /* the algorithm the job's daemons agreed on, and why */
-    uint32_t n_memory;       /* memory terms: zc_session_memory_term(), i < n_memory */
-    uint64_t heap_in_use;    /* bytes the daemon's malloc holds for it; 0: unknown (DAEMON) */
+    double grad_norm;            /* the last step's; < 0 when not finite */
+    uint64_t param_numel;        /* parameter elements, unpadded */
+    uint64_t layout_hash;        /* the job's layout, as zc_attach_info_t's */
+    const char *collectives;     /* the algorithm the job's daemons agreed on, and why */
+    uint32_t n_memory;           /* memory terms: zc_session_memory_term(), i < n_memory */
+    uint64_t heap_in_use;        /* bytes the daemon's malloc holds for it; 0: unknown (DAEMON) */
+    double steps_per_s;          /* steps that ran in the last 10 s (or since the job began, if
+                                    later), per second; 0 when none ran (RATE; docs/metrics.md) */
+    uint32_t train_batch_size;   /* samples per step, every rank's; 0: the config gave none */
+    double busbw_reduce_scatter; /* bytes/s of the last step's collectives; 0 at world 1 and */
+    double busbw_all_gather;     /* before a step (nccl-tests' bus bandwidth) */
 } zc_daemon_status_t;
 
 enum {
@@ -533,6 +541,86 @@ typedef struct zc_job_end_result {
  * result_p may be NULL; result_p's strings stay valid until the next zc_session_job_end(). */
 ZC_API int zc_session_job_end(zc_session_t *session, const char *job_id,
                               const zc_job_end_params_t *params, zc_job_end_result_t *result_p);
+
+/* ---- the step trace (what `zeroctl trace` does; docs/trace.md) --------------------------- */
+
+/* What a span is (ipc.proto TraceKind): the daemon's work on one step, on its engine thread. */
+typedef enum zc_trace_kind {
+    ZC_TRACE_STEP = 1,           /* a step: the whole pipeline, from the Step request on */
+    ZC_TRACE_BUCKET = 2,         /* a bucket's gradients arrived (BucketReady); dur: its wait */
+    ZC_TRACE_REDUCE_SCATTER = 3, /* one bucket reduce-scattered into the accumulator */
+    ZC_TRACE_NORM = 4,           /* overflow check, global norm, loss scaler */
+    ZC_TRACE_ALL_REDUCE = 5,     /* the norm's all-reduce (inside NORM) */
+    ZC_TRACE_ADAM = 6,           /* Adam on the shard, cast into the params region */
+    ZC_TRACE_ALL_GATHER = 7,     /* one bucket's new slices into every params region */
+    ZC_TRACE_CHECKPOINT = 8,     /* a checkpoint save (asynchronous: until its copy is staged) */
+} zc_trace_kind_t;
+
+enum {
+    ZC_TRACE_SPAN_SKIPPED = 1u << 0, /* STEP: skipped on overflow */
+    ZC_TRACE_SPAN_FAILED = 1u << 1,  /* the operation failed (a lost peer, a kernel error) */
+    ZC_TRACE_SPAN_REFRESH = 1u << 2, /* ALL_GATHER outside a step: parameters loaded, a mesh
+                                        formed again */
+};
+
+enum {
+    ZC_TRACE_FIELD_STEPS = 1u << 0,
+    ZC_TRACE_FIELD_LAST_STEP = 1u << 1,
+    ZC_TRACE_FIELD_TIMEOUT_MS = 1u << 2,
+};
+
+typedef struct zc_trace_params {
+    uint64_t field_mask;
+    uint32_t steps;     /* the last N complete steps (default 1) */
+    uint64_t last_step; /* the newest step to give (default: the newest complete one): the
+                           daemons of one job asked alike give the same steps */
+    int timeout_ms;     /* default: the session's */
+} zc_trace_params_t;
+
+enum {
+    ZC_TRACE_INFO_FIELD_JOB = 1u << 0,   /* job_id, rank, world */
+    ZC_TRACE_INFO_FIELD_STEPS = 1u << 1, /* steps .. recorded */
+};
+
+typedef struct zc_trace_info {
+    uint64_t field_mask;
+    const char *job_id; /* the job the trace is of (the daemon's last); "" when it held none */
+    uint32_t rank;
+    uint32_t world;
+    uint32_t steps;          /* complete steps given; fewer than asked when the daemon's ring
+                                holds fewer */
+    uint64_t first_step;     /* 0 when steps is 0 */
+    uint64_t last_step;      /* 0 when steps is 0 */
+    uint32_t n_spans;        /* spans: zc_session_trace_span(), i < n_spans */
+    int64_t clock_offset_ns; /* a span's start_ns plus this is Unix time (ns) */
+    uint32_t capacity;       /* spans the daemon's ring holds (config trace_buffer) */
+    uint64_t recorded;       /* spans it recorded since the job attached; beyond capacity the
+                                oldest are gone */
+} zc_trace_info_t;
+
+enum {
+    ZC_TRACE_SPAN_FIELD_ALL = 1u << 0, /* every field below */
+};
+
+/* One span of the daemon's trace; times are the daemon's CLOCK_MONOTONIC, in ns. */
+typedef struct zc_trace_span {
+    uint64_t field_mask;
+    zc_trace_kind_t kind; /* as the daemon sent it: a newer daemon's may be unknown here */
+    uint64_t start_ns;
+    uint64_t dur_ns;
+    uint64_t step;       /* the optimizer step it belongs to */
+    uint32_t bucket;     /* BUCKET, REDUCE_SCATTER, ALL_GATHER */
+    uint64_t bytes;      /* collectives: world x slice x element size */
+    uint32_t micro_step; /* BUCKET */
+    uint32_t flags;      /* ZC_TRACE_SPAN_* */
+} zc_trace_span_t;
+
+/* Ask the daemon for the spans of its last complete steps (params may be NULL);
+ * ZC_ERR_UNSUPPORTED when it records no trace (trace_buffer 0). */
+ZC_API int zc_session_trace(zc_session_t *session, const zc_trace_params_t *params,
+                            zc_trace_info_t *info_p);
+/* Span i of the last zc_session_trace() on this session, in the order the daemon recorded. */
+ZC_API int zc_session_trace_span(zc_session_t *session, uint32_t i, zc_trace_span_t *span_p);
 
 /* ---- errors -------------------------------------------------------------------------- */
 

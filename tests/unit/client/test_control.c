@@ -50,6 +50,10 @@ static void fake_status(fake_t *fk, Zerod__Ipc__V1__StatusReply *st,
     st->param_numel = 676;
     st->layout_hash = UINT64_C(0x7150b4d071be7f1e);
     st->collectives = "local (world 1)";
+    st->steps_per_s = 2.5;
+    st->train_batch_size = 64;
+    st->busbw_reduce_scatter = 1.5e9;
+    st->busbw_all_gather = 2.5e9;
     for (int i = 0; i < 2; i++) {
         zerod__ipc__v1__memory_term__init(&terms[i]);
         terms[i].name = (char *)names[i];
@@ -186,7 +190,7 @@ static void fake_close(fake_t *fk, zc_session_t *s)
 
 #define STATUS_ALL                                                                                 \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
-     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY)
+     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE)
 
 /* ---- tests ------------------------------------------------------------------------- */
 
@@ -220,6 +224,8 @@ Test(zc_session_daemon_status, fills_every_part_asked_for)
     cr_assert_eq(st.layout_hash, UINT64_C(0x7150b4d071be7f1e));
     cr_assert_str_eq(st.collectives, "local (world 1)");
     cr_assert_eq(st.n_memory, 2);
+    cr_assert(st.steps_per_s == 2.5 && st.train_batch_size == 64);
+    cr_assert(st.busbw_reduce_scatter == 1.5e9 && st.busbw_all_gather == 2.5e9);
 
     cr_assert_eq(zc_session_memory_term(s, 1, &t), ZC_OK, "%s", zc_last_error());
     cr_assert_str_eq(t.name, "master");
@@ -245,6 +251,7 @@ Test(zc_session_daemon_status, fills_only_the_parts_asked_for)
     cr_assert_eq(st.pid, (int32_t)0xabababab, "DAEMON was not asked for");
     cr_assert_eq(st.step, UINT64_C(0xabababababababab), "JOB was not asked for");
     cr_assert_eq(st.n_memory, 0xababababu, "MEMORY was not asked for");
+    cr_assert_eq(st.train_batch_size, 0xababababu, "RATE was not asked for");
 
     memset(&t, 0xab, sizeof(t));
     t.field_mask = ZC_MEMORY_TERM_FIELD_FORMULA;

@@ -1,17 +1,21 @@
 /* zc_conn: frame decoding from a socketpair (length prefix, split and batched frames,
- * SCM_RIGHTS fds, bad lengths, EOF in the middle of a frame). */
+ * SCM_RIGHTS fds, bad lengths, EOF in the middle of a frame); connecting to a listener whose
+ * backlog is full (a stopped daemon): bounded by the deadline. */
 #define _GNU_SOURCE
 #include "zc_int.h"
 
 #include "zs/frame.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 typedef struct pair {
@@ -319,4 +323,87 @@ Test(zc_conn, sends_a_length_prefixed_frame)
     cr_assert_eq(back->bucket_ready->micro_step, 1);
     zerod__ipc__v1__frame__free_unpacked(back, NULL);
     pair_cleanup(&p);
+}
+
+/* ---- connect: a listener that accepts nothing (a stopped daemon) ------------------------- */
+
+typedef struct stuck {
+    char dir[64], path[96];
+    int lfd;
+    int fill[64]; /* the connections that fill its backlog */
+    int n_fill;
+} stuck_t;
+
+/* A listening socket with the smallest backlog, filled with connections nobody accepts. */
+static void stuck_init(stuck_t *st)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+
+    snprintf(st->dir, sizeof(st->dir), "/tmp/zc-wire-XXXXXX");
+    cr_assert_not_null(mkdtemp(st->dir));
+    snprintf(st->path, sizeof(st->path), "%s/stuck.sock", st->dir);
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", st->path);
+    st->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(st->lfd, 0);
+    cr_assert_eq(bind(st->lfd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    cr_assert_eq(listen(st->lfd, 0), 0);
+    for (st->n_fill = 0; st->n_fill < 64; st->n_fill++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        cr_assert_geq(fd, 0);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+            cr_assert_eq(errno, EAGAIN, "connect: %s", strerror(errno));
+            close(fd);
+            return; /* full */
+        }
+        st->fill[st->n_fill] = fd;
+    }
+    cr_assert_fail("a backlog of 0 took 64 connections");
+}
+
+static void stuck_cleanup(stuck_t *st)
+{
+    for (int i = 0; i < st->n_fill; i++) {
+        close(st->fill[i]);
+    }
+    close(st->lfd);
+    unlink(st->path);
+    rmdir(st->dir);
+}
+
+static void *accept_one(void *arg)
+{
+    stuck_t *st = arg;
+    int fd = accept4(st->lfd, NULL, NULL, SOCK_CLOEXEC); /* blocks until the backlog has one */
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    return NULL;
+}
+
+Test(zc_conn, connect_to_a_full_backlog_ends_at_its_deadline)
+{
+    zc_conn_t c;
+    stuck_t st = {.lfd = -1};
+
+    stuck_init(&st);
+    cr_assert_eq(zc_conn_connect(&c, st.path, zs_deadline_in_ms(200)), ZC_ERR_TIMEOUT);
+    cr_assert(strstr(zc_last_error(), "backlog") != NULL, "%s", zc_last_error());
+    stuck_cleanup(&st);
+}
+
+Test(zc_conn, connect_gets_in_once_the_backlog_has_room)
+{
+    pthread_t th;
+    zc_conn_t c;
+    stuck_t st = {.lfd = -1};
+
+    stuck_init(&st);
+    /* one accept frees one place, before or during the retries: either way it connects */
+    cr_assert_eq(pthread_create(&th, NULL, accept_one, &st), 0);
+    cr_assert_eq(zc_conn_connect(&c, st.path, zs_deadline_in_ms(10000)), ZC_OK, "%s",
+                 zc_last_error());
+    pthread_join(th, NULL);
+    zc_conn_cleanup(&c);
+    stuck_cleanup(&st);
 }

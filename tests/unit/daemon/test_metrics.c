@@ -4,6 +4,7 @@
  * is checked by promtool in tests/integration/metrics.sh. */
 #include "job.h"
 #include "metrics.h"
+#include "zs/time.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -62,6 +63,50 @@ Test(zd_hist, counts_each_observation_in_its_bucket)
     cr_assert_eq(h.in[11], 1);
     cr_assert_float_eq(zd_hist_bounds[11], 0.5, 0);
     cr_assert_float_eq(h.sum, 1000.3001, 1e-9);
+}
+
+#define SEC ZS_NSEC_PER_SEC
+
+/* The step rate of Status (docs/metrics.md "Step rate"): exact counts over exact spans, so the
+ * expected rates are exact in double. */
+Test(zd_step_rate, counts_the_steps_of_the_window)
+{
+    zd_step_stats_t s;
+    const uint64_t t0 = 1000 * SEC; /* the job's creation */
+
+    memset(&s, 0, sizeof(s));
+    cr_assert_float_eq(zd_step_rate(&s, t0, t0 + SEC), 0.0, 0, "no step: 0");
+    for (uint64_t k = 1; k <= 4; k++) { /* steps end at t0 + 1, 2, 3, 4 s */
+        zd_step_rate_note(&s, t0 + k * SEC);
+    }
+    cr_assert_eq(s.n_step_ends, 4);
+    /* since the job began (4 s ago, less than the window): 4 steps in 4 s */
+    cr_assert_float_eq(zd_step_rate(&s, t0, t0 + 4 * SEC), 1.0, 0);
+    /* 12 s after: the window is the last 10 s, (t0 + 2, t0 + 12]: steps 3 and 4 */
+    cr_assert_float_eq(zd_step_rate(&s, t0, t0 + 12 * SEC), 0.2, 1e-15);
+    /* idle for longer than the window: 0 */
+    cr_assert_float_eq(zd_step_rate(&s, t0, t0 + 15 * SEC), 0.0, 0);
+    /* a job created after the window opened: the window starts at its creation */
+    cr_assert_float_eq(zd_step_rate(&s, t0 + 2 * SEC, t0 + 6 * SEC), 0.5, 0);
+}
+
+Test(zd_step_rate, holds_more_steps_than_its_ring)
+{
+    zd_step_stats_t s;
+    const uint64_t t0 = 1000 * SEC, ms = SEC / 1000;
+
+    memset(&s, 0, sizeof(s));
+    for (uint64_t k = 1; k <= 3 * ZD_RATE_STEPS; k++) { /* one step every millisecond */
+        zd_step_rate_note(&s, t0 + k * ms);
+    }
+    /* the window holds 192 steps, the ring the last 64: 63 steps in the 63 ms after the oldest */
+    cr_assert_float_eq(zd_step_rate(&s, t0, t0 + 3 * ZD_RATE_STEPS * ms), 1000.0, 1e-9);
+    /* exactly a ring's worth since the job began: every one of them counts */
+    memset(&s, 0, sizeof(s));
+    for (uint64_t k = 1; k <= ZD_RATE_STEPS; k++) {
+        zd_step_rate_note(&s, t0 + k * ms);
+    }
+    cr_assert_float_eq(zd_step_rate(&s, t0, t0 + ZD_RATE_STEPS * ms), 1000.0, 1e-9);
 }
 
 static zd_job_status_t a_job(void)

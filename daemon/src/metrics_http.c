@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "metrics_http.h"
+#include "unix_listen.h"
 
 #include "zs/log.h"
 #include "zs/time.h"
@@ -30,8 +31,7 @@ struct zd_metrics_http {
     zd_metrics_t *metrics;
     zd_listen_t where;
     struct MHD_Daemon *mhd;
-    dev_t sock_dev; /* the unix socket bound: removed at stop only while it is still ours */
-    ino_t sock_ino;
+    zd_unix_id_t sock_id; /* the unix socket bound: removed at stop only while still ours */
 };
 
 static void zd_http_beat_cb(uv_timer_t *t)
@@ -80,80 +80,36 @@ static int zd_http_tcp_socket(const zd_listen_t *l)
     return fd;
 }
 
-/* Only a stale socket (nothing accepts on it) is replaced; anything else on the path is left. */
-static bool zd_http_clear_stale(const struct sockaddr_un *sa)
-{
-    struct stat st;
-    int probe, rc, e;
-
-    if (lstat(sa->sun_path, &st) != 0) {
-        return errno == ENOENT;
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-        errno = EEXIST;
-        return false;
-    }
-    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0) {
-        return false;
-    }
-    rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
-    e = errno;
-    close(probe);
-    if (rc == 0 || e != ECONNREFUSED) {
-        errno = rc == 0 ? EADDRINUSE : e;
-        return false;
-    }
-    return unlink(sa->sun_path) == 0 || errno == ENOENT;
-}
-
 static int zd_http_unix_socket(zd_metrics_http_t *h, bool has_gid, gid_t gid)
 {
     const char *path = h->where.path;
     struct sockaddr_un sa;
-    struct stat st;
-    mode_t old_mask;
-    int fd, rc;
+    int fd;
 
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, path, strlen(path));
-    if (!zd_http_clear_stale(&sa)) {
-        zs_error(ZS_SUB_CFG,
-                 "config key 'metrics_listen': cannot use %s: %m (a live socket or "
-                 "another file is there)",
-                 path);
+    if (zd_unix_clear_stale(&sa, "metrics_listen") != ZS_OK) {
         return -1;
     }
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = zd_unix_bind(&sa, 64);
     if (fd < 0) {
-        zs_error(ZS_SUB_CFG, "config key 'metrics_listen': socket: %m");
         return -1;
     }
-    old_mask = umask(0117); /* born 0660, like the daemon socket (server.c) */
-    rc = bind(fd, (const struct sockaddr *)&sa, sizeof(sa));
-    umask(old_mask);
-    if (rc != 0 || listen(fd, 64) != 0 || lstat(path, &st) != 0 ||
+    if (zd_unix_identify(path, &h->sock_id) != ZS_OK ||
         (has_gid && chown(path, (uid_t)-1, gid) != 0) || chmod(path, 0660) != 0) {
-        zs_error(ZS_SUB_CFG, "config key 'metrics_listen': cannot listen on %s: %m", path);
-        if (rc == 0) {
-            unlink(path); /* bound a moment ago: ours */
-        }
+        zs_error(ZS_SUB_CFG, "config key 'metrics_listen': cannot set the access of %s: %m", path);
+        unlink(path); /* bound a moment ago: ours */
         close(fd);
         return -1;
     }
-    h->sock_dev = st.st_dev;
-    h->sock_ino = st.st_ino;
     return fd;
 }
 
 static void zd_http_unlink(const zd_metrics_http_t *h)
 {
-    struct stat st;
-
-    if (h->where.kind == ZD_LISTEN_UNIX && lstat(h->where.path, &st) == 0 && S_ISSOCK(st.st_mode) &&
-        st.st_dev == h->sock_dev && st.st_ino == h->sock_ino) {
-        unlink(h->where.path);
+    if (h->where.kind == ZD_LISTEN_UNIX) {
+        zd_unix_unlink_if_ours(h->where.path, &h->sock_id);
     }
 }
 

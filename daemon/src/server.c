@@ -189,14 +189,8 @@ static void zd_engine_notify(void *arg)
 /* Close the listener and remove its socket file, unless something else replaced it since. */
 static void zd_server_unlisten(zd_server_t *srv)
 {
-    const char *path = srv->params->socket_path;
-    struct stat st;
-
     uv_close((uv_handle_t *)&srv->listener, NULL);
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == srv->sock_dev &&
-        st.st_ino == srv->sock_ino) {
-        unlink(path);
-    }
+    zd_unix_unlink_if_ours(srv->params->socket_path, &srv->sock_id);
     srv->listening = false;
 }
 
@@ -266,83 +260,6 @@ static zs_status_t zd_socket_dir(const char *path)
     return ZS_OK;
 }
 
-/* Only a stale socket is replaced: anything else on the path (a file, a directory, a socket
- * something listens on) is refused and left alone. */
-static zs_status_t zd_socket_clear_stale(const struct sockaddr_un *sa)
-{
-    const char *path = sa->sun_path;
-    struct stat st;
-    int probe, rc, e;
-
-    if (lstat(path, &st) != 0) {
-        if (errno == ENOENT) {
-            return ZS_OK;
-        }
-        zs_error(ZS_SUB_IPC, "config key 'socket': cannot check '%s': %m", path);
-        return ZS_ERR_IO;
-    }
-    if (!S_ISSOCK(st.st_mode)) {
-        zs_error(ZS_SUB_IPC,
-                 "config key 'socket': '%s' exists and is not a socket; refusing to replace "
-                 "it (remove it or choose another path)",
-                 path);
-        return ZS_ERR_EXISTS;
-    }
-    probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0) {
-        zs_error(ZS_SUB_IPC, "socket: %m");
-        return ZS_ERR_IO;
-    }
-    rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
-    e = errno;
-    close(probe);
-    if (rc == 0) {
-        zs_error(ZS_SUB_IPC, "another zerod (or something else) is listening on %s", path);
-        return ZS_ERR_EXISTS;
-    }
-    if (e != ECONNREFUSED) {
-        errno = e;
-        zs_error(ZS_SUB_IPC, "cannot tell whether the socket %s is stale: %m; leaving it", path);
-        return ZS_ERR_IO;
-    }
-    if (unlink(path) != 0 && errno != ENOENT) {
-        zs_error(ZS_SUB_IPC, "cannot remove the stale socket %s: %m", path);
-        return ZS_ERR_IO;
-    }
-    zs_info(ZS_SUB_IPC, "replaced a stale socket at %s (nothing listened on it)", path);
-    return ZS_OK;
-}
-
-/* A listening socket bound at sa, born 0660; -1 on error (logged). Bound here, not by
- * uv_pipe_bind: libuv would unlink the path on close whatever then lies there;
- * zd_server_unlisten removes it only while it is still this socket. */
-static int zd_socket_bind(const struct sockaddr_un *sa)
-{
-    mode_t old_mask;
-    int fd, rc;
-
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        zs_error(ZS_SUB_IPC, "socket: %m");
-        return -1;
-    }
-    old_mask = umask(0117);
-    rc = bind(fd, (const struct sockaddr *)sa, sizeof(*sa));
-    umask(old_mask);
-    if (rc != 0) {
-        zs_error(ZS_SUB_IPC, "cannot bind %s: %m", sa->sun_path);
-        close(fd);
-        return -1;
-    }
-    if (listen(fd, 128) != 0) {
-        zs_error(ZS_SUB_IPC, "cannot listen on %s: %m", sa->sun_path);
-        unlink(sa->sun_path); /* bound a moment ago: ours */
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Mode 0660, and allowed_group as the socket's group so that its members can connect at all
  * (SO_PEERCRED then admits them). */
 static zs_status_t zd_socket_set_access(zd_server_t *srv, const char *path)
@@ -363,7 +280,6 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
 {
     const char *path = srv->params->socket_path;
     struct sockaddr_un sa;
-    struct stat st;
     zs_status_t s;
     int rc, fd;
 
@@ -377,12 +293,14 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
     memcpy(sa.sun_path, path, strlen(path));
     s = zd_socket_dir(path);
     if (s == ZS_OK) {
-        s = zd_socket_clear_stale(&sa);
+        s = zd_unix_clear_stale(&sa, "socket");
     }
     if (s != ZS_OK) {
         return s;
     }
-    fd = zd_socket_bind(&sa);
+    /* bound here, not by uv_pipe_bind: libuv would unlink the path on close whatever then lies
+     * there; zd_server_unlisten removes it only while it is still this socket */
+    fd = zd_unix_bind(&sa, 128);
     if (fd < 0) {
         return ZS_ERR_IO;
     }
@@ -398,13 +316,10 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
         uv_close((uv_handle_t *)&srv->listener, NULL); /* closes fd */
         return ZS_ERR_IO;
     }
-    if (lstat(path, &st) != 0) {
-        zs_error(ZS_SUB_IPC, "the socket %s vanished after bind: %m", path);
+    if (zd_unix_identify(path, &srv->sock_id) != ZS_OK) {
         uv_close((uv_handle_t *)&srv->listener, NULL);
         return ZS_ERR_IO;
     }
-    srv->sock_dev = st.st_dev;
-    srv->sock_ino = st.st_ino;
     srv->listening = true;
     s = zd_socket_set_access(srv, path);
     if (s != ZS_OK) {

@@ -6,6 +6,7 @@
 #include "dconfig.h"
 #include "rpc.h"
 #include "server.h"
+#include "unix_listen.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -82,9 +83,8 @@ struct zd_server {
     uint64_t next_conn_id;
     bool stopping;
     bool listening;
-    size_t buffered; /* bytes of every connection's frame buffer (ZD_BUFFER_BUDGET) */
-    dev_t sock_dev;  /* the socket file we bound: removed at stop only if it is still ours */
-    ino_t sock_ino;
+    size_t buffered;      /* bytes of every connection's frame buffer (ZD_BUFFER_BUDGET) */
+    zd_unix_id_t sock_id; /* the socket file we bound: removed at stop only if still ours */
     zd_warn_peer_t warn[ZD_WARN_PEERS];
     char read_buf[ZD_READ_CHUNK];
 };

@@ -167,6 +167,21 @@ static void zd_ckpt_sum_path(const char *tmp, uint32_t r, char *path, size_t len
     zs_ckpt_pathf(path, len, "%s/.rank_%05u.sum", tmp, r);
 }
 
+/* A rank's report appears whole or not at all: rank 0 polls for the name (ckpt_async.c) and
+ * reads it at once, so it is written under another name and renamed into place. */
+zs_status_t zd_ckpt_write_report(const char *path, const char *text, char *err, size_t errlen)
+{
+    char part[4096 + 8];
+    zs_status_t st;
+
+    zs_ckpt_pathf(part, sizeof(part), "%s.part", path);
+    st = zs_ckpt_write_file(part, text, strlen(text), NULL, err, errlen);
+    if (st == ZS_OK && rename(part, path) != 0) {
+        st = zs_errf(err, errlen, ZS_ERR_IO, "renaming %s to %s: %s", part, path, strerror(errno));
+    }
+    return st;
+}
+
 zs_status_t zd_ckpt_write_sum(uint32_t rank, const char *tmp, uint64_t bytes, uint64_t xxh3,
                               char *err, size_t errlen)
 {
@@ -174,7 +189,7 @@ zs_status_t zd_ckpt_write_sum(uint32_t rank, const char *tmp, uint64_t bytes, ui
 
     zd_ckpt_sum_path(tmp, rank, path, sizeof(path));
     zs_ckpt_pathf(text, sizeof(text), "%" PRIu64 " %016" PRIx64 "\n", bytes, xxh3);
-    return zs_ckpt_write_file(path, text, strlen(text), NULL, err, errlen);
+    return zd_ckpt_write_report(path, text, err, errlen);
 }
 
 static zs_status_t zd_ckpt_read_sum(const char *tmp, uint32_t r, zs_ckpt_file_t *f, char *err,

@@ -58,7 +58,7 @@ static void zd_ckpt_async_report_error(const zd_ckpt_async_t *a, const char *why
 {
     char path[4096], e[ZD_MAX_MSG];
     zs_ckpt_pathf(path, sizeof(path), "%s/.rank_%05u.err", a->tmp, a->rank);
-    (void)zs_ckpt_write_file(path, why, strlen(why), NULL, e, sizeof(e));
+    (void)zd_ckpt_write_report(path, why, e, sizeof(e));
 }
 
 /* Rank 0: every rank's report is there (or one failed, or the wait ran out). settle: wait

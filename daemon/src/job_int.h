@@ -113,6 +113,7 @@ zs_status_t zd_ckpt_check_dir(const char *dir, char *err, size_t errlen);
 zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
                                const char *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
                                size_t errlen);
+zs_status_t zd_ckpt_write_report(const char *path, const char *text, char *err, size_t errlen);
 zs_status_t zd_ckpt_write_sum(uint32_t rank, const char *tmp, uint64_t bytes, uint64_t xxh3,
                               char *err, size_t errlen);
 zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *m);

@@ -1,9 +1,10 @@
 /*
  * zk_bench memory limit: streaming kernels with exactly the read and written streams of the
  * kernel measured (same element widths, same vector width, stores either all regular or all
- * non-temporal), doing no arithmetic beyond keeping the data live. The limit of a kernel is
- * the faster of the two store types, so a kernel cannot look good by choosing a store type
- * its limit did not try.
+ * non-temporal), doing no arithmetic beyond keeping the data live, with or without a software
+ * prefetch. The limit of a kernel is the fastest of the store types and prefetch distances
+ * its kernels may use, so a kernel cannot look good by choosing an option its limit did not
+ * try.
  */
 #ifndef ZK_BENCH_LIMIT_H
 #define ZK_BENCH_LIMIT_H
@@ -25,6 +26,7 @@ typedef struct zb_limit_args {
     int nt;              /* non-temporal stores */
     unsigned zero;       /* 0, opaque to the compiler */
     int keep_acc;        /* ZB_ADAM: acc is read, not written (the daemon's Adam) */
+    unsigned pf;         /* software prefetch of each read stream, elements ahead (0: none) */
 } zb_limit_args_t;
 
 /* Run the pattern over elements [b, e) (whole vectors; e - b a multiple of 16). */
@@ -40,5 +42,13 @@ void zb_limit_avx2(const zb_limit_args_t *a, size_t b, size_t e);
  * streaming limit. */
 float zb_divider_avx512(size_t n);
 float zb_divider_avx2(size_t n);
+
+/* The order floor of the sum of squares (zk/kernels.h): each of its 16 lanes adds its
+ * squares one after another, so n elements cost n / 16 dependent double additions per lane,
+ * whatever the vector width (VL / 2 lanes per vector, 32 / VL chains); in registers, no
+ * conversion, no memory. zk_sumsq cannot go faster than this with its data in L1. */
+#define ZB_SUMSQ_LANES 16
+double zb_chain_avx512(size_t n);
+double zb_chain_avx2(size_t n);
 
 #endif

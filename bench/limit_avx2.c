@@ -35,5 +35,10 @@ static inline __m128i zb_narrow(__m256i x)
 #define ADDF(x, y) _mm256_add_ps(x, y)
 #define FIRSTF(x)  _mm256_cvtss_f32(x)
 #define FN_DIV     zb_divider_avx2
+#define VD         __m256d
+#define SETD(x)    _mm256_set1_pd(x)
+#define FMAD(x, a) _mm256_fmadd_pd(x, x, a)
+#define FIRSTD(x)  _mm256_cvtsd_f64(x)
+#define FN_CHAIN   zb_chain_avx2
 
 #include "limit_body.h"

@@ -26,5 +26,10 @@
 #define ADDF(x, y) _mm512_add_ps(x, y)
 #define FIRSTF(x)  _mm512_cvtss_f32(x)
 #define FN_DIV     zb_divider_avx512
+#define VD         __m512d
+#define SETD(x)    _mm512_set1_pd(x)
+#define FMAD(x, a) _mm512_fmadd_pd(x, x, a)
+#define FIRSTD(x)  _mm512_cvtsd_f64(x)
+#define FN_CHAIN   zb_chain_avx512
 
 #include "limit_body.h"

@@ -1,7 +1,8 @@
 /* Included by limit_avx512.c and limit_avx2.c with the vector macros defined:
  * V4/V2 (vectors of VL 32-bit / 16-bit lanes), LD4/LD2, ST4/ST2 (regular), NT4/NT2
  * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name);
- * VF (VL floats), SETF, SQRTF, DIVF, ADDF, FIRSTF and FN_DIV for the divider floor. */
+ * VF (VL floats), SETF, SQRTF, DIVF, ADDF, FIRSTF and FN_DIV for the divider floor; VD (VL / 2
+ * doubles), SETD, FMAD (x * x + a), FIRSTD and FN_CHAIN for the sum of squares' order floor. */
 
 #define ZB_ST4(p, x, nt)                                                                           \
     do {                                                                                           \
@@ -22,6 +23,13 @@
 
 #define ZB_P4(k, i) ((char *)a->s[k] + 4 * (i))
 #define ZB_P2(k, i) ((char *)a->s[k] + 2 * (i))
+/* prefetch element i + a->pf of stream k (es-byte elements), as the kernels do */
+#define ZB_PF(k, es, i)                                                                            \
+    do {                                                                                           \
+        if (a->pf != 0 && (i) + a->pf < e) {                                                       \
+            _mm_prefetch((const char *)a->s[k] + ((i) + a->pf) * (es), _MM_HINT_T0);               \
+        }                                                                                          \
+    } while (0)
 
 static inline __attribute__((always_inline)) void zb_adam(const zb_limit_args_t *a, size_t b,
                                                           size_t e, int nt, size_t ws)
@@ -29,6 +37,10 @@ static inline __attribute__((always_inline)) void zb_adam(const zb_limit_args_t 
     V4 z = SET4(a->zero);
 
     for (size_t i = b; i < e; i += VL) {
+        ZB_PF(0, 4, i);
+        ZB_PF(1, 4, i);
+        ZB_PF(2, 4, i);
+        ZB_PF(3, 4, i);
         V4 p = LD4(ZB_P4(0, i)), m = LD4(ZB_P4(1, i)), v = LD4(ZB_P4(2, i));
         V4 g = LD4(ZB_P4(3, i));
         ZB_ST4(ZB_P4(0, i), OR4(p, AND4(g, z)), nt);
@@ -53,6 +65,7 @@ static inline __attribute__((always_inline)) void zb_read(const zb_limit_args_t 
     V4 r0 = SET4(0), r1 = r0;
 
     for (size_t i = b; i + 2 * VL <= e; i += 2 * VL) {
+        ZB_PF(0, 4, i);
         r0 = OR4(r0, LD4(ZB_P4(0, i)));
         r1 = OR4(r1, LD4(ZB_P4(0, i + VL)));
     }
@@ -65,6 +78,8 @@ static inline __attribute__((always_inline)) void zb_acc(const zb_limit_args_t *
     V4 z = SET4(a->zero);
 
     for (size_t i = b; i < e; i += VL) {
+        ZB_PF(0, 4, i);
+        ZB_PF(1, rs, i);
         V4 s = rs == 4 ? LD4(ZB_P4(1, i)) : WIDEN(LD2(ZB_P2(1, i)));
         ZB_ST4(ZB_P4(0, i), OR4(LD4(ZB_P4(0, i)), AND4(s, z)), nt);
     }
@@ -76,6 +91,8 @@ static inline __attribute__((always_inline)) void zb_reduce(const zb_limit_args_
     V4 z = SET4(a->zero);
 
     for (size_t i = b; i < e; i += VL) {
+        ZB_PF(0, rs, i);
+        ZB_PF(1, rs, i);
         if (rs == 4) {
             ZB_ST4(ZB_P4(2, i), OR4(LD4(ZB_P4(0, i)), AND4(LD4(ZB_P4(1, i)), z)), nt);
         } else {
@@ -89,6 +106,7 @@ static inline __attribute__((always_inline)) void zb_cast(const zb_limit_args_t 
                                                           size_t e, int nt, size_t rs, size_t ws)
 {
     for (size_t i = b; i < e; i += VL) {
+        ZB_PF(0, rs, i);
         V4 x = rs == 4 ? LD4(ZB_P4(0, i)) : WIDEN(LD2(ZB_P2(0, i)));
         if (ws == 4) {
             ZB_ST4(ZB_P4(1, i), x, nt);
@@ -162,4 +180,24 @@ float FN_DIV(size_t n)
         x[0] = ADDF(x[0], x[k]);
     }
     return FIRSTF(x[0]);
+}
+
+double FN_CHAIN(size_t n)
+{
+    VD a[32 / VL], x = SETD(1.0000001);
+    double r = 0;
+
+    for (int k = 0; k < 32 / VL; k++) {
+        a[k] = SETD(0.0);
+    }
+    for (size_t i = 0; i < n; i += ZB_SUMSQ_LANES) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 32 / VL; k++) {
+            a[k] = FMAD(x, a[k]);
+        }
+    }
+    for (int k = 0; k < 32 / VL; k++) {
+        r += FIRSTD(a[k]);
+    }
+    return r;
 }

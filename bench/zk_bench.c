@@ -144,19 +144,19 @@ static void zb_limit_setup(zb_ctx_t *c)
     switch (c->kernel) {
     case ZB_K_ADAM:
         *a = (zb_limit_args_t){
-            ZB_ADAM, 4, ds == 4 ? 0 : ds, {b->master, b->m, b->v, b->acc, b->h0}, 0, 0, 1};
+            ZB_ADAM, 4, ds == 4 ? 0 : ds, {b->master, b->m, b->v, b->acc, b->h0}, 0, 0, 1, 0};
         break;
     case ZB_K_SUMSQ:
-        *a = (zb_limit_args_t){ZB_READ, 4, 0, {b->master}, 0, 0, 0};
+        *a = (zb_limit_args_t){ZB_READ, 4, 0, {b->master}, 0, 0, 0, 0};
         break;
     case ZB_K_ACCUMULATE:
-        *a = (zb_limit_args_t){ZB_ACCUMULATE, ds, 4, {b->acc, b->h0}, 0, 0, 0};
+        *a = (zb_limit_args_t){ZB_ACCUMULATE, ds, 4, {b->acc, b->h0}, 0, 0, 0, 0};
         break;
     case ZB_K_REDUCE:
-        *a = (zb_limit_args_t){ZB_REDUCE, ds, ds, {b->h1, b->h0, b->h1}, 0, 0, 0};
+        *a = (zb_limit_args_t){ZB_REDUCE, ds, ds, {b->h1, b->h0, b->h1}, 0, 0, 0, 0};
         break;
     case ZB_K_CAST:
-        *a = (zb_limit_args_t){ZB_CAST, 4, ds, {b->master, b->h0}, 0, 0, 0};
+        *a = (zb_limit_args_t){ZB_CAST, 4, ds, {b->master, b->h0}, 0, 0, 0, 0};
         break;
     default:
         break;
@@ -455,17 +455,24 @@ static unsigned zb_reps(const zb_opts_t *o, size_t n)
     return r < 2.0 ? 2u : r > 2000.0 ? 2000u : (unsigned)r;
 }
 
-/* The stores zk uses for kernel k at n elements, as its dispatch decides. */
+/* The stores and prefetch zk uses for kernel k at n elements, as its dispatch decides. */
 static const char *zb_stores_used(const zb_ctx_t *c)
 {
-    static const int fam[ZB_K_COUNT] = {ZK_STORE_ADAM, -1, ZK_STORE_ACCUMULATE, ZK_STORE_OUT,
-                                        ZK_STORE_OUT};
-    double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n;
+    static const zk_store_family_t fam[ZB_K_COUNT] = {
+        ZK_STORE_ADAM, ZK_STORE_READ, ZK_STORE_ACCUMULATE, ZK_STORE_OUT, ZK_STORE_OUT};
+    static char buf[32];
+    size_t bytes =
+        (size_t)(zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n);
+    unsigned pf = zk_store_prefetch(&c->ex, fam[c->kernel], bytes);
+    const char *kind = c->kernel == ZB_K_SUMSQ                      ? ""
+                       : zk_store_nt(&c->ex, fam[c->kernel], bytes) ? "nt"
+                                                                    : "regular";
 
-    if (fam[c->kernel] < 0) {
-        return "-";
+    if (pf == 0) {
+        return kind[0] != '\0' ? kind : "-";
     }
-    return zk_store_nt(&c->ex, (zk_store_family_t)fam[c->kernel], (size_t)bytes) ? "nt" : "regular";
+    snprintf(buf, sizeof(buf), "%s%spf%u", kind, kind[0] != '\0' ? "+" : "", pf);
+    return buf;
 }
 
 typedef struct zb_result {
@@ -478,6 +485,7 @@ static volatile float zb_sink;
 
 typedef struct zb_div_job {
     int variant;
+    int chain; /* the sum of squares' order floor, not the divider */
 } zb_div_job_t;
 
 static void zb_divider_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -485,14 +493,19 @@ static void zb_divider_chunk(void *arg, unsigned worker, size_t b, size_t e)
     (void)worker;
     const zb_div_job_t *j = arg;
 
+    if (j->chain) {
+        zb_sink = (float)(j->variant == ZK_VARIANT_AVX512 ? zb_chain_avx512(e - b)
+                                                          : zb_chain_avx2(e - b));
+        return;
+    }
     zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_divider_avx512(e - b) : zb_divider_avx2(e - b);
 }
 
-/* Best time of the divider floor (bench/limit.h) for c->n elements at variant v's width, on
- * the same threads as the kernel. */
+/* Best time of the divider floor (or, for the sum of squares, the order floor; bench/limit.h)
+ * for c->n elements at variant v's width, on the same threads as the kernel. */
 static double zb_divider_time(const zb_ctx_t *c, int v)
 {
-    zb_div_job_t j = {.variant = v};
+    zb_div_job_t j = {.variant = v, .chain = c->kernel == ZB_K_SUMSQ};
     double best = INFINITY;
 
     for (unsigned r = 0; r <= c->reps; r++) {
@@ -506,57 +519,98 @@ static double zb_divider_time(const zb_ctx_t *c, int v)
     return best;
 }
 
-/* One kernel at one size and thread count: the limit, then each variant; one line each. */
+/* The limit of kernel c at c->n: the fastest of every option its kernels may take (both
+ * stores, and the prefetch distances where the plan is consulted). */
+static double zb_limit_gbps(zb_ctx_t *c, double bytes)
+{
+    double gbps = 0;
+
+    for (int pf = 0; pf < (bytes >= (double)ZK_STORES_PLAN_MIN_BYTES ? ZK_PREFETCH_CHOICES : 1);
+         pf++) {
+        c->largs.pf = zk_prefetch_choice(pf);
+        for (int nt = 0; nt < 2; nt++) {
+            c->largs.nt = nt;
+            gbps = fmax(gbps, bytes / zb_time(c, 1) / 1e9);
+        }
+    }
+    return gbps;
+}
+
+/* One variant's line. */
+static void zb_print_row(const zb_ctx_t *c, int v, unsigned threads, double t, double lim_gbps,
+                         const char *bound)
+{
+    double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n;
+    double gbps = bytes / t / 1e9;
+
+    if (c->o->json) {
+        printf("{\"kernel\": \"%s\", \"variant\": \"%s\", \"threads\": %u, "
+               "\"n\": %zu, \"dtype\": \"%s\", \"stores\": \"%s\", \"seconds\": %.6f, "
+               "\"gbps\": %.2f, \"limit_gbps\": %.2f, \"bound\": \"%s\", \"ratio\": %.3f}\n",
+               zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
+               zs_dtype_name(c->o->dtype), zb_stores_used(c), t, gbps, lim_gbps, bound,
+               gbps / lim_gbps);
+    } else {
+        printf("%-11s %-7s %7u %10zu %-14s %9.3f %10.3f %8.1f %8.1f %-8s %6.3f\n",
+               zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
+               zb_stores_used(c), (double)c->n / t / 1e9, t * 1e3, gbps, lim_gbps, bound,
+               gbps / lim_gbps);
+    }
+    fflush(stdout);
+}
+
+/* One kernel at one size and thread count: the limit and each variant, in ZB_ROUNDS rounds
+ * that alternate them (the best of each kept), so that a machine whose speed drifts over
+ * seconds moves both sides alike; then one line per variant. */
+#define ZB_ROUNDS 3
 static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *res)
 {
     const zb_opts_t *o = c->o;
     double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(o->dtype)) * (double)c->n;
-    double stream_gbps, lim_gbps;
+    double stream_gbps = 0, t[ZK_VARIANT_COUNT], floor_t[ZK_VARIANT_COUNT];
+    unsigned reps = c->reps;
 
     zb_limit_setup(c);
-    c->largs.nt = 0;
-    stream_gbps = bytes / zb_time(c, 1) / 1e9;
-    c->largs.nt = 1;
-    stream_gbps = fmax(stream_gbps, bytes / zb_time(c, 1) / 1e9);
+    c->reps = reps / ZB_ROUNDS > 1 ? reps / ZB_ROUNDS : 1;
     for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
-        double t, gbps, ratio;
+        t[v] = floor_t[v] = INFINITY;
+    }
+    for (int round = 0; round < ZB_ROUNDS; round++) {
+        stream_gbps = fmax(stream_gbps, zb_limit_gbps(c, bytes));
+        for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
+            if (!o->variants[v] || !zk_variant_supported((zk_variant_t)v)) {
+                continue;
+            }
+            c->ex.variant = v;
+            t[v] = fmin(t[v], zb_time(c, 0));
+            if ((c->kernel == ZB_K_ADAM || c->kernel == ZB_K_SUMSQ) && v != ZK_VARIANT_SCALAR) {
+                floor_t[v] = fmin(floor_t[v], zb_divider_time(c, v));
+            }
+        }
+    }
+    c->reps = reps;
+    for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
+        double lim_gbps = stream_gbps, ratio;
         const char *bound = "memory";
 
         if (!o->variants[v] || !zk_variant_supported((zk_variant_t)v)) {
             continue;
         }
-        lim_gbps = stream_gbps;
-        if (c->kernel == ZB_K_ADAM && v != ZK_VARIANT_SCALAR) {
-            double div_gbps = bytes / zb_divider_time(c, v) / 1e9;
-            if (div_gbps < lim_gbps) {
-                lim_gbps = div_gbps;
-                bound = "divider";
-            }
+        /* the arithmetic's own floor, in L1 (Adam, the sum of squares) */
+        if (isfinite(floor_t[v]) && bytes / floor_t[v] / 1e9 < lim_gbps) {
+            lim_gbps = bytes / floor_t[v] / 1e9;
+            bound = c->kernel == ZB_K_ADAM ? "divider" : "order";
         }
         c->ex.variant = v;
-        t = zb_time(c, 0);
-        gbps = bytes / t / 1e9;
-        ratio = gbps / lim_gbps;
-        if (c->kernel == ZB_K_ADAM && c->n == o->n_max && (double)c->n / t > res->adam_eps[ti]) {
-            res->adam_eps[ti] = (double)c->n / t;
+        ratio = bytes / t[v] / 1e9 / lim_gbps;
+        if (c->kernel == ZB_K_ADAM && c->n == o->n_max && (double)c->n / t[v] > res->adam_eps[ti]) {
+            res->adam_eps[ti] = (double)c->n / t[v];
         }
         if (v == (int)zk_default_variant() && ratio < res->low[ti][c->kernel]) {
             res->low[ti][c->kernel] = ratio;
             res->low_n[ti][c->kernel] = c->n;
         }
-        if (o->json) {
-            printf("{\"kernel\": \"%s\", \"variant\": \"%s\", \"threads\": %u, "
-                   "\"n\": %zu, \"dtype\": \"%s\", \"stores\": \"%s\", \"seconds\": %.6f, "
-                   "\"gbps\": %.2f, \"limit_gbps\": %.2f, \"bound\": \"%s\", \"ratio\": %.3f}\n",
-                   zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
-                   zs_dtype_name(o->dtype), zb_stores_used(c), t, gbps, lim_gbps, bound, ratio);
-        } else {
-            printf("%-11s %-7s %7u %10zu %-8s %9.3f %10.3f %8.1f %8.1f %-8s %6.3f\n",
-                   zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
-                   zb_stores_used(c), (double)c->n / t / 1e9, t * 1e3, gbps, lim_gbps, bound,
-                   ratio);
-        }
-        fflush(stdout);
+        zb_print_row(c, v, threads, t[v], lim_gbps, bound);
     }
 }
 
@@ -627,23 +681,35 @@ static zb_limit_fn_t zb_limit_kernel(const char **isa_p)
 
 static void zb_header(const zb_opts_t *o, const char *limit_isa)
 {
-    const zk_store_plan_t *plan = zk_store_plan();
+    const char *stores = o->stores == ZK_STORES_AUTO ? "auto"
+                         : o->stores == ZK_STORES_NT ? "nt"
+                                                     : "regular";
 
-    if (o->json) {
-        printf("{\"store_plan\": \"%s\", \"nt_min_bytes\": %zu, \"stores\": \"%s\"}\n", plan->how,
-               plan->nt_min_bytes,
-               o->stores == ZK_STORES_AUTO ? "auto"
-               : o->stores == ZK_STORES_NT ? "nt"
-                                           : "regular");
-        return;
+    if (!o->json) {
+        printf("zk_bench: dtype %s, limit kernel %s, default variant %s\n", zs_dtype_name(o->dtype),
+               limit_isa, zk_variant_name(zk_default_variant()));
     }
-    printf("zk_bench: dtype %s, limit kernel %s, default variant %s\n", zs_dtype_name(o->dtype),
-           limit_isa, zk_variant_name(zk_default_variant()));
-    printf("store plan: %s; non-temporal from %zu MiB of footprint%s\n", plan->how,
-           plan->nt_min_bytes >> 20,
-           o->stores == ZK_STORES_AUTO ? "" : " (overridden by --stores)");
-    printf("%-11s %-7s %7s %10s %-8s %9s %10s %8s %8s %-8s %6s\n", "kernel", "variant", "threads",
-           "n", "stores", "Gelem/s", "time [ms]", "GB/s", "limit", "bound", "ratio");
+    for (int v = 0; v < ZK_VARIANT_COUNT; v++) { /* each variant measured has its own plan */
+        const zk_store_plan_t *plan;
+        if (!o->variants[v] || v == ZK_VARIANT_SCALAR ||
+            (plan = zk_store_plan_variant((zk_variant_t)v)) == NULL) {
+            continue;
+        }
+        if (o->json) {
+            printf("{\"variant\": \"%s\", \"store_plan\": \"%s\", \"nt_min_bytes\": %zu, "
+                   "\"prefetch\": [%u, %u, %u, %u], \"stores\": \"%s\"}\n",
+                   zk_variant_name((zk_variant_t)v), plan->how, plan->nt_min_bytes,
+                   plan->prefetch[0][plan->nt[0]], plan->prefetch[1][plan->nt[1]],
+                   plan->prefetch[2][plan->nt[2]], plan->prefetch[3][0], stores);
+        } else {
+            printf("plan %s: %s%s\n", zk_variant_name((zk_variant_t)v), plan->how,
+                   o->stores == ZK_STORES_AUTO ? "" : " (overridden by --stores)");
+        }
+    }
+    if (!o->json) {
+        printf("%-11s %-7s %7s %10s %-14s %9s %10s %8s %8s %-8s %6s\n", "kernel", "variant",
+               "threads", "n", "stores", "Gelem/s", "time [ms]", "GB/s", "limit", "bound", "ratio");
+    }
 }
 
 int main(int argc, char **argv)

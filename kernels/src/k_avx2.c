@@ -13,12 +13,16 @@
 
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#define ZK_NT_P          1u
-#define ZK_NT_M          2u
-#define ZK_NT_V          4u
-#define ZK_NT_A          8u
-#define ZK_NT_DST        16u
-#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
+/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf). */
+#define ZK256_PF(ptr, es, i, ahead)                                                                \
+    _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0)
+
+#define ZK_NT_P   1u
+#define ZK_NT_M   2u
+#define ZK_NT_V   4u
+#define ZK_NT_A   8u
+#define ZK_NT_DST 16u
+#define ZK_KEEP_A 32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
 
 typedef struct zk_k256 {
     __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
@@ -113,8 +117,14 @@ static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v
 }
 
 ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, float *v, float *a,
-                                       void *dst, zs_dtype_t dt, size_t i, unsigned ntf)
+                                       void *dst, zs_dtype_t dt, size_t i, unsigned ntf, size_t pf)
 {
+    if (pf != 0 && i % 16 == 0) { /* one prefetch per 64-byte line of each stream */
+        ZK256_PF(p, 4, i, pf);
+        ZK256_PF(m, 4, i, pf);
+        ZK256_PF(v, 4, i, pf);
+        ZK256_PF(a, 4, i, pf);
+    }
     __m256 P = _mm256_loadu_ps(p + i);
     __m256 M = _mm256_loadu_ps(m + i);
     __m256 V = _mm256_loadu_ps(v + i);
@@ -136,7 +146,7 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
 }
 
 static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
-                       zs_dtype_t dt, size_t n, int nt)
+                       zs_dtype_t dt, size_t n, zk_st_t st)
 {
     zk_k256_t K = {
         .grad_scale = _mm256_set1_ps(k->grad_scale),
@@ -151,24 +161,31 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .decay = _mm256_set1_ps(k->decay),
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
-    size_t i = zk_head(p, 32, 4, n);
+    size_t i = zk_head(p, 32, 4, n), pe;
     unsigned ntf = k->keep_acc ? ZK_KEEP_A : 0;
 
     zk256_adam_scalar(k, p, m, v, a, dst, dt, 0, i);
-    if (nt) {
+    if (st.nt) {
         ntf |= zk_aligned(p + i, 32) ? ZK_NT_P : 0;
         ntf |= zk_aligned(m + i, 32) ? ZK_NT_M : 0;
         ntf |= zk_aligned(v + i, 32) ? ZK_NT_V : 0;
         ntf |= zk_aligned(a + i, 32) ? ZK_NT_A : 0;
         ntf |= dst != NULL && zk_aligned((char *)dst + i * dsize, 8 * dsize) ? ZK_NT_DST : 0;
     }
+    pe = zk_pf_end(i, n, st.pf);
     if (dst == NULL) {
+        for (; i + 8 <= pe; i += 8) {
+            zk256_adam_block(&K, p, m, v, a, NULL, dt, i, ntf, st.pf);
+        }
         for (; i + 8 <= n; i += 8) {
-            zk256_adam_block(&K, p, m, v, a, NULL, dt, i, ntf);
+            zk256_adam_block(&K, p, m, v, a, NULL, dt, i, ntf, 0);
         }
     } else {
+        for (; i + 8 <= pe; i += 8) {
+            zk256_adam_block(&K, p, m, v, a, dst, dt, i, ntf, st.pf);
+        }
         for (; i + 8 <= n; i += 8) {
-            zk256_adam_block(&K, p, m, v, a, dst, dt, i, ntf);
+            zk256_adam_block(&K, p, m, v, a, dst, dt, i, ntf, 0);
         }
     }
     zk256_adam_scalar(k, p, m, v, a, dst, dt, i, n);
@@ -179,12 +196,13 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
 
 /* ---- sum of squares: zk_sumsq's order (zk/kernels.h), lanes 0-3, 4-7, 8-11, 12-15 ---- */
 
-/* squares of x[0..4) in double (exact) */
-ZK_ALWAYS_INLINE __m256d zk256_sq(const float *x)
+/* Squares of x[0..4) added to a (lanes of 4). A square of an fp32 value is exact in double,
+ * so the fused multiply-add rounds once, at the add, exactly as a multiply and then an add. */
+ZK_ALWAYS_INLINE __m256d zk256_sq_add(__m256d a, const float *x)
 {
     __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x));
 
-    return _mm256_mul_pd(d, d);
+    return _mm256_fmadd_pd(d, d, a);
 }
 
 /* The lanes a[0..3] of a super-block with its scalar tail x[i..len) added, through the tree. */
@@ -199,20 +217,29 @@ ZK_ALWAYS_INLINE double zk256_sumsq_finish(const __m256d *a, const float *x, siz
     return zk_sumsq_lanes_tree(lane);
 }
 
-static void zk256_sumsq(const float *x, size_t n, double *part)
+ZK_ALWAYS_INLINE void zk256_sq_add16(__m256d *a, const float *x)
+{
+    a[0] = zk256_sq_add(a[0], x);
+    a[1] = zk256_sq_add(a[1], x + 4);
+    a[2] = zk256_sq_add(a[2], x + 8);
+    a[3] = zk256_sq_add(a[3], x + 12);
+}
+
+static void zk256_sumsq(const float *x, size_t n, double *part, zk_st_t st)
 {
     for (size_t b = 0; b < n; b += ZK_SUMSQ_BLOCK) {
         const float *xb = x + b;
         size_t len = n - b < ZK_SUMSQ_BLOCK ? n - b : ZK_SUMSQ_BLOCK;
+        size_t pe = zk_pf_end(0, n - b, st.pf), i = 0;
         __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                         _mm256_setzero_pd()};
-        size_t i;
 
-        for (i = 0; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
-            a[0] = _mm256_add_pd(a[0], zk256_sq(xb + i));
-            a[1] = _mm256_add_pd(a[1], zk256_sq(xb + i + 4));
-            a[2] = _mm256_add_pd(a[2], zk256_sq(xb + i + 8));
-            a[3] = _mm256_add_pd(a[3], zk256_sq(xb + i + 12));
+        for (; i + ZK_SUMSQ_LANES <= len && i + ZK_SUMSQ_LANES <= pe; i += ZK_SUMSQ_LANES) {
+            ZK256_PF(xb, 4, i, st.pf);
+            zk256_sq_add16(a, xb + i);
+        }
+        for (; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
+            zk256_sq_add16(a, xb + i);
         }
         part[b / ZK_SUMSQ_BLOCK] = zk256_sumsq_finish(a, xb, i, len);
     }
@@ -220,18 +247,32 @@ static void zk256_sumsq(const float *x, size_t n, double *part)
 
 /* ---- accumulate ---- */
 
-static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n, int nt)
+ZK_ALWAYS_INLINE void zk256_acc_block(float *acc, const void *src, zs_dtype_t dt, __m256 S,
+                                      size_t i, int nt)
+{
+    __m256 x = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(zk256_ld(src, dt, i), S));
+
+    zk256_st_f32(acc + i, zk256_canon(x), nt);
+}
+
+static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n,
+                             zk_st_t st)
 {
     __m256 S = _mm256_set1_ps(s);
-    size_t i = zk_head(acc, 32, 4, n);
+    size_t i = zk_head(acc, 32, 4, n), pe, es = zs_dtype_size(dt);
+    int nt;
 
     for (size_t j = 0; j < i; j++) {
         acc[j] = zk_accumulate_elem(acc[j], zk_load_elem(src, dt, j), s);
     }
-    nt = nt && zk_aligned(acc + i, 32);
+    nt = st.nt && zk_aligned(acc + i, 32);
+    for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
+        ZK256_PF(acc, 4, i, st.pf);
+        ZK256_PF(src, es, i, st.pf);
+        zk256_acc_block(acc, src, dt, S, i, nt);
+    }
     for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(zk256_ld(src, dt, i), S));
-        zk256_st_f32(acc + i, zk256_canon(x), nt);
+        zk256_acc_block(acc, src, dt, S, i, nt);
     }
     for (; i < n; i++) {
         acc[i] = zk_accumulate_elem(acc[i], zk_load_elem(src, dt, i), s);
@@ -243,18 +284,30 @@ static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s
 
 /* ---- reduce and cast ---- */
 
-static void zk256_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n, int nt)
+ZK_ALWAYS_INLINE void zk256_red_block(void *dst, const void *a, const void *b, zs_dtype_t dt,
+                                      size_t i, int nt)
+{
+    zk256_st(dst, dt, i, zk256_canon(_mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i))), nt);
+}
+
+static void zk256_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
+                         zk_st_t st)
 {
     size_t es = zs_dtype_size(dt);
-    size_t i = zk_head(dst, 8 * es, es, n);
+    size_t i = zk_head(dst, 8 * es, es, n), pe;
+    int nt;
 
     for (size_t j = 0; j < i; j++) {
         zk_store_elem(dst, dt, j, zk_reduce_elem(zk_load_elem(a, dt, j), zk_load_elem(b, dt, j)));
     }
-    nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
+    nt = st.nt && zk_aligned((char *)dst + i * es, 8 * es);
+    for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
+        ZK256_PF(a, es, i, st.pf);
+        ZK256_PF(b, es, i, st.pf);
+        zk256_red_block(dst, a, b, dt, i, nt);
+    }
     for (; i + 8 <= n; i += 8) {
-        zk256_st(dst, dt, i, zk256_canon(_mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i))),
-                 nt);
+        zk256_red_block(dst, a, b, dt, i, nt);
     }
     for (; i < n; i++) {
         zk_store_elem(dst, dt, i, zk_reduce_elem(zk_load_elem(a, dt, i), zk_load_elem(b, dt, i)));
@@ -264,15 +317,21 @@ static void zk256_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt,
     }
 }
 
-static void zk256_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n, int nt)
+static void zk256_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
+                       zk_st_t st)
 {
-    size_t es = zs_dtype_size(ddt);
-    size_t i = zk_head(dst, 8 * es, es, n);
+    size_t es = zs_dtype_size(ddt), ses = zs_dtype_size(sdt);
+    size_t i = zk_head(dst, 8 * es, es, n), pe;
+    int nt;
 
     for (size_t j = 0; j < i; j++) {
         zk_store_elem(dst, ddt, j, zk_load_elem(src, sdt, j));
     }
-    nt = nt && zk_aligned((char *)dst + i * es, 8 * es);
+    nt = st.nt && zk_aligned((char *)dst + i * es, 8 * es);
+    for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
+        ZK256_PF(src, ses, i, st.pf);
+        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
+    }
     for (; i + 8 <= n; i += 8) {
         zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
     }

@@ -15,12 +15,16 @@
 
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#define ZK_NT_P          1u
-#define ZK_NT_M          2u
-#define ZK_NT_V          4u
-#define ZK_NT_A          8u
-#define ZK_NT_DST        16u
-#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
+/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf). */
+#define ZK512_PF(ptr, es, i, ahead)                                                                \
+    _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0)
+
+#define ZK_NT_P   1u
+#define ZK_NT_M   2u
+#define ZK_NT_V   4u
+#define ZK_NT_A   8u
+#define ZK_NT_DST 16u
+#define ZK_KEEP_A 32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
 
 typedef struct zk_k512 {
     __m512 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
@@ -155,8 +159,14 @@ ZK_ALWAYS_INLINE void zk512_st(void *p, zs_dtype_t dt, size_t i, __m512 x, __mma
 
 ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, float *v, float *a,
                                        void *dst, zs_dtype_t dt, size_t i, __mmask16 mk, int full,
-                                       unsigned ntf, int hw)
+                                       unsigned ntf, int hw, size_t pf)
 {
+    if (pf != 0) {
+        ZK512_PF(p, 4, i, pf);
+        ZK512_PF(m, 4, i, pf);
+        ZK512_PF(v, 4, i, pf);
+        ZK512_PF(a, 4, i, pf);
+    }
     __m512 P = zk512_ld(p, ZS_DTYPE_F32, i, mk, full);
     __m512 M = zk512_ld(m, ZS_DTYPE_F32, i, mk, full);
     __m512 V = zk512_ld(v, ZS_DTYPE_F32, i, mk, full);
@@ -178,7 +188,7 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
 }
 
 static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
-                       zs_dtype_t dt, size_t n, int nt)
+                       zs_dtype_t dt, size_t n, zk_st_t st)
 {
     zk_k512_t K = {
         .grad_scale = _mm512_set1_ps(k->grad_scale),
@@ -193,32 +203,39 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .decay = _mm512_set1_ps(k->decay),
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
-    size_t i = zk_head(p, 64, 4, n);
+    size_t i = zk_head(p, 64, 4, n), pe;
     int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported();
     unsigned keep = k->keep_acc ? ZK_KEEP_A : 0;
     unsigned ntf = keep;
 
     if (i > 0) {
-        zk512_adam_block(&K, p, m, v, a, dst, dt, 0, zk_mask(i), 0, keep, hw);
+        zk512_adam_block(&K, p, m, v, a, dst, dt, 0, zk_mask(i), 0, keep, hw, 0);
     }
-    if (nt) {
+    if (st.nt) {
         ntf |= zk_aligned(p + i, 64) ? ZK_NT_P : 0;
         ntf |= zk_aligned(m + i, 64) ? ZK_NT_M : 0;
         ntf |= zk_aligned(v + i, 64) ? ZK_NT_V : 0;
         ntf |= zk_aligned(a + i, 64) ? ZK_NT_A : 0;
         ntf |= dst != NULL && zk_aligned((char *)dst + i * dsize, 16 * dsize) ? ZK_NT_DST : 0;
     }
+    pe = zk_pf_end(i, n, st.pf);
     if (dst == NULL) {
+        for (; i + 16 <= pe; i += 16) {
+            zk512_adam_block(&K, p, m, v, a, NULL, dt, i, 0, 1, ntf, hw, st.pf);
+        }
         for (; i + 16 <= n; i += 16) {
-            zk512_adam_block(&K, p, m, v, a, NULL, dt, i, 0, 1, ntf, hw);
+            zk512_adam_block(&K, p, m, v, a, NULL, dt, i, 0, 1, ntf, hw, 0);
         }
     } else {
+        for (; i + 16 <= pe; i += 16) {
+            zk512_adam_block(&K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw, st.pf);
+        }
         for (; i + 16 <= n; i += 16) {
-            zk512_adam_block(&K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw);
+            zk512_adam_block(&K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw, 0);
         }
     }
     if (i < n) {
-        zk512_adam_block(&K, p, m, v, a, dst, dt, i, zk_mask(n - i), 0, keep, hw);
+        zk512_adam_block(&K, p, m, v, a, dst, dt, i, zk_mask(n - i), 0, keep, hw, 0);
     }
     if (ntf & ~ZK_KEEP_A) {
         _mm_sfence();
@@ -227,12 +244,18 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
 
 /* ---- sum of squares: zk_sumsq's order (zk/kernels.h), lanes 0-7 and 8-15 ---- */
 
-/* squares of x[0..8) in double (exact) */
-ZK_ALWAYS_INLINE __m512d zk512_sq(const float *x)
+/* Squares of x[0..16) added to lanes 0-7 and 8-15. A square of an fp32 value is exact in
+ * double (24-bit significands), so the fused multiply-add rounds once, at the add, exactly as
+ * a multiply and then an add. */
+ZK_ALWAYS_INLINE void zk512_sq_add(__m512d *a, const float *x)
 {
-    __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x));
+    __m512 x16 = _mm512_loadu_ps(x);
+    __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x16));
+    __m512d d1 =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x16), 1)));
 
-    return _mm512_mul_pd(d, d);
+    a[0] = _mm512_fmadd_pd(d0, d0, a[0]);
+    a[1] = _mm512_fmadd_pd(d1, d1, a[1]);
 }
 
 /* The lanes a[0..1] of a super-block with its scalar tail x[i..len) added, through the tree. */
@@ -246,17 +269,20 @@ ZK_ALWAYS_INLINE double zk512_sumsq_finish(const __m512d *a, const float *x, siz
     return zk_sumsq_lanes_tree(lane);
 }
 
-static void zk512_sumsq(const float *x, size_t n, double *part)
+static void zk512_sumsq(const float *x, size_t n, double *part, zk_st_t st)
 {
     for (size_t b = 0; b < n; b += ZK_SUMSQ_BLOCK) {
         const float *xb = x + b;
         size_t len = n - b < ZK_SUMSQ_BLOCK ? n - b : ZK_SUMSQ_BLOCK;
+        size_t pe = zk_pf_end(0, n - b, st.pf), i = 0;
         __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-        size_t i;
 
-        for (i = 0; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
-            a[0] = _mm512_add_pd(a[0], zk512_sq(xb + i));
-            a[1] = _mm512_add_pd(a[1], zk512_sq(xb + i + 8));
+        for (; i + ZK_SUMSQ_LANES <= len && i + ZK_SUMSQ_LANES <= pe; i += ZK_SUMSQ_LANES) {
+            ZK512_PF(xb, 4, i, st.pf);
+            zk512_sq_add(a, xb + i);
+        }
+        for (; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
+            zk512_sq_add(a, xb + i);
         }
         part[b / ZK_SUMSQ_BLOCK] = zk512_sumsq_finish(a, xb, i, len);
     }
@@ -273,15 +299,22 @@ ZK_ALWAYS_INLINE void zk512_acc_block(float *acc, const void *src, zs_dtype_t dt
     zk512_st_f32(acc + i, zk512_canon(_mm512_add_ps(a, _mm512_mul_ps(x, s))), mk, full, nt);
 }
 
-static void zk512_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n, int nt)
+static void zk512_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n,
+                             zk_st_t st)
 {
     __m512 S = _mm512_set1_ps(s);
-    size_t i = zk_head(acc, 64, 4, n);
+    size_t i = zk_head(acc, 64, 4, n), pe, es = zs_dtype_size(dt);
+    int nt;
 
     if (i > 0) {
         zk512_acc_block(acc, src, dt, S, 0, zk_mask(i), 0, 0);
     }
-    nt = nt && zk_aligned(acc + i, 64);
+    nt = st.nt && zk_aligned(acc + i, 64);
+    for (pe = zk_pf_end(i, n, st.pf); i + 16 <= pe; i += 16) {
+        ZK512_PF(acc, 4, i, st.pf);
+        ZK512_PF(src, es, i, st.pf);
+        zk512_acc_block(acc, src, dt, S, i, 0, 1, nt);
+    }
     for (; i + 16 <= n; i += 16) {
         zk512_acc_block(acc, src, dt, S, i, 0, 1, nt);
     }
@@ -304,16 +337,22 @@ ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, z
     zk512_st(dst, dt, i, x, mk, full, nt, hw);
 }
 
-static void zk512_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n, int nt)
+static void zk512_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
+                         zk_st_t st)
 {
-    size_t w = 16 * zs_dtype_size(dt);
-    size_t i = zk_head(dst, w, zs_dtype_size(dt), n);
-    int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported();
+    size_t es = zs_dtype_size(dt), w = 16 * es;
+    size_t i = zk_head(dst, w, es, n), pe;
+    int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported(), nt;
 
     if (i > 0) {
         zk512_red_block(dst, a, b, dt, 0, zk_mask(i), 0, 0, hw);
     }
-    nt = nt && zk_aligned((char *)dst + i * zs_dtype_size(dt), w);
+    nt = st.nt && zk_aligned((char *)dst + i * es, w);
+    for (pe = zk_pf_end(i, n, st.pf); i + 16 <= pe; i += 16) {
+        ZK512_PF(a, es, i, st.pf);
+        ZK512_PF(b, es, i, st.pf);
+        zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
+    }
     for (; i + 16 <= n; i += 16) {
         zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
     }
@@ -331,16 +370,21 @@ ZK_ALWAYS_INLINE void zk512_cast_block(void *dst, zs_dtype_t ddt, const void *sr
     zk512_st(dst, ddt, i, zk512_ld(src, sdt, i, mk, full), mk, full, nt, hw);
 }
 
-static void zk512_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n, int nt)
+static void zk512_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
+                       zk_st_t st)
 {
-    size_t w = 16 * zs_dtype_size(ddt);
-    size_t i = zk_head(dst, w, zs_dtype_size(ddt), n);
-    int hw = ddt == ZS_DTYPE_BF16 && zk512_bf16_supported();
+    size_t es = zs_dtype_size(ddt), w = 16 * es, ses = zs_dtype_size(sdt);
+    size_t i = zk_head(dst, w, es, n), pe;
+    int hw = ddt == ZS_DTYPE_BF16 && zk512_bf16_supported(), nt;
 
     if (i > 0) {
         zk512_cast_block(dst, ddt, src, sdt, 0, zk_mask(i), 0, 0, hw);
     }
-    nt = nt && zk_aligned((char *)dst + i * zs_dtype_size(ddt), w);
+    nt = st.nt && zk_aligned((char *)dst + i * es, w);
+    for (pe = zk_pf_end(i, n, st.pf); i + 16 <= pe; i += 16) {
+        ZK512_PF(src, ses, i, st.pf);
+        zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
+    }
     for (; i + 16 <= n; i += 16) {
         zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
     }

@@ -2,9 +2,9 @@
 #include "zk_int.h"
 
 static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc,
-                           void *dst, zs_dtype_t dt, size_t n, int nt)
+                           void *dst, zs_dtype_t dt, size_t n, zk_st_t st)
 {
-    (void)nt;
+    (void)st;
     for (size_t i = 0; i < n; i++) {
         float p = zk_adam_elem(k, acc[i], master[i], &m[i], &v[i]);
         master[i] = p;
@@ -18,8 +18,9 @@ static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float 
 }
 
 /* zk_sumsq's order (zk/kernels.h) written out: 16 lanes in an array, one super-block at a time. */
-static void zk_scalar_sumsq(const float *x, size_t n, double *part)
+static void zk_scalar_sumsq(const float *x, size_t n, double *part, zk_st_t st)
 {
+    (void)st;
     for (size_t b = 0; b < n; b += ZK_SUMSQ_BLOCK) {
         const float *xb = x + b;
         size_t len = n - b < ZK_SUMSQ_BLOCK ? n - b : ZK_SUMSQ_BLOCK;
@@ -50,9 +51,9 @@ ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zs_dtype_t
 }
 
 static void zk_scalar_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n,
-                                 int nt)
+                                 zk_st_t st)
 {
-    (void)nt;
+    (void)st;
     switch (dt) {
     case ZS_DTYPE_F16:
         zk_scalar_acc_loop(acc, src, ZS_DTYPE_F16, s, n);
@@ -75,9 +76,9 @@ ZK_ALWAYS_INLINE void zk_scalar_red_loop(void *dst, const void *a, const void *b
 }
 
 static void zk_scalar_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
-                             int nt)
+                             zk_st_t st)
 {
-    (void)nt;
+    (void)st;
     switch (dt) {
     case ZS_DTYPE_F16:
         zk_scalar_red_loop(dst, a, b, ZS_DTYPE_F16, n);
@@ -92,9 +93,9 @@ static void zk_scalar_reduce(void *dst, const void *a, const void *b, zs_dtype_t
 }
 
 static void zk_scalar_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
-                           int nt)
+                           zk_st_t st)
 {
-    (void)nt;
+    (void)st;
     for (size_t i = 0; i < n; i++) {
         zk_store_elem(dst, ddt, i, zk_load_elem(src, sdt, i));
     }

@@ -244,7 +244,7 @@ typedef struct zk_adam_job {
     char *dst;
     zs_dtype_t dst_dtype;
     size_t dsize;
-    int nt;
+    zk_st_t st;
 } zk_adam_job_t;
 
 static void zk_adam_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -253,7 +253,7 @@ static void zk_adam_chunk(void *arg, unsigned worker, size_t b, size_t e)
     const zk_adam_job_t *j = (const zk_adam_job_t *)arg;
 
     j->ops->adam(j->k, j->master + b, j->m + b, j->v + b, j->acc + b,
-                 j->dst != NULL ? j->dst + b * j->dsize : NULL, j->dst_dtype, e - b, j->nt);
+                 j->dst != NULL ? j->dst + b * j->dsize : NULL, j->dst_dtype, e - b, j->st);
 }
 
 zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, float *master,
@@ -295,7 +295,7 @@ zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, 
     job.dst = (char *)dst;
     job.dst_dtype = dst_dtype;
     job.dsize = dst != NULL ? zs_dtype_size(dst_dtype) : 0;
-    job.nt = zk_store_nt(exec, ZK_STORE_ADAM, n * (32 + job.dsize));
+    job.st = zk_store_st(exec, ZK_STORE_ADAM, n * (32 + job.dsize));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_adam_chunk, &job);
 }
 
@@ -310,6 +310,7 @@ zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, 
 typedef struct zk_sumsq_job {
     const zk_ops_t *ops;
     const float *x;
+    zk_st_t st;
     double part[ZK_SUMSQ_ROUND_BLOCKS];
 } zk_sumsq_job_t;
 
@@ -319,7 +320,7 @@ static void zk_sumsq_chunk(void *arg, unsigned worker, size_t b, size_t e)
     zk_sumsq_job_t *j = (zk_sumsq_job_t *)arg;
 
     /* b is a multiple of the grain, ZK_SUMSQ_BLOCK: a super-block start */
-    j->ops->sumsq(j->x + b, e - b, j->part + b / ZK_SUMSQ_BLOCK);
+    j->ops->sumsq(j->x + b, e - b, j->part + b / ZK_SUMSQ_BLOCK, j->st);
 }
 
 zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
@@ -337,6 +338,7 @@ zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *su
     if (sumsq_p == NULL || nonfinite_p == NULL || (x == NULL && n != 0)) {
         return zk_error_set(ZS_ERR_INVALID, "zk_sumsq: NULL argument");
     }
+    job.st = zk_store_st(exec, ZK_STORE_READ, n * sizeof(float));
     for (size_t base = 0; base < n; base += ZK_SUMSQ_ROUND) {
         size_t len = n - base < ZK_SUMSQ_ROUND ? n - base : ZK_SUMSQ_ROUND;
         size_t blocks = (len + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK;
@@ -366,7 +368,7 @@ typedef struct zk_accumulate_job {
     zs_dtype_t dtype;
     size_t ssize;
     float s;
-    int nt;
+    zk_st_t st;
 } zk_accumulate_job_t;
 
 static void zk_accumulate_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -374,7 +376,7 @@ static void zk_accumulate_chunk(void *arg, unsigned worker, size_t b, size_t e)
     (void)worker;
     const zk_accumulate_job_t *j = (const zk_accumulate_job_t *)arg;
 
-    j->ops->accumulate(j->acc + b, j->src + b * j->ssize, j->dtype, j->s, e - b, j->nt);
+    j->ops->accumulate(j->acc + b, j->src + b * j->ssize, j->dtype, j->s, e - b, j->st);
 }
 
 zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zs_dtype_t src_dtype,
@@ -399,7 +401,7 @@ zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zs
     job.dtype = src_dtype;
     job.ssize = zs_dtype_size(src_dtype);
     job.s = s;
-    job.nt = zk_store_nt(exec, ZK_STORE_ACCUMULATE, n * (8 + zs_dtype_size(src_dtype)));
+    job.st = zk_store_st(exec, ZK_STORE_ACCUMULATE, n * (8 + zs_dtype_size(src_dtype)));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_accumulate_chunk, &job);
 }
 
@@ -411,7 +413,7 @@ typedef struct zk_reduce_job {
     const char *a, *b;
     zs_dtype_t dtype;
     size_t size;
-    int nt;
+    zk_st_t st;
 } zk_reduce_job_t;
 
 static void zk_reduce_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -420,7 +422,7 @@ static void zk_reduce_chunk(void *arg, unsigned worker, size_t b, size_t e)
     const zk_reduce_job_t *j = (const zk_reduce_job_t *)arg;
     size_t o = b * j->size;
 
-    j->ops->reduce(j->dst + o, j->a + o, j->b + o, j->dtype, e - b, j->nt);
+    j->ops->reduce(j->dst + o, j->a + o, j->b + o, j->dtype, e - b, j->st);
 }
 
 zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const void *b,
@@ -445,7 +447,7 @@ zs_status_t zk_reduce(const zk_exec_t *exec, void *dst, const void *a, const voi
     job.b = (const char *)b;
     job.dtype = dtype;
     job.size = zs_dtype_size(dtype);
-    job.nt = zk_store_nt(exec, ZK_STORE_OUT, 3 * n * job.size);
+    job.st = zk_store_st(exec, ZK_STORE_OUT, 3 * n * job.size);
     return zk_pool_run(pool, n, ZK_GRAIN, zk_reduce_chunk, &job);
 }
 
@@ -457,7 +459,7 @@ typedef struct zk_cast_job {
     const char *src;
     zs_dtype_t ddt, sdt;
     size_t dsize, ssize;
-    int nt;
+    zk_st_t st;
 } zk_cast_job_t;
 
 static void zk_cast_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -469,7 +471,7 @@ static void zk_cast_chunk(void *arg, unsigned worker, size_t b, size_t e)
         memcpy(j->dst + b * j->dsize, j->src + b * j->ssize, (e - b) * j->dsize);
         return;
     }
-    j->ops->cast(j->dst + b * j->dsize, j->ddt, j->src + b * j->ssize, j->sdt, e - b, j->nt);
+    j->ops->cast(j->dst + b * j->dsize, j->ddt, j->src + b * j->ssize, j->sdt, e - b, j->st);
 }
 
 zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, const void *src,
@@ -496,6 +498,6 @@ zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, cons
     job.sdt = src_dtype;
     job.dsize = zs_dtype_size(dst_dtype);
     job.ssize = zs_dtype_size(src_dtype);
-    job.nt = zk_store_nt(exec, ZK_STORE_OUT, n * (job.dsize + zs_dtype_size(src_dtype)));
+    job.st = zk_store_st(exec, ZK_STORE_OUT, n * (job.dsize + zs_dtype_size(src_dtype)));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_cast_chunk, &job);
 }

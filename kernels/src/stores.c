@@ -1,18 +1,22 @@
 /*
- * Which stores the kernels use for calls beyond the caches: regular or non-temporal. The
- * answer differs from CPU to CPU (non-temporal stores save the read-for-ownership of each
- * written line on one machine and cost several times the time on another), so it is
- * measured, once per process, by the kernels themselves: each store-mix family (in-place
- * Adam, in-place accumulate, out-of-place reduce/cast) runs on scratch buffers of twice the
- * last-level cache (between 32 and 256 MiB of footprint) with each kind of store, and keeps
- * the faster, by at least 3 %, or regular stores. ZEROD_KERNEL_STORES=regular|nt|auto
- * overrides it for the process; zk_exec_t.stores for one call (tests cover both paths so).
- * The choice never changes a result: both store kinds write the same bits.
+ * How the kernels stream through memory for calls beyond the caches: regular or non-temporal
+ * stores, and how far ahead a software prefetch runs on each read stream. The answers differ
+ * from CPU to CPU (non-temporal stores save the read-for-ownership of each written line on
+ * one machine and cost several times the time on another; a kernel with many instructions per
+ * cache line leaves the hardware prefetcher behind on some), so they are measured, once per
+ * process and variant, by the kernels themselves: each family (in-place Adam, in-place
+ * accumulate, out-of-place reduce/cast, the read-only sum of squares) runs on scratch buffers
+ * of twice the last-level cache (between 32 and 256 MiB of footprint), first with each kind of
+ * store, then with the stores chosen and each prefetch distance; an option is kept only when
+ * it is at least 3 % faster than the plain one. ZEROD_KERNEL_STORES=regular|nt|auto overrides
+ * the stores for the process (and turns prefetch off); zk_exec_t.stores and .prefetch one call
+ * (the tests cover every path so). No choice ever changes a result: all write the same bits.
  */
 #include "zk_int.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +28,24 @@
 #define ZK_PLAN_MIN_BYTES ZK_STORES_PLAN_MIN_BYTES
 #define ZK_PLAN_MAX_BYTES (256 * ZK_MIB)
 #define ZK_PLAN_REPS      3
-#define ZK_PLAN_MARGIN    1.03 /* non-temporal must be this much faster to be chosen */
+#define ZK_PLAN_MARGIN    1.03 /* an option must be this much faster to be chosen */
 
-static zk_store_plan_t zk_plan;
-static pthread_once_t zk_plan_once = PTHREAD_ONCE_INIT;
+static zk_store_plan_t zk_plans[ZK_VARIANT_COUNT];
+static int zk_plan_done[ZK_VARIANT_COUNT];
+static pthread_mutex_t zk_plan_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce/cast"};
+static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce/cast",
+                                                               "sumsq"};
+static const unsigned zk_pf_choices[ZK_PREFETCH_CHOICES] = {0, 512, 1024, 2048};
 
 const char *zk_store_family_name(zk_store_family_t f)
 {
     return (unsigned)f < ZK_STORE_FAMILIES ? zk_family_names[f] : "?";
+}
+
+unsigned zk_prefetch_choice(int i)
+{
+    return i >= 0 && i < ZK_PREFETCH_CHOICES ? zk_pf_choices[i] : 0;
 }
 
 /* The last-level cache in bytes (sysconf, then sysfs), or 32 MiB when neither says. */
@@ -72,11 +84,12 @@ static double zk_seconds(void)
 
 typedef struct zk_scratch {
     float *s[5];
+    double *part; /* sum of squares: one per super-block */
     size_t n;
 } zk_scratch_t;
 
-/* One call of a family's kernel over the scratch buffers with the given stores. */
-static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_t *b, int nt)
+/* One call of a family's kernel over the scratch buffers. */
+static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_t *b, zk_st_t st)
 {
     static const zk_adam_k_t k = {.grad_scale = 1.0f,
                                   .beta1 = 0.9f,
@@ -91,13 +104,17 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
 
     switch (fam) {
     case ZK_STORE_ADAM:
-        ops->adam(&k, b->s[0], b->s[1], b->s[2], b->s[3], b->s[4], ZS_DTYPE_BF16, b->n, nt);
+        ops->adam(&k, b->s[0], b->s[1], b->s[2], b->s[3], b->s[4], ZS_DTYPE_BF16, b->n, st);
         break;
     case ZK_STORE_ACCUMULATE:
-        ops->accumulate(b->s[0], b->s[1], ZS_DTYPE_F32, 1.0f, b->n, nt);
+        ops->accumulate(b->s[0], b->s[1], ZS_DTYPE_F32, 1.0f, b->n, st);
         break;
-    default:
-        ops->reduce(b->s[2], b->s[0], b->s[1], ZS_DTYPE_F32, b->n, nt);
+    case ZK_STORE_READ:
+        ops->sumsq(b->s[0], b->n, b->part, st);
+        break;
+    default: /* the daemon's two: an fp32 reduce and the cast of fp32 params to bf16 */
+        ops->reduce(b->s[2], b->s[0], b->s[1], ZS_DTYPE_F32, b->n, st);
+        ops->cast(b->s[4], ZS_DTYPE_BF16, b->s[0], ZS_DTYPE_F32, b->n, st);
         break;
     }
 }
@@ -105,17 +122,26 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
 /* Bytes one element of a family's measured call reads and writes. */
 static double zk_plan_bytes(zk_store_family_t fam)
 {
-    return fam == ZK_STORE_ADAM ? 30.0 : 12.0; /* Adam: 16 read, 12 + 2 written; else 8 + 4 */
+    switch (fam) {
+    case ZK_STORE_ADAM:
+        return 30.0; /* 16 read, 12 + 2 written */
+    case ZK_STORE_READ:
+        return 4.0;
+    case ZK_STORE_ACCUMULATE:
+        return 12.0; /* 8 read, 4 written */
+    default:
+        return 18.0; /* reduce: 8 read, 4 written; cast: 4 read, 2 written */
+    }
 }
 
 /* Best GB/s of ZK_PLAN_REPS calls after a warm-up. */
-static double zk_plan_time(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_t *b, int nt)
+static double zk_plan_time(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_t *b, zk_st_t st)
 {
     double best = INFINITY;
 
     for (int r = 0; r <= ZK_PLAN_REPS; r++) {
         double t0 = zk_seconds(), dt;
-        zk_plan_call(ops, fam, b, nt);
+        zk_plan_call(ops, fam, b, st);
         dt = zk_seconds() - t0;
         if (r > 0 && dt < best) {
             best = dt;
@@ -124,7 +150,7 @@ static double zk_plan_time(const zk_ops_t *ops, zk_store_family_t fam, zk_scratc
     return zk_plan_bytes(fam) * (double)b->n / best / 1e9;
 }
 
-static int zk_plan_env(const char *env)
+static int zk_plan_env(zk_store_plan_t *plan, const char *env)
 {
     int nt = strcasecmp(env, "nt") == 0;
 
@@ -132,20 +158,75 @@ static int zk_plan_env(const char *env)
         return 0;
     }
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
-        zk_plan.nt[f] = nt;
+        plan->nt[f] = nt && f != ZK_STORE_READ;
     }
-    zk_plan.nt_min_bytes = nt ? 0 : SIZE_MAX;
-    snprintf(zk_plan.how, sizeof(zk_plan.how), "%s stores for every call (ZEROD_KERNEL_STORES=%s)",
+    plan->nt_min_bytes = nt ? 0 : SIZE_MAX;
+    snprintf(plan->how, sizeof(plan->how),
+             "%s stores and no prefetch for every call (ZEROD_KERNEL_STORES=%s)",
              nt ? "non-temporal" : "regular", env);
     return 1;
 }
 
-static void zk_plan_measure(void)
+static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
 {
-    const zk_ops_t *ops = zk_variant_ops(zk_default_variant());
+    size_t len = strlen(plan->how);
+    va_list ap;
+
+    if (len + 1 < sizeof(plan->how)) {
+        va_start(ap, fmt);
+        vsnprintf(plan->how + len, sizeof(plan->how) - len, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* The best prefetch distance of a family with the given stores; pf_gbps[f][nt][0] is set. */
+static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                                 zk_scratch_t *b, int nt)
+{
+    double *g = plan->pf_gbps[f][nt];
+    int best = 0;
+
+    for (int i = 1; i < ZK_PREFETCH_CHOICES; i++) {
+        g[i] = zk_plan_time(ops, f, b, (zk_st_t){nt, zk_pf_choices[i]});
+        best = g[i] > g[best] ? i : best;
+    }
+    best = g[best] > ZK_PLAN_MARGIN * g[0] ? best : 0;
+    zk_plan_printf(plan, " %s prefetch %.1f/%.1f/%.1f -> %u,", nt ? "nt" : "regular", g[1], g[2],
+                   g[3], zk_pf_choices[best]);
+    return zk_pf_choices[best];
+}
+
+/* One family: the stores, then the prefetch distance with each store kind it may use (calls
+ * below nt_min_bytes use regular stores whatever the plan). */
+static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                           zk_scratch_t *b)
+{
+    plan->gbps[f][0] = zk_plan_time(ops, f, b, (zk_st_t){0, 0});
+    plan->pf_gbps[f][0][0] = plan->gbps[f][0];
+    if (f != ZK_STORE_READ) {
+        plan->gbps[f][1] = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
+        plan->nt[f] = plan->gbps[f][1] > ZK_PLAN_MARGIN * plan->gbps[f][0];
+        zk_plan_printf(plan, " %s %.1f/%.1f -> %s:", zk_family_names[f], plan->gbps[f][0],
+                       plan->gbps[f][1], plan->nt[f] ? "nt" : "regular");
+    } else {
+        zk_plan_printf(plan, " %s %.1f:", zk_family_names[f], plan->gbps[f][0]);
+    }
+    plan->prefetch[f][0] = zk_plan_prefetch(plan, ops, f, b, 0);
+    if (plan->nt[f]) {
+        plan->pf_gbps[f][1][0] = plan->gbps[f][1];
+        plan->prefetch[f][1] = zk_plan_prefetch(plan, ops, f, b, 1);
+    }
+    plan->how[strlen(plan->how) - 1] = ';';
+}
+
+static void zk_plan_measure(zk_store_plan_t *plan, zk_variant_t v)
+{
+    const zk_ops_t *ops = zk_variant_ops(v);
     size_t target = 2 * zk_llc_bytes();
     zk_scratch_t b = {0};
-    size_t len = 0;
     int any = 0;
 
     target = target < ZK_PLAN_MIN_BYTES ? ZK_PLAN_MIN_BYTES : target;
@@ -158,69 +239,96 @@ static void zk_plan_measure(void)
         }
         any |= b.s[i] == NULL;
     }
-    zk_plan.nt_min_bytes = target;
+    b.part = malloc((b.n / ZK_SUMSQ_BLOCK + 1) * sizeof(double));
+    any |= b.part == NULL;
+    plan->nt_min_bytes = target;
     if (any) {
-        snprintf(zk_plan.how + strlen(zk_plan.how), sizeof(zk_plan.how) - strlen(zk_plan.how),
-                 "regular stores: no memory for %zu MiB of scratch to measure", target >> 20);
+        zk_plan_printf(plan, "regular stores, no prefetch: no memory for %zu MiB of scratch",
+                       target >> 20);
     } else {
-        len = strlen(zk_plan.how);
-        len +=
-            (size_t)snprintf(zk_plan.how + len, sizeof(zk_plan.how) - len,
-                             "measured at %zu MiB (%s), GB/s regular/non-temporal:", target >> 20,
-                             zk_variant_name(zk_default_variant()));
+        zk_plan_printf(plan,
+                       "measured at %zu MiB (%s), GB/s regular/non-temporal and with prefetch "
+                       "%u/%u/%u elements ahead:",
+                       target >> 20, zk_variant_name(v), zk_pf_choices[1], zk_pf_choices[2],
+                       zk_pf_choices[3]);
         for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
-            zk_plan.gbps[f][0] = zk_plan_time(ops, (zk_store_family_t)f, &b, 0);
-            zk_plan.gbps[f][1] = zk_plan_time(ops, (zk_store_family_t)f, &b, 1);
-            zk_plan.nt[f] = zk_plan.gbps[f][1] > ZK_PLAN_MARGIN * zk_plan.gbps[f][0];
-            if (len < sizeof(zk_plan.how)) {
-                len +=
-                    (size_t)snprintf(zk_plan.how + len, sizeof(zk_plan.how) - len,
-                                     " %s %.1f/%.1f -> %s", zk_family_names[f], zk_plan.gbps[f][0],
-                                     zk_plan.gbps[f][1], zk_plan.nt[f] ? "nt" : "regular");
-            }
+            zk_plan_family(plan, ops, (zk_store_family_t)f, &b);
         }
+        zk_plan_printf(plan, " from %zu MiB of footprint", target >> 20);
     }
     for (int i = 0; i < 5; i++) {
         free(b.s[i]);
     }
+    free(b.part);
 }
 
-static void zk_plan_run(void)
+static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
 {
     const char *env = getenv("ZEROD_KERNEL_STORES");
 
-    if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(env)) {
+    plan->variant = (int)v;
+    if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {
         return;
     }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0) {
-        snprintf(zk_plan.how, sizeof(zk_plan.how),
+        snprintf(plan->how, sizeof(plan->how),
                  "ZEROD_KERNEL_STORES=%.40s is not regular, nt or auto: measured instead; ", env);
     }
-    zk_plan_measure();
+    zk_plan_measure(plan, v);
+}
+
+const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v)
+{
+    if ((unsigned)v >= ZK_VARIANT_COUNT || !zk_variant_supported(v)) {
+        return NULL;
+    }
+    pthread_mutex_lock(&zk_plan_lock); /* one measurement at a time, each once */
+    if (!zk_plan_done[v]) {
+        zk_plan_run(&zk_plans[v], v);
+        zk_plan_done[v] = 1;
+    }
+    pthread_mutex_unlock(&zk_plan_lock);
+    return &zk_plans[v];
 }
 
 const zk_store_plan_t *zk_store_plan(void)
 {
-    pthread_once(&zk_plan_once, zk_plan_run);
-    return &zk_plan;
+    return zk_store_plan_variant(zk_default_variant());
+}
+
+zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint)
+{
+    int mode = exec != NULL ? exec->stores : ZK_STORES_AUTO;
+    int pf = exec != NULL ? exec->prefetch : 0;
+    int v = exec != NULL ? exec->variant : ZK_VARIANT_DEFAULT;
+    const zk_store_plan_t *plan = NULL;
+    zk_st_t st = {0, 0};
+
+    /* below the smallest scratch size the answer is regular stores and no prefetch on every
+     * CPU: measure only for calls that could use the others */
+    if (mode == ZK_STORES_AUTO && footprint >= ZK_PLAN_MIN_BYTES) {
+        plan =
+            zk_store_plan_variant(v == ZK_VARIANT_DEFAULT ? zk_default_variant() : (zk_variant_t)v);
+    }
+    if (mode == ZK_STORES_NT) {
+        st.nt = fam != ZK_STORE_READ;
+    } else if (plan != NULL) {
+        st.nt = plan->nt[fam] && footprint >= plan->nt_min_bytes;
+    }
+    if (pf > 0) {
+        st.pf = (unsigned)pf;
+    } else if (pf == 0 && plan != NULL) {
+        st.pf = plan->prefetch[fam][st.nt];
+    }
+    return st;
 }
 
 int zk_store_nt(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint)
 {
-    int mode = exec != NULL ? exec->stores : ZK_STORES_AUTO;
-    const zk_store_plan_t *plan;
+    return zk_store_st(exec, fam, footprint).nt;
+}
 
-    if (mode == ZK_STORES_REGULAR) {
-        return 0;
-    }
-    if (mode == ZK_STORES_NT) {
-        return 1;
-    }
-    /* below the smallest scratch size the answer is regular on every CPU: measure only for
-     * calls that could use the other */
-    if (footprint < ZK_PLAN_MIN_BYTES) {
-        return 0;
-    }
-    plan = zk_store_plan();
-    return plan->nt[fam] && footprint >= plan->nt_min_bytes;
+unsigned zk_store_prefetch(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint)
+{
+    return zk_store_st(exec, fam, footprint).pf;
 }

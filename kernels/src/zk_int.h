@@ -81,21 +81,40 @@ static inline double zk_sumsq_lanes_tree(const double lane[ZK_SUMSQ_LANES])
     return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-/* Each operation runs on one contiguous range on the calling thread. `nt` asks for
- * non-temporal stores where the pointers allow it (the range is large, beyond cache). */
+/* How one call streams through memory (stores.c decides, per variant and family): `nt` asks
+ * for non-temporal stores where the pointers allow it, `pf` for a software prefetch of each
+ * read stream pf elements ahead (0: none). Both are for calls beyond the caches; neither
+ * changes a result. */
+typedef struct zk_st {
+    int nt;
+    unsigned pf;
+} zk_st_t;
+
+/* Each operation runs on one contiguous range on the calling thread. */
 typedef struct zk_ops {
     void (*adam)(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc, void *dst,
-                 zs_dtype_t dst_dtype, size_t n, int nt);
+                 zs_dtype_t dst_dtype, size_t n, zk_st_t st);
     /* zk_sumsq's super-block sums (zk/kernels.h) of x[0..n), x at a super-block start:
-     * part[b] for each of the ceil(n / ZK_SUMSQ_BLOCK) super-blocks */
-    void (*sumsq)(const float *x, size_t n, double *part);
+     * part[b] for each of the ceil(n / ZK_SUMSQ_BLOCK) super-blocks (st.nt unused) */
+    void (*sumsq)(const float *x, size_t n, double *part, zk_st_t st);
     void (*accumulate)(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
-                       int nt);
-    void (*reduce)(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n, int nt);
+                       zk_st_t st);
+    void (*reduce)(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n, zk_st_t st);
     /* dst_dtype != src_dtype (same-type copies are done by the caller) */
     void (*cast)(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype, size_t n,
-                 int nt);
+                 zk_st_t st);
 } zk_ops_t;
+
+/* How a call of family `fam` touching `footprint` bytes streams (stores.c): exec->stores,
+ * else the plan of the call's variant (measuring it if need be). */
+zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint);
+
+/* Where a prefetching loop stops: the last pf elements are not prefetched past (nothing
+ * beyond the call is fetched). */
+static inline size_t zk_pf_end(size_t i, size_t n, unsigned pf)
+{
+    return pf != 0 && n > pf ? n - pf : i;
+}
 
 extern const zk_ops_t zk_ops_scalar;
 #if defined(ZK_HAVE_X86_VARIANTS)

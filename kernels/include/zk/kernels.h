@@ -59,7 +59,9 @@ zs_status_t zk_pool_run(zk_pool_t *pool, size_t n, size_t grain, zk_pool_fn_t fn
 typedef struct zk_exec {
     int variant;     /* zk_variant_t, or ZK_VARIANT_DEFAULT */
     zk_pool_t *pool; /* NULL: run on the calling thread */
-    int stores;      /* zk_stores_t: 0 (AUTO) follows the process's zk_store_plan() */
+    int stores;      /* zk_stores_t: 0 (AUTO) follows the variant's zk_store_plan_variant() */
+    int prefetch;    /* 0: the plan's (AUTO stores only); > 0: that many elements ahead of each
+                        read stream, whatever the size; < 0: no software prefetch */
 } zk_exec_t;
 
 /* The stores of one call; any choice writes the same bits. */
@@ -69,33 +71,52 @@ typedef enum zk_stores {
     ZK_STORES_NT = 2,      /* non-temporal stores where the pointers allow, whatever the size */
 } zk_stores_t;
 
-/* Kernels by the mix of streams they store: in-place Adam (4 fp32 streams and the cast copy),
- * in-place accumulate, out-of-place reduce and cast. */
+/* Kernels by the mix of streams they read and store: in-place Adam (4 fp32 streams and the
+ * cast copy), in-place accumulate, out-of-place reduce and cast, and the sum of squares (reads
+ * only: its plan is a prefetch distance). */
 typedef enum zk_store_family {
     ZK_STORE_ADAM,
     ZK_STORE_ACCUMULATE,
     ZK_STORE_OUT,
+    ZK_STORE_READ,
     ZK_STORE_FAMILIES
 } zk_store_family_t;
 
-/* Which stores calls beyond the caches use on this machine, decided once per process: by
- * ZEROD_KERNEL_STORES=regular|nt, else measured (each family's kernel with either store on
- * scratch buffers of twice the last-level cache, 32-256 MiB; about 0.1-0.5 s, on the first
- * call of at least 32 MiB or the first zk_store_plan()). Calls whose footprint is at least
- * nt_min_bytes use non-temporal stores where nt[family]; others use regular stores. */
+/* The software prefetch distances a plan tries, in elements ahead of each read stream. */
+#define ZK_PREFETCH_CHOICES 4
+unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
+
+/* How calls beyond the caches stream through memory on this machine, decided once per
+ * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
+ * (each family's kernel on scratch buffers of twice the last-level cache, 32-256 MiB: first
+ * regular against non-temporal stores, then, with the stores chosen, each prefetch distance;
+ * about 0.3-1 s, on the first call of at least 32 MiB or the first zk_store_plan()). Calls
+ * whose footprint is at least nt_min_bytes use non-temporal stores where nt[family]; calls
+ * of at least ZK_STORES_PLAN_MIN_BYTES prefetch prefetch[family][stores] elements ahead. An
+ * option is chosen only when it is at least 3 % faster than the plain one. */
 typedef struct zk_store_plan {
+    int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
-    double gbps[ZK_STORE_FAMILIES][2]; /* measured: regular, non-temporal (0: not measured) */
+    unsigned prefetch[ZK_STORE_FAMILIES][2]; /* with regular, with non-temporal stores */
+    double gbps[ZK_STORE_FAMILIES][2];       /* measured: regular, non-temporal (0: not measured) */
+    /* [family][stores][distance]: GB/s with each prefetch distance (0: not measured; the
+     * non-temporal row only where nt[family]) */
+    double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     size_t nt_min_bytes;
-    char how[320]; /* one line for a log or a benchmark */
+    char how[512]; /* one line for a log or a benchmark */
 } zk_store_plan_t;
+/* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);
-/* Calls smaller than this use regular stores without consulting (or measuring) the plan. */
+const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v);
+/* Calls smaller than this use regular stores and no prefetch without consulting (or
+ * measuring) the plan. */
 #define ZK_STORES_PLAN_MIN_BYTES ((size_t)32 << 20)
 const char *zk_store_family_name(zk_store_family_t f);
 /* Whether a call of family `fam` touching `footprint` bytes (read and written) uses
- * non-temporal stores: exec->stores, else the plan (measuring it if need be). */
+ * non-temporal stores, and how far ahead it prefetches: exec, else the plan of exec's variant
+ * (measuring it if need be). */
 int zk_store_nt(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint);
+unsigned zk_store_prefetch(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint);
 #define ZK_VARIANT_DEFAULT (-1)
 
 /* Hyper-parameters of one fused step over one param-group segment. */

@@ -261,8 +261,10 @@ static void zt_pool_split(zk_exec_t ex, int op)
         }
         for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
             for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
-                zk_exec_t pooled = {
-                    .variant = ex.variant, .pool = zt_pool(zt_threads[ti]), .stores = ex.stores};
+                zk_exec_t pooled = {.variant = ex.variant,
+                                    .pool = zt_pool(zt_threads[ti]),
+                                    .stores = ex.stores,
+                                    .prefetch = ex.prefetch};
 
                 if (op == 0) {
                     zt_acc_run(pooled, acc0, a, dt, s, n, offs[oi], got);

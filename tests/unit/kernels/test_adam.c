@@ -394,8 +394,10 @@ static void zt_adam_pool_split(zk_exec_t ex)
         zt_adam_run(one, &P, &in, 0, zt_adam_dsts[di], &want);
         for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++) {
             for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
-                zk_exec_t pooled = {
-                    .variant = ex.variant, .pool = zt_pool(zt_threads[ti]), .stores = ex.stores};
+                zk_exec_t pooled = {.variant = ex.variant,
+                                    .pool = zt_pool(zt_threads[ti]),
+                                    .stores = ex.stores,
+                                    .prefetch = ex.prefetch};
                 char what[128];
 
                 zt_adam_run(pooled, &P, &in, offs[oi], zt_adam_dsts[di], &got);

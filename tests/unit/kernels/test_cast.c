@@ -298,7 +298,8 @@ static void zt_cast_pool_split(zk_exec_t ex)
                 for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
                     zk_exec_t pooled = {.variant = ex.variant,
                                         .pool = zt_pool(zt_threads[ti]),
-                                        .stores = ex.stores};
+                                        .stores = ex.stores,
+                                        .prefetch = ex.prefetch};
 
                     zt_cast_run(pooled, (zs_dtype_t)d, (zs_dtype_t)s, src, n, offs[oi], got);
                     zt_assert_same_bits(got, want, n, zs_dtype_size((zs_dtype_t)d),

@@ -117,17 +117,30 @@ Test(zk_stores, exec_choice_overrides_plan_and_small_calls_are_regular)
 {
     zk_exec_t regular = {.variant = ZK_VARIANT_DEFAULT, .stores = ZK_STORES_REGULAR};
     zk_exec_t nt = {.variant = ZK_VARIANT_DEFAULT, .stores = ZK_STORES_NT};
+    zk_exec_t pf = {.variant = ZK_VARIANT_DEFAULT, .stores = ZK_STORES_REGULAR, .prefetch = 96};
+    zk_exec_t nopf = {.variant = ZK_VARIANT_DEFAULT, .prefetch = -1};
 
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
-        cr_assert_eq(zk_store_nt(&regular, (zk_store_family_t)f, SIZE_MAX), 0);
-        cr_assert_eq(zk_store_nt(&nt, (zk_store_family_t)f, 64), 1);
-        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, (size_t)1 << 20), 0);
+        zk_store_family_t fam = (zk_store_family_t)f;
+        cr_assert_eq(zk_store_nt(&regular, fam, SIZE_MAX), 0);
+        /* the sum of squares stores nothing */
+        cr_assert_eq(zk_store_nt(&nt, fam, 64), fam != ZK_STORE_READ);
+        cr_assert_eq(zk_store_nt(NULL, fam, (size_t)1 << 20), 0);
+        cr_assert_eq(zk_store_prefetch(NULL, fam, (size_t)1 << 20), 0);
+        cr_assert_eq(zk_store_prefetch(&regular, fam, SIZE_MAX), 0);
+        cr_assert_eq(zk_store_prefetch(&pf, fam, 64), 96);
+        cr_assert_eq(zk_store_prefetch(&nopf, fam, (size_t)1 << 20), 0);
     }
     cr_assert_str_eq(zk_store_family_name(ZK_STORE_ADAM), "adam");
+    cr_assert_str_eq(zk_store_family_name(ZK_STORE_READ), "sumsq");
     cr_assert_str_eq(zk_store_family_name(ZK_STORE_FAMILIES), "?");
+    cr_assert_eq(zk_prefetch_choice(0), 0);
+    cr_assert_eq(zk_prefetch_choice(ZK_PREFETCH_CHOICES), 0);
+    cr_assert_null(zk_store_plan_variant(ZK_VARIANT_COUNT));
 }
 
-/* ZEROD_KERNEL_STORES fixes the plan for the process and says so. */
+/* ZEROD_KERNEL_STORES fixes the plan for the process (every variant's) and says so; it turns
+ * the prefetch off. */
 Test(zk_stores, environment_fixes_the_plan)
 {
     const zk_store_plan_t *plan;
@@ -135,29 +148,64 @@ Test(zk_stores, environment_fixes_the_plan)
     setenv("ZEROD_KERNEL_STORES", "nt", 1);
     plan = zk_store_plan();
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
-        cr_assert_eq(plan->nt[f], 1);
-        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, (size_t)64 << 20), 1);
+        zk_store_family_t fam = (zk_store_family_t)f;
+        cr_assert_eq(plan->nt[f], fam != ZK_STORE_READ);
+        cr_assert_eq(zk_store_nt(NULL, fam, (size_t)64 << 20), fam != ZK_STORE_READ);
+        cr_assert_eq(zk_store_prefetch(NULL, fam, (size_t)64 << 20), 0);
     }
     cr_assert_eq(plan->nt_min_bytes, 0);
     cr_assert_not_null(strstr(plan->how, "ZEROD_KERNEL_STORES=nt"), "%s", plan->how);
+    plan = zk_store_plan_variant(ZK_VARIANT_SCALAR);
+    cr_assert_eq(plan->variant, ZK_VARIANT_SCALAR);
+    cr_assert_not_null(strstr(plan->how, "ZEROD_KERNEL_STORES=nt"), "%s", plan->how);
+}
+
+/* The prefetch distance chosen with stores `nt` of family f follows the figures: the fastest
+ * distance, if it beats none by 3 %. */
+static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
+{
+    const double *g = plan->pf_gbps[f][nt];
+    int chosen = -1;
+
+    for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
+        cr_assert_gt(g[i], 0.0, "%s", plan->how);
+        chosen = zk_prefetch_choice(i) == plan->prefetch[f][nt] ? i : chosen;
+    }
+    cr_assert_geq(chosen, 0, "%s", plan->how);
+    for (int i = 1; i < ZK_PREFETCH_CHOICES && chosen > 0; i++) {
+        cr_assert_geq(g[chosen], g[i], "%s", plan->how);
+    }
+    cr_assert(chosen == 0 || g[chosen] > 1.03 * g[0], "%s", plan->how);
 }
 
 /* Unset, the plan is measured: each family's both stores timed, the faster (by 3 %) kept,
- * used only for calls at least as big as what was measured. */
+ * used only for calls at least as big as what was measured; then each prefetch distance. */
 Test(zk_stores, plan_is_measured_and_follows_the_figures)
 {
     const zk_store_plan_t *plan;
 
     unsetenv("ZEROD_KERNEL_STORES");
     plan = zk_store_plan();
+    cr_assert_eq(plan->variant, (int)zk_default_variant());
     cr_assert_geq(plan->nt_min_bytes, (size_t)32 << 20);
     cr_assert_leq(plan->nt_min_bytes, (size_t)256 << 20);
     cr_assert_not_null(strstr(plan->how, "measured at"), "%s", plan->how);
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        zk_store_family_t fam = (zk_store_family_t)f;
+        size_t mid = ZK_STORES_PLAN_MIN_BYTES;
         cr_assert_gt(plan->gbps[f][0], 0.0);
-        cr_assert_gt(plan->gbps[f][1], 0.0);
-        cr_assert_eq(plan->nt[f], plan->gbps[f][1] > 1.03 * plan->gbps[f][0], "%s", plan->how);
-        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, plan->nt_min_bytes - 1), 0);
-        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, plan->nt_min_bytes), plan->nt[f]);
+        if (fam != ZK_STORE_READ) {
+            cr_assert_gt(plan->gbps[f][1], 0.0);
+            cr_assert_eq(plan->nt[f], plan->gbps[f][1] > 1.03 * plan->gbps[f][0], "%s", plan->how);
+        }
+        zt_check_prefetch(plan, f, 0);
+        if (plan->nt[f]) {
+            zt_check_prefetch(plan, f, 1);
+        }
+        cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes - 1), 0);
+        cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes), plan->nt[f]);
+        cr_assert_eq(zk_store_prefetch(NULL, fam, mid - 1), 0);
+        cr_assert_eq(zk_store_prefetch(NULL, fam, mid),
+                     plan->prefetch[f][zk_store_nt(NULL, fam, mid)]);
     }
 }

@@ -229,8 +229,10 @@ static void zt_sumsq_pool_split(zk_exec_t ex)
 
         memcpy(x, x0, 4 * n);
         for (size_t ti = 0; ti < ZT_N_THREADS; ti++) {
-            zk_exec_t pooled = {
-                .variant = ex.variant, .pool = zt_pool(zt_threads[ti]), .stores = ex.stores};
+            zk_exec_t pooled = {.variant = ex.variant,
+                                .pool = zt_pool(zt_threads[ti]),
+                                .stores = ex.stores,
+                                .prefetch = ex.prefetch};
             char what[96];
 
             snprintf(what, sizeof(what), "%s, %u threads, offset %zu", zk_variant_name(ex.variant),

@@ -80,9 +80,15 @@ static inline void zt_free(zt_buf_t *b)
 
 /* ---- variants ---- */
 
+/* The _nt tests also prefetch (ZT_PREFETCH elements ahead, short enough that the lengths
+ * below run both the prefetching loop and the plain one after it). */
+#define ZT_PREFETCH 64
 static inline zk_exec_t zt_exec_for(zk_variant_t v, zk_stores_t stores)
 {
-    zk_exec_t ex = {.variant = (int)v, .pool = NULL, .stores = (int)stores};
+    zk_exec_t ex = {.variant = (int)v,
+                    .pool = NULL,
+                    .stores = (int)stores,
+                    .prefetch = stores == ZK_STORES_NT ? ZT_PREFETCH : 0};
 
     if (!zk_variant_supported(v)) {
         cr_skip_test("variant %s: this CPU lacks the instructions it needs (%s)",
@@ -103,7 +109,8 @@ static inline zk_exec_t zt_exec_for(zk_variant_t v, zk_stores_t stores)
 /* Test(suite, name_avx2), Test(suite, name_avx512): fn(exec) for each SIMD variant, for the
  * tests that compare a variant with the scalar reference (skipped, with the reason, where the
  * CPU lacks the variant); each once with regular stores and once (name_avx2_nt, ...) with
- * non-temporal ones at every size, so both store paths run whatever this CPU's plan says. */
+ * non-temporal ones and a software prefetch at every size, so every path runs whatever this
+ * CPU's plan says. */
 #define ZT_SIMD_VARIANT_TESTS(suite, name, fn)                                                     \
     ZT_VARIANT_TEST(suite, name##_avx2, fn, ZK_VARIANT_AVX2, ZK_STORES_REGULAR)                    \
     ZT_VARIANT_TEST(suite, name##_avx2_nt, fn, ZK_VARIANT_AVX2, ZK_STORES_NT)                      \

@@ -35,13 +35,13 @@ typedef void (*zb_limit_fn_t)(const zb_limit_args_t *a, size_t b, size_t e);
 void zb_limit_avx512(const zb_limit_args_t *a, size_t b, size_t e);
 void zb_limit_avx2(const zb_limit_args_t *a, size_t b, size_t e);
 
-/* The divider's floor of Adam: n elements' one square root and one division (what the exact
- * Adam formula cannot do without), 8 independent chains of vectors in registers, at the
- * vector width of the variant; returns a lane so that nothing is optimised away. Adam cannot
- * go faster than this even with its data in L1, so its limit is the lower of this and the
- * streaming limit. */
-float zb_divider_avx512(size_t n);
-float zb_divider_avx2(size_t n);
+/* Adam's arithmetic floor: n elements of the exact formula (zk/elem.h) with the data in L1,
+ * at the vector width of the variant; returns a value so that nothing is optimised away.
+ * Exact Adam needs, per element, one square root, one division and about 20 other operations
+ * (NaN made canonical included); with its data in cache no Adam can go faster than this, so
+ * its limit is the lower of this and the streaming limit. */
+float zb_formula_avx512(size_t n);
+float zb_formula_avx2(size_t n);
 
 /* The order floor of the sum of squares (zk/kernels.h): each of its 16 lanes adds its
  * squares one after another, so n elements cost n / 16 dependent double additions per lane,

@@ -1,5 +1,6 @@
 /* zk_bench memory limit, 256-bit vectors (compiled with -mavx2). */
 #include "limit.h"
+#include "zk/elem.h"
 
 #include <immintrin.h>
 
@@ -31,10 +32,12 @@ static inline __m128i zb_narrow(__m256i x)
 #define VF         __m256
 #define SETF(x)    _mm256_set1_ps(x)
 #define SQRTF(x)   _mm256_sqrt_ps(x)
-#define DIVF(x, y) _mm256_div_ps(x, y)
-#define ADDF(x, y) _mm256_add_ps(x, y)
-#define FIRSTF(x)  _mm256_cvtss_f32(x)
-#define FN_DIV     zb_divider_avx2
+#define LDF(p)     _mm256_load_ps(p)
+#define STF(p, x)  _mm256_store_ps(p, x)
+#define CANONF(x)                                                                                  \
+    _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)ZK_NAN_BITS)),                  \
+                     _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
+#define FN_FORMULA zb_formula_avx2
 #define VD         __m256d
 #define SETD(x)    _mm256_set1_pd(x)
 #define FMAD(x, a) _mm256_fmadd_pd(x, x, a)

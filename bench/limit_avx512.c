@@ -1,5 +1,6 @@
 /* zk_bench memory limit, 512-bit vectors (compiled with -mavx512f -mavx512bw -mavx512vl). */
 #include "limit.h"
+#include "zk/elem.h"
 
 #include <immintrin.h>
 
@@ -22,10 +23,12 @@
 #define VF         __m512
 #define SETF(x)    _mm512_set1_ps(x)
 #define SQRTF(x)   _mm512_sqrt_ps(x)
-#define DIVF(x, y) _mm512_div_ps(x, y)
-#define ADDF(x, y) _mm512_add_ps(x, y)
-#define FIRSTF(x)  _mm512_cvtss_f32(x)
-#define FN_DIV     zb_divider_avx512
+#define LDF(p)     _mm512_load_ps(p)
+#define STF(p, x)  _mm512_store_ps(p, x)
+#define CANONF(x)                                                                                  \
+    _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),                                  \
+                       _mm512_castsi512_ps(_mm512_set1_epi32((int)ZK_NAN_BITS)))
+#define FN_FORMULA zb_formula_avx512
 #define VD         __m512d
 #define SETD(x)    _mm512_set1_pd(x)
 #define FMAD(x, a) _mm512_fmadd_pd(x, x, a)

@@ -1,7 +1,7 @@
 /* Included by limit_avx512.c and limit_avx2.c with the vector macros defined:
  * V4/V2 (vectors of VL 32-bit / 16-bit lanes), LD4/LD2, ST4/ST2 (regular), NT4/NT2
  * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name);
- * VF (VL floats), SETF, SQRTF, DIVF, ADDF, FIRSTF and FN_DIV for the divider floor; VD (VL / 2
+ * VF (VL floats), SETF, SQRTF, LDF, STF, CANONF and FN_FORMULA for Adam's floor; VD (VL / 2
  * doubles), SETD, FMAD (x * x + a), FIRSTD and FN_CHAIN for the sum of squares' order floor. */
 
 #define ZB_ST4(p, x, nt)                                                                           \
@@ -164,22 +164,37 @@ void FN(const zb_limit_args_t *a, size_t b, size_t e)
     }
 }
 
-float FN_DIV(size_t n)
+/* Adam's arithmetic floor: the exact formula of zk/elem.h (ZK_ADAM_LANE, NaN results made
+ * canonical) over ZB_L1_N elements per stream kept in L1, as the daemon runs it (the
+ * accumulator read, not written), n elements in all. */
+#define ZB_L1_N 512
+float FN_FORMULA(size_t n)
 {
-    VF x[8], d = SETF(1.5f);
+    static const float gs = 1.0f, b1 = 0.9f, b2 = 0.999f;
+    struct {
+        VF grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
+            step_size, decay;
+    } K = {SETF(gs),        SETF(0.0f),  SETF(b1),   SETF(1.0f - b1), SETF(b2),
+           SETF(1.0f - b2), SETF(1e-8f), SETF(1.0f), SETF(1e-6f),     SETF(1.0f)};
+    float p[ZB_L1_N] __attribute__((aligned(64))), m[ZB_L1_N] __attribute__((aligned(64)));
+    float v[ZB_L1_N] __attribute__((aligned(64))), a[ZB_L1_N] __attribute__((aligned(64)));
 
-    for (int k = 0; k < 8; k++) {
-        x[k] = SETF(1.0f + 0.125f * (float)k);
+    for (size_t i = 0; i < ZB_L1_N; i++) {
+        p[i] = 0.5f + 1e-4f * (float)i;
+        m[i] = 1e-2f;
+        v[i] = 1e-4f;
+        a[i] = 1e-2f + 1e-6f * (float)i;
     }
-    for (size_t i = 0; i < n; i += 8 * VL) {
-        for (int k = 0; k < 8; k++) {
-            x[k] = DIVF(SQRTF(x[k]), d);
+    for (size_t done = 0; done < n; done += ZB_L1_N) {
+        for (size_t i = 0; i < ZB_L1_N; i += VL) {
+            VF P = LDF(p + i), M = LDF(m + i), V = LDF(v + i), A = LDF(a + i);
+            ZK_ADAM_LANE(VF, SQRTF, K, A, P, M, V);
+            STF(p + i, CANONF(P));
+            STF(m + i, CANONF(M));
+            STF(v + i, CANONF(V));
         }
     }
-    for (int k = 1; k < 8; k++) {
-        x[0] = ADDF(x[0], x[k]);
-    }
-    return FIRSTF(x[0]);
+    return p[n % ZB_L1_N];
 }
 
 double FN_CHAIN(size_t n)

@@ -2,9 +2,11 @@
  * zk_bench: throughput of every zk kernel and CPU variant at sizes from inside the caches to
  * far beyond them, and its ratio to a memory limit measured in the same process, at the same
  * size and thread count, by a streaming kernel with the same read and written streams
- * (bench/limit.h). Prints the store plan of this machine (zk_store_plan: regular or
- * non-temporal stores, as measured) and the stores each call used; last, per kernel, the
- * lowest ratio of the default variant over the sizes against the target (0.9). adam_step runs
+ * (bench/limit.h), or, where lower, the kernel's arithmetic floor with its data in L1 (Adam:
+ * its exact formula; the sum of squares: its fixed order). Prints each variant's plan
+ * (zk_store_plan_variant: regular or non-temporal stores and the prefetch distance, as
+ * measured) and what each call used; last, per kernel, the lowest ratio of the default variant
+ * over the sizes against the target (0.9). adam_step runs
  * as the daemon runs it: the accumulator kept (its next reduce-scatter overwrites it), the
  * cast copy written only for 16-bit params (fp32 params are the master itself).
  *
@@ -485,10 +487,10 @@ static volatile float zb_sink;
 
 typedef struct zb_div_job {
     int variant;
-    int chain; /* the sum of squares' order floor, not the divider */
+    int chain; /* the sum of squares' order floor, not Adam's formula */
 } zb_div_job_t;
 
-static void zb_divider_chunk(void *arg, unsigned worker, size_t b, size_t e)
+static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
     (void)worker;
     const zb_div_job_t *j = arg;
@@ -498,19 +500,19 @@ static void zb_divider_chunk(void *arg, unsigned worker, size_t b, size_t e)
                                                           : zb_chain_avx2(e - b));
         return;
     }
-    zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_divider_avx512(e - b) : zb_divider_avx2(e - b);
+    zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_formula_avx512(e - b) : zb_formula_avx2(e - b);
 }
 
-/* Best time of the divider floor (or, for the sum of squares, the order floor; bench/limit.h)
+/* Best time of Adam's formula floor (or, for the sum of squares, the order floor; limit.h)
  * for c->n elements at variant v's width, on the same threads as the kernel. */
-static double zb_divider_time(const zb_ctx_t *c, int v)
+static double zb_floor_time(const zb_ctx_t *c, int v)
 {
     zb_div_job_t j = {.variant = v, .chain = c->kernel == ZB_K_SUMSQ};
     double best = INFINITY;
 
     for (unsigned r = 0; r <= c->reps; r++) {
         double t0 = zb_now(), dt;
-        zk_pool_run(c->ex.pool, c->n, 1024, zb_divider_chunk, &j);
+        zk_pool_run(c->ex.pool, c->n, 1024, zb_floor_chunk, &j);
         dt = zb_now() - t0;
         if (r > 0 && dt < best) {
             best = dt;
@@ -584,7 +586,7 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
             c->ex.variant = v;
             t[v] = fmin(t[v], zb_time(c, 0));
             if ((c->kernel == ZB_K_ADAM || c->kernel == ZB_K_SUMSQ) && v != ZK_VARIANT_SCALAR) {
-                floor_t[v] = fmin(floor_t[v], zb_divider_time(c, v));
+                floor_t[v] = fmin(floor_t[v], zb_floor_time(c, v));
             }
         }
     }
@@ -599,7 +601,7 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
         /* the arithmetic's own floor, in L1 (Adam, the sum of squares) */
         if (isfinite(floor_t[v]) && bytes / floor_t[v] / 1e9 < lim_gbps) {
             lim_gbps = bytes / floor_t[v] / 1e9;
-            bound = c->kernel == ZB_K_ADAM ? "divider" : "order";
+            bound = c->kernel == ZB_K_ADAM ? "formula" : "order";
         }
         c->ex.variant = v;
         ratio = bytes / t[v] / 1e9 / lim_gbps;

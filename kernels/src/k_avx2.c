@@ -13,9 +13,14 @@
 
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf). */
+/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf), once per
+ * 64 bytes of the stream (the loops step by fewer bytes on 16-bit streams). */
 #define ZK256_PF(ptr, es, i, ahead)                                                                \
-    _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0)
+    do {                                                                                           \
+        if ((((i) * (es)) & 63) == 0) {                                                            \
+            _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0);               \
+        }                                                                                          \
+    } while (0)
 
 #define ZK_NT_P   1u
 #define ZK_NT_M   2u
@@ -119,7 +124,7 @@ static void zk256_adam_scalar(const zk_adam_k_t *k, float *p, float *m, float *v
 ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, float *v, float *a,
                                        void *dst, zs_dtype_t dt, size_t i, unsigned ntf, size_t pf)
 {
-    if (pf != 0 && i % 16 == 0) { /* one prefetch per 64-byte line of each stream */
+    if (pf != 0) {
         ZK256_PF(p, 4, i, pf);
         ZK256_PF(m, 4, i, pf);
         ZK256_PF(v, 4, i, pf);
@@ -145,6 +150,44 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
     }
 }
 
+/* The full vectors from i on: prefetching up to pe, then plain; returns where it stopped. */
+ZK_ALWAYS_INLINE size_t zk256_adam_loop(const zk_k256_t *K, float *p, float *m, float *v, float *a,
+                                        void *dst, zs_dtype_t dt, size_t i, size_t n, size_t pe,
+                                        unsigned ntf, unsigned pf)
+{
+    for (; i + 8 <= pe; i += 8) {
+        zk256_adam_block(K, p, m, v, a, dst, dt, i, ntf, pf);
+    }
+    for (; i + 8 <= n; i += 8) {
+        zk256_adam_block(K, p, m, v, a, dst, dt, i, ntf, 0);
+    }
+    return i;
+}
+
+/* The common cases (regular stores, with or without the accumulator kept) each get a loop
+ * with every flag a constant, so that no element pays a branch; other store mixes share one. */
+static size_t zk256_adam_main(const zk_k256_t *K, float *p, float *m, float *v, float *a, void *dst,
+                              zs_dtype_t dt, size_t i, size_t n, unsigned ntf, unsigned pf)
+{
+    size_t pe = zk_pf_end(i, n, pf);
+
+#define ZK_L(D, DT, NTF) zk256_adam_loop(K, p, m, v, a, D, DT, i, n, pe, NTF, pf)
+#define ZK_BY_DST(NTF)                                                                             \
+    (dst == NULL          ? ZK_L(NULL, ZS_DTYPE_F32, NTF)                                          \
+     : dt == ZS_DTYPE_F32 ? ZK_L(dst, ZS_DTYPE_F32, NTF)                                           \
+     : dt == ZS_DTYPE_F16 ? ZK_L(dst, ZS_DTYPE_F16, NTF)                                           \
+                          : ZK_L(dst, ZS_DTYPE_BF16, NTF))
+    if (ntf == ZK_KEEP_A) {
+        return ZK_BY_DST(ZK_KEEP_A);
+    }
+    if (ntf == 0) {
+        return ZK_BY_DST(0);
+    }
+    return ZK_L(dst, dt, ntf);
+#undef ZK_BY_DST
+#undef ZK_L
+}
+
 static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
                        zs_dtype_t dt, size_t n, zk_st_t st)
 {
@@ -161,7 +204,7 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .decay = _mm256_set1_ps(k->decay),
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
-    size_t i = zk_head(p, 32, 4, n), pe;
+    size_t i = zk_head(p, 32, 4, n);
     unsigned ntf = k->keep_acc ? ZK_KEEP_A : 0;
 
     zk256_adam_scalar(k, p, m, v, a, dst, dt, 0, i);
@@ -172,22 +215,7 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         ntf |= zk_aligned(a + i, 32) ? ZK_NT_A : 0;
         ntf |= dst != NULL && zk_aligned((char *)dst + i * dsize, 8 * dsize) ? ZK_NT_DST : 0;
     }
-    pe = zk_pf_end(i, n, st.pf);
-    if (dst == NULL) {
-        for (; i + 8 <= pe; i += 8) {
-            zk256_adam_block(&K, p, m, v, a, NULL, dt, i, ntf, st.pf);
-        }
-        for (; i + 8 <= n; i += 8) {
-            zk256_adam_block(&K, p, m, v, a, NULL, dt, i, ntf, 0);
-        }
-    } else {
-        for (; i + 8 <= pe; i += 8) {
-            zk256_adam_block(&K, p, m, v, a, dst, dt, i, ntf, st.pf);
-        }
-        for (; i + 8 <= n; i += 8) {
-            zk256_adam_block(&K, p, m, v, a, dst, dt, i, ntf, 0);
-        }
-    }
+    i = zk256_adam_main(&K, p, m, v, a, dst, dt, i, n, ntf, st.pf);
     zk256_adam_scalar(k, p, m, v, a, dst, dt, i, n);
     if (ntf & ~ZK_KEEP_A) {
         _mm_sfence();
@@ -290,25 +318,48 @@ ZK_ALWAYS_INLINE void zk256_red_block(void *dst, const void *a, const void *b, z
     zk256_st(dst, dt, i, zk256_canon(_mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i))), nt);
 }
 
+ZK_ALWAYS_INLINE size_t zk256_red_loop(void *dst, const void *a, const void *b, zs_dtype_t dt,
+                                       size_t i, size_t n, unsigned pf, int nt)
+{
+    size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
+
+    for (; i + 8 <= pe; i += 8) {
+        ZK256_PF(a, es, i, pf);
+        ZK256_PF(b, es, i, pf);
+        zk256_red_block(dst, a, b, dt, i, nt);
+    }
+    for (; i + 8 <= n; i += 8) {
+        zk256_red_block(dst, a, b, dt, i, nt);
+    }
+    return i;
+}
+
+/* Every (dtype, stores) gets its own loop, constants folded in. */
+static size_t zk256_red_main(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t i,
+                             size_t n, unsigned pf, int nt)
+{
+#define ZK_L(DT, NT) zk256_red_loop(dst, a, b, DT, i, n, pf, NT)
+#define ZK_BY_DT(NT)                                                                               \
+    (dt == ZS_DTYPE_F32   ? ZK_L(ZS_DTYPE_F32, NT)                                                 \
+     : dt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F16, NT)                                                 \
+                          : ZK_L(ZS_DTYPE_BF16, NT))
+    return nt ? ZK_BY_DT(1) : ZK_BY_DT(0);
+#undef ZK_BY_DT
+#undef ZK_L
+}
+
 static void zk256_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
                          zk_st_t st)
 {
     size_t es = zs_dtype_size(dt);
-    size_t i = zk_head(dst, 8 * es, es, n), pe;
+    size_t i = zk_head(dst, 8 * es, es, n);
     int nt;
 
     for (size_t j = 0; j < i; j++) {
         zk_store_elem(dst, dt, j, zk_reduce_elem(zk_load_elem(a, dt, j), zk_load_elem(b, dt, j)));
     }
     nt = st.nt && zk_aligned((char *)dst + i * es, 8 * es);
-    for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
-        ZK256_PF(a, es, i, st.pf);
-        ZK256_PF(b, es, i, st.pf);
-        zk256_red_block(dst, a, b, dt, i, nt);
-    }
-    for (; i + 8 <= n; i += 8) {
-        zk256_red_block(dst, a, b, dt, i, nt);
-    }
+    i = zk256_red_main(dst, a, b, dt, i, n, st.pf, nt);
     for (; i < n; i++) {
         zk_store_elem(dst, dt, i, zk_reduce_elem(zk_load_elem(a, dt, i), zk_load_elem(b, dt, i)));
     }
@@ -317,24 +368,50 @@ static void zk256_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt,
     }
 }
 
+ZK_ALWAYS_INLINE size_t zk256_cast_loop(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
+                                        size_t i, size_t n, unsigned pf, int nt)
+{
+    size_t ses = zs_dtype_size(sdt), pe = zk_pf_end(i, n, pf);
+
+    for (; i + 8 <= pe; i += 8) {
+        ZK256_PF(src, ses, i, pf);
+        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
+    }
+    for (; i + 8 <= n; i += 8) {
+        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
+    }
+    return i;
+}
+
+/* Every (dtype pair, stores) gets its own loop, constants folded in. */
+static size_t zk256_cast_main(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t i,
+                              size_t n, unsigned pf, int nt)
+{
+#define ZK_L(D, S, NT) zk256_cast_loop(dst, D, src, S, i, n, pf, NT)
+#define ZK_BY_PAIR(NT)                                                                             \
+    (ddt == ZS_DTYPE_F32   ? (sdt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F32, ZS_DTYPE_F16, NT)           \
+                                                  : ZK_L(ZS_DTYPE_F32, ZS_DTYPE_BF16, NT))         \
+     : ddt == ZS_DTYPE_F16 ? (sdt == ZS_DTYPE_F32 ? ZK_L(ZS_DTYPE_F16, ZS_DTYPE_F32, NT)           \
+                                                  : ZK_L(ZS_DTYPE_F16, ZS_DTYPE_BF16, NT))         \
+     : sdt == ZS_DTYPE_F32 ? ZK_L(ZS_DTYPE_BF16, ZS_DTYPE_F32, NT)                                 \
+                           : ZK_L(ZS_DTYPE_BF16, ZS_DTYPE_F16, NT))
+    return nt ? ZK_BY_PAIR(1) : ZK_BY_PAIR(0);
+#undef ZK_BY_PAIR
+#undef ZK_L
+}
+
 static void zk256_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                        zk_st_t st)
 {
-    size_t es = zs_dtype_size(ddt), ses = zs_dtype_size(sdt);
-    size_t i = zk_head(dst, 8 * es, es, n), pe;
+    size_t es = zs_dtype_size(ddt);
+    size_t i = zk_head(dst, 8 * es, es, n);
     int nt;
 
     for (size_t j = 0; j < i; j++) {
         zk_store_elem(dst, ddt, j, zk_load_elem(src, sdt, j));
     }
     nt = st.nt && zk_aligned((char *)dst + i * es, 8 * es);
-    for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
-        ZK256_PF(src, ses, i, st.pf);
-        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
-    }
-    for (; i + 8 <= n; i += 8) {
-        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
-    }
+    i = zk256_cast_main(dst, ddt, src, sdt, i, n, st.pf, nt);
     for (; i < n; i++) {
         zk_store_elem(dst, ddt, i, zk_load_elem(src, sdt, i));
     }

@@ -15,9 +15,14 @@
 
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf). */
+/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf), once per
+ * 64 bytes of the stream (the loops step by fewer bytes on 16-bit streams). */
 #define ZK512_PF(ptr, es, i, ahead)                                                                \
-    _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0)
+    do {                                                                                           \
+        if ((((i) * (es)) & 63) == 0) {                                                            \
+            _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0);               \
+        }                                                                                          \
+    } while (0)
 
 #define ZK_NT_P   1u
 #define ZK_NT_M   2u
@@ -187,6 +192,45 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
     }
 }
 
+/* The full vectors from i on: prefetching up to pe, then plain; returns where it stopped. */
+ZK_ALWAYS_INLINE size_t zk512_adam_loop(const zk_k512_t *K, float *p, float *m, float *v, float *a,
+                                        void *dst, zs_dtype_t dt, size_t i, size_t n, size_t pe,
+                                        unsigned ntf, int hw, unsigned pf)
+{
+    for (; i + 16 <= pe; i += 16) {
+        zk512_adam_block(K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw, pf);
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk512_adam_block(K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw, 0);
+    }
+    return i;
+}
+
+/* The common cases (regular stores, with or without the accumulator kept) each get a loop
+ * with every flag a constant, so that no element pays a branch; other store mixes share one. */
+static size_t zk512_adam_main(const zk_k512_t *K, float *p, float *m, float *v, float *a, void *dst,
+                              zs_dtype_t dt, size_t i, size_t n, unsigned ntf, int hw, unsigned pf)
+{
+    size_t pe = zk_pf_end(i, n, pf);
+
+#define ZK_L(D, DT, NTF, HW) zk512_adam_loop(K, p, m, v, a, D, DT, i, n, pe, NTF, HW, pf)
+#define ZK_BY_DST(NTF)                                                                             \
+    (dst == NULL          ? ZK_L(NULL, ZS_DTYPE_F32, NTF, 0)                                       \
+     : dt == ZS_DTYPE_F32 ? ZK_L(dst, ZS_DTYPE_F32, NTF, 0)                                        \
+     : dt == ZS_DTYPE_F16 ? ZK_L(dst, ZS_DTYPE_F16, NTF, 0)                                        \
+     : hw                 ? ZK_L(dst, ZS_DTYPE_BF16, NTF, 1)                                       \
+                          : ZK_L(dst, ZS_DTYPE_BF16, NTF, 0))
+    if (ntf == ZK_KEEP_A) {
+        return ZK_BY_DST(ZK_KEEP_A);
+    }
+    if (ntf == 0) {
+        return ZK_BY_DST(0);
+    }
+    return ZK_L(dst, dt, ntf, hw);
+#undef ZK_BY_DST
+#undef ZK_L
+}
+
 static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float *a, void *dst,
                        zs_dtype_t dt, size_t n, zk_st_t st)
 {
@@ -203,7 +247,7 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .decay = _mm512_set1_ps(k->decay),
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
-    size_t i = zk_head(p, 64, 4, n), pe;
+    size_t i = zk_head(p, 64, 4, n);
     int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported();
     unsigned keep = k->keep_acc ? ZK_KEEP_A : 0;
     unsigned ntf = keep;
@@ -218,22 +262,7 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         ntf |= zk_aligned(a + i, 64) ? ZK_NT_A : 0;
         ntf |= dst != NULL && zk_aligned((char *)dst + i * dsize, 16 * dsize) ? ZK_NT_DST : 0;
     }
-    pe = zk_pf_end(i, n, st.pf);
-    if (dst == NULL) {
-        for (; i + 16 <= pe; i += 16) {
-            zk512_adam_block(&K, p, m, v, a, NULL, dt, i, 0, 1, ntf, hw, st.pf);
-        }
-        for (; i + 16 <= n; i += 16) {
-            zk512_adam_block(&K, p, m, v, a, NULL, dt, i, 0, 1, ntf, hw, 0);
-        }
-    } else {
-        for (; i + 16 <= pe; i += 16) {
-            zk512_adam_block(&K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw, st.pf);
-        }
-        for (; i + 16 <= n; i += 16) {
-            zk512_adam_block(&K, p, m, v, a, dst, dt, i, 0, 1, ntf, hw, 0);
-        }
-    }
+    i = zk512_adam_main(&K, p, m, v, a, dst, dt, i, n, ntf, hw, st.pf);
     if (i < n) {
         zk512_adam_block(&K, p, m, v, a, dst, dt, i, zk_mask(n - i), 0, keep, hw, 0);
     }
@@ -337,25 +366,49 @@ ZK_ALWAYS_INLINE void zk512_red_block(void *dst, const void *a, const void *b, z
     zk512_st(dst, dt, i, x, mk, full, nt, hw);
 }
 
+ZK_ALWAYS_INLINE size_t zk512_red_loop(void *dst, const void *a, const void *b, zs_dtype_t dt,
+                                       size_t i, size_t n, unsigned pf, int nt, int hw)
+{
+    size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
+
+    for (; i + 16 <= pe; i += 16) {
+        ZK512_PF(a, es, i, pf);
+        ZK512_PF(b, es, i, pf);
+        zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
+    }
+    return i;
+}
+
+/* Every (dtype, stores, conversion) gets its own loop, constants folded in. */
+static size_t zk512_red_main(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t i,
+                             size_t n, unsigned pf, int nt, int hw)
+{
+#define ZK_L(DT, NT, HW) zk512_red_loop(dst, a, b, DT, i, n, pf, NT, HW)
+#define ZK_BY_DT(NT)                                                                               \
+    (dt == ZS_DTYPE_F32   ? ZK_L(ZS_DTYPE_F32, NT, 0)                                              \
+     : dt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F16, NT, 0)                                              \
+     : hw                 ? ZK_L(ZS_DTYPE_BF16, NT, 1)                                             \
+                          : ZK_L(ZS_DTYPE_BF16, NT, 0))
+    return nt ? ZK_BY_DT(1) : ZK_BY_DT(0);
+#undef ZK_BY_DT
+#undef ZK_L
+}
+
 static void zk512_reduce(void *dst, const void *a, const void *b, zs_dtype_t dt, size_t n,
                          zk_st_t st)
 {
     size_t es = zs_dtype_size(dt), w = 16 * es;
-    size_t i = zk_head(dst, w, es, n), pe;
+    size_t i = zk_head(dst, w, es, n);
     int hw = dt == ZS_DTYPE_BF16 && zk512_bf16_supported(), nt;
 
     if (i > 0) {
         zk512_red_block(dst, a, b, dt, 0, zk_mask(i), 0, 0, hw);
     }
     nt = st.nt && zk_aligned((char *)dst + i * es, w);
-    for (pe = zk_pf_end(i, n, st.pf); i + 16 <= pe; i += 16) {
-        ZK512_PF(a, es, i, st.pf);
-        ZK512_PF(b, es, i, st.pf);
-        zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
-    }
-    for (; i + 16 <= n; i += 16) {
-        zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
-    }
+    i = zk512_red_main(dst, a, b, dt, i, n, st.pf, nt, hw);
     if (i < n) {
         zk512_red_block(dst, a, b, dt, i, zk_mask(n - i), 0, 0, hw);
     }
@@ -370,24 +423,52 @@ ZK_ALWAYS_INLINE void zk512_cast_block(void *dst, zs_dtype_t ddt, const void *sr
     zk512_st(dst, ddt, i, zk512_ld(src, sdt, i, mk, full), mk, full, nt, hw);
 }
 
+ZK_ALWAYS_INLINE size_t zk512_cast_loop(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt,
+                                        size_t i, size_t n, unsigned pf, int nt, int hw)
+{
+    size_t ses = zs_dtype_size(sdt), pe = zk_pf_end(i, n, pf);
+
+    for (; i + 16 <= pe; i += 16) {
+        ZK512_PF(src, ses, i, pf);
+        zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
+    }
+    return i;
+}
+
+/* Every (dtype pair, stores, conversion) gets its own loop, constants folded in. */
+static size_t zk512_cast_main(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t i,
+                              size_t n, unsigned pf, int nt, int hw)
+{
+#define ZK_L(D, S, NT, HW) zk512_cast_loop(dst, D, src, S, i, n, pf, NT, HW)
+#define ZK_BY_PAIR(NT)                                                                             \
+    (ddt == ZS_DTYPE_F32   ? (sdt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F32, ZS_DTYPE_F16, NT, 0)        \
+                                                  : ZK_L(ZS_DTYPE_F32, ZS_DTYPE_BF16, NT, 0))      \
+     : ddt == ZS_DTYPE_F16 ? (sdt == ZS_DTYPE_F32 ? ZK_L(ZS_DTYPE_F16, ZS_DTYPE_F32, NT, 0)        \
+                                                  : ZK_L(ZS_DTYPE_F16, ZS_DTYPE_BF16, NT, 0))      \
+     : sdt == ZS_DTYPE_F32 ? (hw ? ZK_L(ZS_DTYPE_BF16, ZS_DTYPE_F32, NT, 1)                        \
+                                 : ZK_L(ZS_DTYPE_BF16, ZS_DTYPE_F32, NT, 0))                       \
+                           : (hw ? ZK_L(ZS_DTYPE_BF16, ZS_DTYPE_F16, NT, 1)                        \
+                                 : ZK_L(ZS_DTYPE_BF16, ZS_DTYPE_F16, NT, 0)))
+    return nt ? ZK_BY_PAIR(1) : ZK_BY_PAIR(0);
+#undef ZK_BY_PAIR
+#undef ZK_L
+}
+
 static void zk512_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_t sdt, size_t n,
                        zk_st_t st)
 {
-    size_t es = zs_dtype_size(ddt), w = 16 * es, ses = zs_dtype_size(sdt);
-    size_t i = zk_head(dst, w, es, n), pe;
+    size_t es = zs_dtype_size(ddt), w = 16 * es;
+    size_t i = zk_head(dst, w, es, n);
     int hw = ddt == ZS_DTYPE_BF16 && zk512_bf16_supported(), nt;
 
     if (i > 0) {
         zk512_cast_block(dst, ddt, src, sdt, 0, zk_mask(i), 0, 0, hw);
     }
     nt = st.nt && zk_aligned((char *)dst + i * es, w);
-    for (pe = zk_pf_end(i, n, st.pf); i + 16 <= pe; i += 16) {
-        ZK512_PF(src, ses, i, st.pf);
-        zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
-    }
-    for (; i + 16 <= n; i += 16) {
-        zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
-    }
+    i = zk512_cast_main(dst, ddt, src, sdt, i, n, st.pf, nt, hw);
     if (i < n) {
         zk512_cast_block(dst, ddt, src, sdt, i, zk_mask(n - i), 0, 0, hw);
     }

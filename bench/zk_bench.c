@@ -33,11 +33,12 @@ typedef enum zb_kernel {
     ZB_K_ACCUMULATE,
     ZB_K_REDUCE,
     ZB_K_CAST,
+    ZB_K_WIDEN,
     ZB_K_COUNT
 } zb_kernel_t;
 
 static const char *const zb_kernel_names[ZB_K_COUNT] = {"adam_step", "sumsq", "accumulate",
-                                                        "reduce", "cast"};
+                                                        "reduce",    "cast",  "widen"};
 
 #define ZB_TARGET 0.9 /* each kernel at least this share of its streaming limit */
 
@@ -96,6 +97,8 @@ static double zb_bytes_per_elem(zb_kernel_t k, size_t ds)
         return 3.0 * (double)ds;
     case ZB_K_CAST:
         return 4.0 + (double)ds; /* fp32 -> dtype */
+    case ZB_K_WIDEN:
+        return (double)ds + 4.0; /* dtype -> fp32: the daemon's first gradient of a bucket */
     default:
         return 0.0;
     }
@@ -122,6 +125,8 @@ static zs_status_t zb_run_kernel(zb_ctx_t *c)
         return zk_reduce(&c->ex, b->h1, b->h0, b->h1, o->dtype, c->n);
     case ZB_K_CAST:
         return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZS_DTYPE_F32, c->n);
+    case ZB_K_WIDEN:
+        return zk_cast(&c->ex, b->acc, ZS_DTYPE_F32, b->h0, o->dtype, c->n);
     default:
         return ZS_ERR_INVALID;
     }
@@ -159,6 +164,9 @@ static void zb_limit_setup(zb_ctx_t *c)
         break;
     case ZB_K_CAST:
         *a = (zb_limit_args_t){ZB_CAST, 4, ds, {b->master, b->h0}, 0, 0, 0, 0};
+        break;
+    case ZB_K_WIDEN:
+        *a = (zb_limit_args_t){ZB_CAST, ds, 4, {b->h0, b->acc}, 0, 0, 0, 0};
         break;
     default:
         break;
@@ -324,7 +332,8 @@ static void zb_usage(FILE *out)
             "                   more at smaller sizes, as many as take the same time)\n"
             "  --dtype T        param dtype: bf16 (default), fp16, fp32\n"
             "  --variants LIST  scalar,avx2,avx512 (default: all this CPU supports)\n"
-            "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast (default all)\n"
+            "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast,widen (default all;\n"
+            "                   cast: fp32 to --dtype, widen: --dtype to fp32)\n"
             "  --stores S       auto (default: the measured plan), regular or nt\n"
             "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: the speedup over each\n"
             "  --json           one JSON object per line\n"
@@ -460,8 +469,9 @@ static unsigned zb_reps(const zb_opts_t *o, size_t n)
 /* The stores and prefetch zk uses for kernel k at n elements, as its dispatch decides. */
 static const char *zb_stores_used(const zb_ctx_t *c)
 {
-    static const zk_store_family_t fam[ZB_K_COUNT] = {
-        ZK_STORE_ADAM, ZK_STORE_READ, ZK_STORE_ACCUMULATE, ZK_STORE_OUT, ZK_STORE_OUT};
+    static const zk_store_family_t fam[ZB_K_COUNT] = {ZK_STORE_ADAM,       ZK_STORE_READ,
+                                                      ZK_STORE_ACCUMULATE, ZK_STORE_OUT,
+                                                      ZK_STORE_CAST,       ZK_STORE_CAST};
     static char buf[32];
     size_t bytes =
         (size_t)(zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n);
@@ -699,10 +709,11 @@ static void zb_header(const zb_opts_t *o, const char *limit_isa)
         }
         if (o->json) {
             printf("{\"variant\": \"%s\", \"store_plan\": \"%s\", \"nt_min_bytes\": %zu, "
-                   "\"prefetch\": [%u, %u, %u, %u], \"stores\": \"%s\"}\n",
+                   "\"prefetch\": [%u, %u, %u, %u, %u], \"stores\": \"%s\"}\n",
                    zk_variant_name((zk_variant_t)v), plan->how, plan->nt_min_bytes,
                    plan->prefetch[0][plan->nt[0]], plan->prefetch[1][plan->nt[1]],
-                   plan->prefetch[2][plan->nt[2]], plan->prefetch[3][0], stores);
+                   plan->prefetch[2][plan->nt[2]], plan->prefetch[3][plan->nt[3]],
+                   plan->prefetch[4][0], stores);
         } else {
             printf("plan %s: %s%s\n", zk_variant_name((zk_variant_t)v), plan->how,
                    o->stores == ZK_STORES_AUTO ? "" : " (overridden by --stores)");

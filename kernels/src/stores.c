@@ -34,8 +34,8 @@ static zk_store_plan_t zk_plans[ZK_VARIANT_COUNT];
 static int zk_plan_done[ZK_VARIANT_COUNT];
 static pthread_mutex_t zk_plan_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce/cast",
-                                                               "sumsq"};
+static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce",
+                                                               "cast", "sumsq"};
 static const unsigned zk_pf_choices[ZK_PREFETCH_CHOICES] = {0, 512, 1024, 2048};
 
 const char *zk_store_family_name(zk_store_family_t f)
@@ -112,9 +112,12 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
     case ZK_STORE_READ:
         ops->sumsq(b->s[0], b->n, b->part, st);
         break;
-    default: /* the daemon's two: an fp32 reduce and the cast of fp32 params to bf16 */
-        ops->reduce(b->s[2], b->s[0], b->s[1], ZS_DTYPE_F32, b->n, st);
+    case ZK_STORE_CAST: /* the daemon's two: fp32 params to bf16, bf16 gradients to fp32 */
         ops->cast(b->s[4], ZS_DTYPE_BF16, b->s[0], ZS_DTYPE_F32, b->n, st);
+        ops->cast(b->s[2], ZS_DTYPE_F32, b->s[4], ZS_DTYPE_BF16, b->n, st);
+        break;
+    default:
+        ops->reduce(b->s[2], b->s[0], b->s[1], ZS_DTYPE_F32, b->n, st);
         break;
     }
 }
@@ -127,10 +130,8 @@ static double zk_plan_bytes(zk_store_family_t fam)
         return 30.0; /* 16 read, 12 + 2 written */
     case ZK_STORE_READ:
         return 4.0;
-    case ZK_STORE_ACCUMULATE:
-        return 12.0; /* 8 read, 4 written */
     default:
-        return 18.0; /* reduce: 8 read, 4 written; cast: 4 read, 2 written */
+        return 12.0; /* accumulate, reduce: 8 read, 4 written; the two casts: 6 and 6 */
     }
 }
 
@@ -159,6 +160,7 @@ static int zk_plan_env(zk_store_plan_t *plan, const char *env)
     }
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         plan->nt[f] = nt && f != ZK_STORE_READ;
+        plan->nt_from[f] = plan->nt[f] ? 0 : SIZE_MAX;
     }
     plan->nt_min_bytes = nt ? 0 : SIZE_MAX;
     snprintf(plan->how, sizeof(plan->how),
@@ -199,18 +201,46 @@ static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_
     return zk_pf_choices[best];
 }
 
+/* Where non-temporal stores won at the size measured, whether they win at the smallest size
+ * the plan serves too (caches that large may keep regular stores ahead there): the smallest
+ * footprint from which the family uses them. */
+static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                              zk_scratch_t *b)
+{
+    size_t n = b->n, from = plan->nt_min_bytes;
+    double reg, nt;
+
+    b->n = (size_t)((double)ZK_PLAN_MIN_BYTES / zk_plan_bytes(f)) / 64 * 64;
+    if (b->n < n) {
+        reg = zk_plan_time(ops, f, b, (zk_st_t){0, 0});
+        nt = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
+        from = nt > ZK_PLAN_MARGIN * reg ? ZK_PLAN_MIN_BYTES : from;
+        zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", ZK_PLAN_MIN_BYTES >> 20, reg, nt);
+    }
+    b->n = n;
+    return from;
+}
+
 /* One family: the stores, then the prefetch distance with each store kind it may use (calls
- * below nt_min_bytes use regular stores whatever the plan). */
+ * below nt_from use regular stores whatever the plan). */
 static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                            zk_scratch_t *b)
 {
     plan->gbps[f][0] = zk_plan_time(ops, f, b, (zk_st_t){0, 0});
     plan->pf_gbps[f][0][0] = plan->gbps[f][0];
+    plan->nt_from[f] = SIZE_MAX;
     if (f != ZK_STORE_READ) {
         plan->gbps[f][1] = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
         plan->nt[f] = plan->gbps[f][1] > ZK_PLAN_MARGIN * plan->gbps[f][0];
-        zk_plan_printf(plan, " %s %.1f/%.1f -> %s:", zk_family_names[f], plan->gbps[f][0],
-                       plan->gbps[f][1], plan->nt[f] ? "nt" : "regular");
+        zk_plan_printf(plan, " %s %.1f/%.1f", zk_family_names[f], plan->gbps[f][0],
+                       plan->gbps[f][1]);
+        if (plan->nt[f]) {
+            plan->nt_from[f] = zk_plan_nt_from(plan, ops, f, b);
+        }
+        zk_plan_printf(plan, " -> %s:",
+                       !plan->nt[f]                            ? "regular"
+                       : plan->nt_from[f] < plan->nt_min_bytes ? "nt from the smallest size"
+                                                               : "nt");
     } else {
         zk_plan_printf(plan, " %s %.1f:", zk_family_names[f], plan->gbps[f][0]);
     }
@@ -313,7 +343,7 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
     if (mode == ZK_STORES_NT) {
         st.nt = fam != ZK_STORE_READ;
     } else if (plan != NULL) {
-        st.nt = plan->nt[fam] && footprint >= plan->nt_min_bytes;
+        st.nt = plan->nt[fam] && footprint >= plan->nt_from[fam];
     }
     if (pf > 0) {
         st.pf = (unsigned)pf;

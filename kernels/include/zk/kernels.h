@@ -72,12 +72,13 @@ typedef enum zk_stores {
 } zk_stores_t;
 
 /* Kernels by the mix of streams they read and store: in-place Adam (4 fp32 streams and the
- * cast copy), in-place accumulate, out-of-place reduce and cast, and the sum of squares (reads
- * only: its plan is a prefetch distance). */
+ * cast copy), in-place accumulate, the out-of-place reduce, the casts (to and from 16 bits),
+ * and the sum of squares (reads only: its plan is a prefetch distance). */
 typedef enum zk_store_family {
     ZK_STORE_ADAM,
     ZK_STORE_ACCUMULATE,
     ZK_STORE_OUT,
+    ZK_STORE_CAST,
     ZK_STORE_READ,
     ZK_STORE_FAMILIES
 } zk_store_family_t;
@@ -91,9 +92,10 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * (each family's kernel on scratch buffers of twice the last-level cache, 32-256 MiB: first
  * regular against non-temporal stores, then, with the stores chosen, each prefetch distance;
  * about 0.3-1 s, on the first call of at least 32 MiB or the first zk_store_plan()). Calls
- * whose footprint is at least nt_min_bytes use non-temporal stores where nt[family]; calls
- * of at least ZK_STORES_PLAN_MIN_BYTES prefetch prefetch[family][stores] elements ahead. An
- * option is chosen only when it is at least 3 % faster than the plain one. */
+ * whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
+ * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
+ * size); calls of at least ZK_STORES_PLAN_MIN_BYTES prefetch prefetch[family][stores] elements
+ * ahead. An option is chosen only when it is at least 3 % faster than the plain one. */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
@@ -103,7 +105,8 @@ typedef struct zk_store_plan {
      * non-temporal row only where nt[family]) */
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     size_t nt_min_bytes;
-    char how[512]; /* one line for a log or a benchmark */
+    size_t nt_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where not nt[family] */
+    char how[640];                     /* one line for a log or a benchmark */
 } zk_store_plan_t;
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);

@@ -154,6 +154,8 @@ Test(zk_stores, environment_fixes_the_plan)
         cr_assert_eq(zk_store_prefetch(NULL, fam, (size_t)64 << 20), 0);
     }
     cr_assert_eq(plan->nt_min_bytes, 0);
+    cr_assert_eq(plan->nt_from[ZK_STORE_ADAM], 0);
+    cr_assert_eq(plan->nt_from[ZK_STORE_READ], SIZE_MAX);
     cr_assert_not_null(strstr(plan->how, "ZEROD_KERNEL_STORES=nt"), "%s", plan->how);
     plan = zk_store_plan_variant(ZK_VARIANT_SCALAR);
     cr_assert_eq(plan->variant, ZK_VARIANT_SCALAR);
@@ -202,8 +204,16 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
         if (plan->nt[f]) {
             zt_check_prefetch(plan, f, 1);
         }
-        cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes - 1), 0);
-        cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes), plan->nt[f]);
+        if (plan->nt[f]) {
+            cr_assert(plan->nt_from[f] == plan->nt_min_bytes ||
+                          plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES,
+                      "%s", plan->how);
+            cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_from[f] - 1), 0);
+            cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_from[f]), 1);
+        } else {
+            cr_assert_eq(plan->nt_from[f], SIZE_MAX);
+            cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes), 0);
+        }
         cr_assert_eq(zk_store_prefetch(NULL, fam, mid - 1), 0);
         cr_assert_eq(zk_store_prefetch(NULL, fam, mid),
                      plan->prefetch[f][zk_store_nt(NULL, fam, mid)]);

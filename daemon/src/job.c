@@ -506,14 +506,23 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     }
 }
 
-/* A shard big enough for the kernels' store plan to matter: measure it now, at attach, rather
- * than in the first step, and say what it chose. */
+static void zd_job_stores_measured(const zk_store_plan_t *plan, void *arg)
+{
+    (void)arg;
+    zs_info(ZS_SUB_ENGINE, "kernel stores: %s", plan->how);
+}
+
+/* A shard big enough for the kernels' store plan to matter: start measuring it now, on a
+ * thread of its own (about a second; the steps meanwhile use regular stores, and no peer
+ * waits for it), and say what it chose. */
 static void zd_job_log_stores(const zd_job_t *job)
 {
     uint64_t adam_bytes = job->layout->shard_numel * (32 + zs_dtype_size(job->dtype));
 
-    if (adam_bytes >= ZK_STORES_PLAN_MIN_BYTES) {
-        zs_info(ZS_SUB_ENGINE, "kernel stores: %s", zk_store_plan()->how);
+    if (adam_bytes >= ZK_STORES_PLAN_MIN_BYTES &&
+        zk_store_plan_start(zd_job_stores_measured, NULL) < 0) {
+        zs_warn(ZS_SUB_ENGINE, "kernel stores: no thread to measure them; regular stores until "
+                               "a large call measures them");
     }
 }
 

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,11 @@
 #define ZK_PLAN_MARGIN    1.03 /* an option must be this much faster to be chosen */
 
 static zk_store_plan_t zk_plans[ZK_VARIANT_COUNT];
-static int zk_plan_done[ZK_VARIANT_COUNT];
+static int zk_plan_done[ZK_VARIANT_COUNT]; /* under zk_plan_lock */
 static pthread_mutex_t zk_plan_lock = PTHREAD_MUTEX_INITIALIZER;
+/* zk_store_plan_start: 1 while a background measurement of the default variant's plan runs
+ * (calls meanwhile take regular stores and no prefetch instead of waiting for it) */
+static atomic_int zk_plan_bg;
 
 static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce",
                                                                "cast", "sumsq"};
@@ -184,17 +188,22 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
     }
 }
 
-/* The best prefetch distance of a family with the given stores; pf_gbps[f][nt][0] is set. */
+/* The best prefetch distance of a family with the given stores, timed on a quarter of the
+ * scratch (still beyond the caches; the prefetch's effect does not depend on the size there,
+ * and the plan stays short). */
 static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                                  zk_scratch_t *b, int nt)
 {
     double *g = plan->pf_gbps[f][nt];
+    size_t n = b->n;
     int best = 0;
 
-    for (int i = 1; i < ZK_PREFETCH_CHOICES; i++) {
+    b->n = n / 4 / 64 * 64;
+    for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
         g[i] = zk_plan_time(ops, f, b, (zk_st_t){nt, zk_pf_choices[i]});
         best = g[i] > g[best] ? i : best;
     }
+    b->n = n;
     best = g[best] > ZK_PLAN_MARGIN * g[0] ? best : 0;
     zk_plan_printf(plan, " %s prefetch %.1f/%.1f/%.1f -> %u,", nt ? "nt" : "regular", g[1], g[2],
                    g[3], zk_pf_choices[best]);
@@ -227,7 +236,6 @@ static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
                            zk_scratch_t *b)
 {
     plan->gbps[f][0] = zk_plan_time(ops, f, b, (zk_st_t){0, 0});
-    plan->pf_gbps[f][0][0] = plan->gbps[f][0];
     plan->nt_from[f] = SIZE_MAX;
     if (f != ZK_STORE_READ) {
         plan->gbps[f][1] = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
@@ -246,7 +254,6 @@ static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
     }
     plan->prefetch[f][0] = zk_plan_prefetch(plan, ops, f, b, 0);
     if (plan->nt[f]) {
-        plan->pf_gbps[f][1][0] = plan->gbps[f][1];
         plan->prefetch[f][1] = zk_plan_prefetch(plan, ops, f, b, 1);
     }
     plan->how[strlen(plan->how) - 1] = ';';
@@ -326,6 +333,58 @@ const zk_store_plan_t *zk_store_plan(void)
     return zk_store_plan_variant(zk_default_variant());
 }
 
+typedef struct zk_plan_bg_arg {
+    zk_store_plan_done_fn done;
+    void *arg;
+} zk_plan_bg_arg_t;
+
+static void *zk_plan_bg_main(void *p)
+{
+    zk_plan_bg_arg_t a = *(zk_plan_bg_arg_t *)p;
+    const zk_store_plan_t *plan;
+
+    free(p);
+    plan = zk_store_plan();
+    if (a.done != NULL) { /* before the calls take the plan: what they use is said first */
+        a.done(plan, a.arg);
+    }
+    atomic_store(&zk_plan_bg, 0);
+    return NULL;
+}
+
+int zk_store_plan_start(zk_store_plan_done_fn done, void *arg)
+{
+    zk_variant_t v = zk_default_variant();
+    zk_plan_bg_arg_t *a;
+    pthread_attr_t attr;
+    pthread_t t;
+    int measured, expected = 0, rc;
+
+    pthread_mutex_lock(&zk_plan_lock);
+    measured = zk_plan_done[v];
+    pthread_mutex_unlock(&zk_plan_lock);
+    if (measured || !atomic_compare_exchange_strong(&zk_plan_bg, &expected, 1)) {
+        return 0; /* there already, or on its way */
+    }
+    a = malloc(sizeof(*a));
+    if (a == NULL) {
+        atomic_store(&zk_plan_bg, 0);
+        return -1;
+    }
+    a->done = done;
+    a->arg = arg;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &attr, zk_plan_bg_main, a);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        free(a);
+        atomic_store(&zk_plan_bg, 0);
+        return -1;
+    }
+    return 1;
+}
+
 zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint)
 {
     int mode = exec != NULL ? exec->stores : ZK_STORES_AUTO;
@@ -336,9 +395,11 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
 
     /* below the smallest scratch size the answer is regular stores and no prefetch on every
      * CPU: measure only for calls that could use the others */
-    if (mode == ZK_STORES_AUTO && footprint >= ZK_PLAN_MIN_BYTES) {
-        plan =
-            zk_store_plan_variant(v == ZK_VARIANT_DEFAULT ? zk_default_variant() : (zk_variant_t)v);
+    v = v == ZK_VARIANT_DEFAULT ? (int)zk_default_variant() : v;
+    /* a plan being measured in the background is not waited for */
+    if (mode == ZK_STORES_AUTO && footprint >= ZK_PLAN_MIN_BYTES &&
+        !(v == (int)zk_default_variant() && atomic_load(&zk_plan_bg) != 0)) {
+        plan = zk_store_plan_variant((zk_variant_t)v);
     }
     if (mode == ZK_STORES_NT) {
         st.nt = fam != ZK_STORE_READ;

@@ -95,7 +95,8 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
  * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
  * size); calls of at least ZK_STORES_PLAN_MIN_BYTES prefetch prefetch[family][stores] elements
- * ahead. An option is chosen only when it is at least 3 % faster than the plain one. */
+ * ahead. An option is chosen only when it is at least 3 % faster than the plain one (the
+ * prefetch distances are timed on a quarter of the scratch). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
@@ -111,6 +112,12 @@ typedef struct zk_store_plan {
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);
 const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v);
+/* Measure the default variant's plan on a thread of its own, and call done(plan, arg) there
+ * when it is ready; calls of the kernels meanwhile use regular stores and no prefetch rather
+ * than wait (a daemon starts it at the attach of a large shard). Returns 1 if started, 0 if
+ * the plan is there already or on its way, -1 if no thread could start. */
+typedef void (*zk_store_plan_done_fn)(const zk_store_plan_t *plan, void *arg);
+int zk_store_plan_start(zk_store_plan_done_fn done, void *arg);
 /* Calls smaller than this use regular stores and no prefetch without consulting (or
  * measuring) the plan. */
 #define ZK_STORES_PLAN_MIN_BYTES ((size_t)32 << 20)

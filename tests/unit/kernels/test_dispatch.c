@@ -5,6 +5,10 @@
  */
 #include "zk_test.h"
 
+#include <semaphore.h>
+#include <time.h>
+#include <unistd.h>
+
 Test(zk_dispatch, default_is_best_supported)
 {
     zk_variant_t want = ZK_VARIANT_SCALAR;
@@ -218,4 +222,46 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
         cr_assert_eq(zk_store_prefetch(NULL, fam, mid),
                      plan->prefetch[f][zk_store_nt(NULL, fam, mid)]);
     }
+}
+
+/* A plan measured in the background (as a daemon does at attach) is not waited for: until it
+ * is there, large calls take regular stores and no prefetch; then they follow it. */
+static sem_t zt_in_done, zt_go;
+
+static void zt_plan_done(const zk_store_plan_t *plan, void *arg)
+{
+    *(const zk_store_plan_t **)arg = plan;
+    sem_post(&zt_in_done);
+    sem_wait(&zt_go); /* the test looks while the measurement is still "on its way" */
+}
+
+Test(zk_stores, background_plan_is_not_waited_for, .timeout = 900)
+{
+    const zk_store_plan_t *got = NULL;
+    struct timespec until;
+    size_t big = (size_t)64 << 20;
+    int follows = 0;
+
+    unsetenv("ZEROD_KERNEL_STORES");
+    sem_init(&zt_in_done, 0, 0);
+    sem_init(&zt_go, 0, 0);
+    cr_assert_eq(zk_store_plan_start(zt_plan_done, &got), 1);
+    cr_assert_eq(zk_store_plan_start(NULL, NULL), 0, "a second start while one runs");
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 600;
+    cr_assert_eq(sem_timedwait(&zt_in_done, &until), 0, "the measurement did not end");
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        cr_assert_eq(zk_store_nt(NULL, (zk_store_family_t)f, big), 0);
+        cr_assert_eq(zk_store_prefetch(NULL, (zk_store_family_t)f, big), 0);
+    }
+    sem_post(&zt_go);
+    cr_assert_eq(got, zk_store_plan());
+    for (int i = 0; i < 10000 && !follows; i++) { /* the flag clears just after the callback */
+        follows = zk_store_prefetch(NULL, ZK_STORE_READ, big) == got->prefetch[ZK_STORE_READ][0];
+        if (!follows) {
+            usleep(1000);
+        }
+    }
+    cr_assert(follows, "%s", got->how);
+    cr_assert_eq(zk_store_plan_start(NULL, NULL), 0, "a start once measured");
 }

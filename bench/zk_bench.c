@@ -495,15 +495,15 @@ typedef struct zb_result {
 
 static volatile float zb_sink;
 
-typedef struct zb_div_job {
+typedef struct zb_floor_job {
     int variant;
     int chain; /* the sum of squares' order floor, not Adam's formula */
-} zb_div_job_t;
+} zb_floor_job_t;
 
 static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
     (void)worker;
-    const zb_div_job_t *j = arg;
+    const zb_floor_job_t *j = arg;
 
     if (j->chain) {
         zb_sink = (float)(j->variant == ZK_VARIANT_AVX512 ? zb_chain_avx512(e - b)
@@ -517,7 +517,7 @@ static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
  * for c->n elements at variant v's width, on the same threads as the kernel. */
 static double zb_floor_time(const zb_ctx_t *c, int v)
 {
-    zb_div_job_t j = {.variant = v, .chain = c->kernel == ZB_K_SUMSQ};
+    zb_floor_job_t j = {.variant = v, .chain = c->kernel == ZB_K_SUMSQ};
     double best = INFINITY;
 
     for (unsigned r = 0; r <= c->reps; r++) {

@@ -13,21 +13,12 @@
 
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf), once per
- * 64 bytes of the stream (the loops step by fewer bytes on 16-bit streams). */
-#define ZK256_PF(ptr, es, i, ahead)                                                                \
-    do {                                                                                           \
-        if ((((i) * (es)) & 63) == 0) {                                                            \
-            _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0);               \
-        }                                                                                          \
-    } while (0)
-
-#define ZK_NT_P   1u
-#define ZK_NT_M   2u
-#define ZK_NT_V   4u
-#define ZK_NT_A   8u
-#define ZK_NT_DST 16u
-#define ZK_KEEP_A 32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
+#define ZK_NT_P          1u
+#define ZK_NT_M          2u
+#define ZK_NT_V          4u
+#define ZK_NT_A          8u
+#define ZK_NT_DST        16u
+#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
 
 typedef struct zk_k256 {
     __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
@@ -125,10 +116,10 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
                                        void *dst, zs_dtype_t dt, size_t i, unsigned ntf, size_t pf)
 {
     if (pf != 0) {
-        ZK256_PF(p, 4, i, pf);
-        ZK256_PF(m, 4, i, pf);
-        ZK256_PF(v, 4, i, pf);
-        ZK256_PF(a, 4, i, pf);
+        ZK_PREFETCH(p, 4, i, pf);
+        ZK_PREFETCH(m, 4, i, pf);
+        ZK_PREFETCH(v, 4, i, pf);
+        ZK_PREFETCH(a, 4, i, pf);
     }
     __m256 P = _mm256_loadu_ps(p + i);
     __m256 M = _mm256_loadu_ps(m + i);
@@ -263,7 +254,7 @@ static void zk256_sumsq(const float *x, size_t n, double *part, zk_st_t st)
                         _mm256_setzero_pd()};
 
         for (; i + ZK_SUMSQ_LANES <= len && i + ZK_SUMSQ_LANES <= pe; i += ZK_SUMSQ_LANES) {
-            ZK256_PF(xb, 4, i, st.pf);
+            ZK_PREFETCH(xb, 4, i, st.pf);
             zk256_sq_add16(a, xb + i);
         }
         for (; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
@@ -295,8 +286,8 @@ static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s
     }
     nt = st.nt && zk_aligned(acc + i, 32);
     for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
-        ZK256_PF(acc, 4, i, st.pf);
-        ZK256_PF(src, es, i, st.pf);
+        ZK_PREFETCH(acc, 4, i, st.pf);
+        ZK_PREFETCH(src, es, i, st.pf);
         zk256_acc_block(acc, src, dt, S, i, nt);
     }
     for (; i + 8 <= n; i += 8) {
@@ -324,8 +315,8 @@ ZK_ALWAYS_INLINE size_t zk256_red_loop(void *dst, const void *a, const void *b, 
     size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
 
     for (; i + 8 <= pe; i += 8) {
-        ZK256_PF(a, es, i, pf);
-        ZK256_PF(b, es, i, pf);
+        ZK_PREFETCH(a, es, i, pf);
+        ZK_PREFETCH(b, es, i, pf);
         zk256_red_block(dst, a, b, dt, i, nt);
     }
     for (; i + 8 <= n; i += 8) {
@@ -374,7 +365,7 @@ ZK_ALWAYS_INLINE size_t zk256_cast_loop(void *dst, zs_dtype_t ddt, const void *s
     size_t ses = zs_dtype_size(sdt), pe = zk_pf_end(i, n, pf);
 
     for (; i + 8 <= pe; i += 8) {
-        ZK256_PF(src, ses, i, pf);
+        ZK_PREFETCH(src, ses, i, pf);
         zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
     }
     for (; i + 8 <= n; i += 8) {

@@ -15,21 +15,12 @@
 
 #define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf), once per
- * 64 bytes of the stream (the loops step by fewer bytes on 16-bit streams). */
-#define ZK512_PF(ptr, es, i, ahead)                                                                \
-    do {                                                                                           \
-        if ((((i) * (es)) & 63) == 0) {                                                            \
-            _mm_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), _MM_HINT_T0);               \
-        }                                                                                          \
-    } while (0)
-
-#define ZK_NT_P   1u
-#define ZK_NT_M   2u
-#define ZK_NT_V   4u
-#define ZK_NT_A   8u
-#define ZK_NT_DST 16u
-#define ZK_KEEP_A 32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
+#define ZK_NT_P          1u
+#define ZK_NT_M          2u
+#define ZK_NT_V          4u
+#define ZK_NT_A          8u
+#define ZK_NT_DST        16u
+#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
 
 typedef struct zk_k512 {
     __m512 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
@@ -167,10 +158,10 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
                                        unsigned ntf, int hw, size_t pf)
 {
     if (pf != 0) {
-        ZK512_PF(p, 4, i, pf);
-        ZK512_PF(m, 4, i, pf);
-        ZK512_PF(v, 4, i, pf);
-        ZK512_PF(a, 4, i, pf);
+        ZK_PREFETCH(p, 4, i, pf);
+        ZK_PREFETCH(m, 4, i, pf);
+        ZK_PREFETCH(v, 4, i, pf);
+        ZK_PREFETCH(a, 4, i, pf);
     }
     __m512 P = zk512_ld(p, ZS_DTYPE_F32, i, mk, full);
     __m512 M = zk512_ld(m, ZS_DTYPE_F32, i, mk, full);
@@ -307,7 +298,7 @@ static void zk512_sumsq(const float *x, size_t n, double *part, zk_st_t st)
         __m512d a[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
 
         for (; i + ZK_SUMSQ_LANES <= len && i + ZK_SUMSQ_LANES <= pe; i += ZK_SUMSQ_LANES) {
-            ZK512_PF(xb, 4, i, st.pf);
+            ZK_PREFETCH(xb, 4, i, st.pf);
             zk512_sq_add(a, xb + i);
         }
         for (; i + ZK_SUMSQ_LANES <= len; i += ZK_SUMSQ_LANES) {
@@ -340,8 +331,8 @@ static void zk512_accumulate(float *acc, const void *src, zs_dtype_t dt, float s
     }
     nt = st.nt && zk_aligned(acc + i, 64);
     for (pe = zk_pf_end(i, n, st.pf); i + 16 <= pe; i += 16) {
-        ZK512_PF(acc, 4, i, st.pf);
-        ZK512_PF(src, es, i, st.pf);
+        ZK_PREFETCH(acc, 4, i, st.pf);
+        ZK_PREFETCH(src, es, i, st.pf);
         zk512_acc_block(acc, src, dt, S, i, 0, 1, nt);
     }
     for (; i + 16 <= n; i += 16) {
@@ -372,8 +363,8 @@ ZK_ALWAYS_INLINE size_t zk512_red_loop(void *dst, const void *a, const void *b, 
     size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
 
     for (; i + 16 <= pe; i += 16) {
-        ZK512_PF(a, es, i, pf);
-        ZK512_PF(b, es, i, pf);
+        ZK_PREFETCH(a, es, i, pf);
+        ZK_PREFETCH(b, es, i, pf);
         zk512_red_block(dst, a, b, dt, i, 0, 1, nt, hw);
     }
     for (; i + 16 <= n; i += 16) {
@@ -429,7 +420,7 @@ ZK_ALWAYS_INLINE size_t zk512_cast_loop(void *dst, zs_dtype_t ddt, const void *s
     size_t ses = zs_dtype_size(sdt), pe = zk_pf_end(i, n, pf);
 
     for (; i + 16 <= pe; i += 16) {
-        ZK512_PF(src, ses, i, pf);
+        ZK_PREFETCH(src, ses, i, pf);
         zk512_cast_block(dst, ddt, src, sdt, i, 0, 1, nt, hw);
     }
     for (; i + 16 <= n; i += 16) {

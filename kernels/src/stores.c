@@ -389,16 +389,16 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
 {
     int mode = exec != NULL ? exec->stores : ZK_STORES_AUTO;
     int pf = exec != NULL ? exec->prefetch : 0;
-    int v = exec != NULL ? exec->variant : ZK_VARIANT_DEFAULT;
+    int dv = (int)zk_default_variant();
+    int v = exec != NULL && exec->variant != ZK_VARIANT_DEFAULT ? exec->variant : dv;
     const zk_store_plan_t *plan = NULL;
     zk_st_t st = {0, 0};
 
     /* below the smallest scratch size the answer is regular stores and no prefetch on every
-     * CPU: measure only for calls that could use the others */
-    v = v == ZK_VARIANT_DEFAULT ? (int)zk_default_variant() : v;
-    /* a plan being measured in the background is not waited for */
+     * CPU: measure only for calls that could use the others; a plan being measured in the
+     * background is not waited for */
     if (mode == ZK_STORES_AUTO && footprint >= ZK_PLAN_MIN_BYTES &&
-        !(v == (int)zk_default_variant() && atomic_load(&zk_plan_bg) != 0)) {
+        !(v == dv && atomic_load(&zk_plan_bg) != 0)) {
         plan = zk_store_plan_variant((zk_variant_t)v);
     }
     if (mode == ZK_STORES_NT) {

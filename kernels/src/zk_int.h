@@ -109,6 +109,16 @@ typedef struct zk_ops {
  * else the plan of the call's variant (measuring it if need be). */
 zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint);
 
+/* Prefetch element i + ahead of a stream of `es`-byte elements (zk_st_t.pf) into every cache
+ * level, once per 64 bytes of the stream (the SIMD loops step by fewer bytes on 16-bit
+ * streams, and by 32 bytes in AVX2). */
+#define ZK_PREFETCH(ptr, es, i, ahead)                                                             \
+    do {                                                                                           \
+        if ((((i) * (es)) & 63) == 0) {                                                            \
+            __builtin_prefetch((const char *)(ptr) + ((i) + (ahead)) * (es), 0, 3);                \
+        }                                                                                          \
+    } while (0)
+
 /* Where a prefetching loop stops: the last pf elements are not prefetched past (nothing
  * beyond the call is fetched). */
 static inline size_t zk_pf_end(size_t i, size_t n, unsigned pf)

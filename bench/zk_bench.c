@@ -677,9 +677,12 @@ static void zb_peers_compare(const zb_opts_t *o, const zb_result_t *res, const z
     }
 }
 
+/* The limit kernel has the vector width of the default variant (the widest this CPU runs, or
+ * ZEROD_KERNELS): a CPU without AVX-512 measures its limit with AVX2, and ZEROD_KERNELS=avx2
+ * judges the AVX2 kernels as such a CPU would. */
 static zb_limit_fn_t zb_limit_kernel(const char **isa_p)
 {
-    if (zk_variant_supported(ZK_VARIANT_AVX512)) {
+    if (zk_default_variant() == ZK_VARIANT_AVX512) {
         *isa_p = "avx512";
         return zb_limit_avx512;
     }

@@ -37,11 +37,13 @@ static inline __m128i zb_narrow(__m256i x)
 #define CANONF(x)                                                                                  \
     _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)ZK_NAN_BITS)),                  \
                      _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
-#define FN_FORMULA zb_formula_avx2
-#define VD         __m256d
-#define SETD(x)    _mm256_set1_pd(x)
-#define FMAD(x, a) _mm256_fmadd_pd(x, x, a)
-#define FIRSTD(x)  _mm256_cvtsd_f64(x)
-#define FN_CHAIN   zb_chain_avx2
+/* whether a lane of x or y is NaN (the kernels' test before they make NaN canonical) */
+#define ANYNANF(x, y) (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q)) != 0)
+#define FN_FORMULA    zb_formula_avx2
+#define VD            __m256d
+#define SETD(x)       _mm256_set1_pd(x)
+#define FMAD(x, a)    _mm256_fmadd_pd(x, x, a)
+#define FIRSTD(x)     _mm256_cvtsd_f64(x)
+#define FN_CHAIN      zb_chain_avx2
 
 #include "limit_body.h"

@@ -28,11 +28,13 @@
 #define CANONF(x)                                                                                  \
     _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),                                  \
                        _mm512_castsi512_ps(_mm512_set1_epi32((int)ZK_NAN_BITS)))
-#define FN_FORMULA zb_formula_avx512
-#define VD         __m512d
-#define SETD(x)    _mm512_set1_pd(x)
-#define FMAD(x, a) _mm512_fmadd_pd(x, x, a)
-#define FIRSTD(x)  _mm512_cvtsd_f64(x)
-#define FN_CHAIN   zb_chain_avx512
+/* whether a lane of x or y is NaN (the kernels' test before they make NaN canonical) */
+#define ANYNANF(x, y) (_mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q) != 0)
+#define FN_FORMULA    zb_formula_avx512
+#define VD            __m512d
+#define SETD(x)       _mm512_set1_pd(x)
+#define FMAD(x, a)    _mm512_fmadd_pd(x, x, a)
+#define FIRSTD(x)     _mm512_cvtsd_f64(x)
+#define FN_CHAIN      zb_chain_avx512
 
 #include "limit_body.h"

@@ -165,8 +165,9 @@ void FN(const zb_limit_args_t *a, size_t b, size_t e)
 }
 
 /* Adam's arithmetic floor: the exact formula of zk/elem.h (ZK_ADAM_LANE, NaN results made
- * canonical) over ZB_L1_N elements per stream kept in L1, as the daemon runs it (the
- * accumulator read, not written), n elements in all. */
+ * canonical the kernels' way: one test of the three results, blends only where one is NaN) over
+ * ZB_L1_N elements per stream kept in L1, as the daemon runs it (the accumulator read, not
+ * written), n elements in all. */
 #define ZB_L1_N 512
 float FN_FORMULA(size_t n)
 {
@@ -189,9 +190,14 @@ float FN_FORMULA(size_t n)
         for (size_t i = 0; i < ZB_L1_N; i += VL) {
             VF P = LDF(p + i), M = LDF(m + i), V = LDF(v + i), A = LDF(a + i);
             ZK_ADAM_LANE(VF, SQRTF, K, A, P, M, V);
-            STF(p + i, CANONF(P));
-            STF(m + i, CANONF(M));
-            STF(v + i, CANONF(V));
+            if (__builtin_expect(ANYNANF(P, M) || ANYNANF(V, V), 0)) {
+                P = CANONF(P);
+                M = CANONF(M);
+                V = CANONF(V);
+            }
+            STF(p + i, P);
+            STF(m + i, M);
+            STF(v + i, V);
         }
     }
     return p[n % ZB_L1_N];

@@ -32,22 +32,63 @@ ZK_ALWAYS_INLINE __m256 zk256_canon(__m256 x)
                             _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-/* fp32 -> bf16 RNE, the integer formula of zk_f32_to_bf16 on 8 lanes. */
-ZK_ALWAYS_INLINE __m128i zk256_bf16(__m256 x)
+/* Whether any lane of x or y is NaN: one compare tests two vectors, and the blends of
+ * zk256_canon (three uops each on recent Intel cores) run only in the rare vector that has a
+ * NaN, behind a branch that is otherwise always predicted. */
+ZK_ALWAYS_INLINE int zk256_any_nan(__m256 x, __m256 y)
+{
+    return __builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q)) != 0, 0);
+}
+
+ZK_ALWAYS_INLINE __m256 zk256_canon1(__m256 x)
+{
+    return zk256_any_nan(x, x) ? zk256_canon(x) : x;
+}
+
+/* fp32 -> bf16 RNE in the high half of each 32-bit lane, for lanes that are not NaN or are
+ * ZK_NAN_BITS (a canonical result): the rounding add then cannot carry a NaN into another
+ * value, so this is zk_f32_to_bf16 without its NaN test (ZK_NAN_BITS rounds to 0x7fc0, as
+ * zk_f32_to_bf16 quiets it). */
+ZK_ALWAYS_INLINE __m256i zk256_bf16_rne(__m256 x)
 {
     __m256i u = _mm256_castps_si256(x);
-    __m256i hi = _mm256_srli_epi32(u, 16);
-    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+
+    return _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+/* The high 16 bits of each 32-bit lane of r, in order: a byte shuffle gathers each 128-bit
+ * lane's four into its low 8 bytes, a permute joins the two halves. */
+ZK_ALWAYS_INLINE __m128i zk256_narrow(__m256i r)
+{
+    const __m256i pick =
+        _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10,
+                         11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(r, pick), 0x08));
+}
+
+/* fp32 -> bf16 RNE, the integer formula of zk_f32_to_bf16 on 8 lanes, NaN inputs included. */
+ZK_ALWAYS_INLINE __m128i zk256_bf16_any(__m256 x)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i r = zk256_bf16_rne(x);
     /* |u| > inf bits, as signed compare: both sides are below 2^31 */
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                      _mm256_set1_epi32(0x7f800000));
 
-    r = _mm256_srli_epi32(r, 16);
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-    /* values fit in 16 bits: unsigned-saturating pack is exact; fix the lane order */
-    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
-    return _mm256_castsi256_si128(r);
+    return zk256_narrow(
+        _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan));
+}
+
+/* fp32 -> bf16 RNE on 8 lanes; `canon`: x holds no NaN but ZK_NAN_BITS (a constant after
+ * inlining), else the NaN path is taken only by a vector that has one. */
+ZK_ALWAYS_INLINE __m128i zk256_bf16(__m256 x, int canon)
+{
+    if (!canon && zk256_any_nan(x, x)) {
+        return zk256_bf16_any(x);
+    }
+    return zk256_narrow(zk256_bf16_rne(x));
 }
 
 ZK_ALWAYS_INLINE __m256 zk256_ld(const void *p, zs_dtype_t dt, size_t i)
@@ -74,7 +115,8 @@ ZK_ALWAYS_INLINE void zk256_st_f32(float *p, __m256 x, int nt)
     }
 }
 
-ZK_ALWAYS_INLINE void zk256_st(void *p, zs_dtype_t dt, size_t i, __m256 x, int nt)
+/* x to 8 elements of dtype dt at p[i]; `canon`: x is a canonical result (zk256_bf16). */
+ZK_ALWAYS_INLINE void zk256_st(void *p, zs_dtype_t dt, size_t i, __m256 x, int nt, int canon)
 {
     __m128i *h = (__m128i *)((uint16_t *)p + i);
     __m128i w;
@@ -82,7 +124,8 @@ ZK_ALWAYS_INLINE void zk256_st(void *p, zs_dtype_t dt, size_t i, __m256 x, int n
     switch (dt) {
     case ZS_DTYPE_F16:
     case ZS_DTYPE_BF16:
-        w = dt == ZS_DTYPE_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT) : zk256_bf16(x);
+        w = dt == ZS_DTYPE_F16 ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
+                               : zk256_bf16(x, canon);
         if (nt) {
             _mm_stream_si128(h, w);
         } else {
@@ -127,9 +170,11 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
     __m256 A = _mm256_loadu_ps(a + i);
 
     ZK_ADAM_LANE(__m256, _mm256_sqrt_ps, *K, A, P, M, V);
-    P = zk256_canon(P);
-    M = zk256_canon(M);
-    V = zk256_canon(V);
+    if (zk256_any_nan(P, M) || zk256_any_nan(V, V)) {
+        P = zk256_canon(P);
+        M = zk256_canon(M);
+        V = zk256_canon(V);
+    }
     zk256_st_f32(p + i, P, ntf & ZK_NT_P);
     zk256_st_f32(m + i, M, ntf & ZK_NT_M);
     zk256_st_f32(v + i, V, ntf & ZK_NT_V);
@@ -137,7 +182,7 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
         zk256_st_f32(a + i, _mm256_setzero_ps(), ntf & ZK_NT_A);
     }
     if (dst != NULL) {
-        zk256_st(dst, dt, i, P, ntf & ZK_NT_DST);
+        zk256_st(dst, dt, i, P, ntf & ZK_NT_DST, 1);
     }
 }
 
@@ -271,28 +316,50 @@ ZK_ALWAYS_INLINE void zk256_acc_block(float *acc, const void *src, zs_dtype_t dt
 {
     __m256 x = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(zk256_ld(src, dt, i), S));
 
-    zk256_st_f32(acc + i, zk256_canon(x), nt);
+    zk256_st_f32(acc + i, zk256_canon1(x), nt);
+}
+
+ZK_ALWAYS_INLINE size_t zk256_acc_loop(float *acc, const void *src, zs_dtype_t dt, __m256 S,
+                                       size_t i, size_t n, unsigned pf, int nt)
+{
+    size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
+
+    for (; i + 8 <= pe; i += 8) {
+        ZK_PREFETCH(acc, 4, i, pf);
+        ZK_PREFETCH(src, es, i, pf);
+        zk256_acc_block(acc, src, dt, S, i, nt);
+    }
+    for (; i + 8 <= n; i += 8) {
+        zk256_acc_block(acc, src, dt, S, i, nt);
+    }
+    return i;
+}
+
+/* Every (dtype, stores) gets its own loop, constants folded in. */
+static size_t zk256_acc_main(float *acc, const void *src, zs_dtype_t dt, __m256 S, size_t i,
+                             size_t n, unsigned pf, int nt)
+{
+#define ZK_L(DT, NT) zk256_acc_loop(acc, src, DT, S, i, n, pf, NT)
+#define ZK_BY_DT(NT)                                                                               \
+    (dt == ZS_DTYPE_F32   ? ZK_L(ZS_DTYPE_F32, NT)                                                 \
+     : dt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F16, NT)                                                 \
+                          : ZK_L(ZS_DTYPE_BF16, NT))
+    return nt ? ZK_BY_DT(1) : ZK_BY_DT(0);
+#undef ZK_BY_DT
+#undef ZK_L
 }
 
 static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s, size_t n,
                              zk_st_t st)
 {
-    __m256 S = _mm256_set1_ps(s);
-    size_t i = zk_head(acc, 32, 4, n), pe, es = zs_dtype_size(dt);
+    size_t i = zk_head(acc, 32, 4, n);
     int nt;
 
     for (size_t j = 0; j < i; j++) {
         acc[j] = zk_accumulate_elem(acc[j], zk_load_elem(src, dt, j), s);
     }
     nt = st.nt && zk_aligned(acc + i, 32);
-    for (pe = zk_pf_end(i, n, st.pf); i + 8 <= pe; i += 8) {
-        ZK_PREFETCH(acc, 4, i, st.pf);
-        ZK_PREFETCH(src, es, i, st.pf);
-        zk256_acc_block(acc, src, dt, S, i, nt);
-    }
-    for (; i + 8 <= n; i += 8) {
-        zk256_acc_block(acc, src, dt, S, i, nt);
-    }
+    i = zk256_acc_main(acc, src, dt, _mm256_set1_ps(s), i, n, st.pf, nt);
     for (; i < n; i++) {
         acc[i] = zk_accumulate_elem(acc[i], zk_load_elem(src, dt, i), s);
     }
@@ -306,7 +373,8 @@ static void zk256_accumulate(float *acc, const void *src, zs_dtype_t dt, float s
 ZK_ALWAYS_INLINE void zk256_red_block(void *dst, const void *a, const void *b, zs_dtype_t dt,
                                       size_t i, int nt)
 {
-    zk256_st(dst, dt, i, zk256_canon(_mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i))), nt);
+    zk256_st(dst, dt, i, zk256_canon1(_mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i))), nt,
+             1);
 }
 
 ZK_ALWAYS_INLINE size_t zk256_red_loop(void *dst, const void *a, const void *b, zs_dtype_t dt,
@@ -366,10 +434,10 @@ ZK_ALWAYS_INLINE size_t zk256_cast_loop(void *dst, zs_dtype_t ddt, const void *s
 
     for (; i + 8 <= pe; i += 8) {
         ZK_PREFETCH(src, ses, i, pf);
-        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
+        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt, 0);
     }
     for (; i + 8 <= n; i += 8) {
-        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt);
+        zk256_st(dst, ddt, i, zk256_ld(src, sdt, i), nt, 0);
     }
     return i;
 }

@@ -169,9 +169,14 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
     __m512 A = zk512_ld(a, ZS_DTYPE_F32, i, mk, full);
 
     ZK_ADAM_LANE(__m512, _mm512_sqrt_ps, *K, A, P, M, V);
-    P = zk512_canon(P);
-    M = zk512_canon(M);
-    V = zk512_canon(V);
+    /* one compare tests two vectors; the masked moves run only in a vector with a NaN */
+    if (__builtin_expect(
+            (_mm512_cmp_ps_mask(P, M, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(V, V, _CMP_UNORD_Q)) != 0,
+            0)) {
+        P = zk512_canon(P);
+        M = zk512_canon(M);
+        V = zk512_canon(V);
+    }
     zk512_st_f32(p + i, P, mk, full, ntf & ZK_NT_P);
     zk512_st_f32(m + i, M, mk, full, ntf & ZK_NT_M);
     zk512_st_f32(v + i, V, mk, full, ntf & ZK_NT_V);

@@ -1,12 +1,12 @@
 /*
- * zk AVX-512 variant (F/BW/VL; AVX512_BF16 for fp32 -> bf16 where present), 16 lanes.
+ * zk AVX-512 variant (F/DQ/BW/VL; AVX512_BF16 for fp32 -> bf16 where present), 16 lanes.
  * Heads and tails use masked loads and stores; the main loop starts where the first written
  * stream is aligned, and uses non-temporal stores on every stream that is aligned there when
  * the caller asks for them (calls larger than the caches).
  * Head, body and tail are the same masked vector code, and round like the scalar variant
  * (zk/elem.h, "Rounding recipe"): every multiply and add separately (no FMA; the file is
  * compiled with -ffp-contract=off), NaN results mapped to ZK_NAN_BITS.
- * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; called only after
+ * Compiled with -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; called only after
  * zk_variant_supported(ZK_VARIANT_AVX512).
  */
 #include "zk_int.h"
@@ -72,14 +72,12 @@ ZK_ALWAYS_INLINE __m256i zk512_bf16_int(__m512 x)
 
 #if defined(ZK_HAVE_AVX512BF16)
 /* VCVTNEPS2BF16 rounds to nearest even and quiets NaN like zk_f32_to_bf16, but flushes
- * subnormal inputs to zero: blocks holding a subnormal take the integer path. Executed only
+ * subnormal inputs to zero: blocks holding a subnormal (one VFPCLASSPS finds them) take the
+ * integer path. Executed only
  * when cpuid reports AVX512_BF16 (the file is compiled with -mavx512bf16 for this). */
 ZK_ALWAYS_INLINE __m256i zk512_bf16_hw(__m512 x)
 {
-    __m512i u = _mm512_castps_si512(x);
-    __mmask16 sub =
-        _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)), u,
-                                    _mm512_set1_epi32(0x007fffff));
+    __mmask16 sub = _mm512_fpclass_ps_mask(x, 0x20); /* subnormal */
 
     if (__builtin_expect(sub != 0, 0)) {
         return zk512_bf16_int(x);

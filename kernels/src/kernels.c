@@ -69,9 +69,10 @@ int zk_variant_supported(zk_variant_t v)
                __builtin_cpu_supports("f16c");
     case ZK_VARIANT_AVX512:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
 #endif
     default:
         return 0;
@@ -122,7 +123,7 @@ static void zk_init_run(void)
                                  "ZEROD_KERNELS=%s: this CPU cannot run the %s kernels (needs %s)",
                                  env, zk_variant_names[v],
                                  v == ZK_VARIANT_AVX2 ? "AVX2, FMA and F16C"
-                                                      : "AVX-512 F/BW/VL, AVX2, FMA and F16C");
+                                                      : "AVX-512 F/DQ/BW/VL, AVX2, FMA and F16C");
         return;
     }
     zk_default = v;

@@ -91,9 +91,9 @@ static inline zk_exec_t zt_exec_for(zk_variant_t v, zk_stores_t stores)
                     .prefetch = stores == ZK_STORES_NT ? ZT_PREFETCH : 0};
 
     if (!zk_variant_supported(v)) {
-        cr_skip_test("variant %s: this CPU lacks the instructions it needs (%s)",
-                     zk_variant_name(v),
-                     v == ZK_VARIANT_AVX2 ? "AVX2, FMA, F16C" : "AVX-512 F/BW/VL, AVX2, FMA, F16C");
+        cr_skip_test(
+            "variant %s: this CPU lacks the instructions it needs (%s)", zk_variant_name(v),
+            v == ZK_VARIANT_AVX2 ? "AVX2, FMA, F16C" : "AVX-512 F/DQ/BW/VL, AVX2, FMA, F16C");
     }
     return ex;
 }

@@ -8,7 +8,8 @@
  * measured) and what each call used; last, per kernel, the lowest ratio of the default variant
  * over the sizes against the target (0.9). adam_step runs
  * as the daemon runs it: the accumulator kept (its next reduce-scatter overwrites it), the
- * cast copy written only for 16-bit params (fp32 params are the master itself).
+ * cast copy written only for 16-bit params (fp32 params are the master itself); reduce runs
+ * in fp32, as the daemon's reduce-scatter does.
  *
  *   zk_bench [--n N[,N...]] [--threads 1,2] [--reps R] [--dtype bf16|fp16|fp32]
  *            [--variants scalar,avx2,avx512] [--kernels adam_step,sumsq,...]
@@ -104,6 +105,13 @@ static double zb_bytes_per_elem(zb_kernel_t k, size_t ds)
     }
 }
 
+/* The dtype of kernel k's 16-bit-or-not streams: --dtype, but for reduce fp32, the one the
+ * daemon runs (its reduce-scatter sums fp32 accumulators). */
+static zs_dtype_t zb_dtype(const zb_opts_t *o, zb_kernel_t k)
+{
+    return k == ZB_K_REDUCE ? ZS_DTYPE_F32 : o->dtype;
+}
+
 static zs_status_t zb_run_kernel(zb_ctx_t *c)
 {
     const zb_opts_t *o = c->o;
@@ -122,7 +130,7 @@ static zs_status_t zb_run_kernel(zb_ctx_t *c)
     case ZB_K_ACCUMULATE:
         return zk_accumulate(&c->ex, b->acc, b->h0, o->dtype, 1e-30f, c->n);
     case ZB_K_REDUCE:
-        return zk_reduce(&c->ex, b->h1, b->h0, b->h1, o->dtype, c->n);
+        return zk_reduce(&c->ex, b->acc, b->m, b->v, ZS_DTYPE_F32, c->n); /* out of place */
     case ZB_K_CAST:
         return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZS_DTYPE_F32, c->n);
     case ZB_K_WIDEN:
@@ -160,7 +168,7 @@ static void zb_limit_setup(zb_ctx_t *c)
         *a = (zb_limit_args_t){ZB_ACCUMULATE, ds, 4, {b->acc, b->h0}, 0, 0, 0, 0};
         break;
     case ZB_K_REDUCE:
-        *a = (zb_limit_args_t){ZB_REDUCE, ds, ds, {b->h1, b->h0, b->h1}, 0, 0, 0, 0};
+        *a = (zb_limit_args_t){ZB_REDUCE, 4, 4, {b->m, b->v, b->acc}, 0, 0, 0, 0};
         break;
     case ZB_K_CAST:
         *a = (zb_limit_args_t){ZB_CAST, 4, ds, {b->master, b->h0}, 0, 0, 0, 0};
@@ -333,7 +341,8 @@ static void zb_usage(FILE *out)
             "  --dtype T        param dtype: bf16 (default), fp16, fp32\n"
             "  --variants LIST  scalar,avx2,avx512 (default: all this CPU supports)\n"
             "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast,widen (default all;\n"
-            "                   cast: fp32 to --dtype, widen: --dtype to fp32)\n"
+            "                   cast: fp32 to --dtype, widen: --dtype to fp32, reduce: fp32\n"
+            "                   as the daemon's reduce-scatter)\n"
             "  --stores S       auto (default: the measured plan), regular or nt\n"
             "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: the speedup over each\n"
             "  --json           one JSON object per line\n"
@@ -471,10 +480,10 @@ static const char *zb_stores_used(const zb_ctx_t *c)
 {
     static const zk_store_family_t fam[ZB_K_COUNT] = {ZK_STORE_ADAM,       ZK_STORE_READ,
                                                       ZK_STORE_ACCUMULATE, ZK_STORE_OUT,
-                                                      ZK_STORE_CAST,       ZK_STORE_CAST};
+                                                      ZK_STORE_CAST,       ZK_STORE_WIDEN};
     static char buf[32];
-    size_t bytes =
-        (size_t)(zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n);
+    size_t bytes = (size_t)(zb_bytes_per_elem(c->kernel, zs_dtype_size(zb_dtype(c->o, c->kernel))) *
+                            (double)c->n);
     unsigned pf = zk_store_prefetch(&c->ex, fam[c->kernel], bytes);
     const char *kind = c->kernel == ZB_K_SUMSQ                      ? ""
                        : zk_store_nt(&c->ex, fam[c->kernel], bytes) ? "nt"
@@ -537,7 +546,7 @@ static double zb_limit_gbps(zb_ctx_t *c, double bytes)
 {
     double gbps = 0;
 
-    for (int pf = 0; pf < (bytes >= (double)ZK_STORES_PLAN_MIN_BYTES ? ZK_PREFETCH_CHOICES : 1);
+    for (int pf = 0; pf < (bytes >= (double)ZK_PREFETCH_MIN_BYTES ? ZK_PREFETCH_CHOICES : 1);
          pf++) {
         c->largs.pf = zk_prefetch_choice(pf);
         for (int nt = 0; nt < 2; nt++) {
@@ -552,7 +561,8 @@ static double zb_limit_gbps(zb_ctx_t *c, double bytes)
 static void zb_print_row(const zb_ctx_t *c, int v, unsigned threads, double t, double lim_gbps,
                          const char *bound)
 {
-    double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(c->o->dtype)) * (double)c->n;
+    double bytes =
+        zb_bytes_per_elem(c->kernel, zs_dtype_size(zb_dtype(c->o, c->kernel))) * (double)c->n;
     double gbps = bytes / t / 1e9;
 
     if (c->o->json) {
@@ -560,8 +570,8 @@ static void zb_print_row(const zb_ctx_t *c, int v, unsigned threads, double t, d
                "\"n\": %zu, \"dtype\": \"%s\", \"stores\": \"%s\", \"seconds\": %.6f, "
                "\"gbps\": %.2f, \"limit_gbps\": %.2f, \"bound\": \"%s\", \"ratio\": %.3f}\n",
                zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
-               zs_dtype_name(c->o->dtype), zb_stores_used(c), t, gbps, lim_gbps, bound,
-               gbps / lim_gbps);
+               zs_dtype_name(zb_dtype(c->o, c->kernel)), zb_stores_used(c), t, gbps, lim_gbps,
+               bound, gbps / lim_gbps);
     } else {
         printf("%-11s %-7s %7u %10zu %-14s %9.3f %10.3f %8.1f %8.1f %-8s %6.3f\n",
                zb_kernel_names[c->kernel], zk_variant_name((zk_variant_t)v), threads, c->n,
@@ -578,7 +588,8 @@ static void zb_print_row(const zb_ctx_t *c, int v, unsigned threads, double t, d
 static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *res)
 {
     const zb_opts_t *o = c->o;
-    double bytes = zb_bytes_per_elem(c->kernel, zs_dtype_size(o->dtype)) * (double)c->n;
+    double bytes =
+        zb_bytes_per_elem(c->kernel, zs_dtype_size(zb_dtype(o, c->kernel))) * (double)c->n;
     double stream_gbps = 0, t[ZK_VARIANT_COUNT], floor_t[ZK_VARIANT_COUNT];
     unsigned reps = c->reps;
 
@@ -712,11 +723,17 @@ static void zb_header(const zb_opts_t *o, const char *limit_isa)
         }
         if (o->json) {
             printf("{\"variant\": \"%s\", \"store_plan\": \"%s\", \"nt_min_bytes\": %zu, "
-                   "\"prefetch\": [%u, %u, %u, %u, %u], \"stores\": \"%s\"}\n",
-                   zk_variant_name((zk_variant_t)v), plan->how, plan->nt_min_bytes,
-                   plan->prefetch[0][plan->nt[0]], plan->prefetch[1][plan->nt[1]],
-                   plan->prefetch[2][plan->nt[2]], plan->prefetch[3][plan->nt[3]],
-                   plan->prefetch[4][0], stores);
+                   "\"stores\": \"%s\", \"families\": {",
+                   zk_variant_name((zk_variant_t)v), plan->how, plan->nt_min_bytes, stores);
+            for (int f = 0; f < ZK_STORE_FAMILIES; f++) { /* SIZE_MAX (never) as -1 */
+                printf("%s\"%s\": {\"nt\": %d, \"nt_from\": %lld, \"prefetch\": [%u, %u], "
+                       "\"prefetch_from\": %lld}",
+                       f > 0 ? ", " : "", zk_store_family_name((zk_store_family_t)f), plan->nt[f],
+                       plan->nt_from[f] == SIZE_MAX ? -1LL : (long long)plan->nt_from[f],
+                       plan->prefetch[f][0], plan->prefetch[f][1],
+                       plan->pf_from[f] == SIZE_MAX ? -1LL : (long long)plan->pf_from[f]);
+            }
+            printf("}}\n");
         } else {
             printf("plan %s: %s%s\n", zk_variant_name((zk_variant_t)v), plan->how,
                    o->stores == ZK_STORES_AUTO ? "" : " (overridden by --stores)");

@@ -499,6 +499,7 @@ zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, cons
     job.sdt = src_dtype;
     job.dsize = zs_dtype_size(dst_dtype);
     job.ssize = zs_dtype_size(src_dtype);
-    job.st = zk_store_st(exec, ZK_STORE_CAST, n * (job.dsize + zs_dtype_size(src_dtype)));
+    job.st = zk_store_st(exec, job.dsize > job.ssize ? ZK_STORE_WIDEN : ZK_STORE_CAST,
+                         n * (job.dsize + job.ssize));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_cast_chunk, &job);
 }

@@ -39,7 +39,7 @@ static pthread_mutex_t zk_plan_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int zk_plan_bg;
 
 static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce",
-                                                               "cast", "sumsq"};
+                                                               "cast", "widen",      "sumsq"};
 static const unsigned zk_pf_choices[ZK_PREFETCH_CHOICES] = {0, 512, 1024, 2048};
 
 const char *zk_store_family_name(zk_store_family_t f)
@@ -116,8 +116,10 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
     case ZK_STORE_READ:
         ops->sumsq(b->s[0], b->n, b->part, st);
         break;
-    case ZK_STORE_CAST: /* the daemon's two: fp32 params to bf16, bf16 gradients to fp32 */
+    case ZK_STORE_CAST: /* the daemon's casts: fp32 params to bf16 ... */
         ops->cast(b->s[4], ZS_DTYPE_BF16, b->s[0], ZS_DTYPE_F32, b->n, st);
+        break;
+    case ZK_STORE_WIDEN: /* ... and bf16 gradients to fp32 */
         ops->cast(b->s[2], ZS_DTYPE_F32, b->s[4], ZS_DTYPE_BF16, b->n, st);
         break;
     default:
@@ -134,8 +136,11 @@ static double zk_plan_bytes(zk_store_family_t fam)
         return 30.0; /* 16 read, 12 + 2 written */
     case ZK_STORE_READ:
         return 4.0;
+    case ZK_STORE_CAST:
+    case ZK_STORE_WIDEN:
+        return 6.0;
     default:
-        return 12.0; /* accumulate, reduce: 8 read, 4 written; the two casts: 6 and 6 */
+        return 12.0; /* accumulate, reduce: 8 read, 4 written */
     }
 }
 
@@ -165,6 +170,7 @@ static int zk_plan_env(zk_store_plan_t *plan, const char *env)
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         plan->nt[f] = nt && f != ZK_STORE_READ;
         plan->nt_from[f] = plan->nt[f] ? 0 : SIZE_MAX;
+        plan->pf_from[f] = SIZE_MAX;
     }
     plan->nt_min_bytes = nt ? 0 : SIZE_MAX;
     snprintf(plan->how, sizeof(plan->how),
@@ -210,28 +216,66 @@ static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_
     return zk_pf_choices[best];
 }
 
-/* Where non-temporal stores won at the size measured, whether they win at the smallest size
- * the plan serves too (caches that large may keep regular stores ahead there): the smallest
- * footprint from which the family uses them. */
+/* GB/s of a family at `bytes` of footprint with stores x and y, timed alternately (8 rounds of
+ * ZK_PLAN_REPS calls, best kept), so that a drift of the machine moves both alike; printed as
+ * " at N MiB x/y,". */
+static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                         zk_scratch_t *b, size_t bytes, const zk_st_t st[2], double g[2])
+{
+    size_t n = b->n;
+
+    b->n = (size_t)((double)bytes / zk_plan_bytes(f)) / 64 * 64;
+    g[0] = g[1] = 0;
+    for (int r = 0; r < 8 && b->n < n; r++) {
+        g[0] = fmax(g[0], zk_plan_time(ops, f, b, st[0]));
+        g[1] = fmax(g[1], zk_plan_time(ops, f, b, st[1]));
+    }
+    b->n = n;
+    zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", bytes >> 20, g[0], g[1]);
+}
+
+/* Where non-temporal stores won at the size measured, whether they win at the smallest sizes
+ * the plan serves too (ZK_STORES_PLAN_MIN_BYTES, then ZK_PREFETCH_MIN_BYTES: caches that large
+ * may keep regular stores ahead there): the smallest footprint from which the family uses
+ * them. */
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {
-    size_t n = b->n, from = plan->nt_min_bytes;
-    double reg, nt;
+    static const size_t sizes[2] = {ZK_PLAN_MIN_BYTES, ZK_PREFETCH_MIN_BYTES};
+    const zk_st_t st[2] = {{0, 0}, {1, 0}};
+    size_t from = plan->nt_min_bytes;
+    double g[2];
 
-    b->n = (size_t)((double)ZK_PLAN_MIN_BYTES / zk_plan_bytes(f)) / 64 * 64;
-    if (b->n < n) {
-        reg = zk_plan_time(ops, f, b, (zk_st_t){0, 0});
-        nt = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
-        from = nt > ZK_PLAN_MARGIN * reg ? ZK_PLAN_MIN_BYTES : from;
-        zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", ZK_PLAN_MIN_BYTES >> 20, reg, nt);
+    for (int i = 0; i < 2 && sizes[i] < from; i++) {
+        zk_plan_pair(plan, ops, f, b, sizes[i], st, g);
+        if (!(g[1] > ZK_PLAN_MARGIN * g[0])) {
+            break;
+        }
+        from = sizes[i];
     }
-    b->n = n;
     return from;
 }
 
+/* The smallest footprint from which a family prefetches with regular stores: where a distance
+ * won beyond the caches, from ZK_PREFETCH_MIN_BYTES (the data may sit in the last-level cache
+ * there) unless it is 3 % slower than none at that size. The rule leans to prefetching: the
+ * distance has already won where it was measured, and at this size the two differ by less
+ * than this machine's noise more often than not. */
+static size_t zk_plan_pf_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                              zk_scratch_t *b)
+{
+    const zk_st_t st[2] = {{0, 0}, {0, plan->prefetch[f][0]}};
+    double g[2];
+
+    if (st[1].pf == 0) {
+        return SIZE_MAX;
+    }
+    zk_plan_pair(plan, ops, f, b, ZK_PREFETCH_MIN_BYTES, st, g);
+    return ZK_PLAN_MARGIN * g[1] < g[0] ? ZK_PLAN_MIN_BYTES : ZK_PREFETCH_MIN_BYTES;
+}
+
 /* One family: the stores, then the prefetch distance with each store kind it may use (calls
- * below nt_from use regular stores whatever the plan). */
+ * below nt_from use regular stores whatever the plan), then from which size it prefetches. */
 static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                            zk_scratch_t *b)
 {
@@ -245,16 +289,21 @@ static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
         if (plan->nt[f]) {
             plan->nt_from[f] = zk_plan_nt_from(plan, ops, f, b);
         }
-        zk_plan_printf(plan, " -> %s:",
-                       !plan->nt[f]                            ? "regular"
-                       : plan->nt_from[f] < plan->nt_min_bytes ? "nt from the smallest size"
-                                                               : "nt");
+        zk_plan_printf(plan, " -> %s:", plan->nt[f] ? "nt" : "regular");
     } else {
         zk_plan_printf(plan, " %s %.1f:", zk_family_names[f], plan->gbps[f][0]);
     }
     plan->prefetch[f][0] = zk_plan_prefetch(plan, ops, f, b, 0);
     if (plan->nt[f]) {
         plan->prefetch[f][1] = zk_plan_prefetch(plan, ops, f, b, 1);
+    }
+    plan->pf_from[f] = zk_plan_pf_from(plan, ops, f, b);
+    if (plan->nt[f]) {
+        zk_plan_printf(plan, " nt from %zu MiB,", plan->nt_from[f] >> 20);
+    }
+    if (plan->pf_from[f] != SIZE_MAX) {
+        zk_plan_printf(plan, " prefetch%s from %zu MiB,", plan->nt[f] ? " with regular stores" : "",
+                       plan->pf_from[f] >> 20);
     }
     plan->how[strlen(plan->how) - 1] = ';';
 }
@@ -304,6 +353,9 @@ static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
     const char *env = getenv("ZEROD_KERNEL_STORES");
 
     plan->variant = (int)v;
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        plan->pf_from[f] = SIZE_MAX;
+    }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {
         return;
     }
@@ -326,6 +378,20 @@ const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v)
     }
     pthread_mutex_unlock(&zk_plan_lock);
     return &zk_plans[v];
+}
+
+/* Variant v's plan if it has been measured, else NULL: never measures, and never waits for a
+ * measurement under way on another thread. */
+static const zk_store_plan_t *zk_store_plan_ready(zk_variant_t v)
+{
+    int done;
+
+    if (pthread_mutex_trylock(&zk_plan_lock) != 0) {
+        return NULL;
+    }
+    done = zk_plan_done[v];
+    pthread_mutex_unlock(&zk_plan_lock);
+    return done ? &zk_plans[v] : NULL;
 }
 
 const zk_store_plan_t *zk_store_plan(void)
@@ -394,12 +460,13 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
     const zk_store_plan_t *plan = NULL;
     zk_st_t st = {0, 0};
 
-    /* below the smallest scratch size the answer is regular stores and no prefetch on every
-     * CPU: measure only for calls that could use the others; a plan being measured in the
-     * background is not waited for */
-    if (mode == ZK_STORES_AUTO && footprint >= ZK_PLAN_MIN_BYTES &&
+    /* below the smallest scratch size the answer is regular stores on every CPU: measure only
+     * for calls that could use the others, and let smaller ones prefetch only as a plan
+     * already measured says; a plan being measured in the background is not waited for */
+    if (mode == ZK_STORES_AUTO && footprint >= ZK_PREFETCH_MIN_BYTES &&
         !(v == dv && atomic_load(&zk_plan_bg) != 0)) {
-        plan = zk_store_plan_variant((zk_variant_t)v);
+        plan = footprint >= ZK_PLAN_MIN_BYTES ? zk_store_plan_variant((zk_variant_t)v)
+                                              : zk_store_plan_ready((zk_variant_t)v);
     }
     if (mode == ZK_STORES_NT) {
         st.nt = fam != ZK_STORE_READ;
@@ -408,7 +475,7 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
     }
     if (pf > 0) {
         st.pf = (unsigned)pf;
-    } else if (pf == 0 && plan != NULL) {
+    } else if (pf == 0 && plan != NULL && (st.nt || footprint >= plan->pf_from[fam])) {
         st.pf = plan->prefetch[fam][st.nt];
     }
     return st;

@@ -72,13 +72,15 @@ typedef enum zk_stores {
 } zk_stores_t;
 
 /* Kernels by the mix of streams they read and store: in-place Adam (4 fp32 streams and the
- * cast copy), in-place accumulate, the out-of-place reduce, the casts (to and from 16 bits),
- * and the sum of squares (reads only: its plan is a prefetch distance). */
+ * cast copy), in-place accumulate, the out-of-place reduce, the narrowing casts (to 16 bits),
+ * the widening ones (to fp32: they write twice what they read), and the sum of squares (reads
+ * only: its plan is a prefetch distance). */
 typedef enum zk_store_family {
     ZK_STORE_ADAM,
     ZK_STORE_ACCUMULATE,
     ZK_STORE_OUT,
     ZK_STORE_CAST,
+    ZK_STORE_WIDEN,
     ZK_STORE_READ,
     ZK_STORE_FAMILIES
 } zk_store_family_t;
@@ -94,9 +96,11 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * about 0.3-1 s, on the first call of at least 32 MiB or the first zk_store_plan()). Calls
  * whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
  * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
- * size); calls of at least ZK_STORES_PLAN_MIN_BYTES prefetch prefetch[family][stores] elements
- * ahead. An option is chosen only when it is at least 3 % faster than the plain one (the
- * prefetch distances are timed on a quarter of the scratch). */
+ * size); calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
+ * (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where the distance chosen lost at the
+ * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. An option is chosen
+ * only when it is at least 3 % faster than the plain one (the prefetch distances are timed on a
+ * quarter of the scratch). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
@@ -107,7 +111,8 @@ typedef struct zk_store_plan {
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     size_t nt_min_bytes;
     size_t nt_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where not nt[family] */
-    char how[640];                     /* one line for a log or a benchmark */
+    size_t pf_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where no prefetch */
+    char how[1024];                    /* one line for a log or a benchmark */
 } zk_store_plan_t;
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);
@@ -118,9 +123,12 @@ const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v);
  * the plan is there already or on its way, -1 if no thread could start. */
 typedef void (*zk_store_plan_done_fn)(const zk_store_plan_t *plan, void *arg);
 int zk_store_plan_start(zk_store_plan_done_fn done, void *arg);
-/* Calls smaller than this use regular stores and no prefetch without consulting (or
- * measuring) the plan. */
+/* Calls smaller than this use regular stores and no prefetch without measuring the plan;
+ * from ZK_PREFETCH_MIN_BYTES on, they prefetch as a plan already measured says (pf_from),
+ * beyond the caches closest to the core, where a kernel with many instructions per line can
+ * still outrun the hardware prefetcher. */
 #define ZK_STORES_PLAN_MIN_BYTES ((size_t)32 << 20)
+#define ZK_PREFETCH_MIN_BYTES    ((size_t)4 << 20)
 const char *zk_store_family_name(zk_store_family_t f);
 /* Whether a call of family `fam` touching `footprint` bytes (read and written) uses
  * non-temporal stores, and how far ahead it prefetches: exec, else the plan of exec's variant

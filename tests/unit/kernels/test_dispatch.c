@@ -185,7 +185,8 @@ static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
 }
 
 /* Unset, the plan is measured: each family's both stores timed, the faster (by 3 %) kept,
- * used only for calls at least as big as what was measured; then each prefetch distance. */
+ * used only for calls at least as big as where it won; then each prefetch distance, used from
+ * ZK_PREFETCH_MIN_BYTES or ZK_STORES_PLAN_MIN_BYTES on. */
 Test(zk_stores, plan_is_measured_and_follows_the_figures)
 {
     const zk_store_plan_t *plan;
@@ -198,7 +199,8 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
     cr_assert_not_null(strstr(plan->how, "measured at"), "%s", plan->how);
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         zk_store_family_t fam = (zk_store_family_t)f;
-        size_t mid = ZK_STORES_PLAN_MIN_BYTES;
+        const size_t sizes[4] = {ZK_PREFETCH_MIN_BYTES - 1, plan->pf_from[f] - 1, plan->pf_from[f],
+                                 ZK_STORES_PLAN_MIN_BYTES};
         cr_assert_gt(plan->gbps[f][0], 0.0);
         if (fam != ZK_STORE_READ) {
             cr_assert_gt(plan->gbps[f][1], 0.0);
@@ -210,7 +212,8 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
         }
         if (plan->nt[f]) {
             cr_assert(plan->nt_from[f] == plan->nt_min_bytes ||
-                          plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES,
+                          plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES ||
+                          plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES,
                       "%s", plan->how);
             cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_from[f] - 1), 0);
             cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_from[f]), 1);
@@ -218,9 +221,22 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
             cr_assert_eq(plan->nt_from[f], SIZE_MAX);
             cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes), 0);
         }
-        cr_assert_eq(zk_store_prefetch(NULL, fam, mid - 1), 0);
-        cr_assert_eq(zk_store_prefetch(NULL, fam, mid),
-                     plan->prefetch[f][zk_store_nt(NULL, fam, mid)]);
+        if (plan->prefetch[f][0] == 0) {
+            cr_assert_eq(plan->pf_from[f], SIZE_MAX, "%s", plan->how);
+            continue;
+        }
+        cr_assert(plan->pf_from[f] == ZK_PREFETCH_MIN_BYTES ||
+                      plan->pf_from[f] == ZK_STORES_PLAN_MIN_BYTES,
+                  "%s", plan->how);
+        for (int i = 0; i < 4; i++) { /* non-temporal calls take that row's distance */
+            int nt = zk_store_nt(NULL, fam, sizes[i]);
+            unsigned want = sizes[i] < ZK_PREFETCH_MIN_BYTES ? 0
+                            : nt                             ? plan->prefetch[f][1]
+                            : sizes[i] >= plan->pf_from[f]   ? plan->prefetch[f][0]
+                                                             : 0;
+            cr_assert_eq(zk_store_prefetch(NULL, fam, sizes[i]), want, "%s at %zu: %s",
+                         zk_store_family_name(fam), sizes[i], plan->how);
+        }
     }
 }
 

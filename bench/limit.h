@@ -35,13 +35,22 @@ typedef void (*zb_limit_fn_t)(const zb_limit_args_t *a, size_t b, size_t e);
 void zb_limit_avx512(const zb_limit_args_t *a, size_t b, size_t e);
 void zb_limit_avx2(const zb_limit_args_t *a, size_t b, size_t e);
 
+/* The 16-bit copy Adam writes of the new master (none for fp32 params). */
+typedef enum zb_copy {
+    ZB_COPY_NONE,
+    ZB_COPY_BF16,
+    ZB_COPY_F16,
+    ZB_COPY_BF16_HW, /* internal to the floor: bf16 by the AVX512_BF16 instruction */
+} zb_copy_t;
+
 /* Adam's arithmetic floor: n elements of the exact formula (zk/elem.h) with the data in L1,
- * at the vector width of the variant; returns a value so that nothing is optimised away.
+ * at the vector width of the variant, with the exact cast of the new master into its 16-bit
+ * copy where the params have one; returns a value so that nothing is optimised away.
  * Exact Adam needs, per element, one square root, one division and about 20 other operations
- * (NaN made canonical included); with its data in cache no Adam can go faster than this, so
- * its limit is the lower of this and the streaming limit. */
-float zb_formula_avx512(size_t n);
-float zb_formula_avx2(size_t n);
+ * (NaN made canonical included), and the cast a few more; with its data in cache no Adam can
+ * go faster than this, so its limit is the lower of this and the streaming limit. */
+float zb_formula_avx512(size_t n, zb_copy_t copy);
+float zb_formula_avx2(size_t n, zb_copy_t copy);
 
 /* The order floor of the sum of squares (zk/kernels.h): each of its 16 lanes adds its
  * squares one after another, so n elements cost n / 16 dependent double additions per lane,

@@ -1,4 +1,4 @@
-/* zk_bench memory limit, 256-bit vectors (compiled with -mavx2). */
+/* zk_bench memory limit, 256-bit vectors (compiled with -mavx2 -mfma -mf16c). */
 #include "limit.h"
 #include "zk/elem.h"
 
@@ -9,6 +9,19 @@ static inline __m128i zb_narrow(__m256i x)
 {
     __m256i s = _mm256_shuffle_epi8(x, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1,
                                                         -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13,
+                                                        -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(s, 0x08));
+}
+
+/* fp32 -> bf16 RNE of a canonical result (no NaN but ZK_NAN_BITS, which rounds to 0x7fc0):
+ * the AVX2 kernel's conversion (kernels/src/k_avx2.c, zk256_bf16). */
+static inline __m128i zb_bf16(__m256 x)
+{
+    __m256i u = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    __m256i s = _mm256_shuffle_epi8(r, _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1,
+                                                        -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15,
                                                         -1, -1, -1, -1, -1, -1, -1, -1));
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(s, 0x08));
 }
@@ -39,6 +52,10 @@ static inline __m128i zb_narrow(__m256i x)
                      _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
 /* whether a lane of x or y is NaN (the kernels' test before they make NaN canonical) */
 #define ANYNANF(x, y) (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q)) != 0)
+#define BF16F(x)      zb_bf16(x)
+#define BF16HWF(x)    zb_bf16(x)
+#define BF16_HW       0
+#define F16F(x)       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
 #define FN_FORMULA    zb_formula_avx2
 #define VD            __m256d
 #define SETD(x)       _mm256_set1_pd(x)

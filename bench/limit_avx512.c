@@ -1,8 +1,39 @@
-/* zk_bench memory limit, 512-bit vectors (compiled with -mavx512f -mavx512bw -mavx512vl). */
+/* zk_bench memory limit, 512-bit vectors (compiled with the flags of kernels/src/k_avx512.c). */
 #include "limit.h"
 #include "zk/elem.h"
 
 #include <immintrin.h>
+
+/* fp32 -> bf16 RNE of a canonical result (no NaN but ZK_NAN_BITS), exact: VCVTNEPS2BF16 where
+ * the CPU has it, with the AVX-512 kernel's test for subnormal inputs, which it flushes
+ * (kernels/src/k_avx512.c, zk512_bf16); else the integer formula. */
+static inline __m256i zb_bf16_int(__m512 x)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16));
+}
+
+#if defined(ZB_HAVE_AVX512BF16)
+static int zb_hw_bf16(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+}
+
+static inline __m256i zb_bf16_hw(__m512 x)
+{
+    if (__builtin_expect(_mm512_fpclass_ps_mask(x, 0x20) == 0, 1)) {
+        return (__m256i)_mm512_cvtneps_pbh(x);
+    }
+    return zb_bf16_int(x);
+}
+#else
+#define zb_hw_bf16()  0
+#define zb_bf16_hw(x) zb_bf16_int(x)
+#endif
 
 #define VL         16
 #define V4         __m512i
@@ -30,6 +61,10 @@
                        _mm512_castsi512_ps(_mm512_set1_epi32((int)ZK_NAN_BITS)))
 /* whether a lane of x or y is NaN (the kernels' test before they make NaN canonical) */
 #define ANYNANF(x, y) (_mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q) != 0)
+#define BF16F(x)      zb_bf16_int(x)
+#define BF16HWF(x)    zb_bf16_hw(x)
+#define BF16_HW       zb_hw_bf16()
+#define F16F(x)       _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
 #define FN_FORMULA    zb_formula_avx512
 #define VD            __m512d
 #define SETD(x)       _mm512_set1_pd(x)

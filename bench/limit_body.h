@@ -165,20 +165,50 @@ void FN(const zb_limit_args_t *a, size_t b, size_t e)
 }
 
 /* Adam's arithmetic floor: the exact formula of zk/elem.h (ZK_ADAM_LANE, NaN results made
- * canonical the kernels' way: one test of the three results, blends only where one is NaN) over
- * ZB_L1_N elements per stream kept in L1, as the daemon runs it (the accumulator read, not
- * written), n elements in all. */
+ * canonical the kernels' way: one test of the three results, blends only where one is NaN)
+ * and the exact cast of the new master into its 16-bit copy (BF16F, F16F: the cheapest exact
+ * conversion this vector width has) over ZB_L1_N elements per stream kept in L1, as the
+ * daemon runs it (the accumulator read, not written), n elements in all. */
 #define ZB_L1_N 512
-float FN_FORMULA(size_t n)
+typedef struct zb_fk {
+    VF grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
+        step_size, decay;
+} zb_fk_t;
+
+static inline __attribute__((always_inline)) void zb_formula_pass(const zb_fk_t *K, float *p,
+                                                                  float *m, float *v,
+                                                                  const float *a, uint16_t *h,
+                                                                  zb_copy_t copy)
+{
+    for (size_t i = 0; i < ZB_L1_N; i += VL) {
+        VF P = LDF(p + i), M = LDF(m + i), V = LDF(v + i), A = LDF(a + i);
+        ZK_ADAM_LANE(VF, SQRTF, *K, A, P, M, V);
+        if (__builtin_expect(ANYNANF(P, M) || ANYNANF(V, V), 0)) {
+            P = CANONF(P);
+            M = CANONF(M);
+            V = CANONF(V);
+        }
+        STF(p + i, P);
+        STF(m + i, M);
+        STF(v + i, V);
+        if (copy == ZB_COPY_BF16_HW) {
+            ST2(h + i, BF16HWF(P));
+        } else if (copy == ZB_COPY_BF16) {
+            ST2(h + i, BF16F(P));
+        } else if (copy == ZB_COPY_F16) {
+            ST2(h + i, F16F(P));
+        }
+    }
+}
+
+float FN_FORMULA(size_t n, zb_copy_t copy)
 {
     static const float gs = 1.0f, b1 = 0.9f, b2 = 0.999f;
-    struct {
-        VF grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
-            step_size, decay;
-    } K = {SETF(gs),        SETF(0.0f),  SETF(b1),   SETF(1.0f - b1), SETF(b2),
-           SETF(1.0f - b2), SETF(1e-8f), SETF(1.0f), SETF(1e-6f),     SETF(1.0f)};
+    const zb_fk_t K = {SETF(gs),        SETF(0.0f),  SETF(b1),   SETF(1.0f - b1), SETF(b2),
+                       SETF(1.0f - b2), SETF(1e-8f), SETF(1.0f), SETF(1e-6f),     SETF(1.0f)};
     float p[ZB_L1_N] __attribute__((aligned(64))), m[ZB_L1_N] __attribute__((aligned(64)));
     float v[ZB_L1_N] __attribute__((aligned(64))), a[ZB_L1_N] __attribute__((aligned(64)));
+    uint16_t h[ZB_L1_N] __attribute__((aligned(64))) = {0};
 
     for (size_t i = 0; i < ZB_L1_N; i++) {
         p[i] = 0.5f + 1e-4f * (float)i;
@@ -187,20 +217,23 @@ float FN_FORMULA(size_t n)
         a[i] = 1e-2f + 1e-6f * (float)i;
     }
     for (size_t done = 0; done < n; done += ZB_L1_N) {
-        for (size_t i = 0; i < ZB_L1_N; i += VL) {
-            VF P = LDF(p + i), M = LDF(m + i), V = LDF(v + i), A = LDF(a + i);
-            ZK_ADAM_LANE(VF, SQRTF, K, A, P, M, V);
-            if (__builtin_expect(ANYNANF(P, M) || ANYNANF(V, V), 0)) {
-                P = CANONF(P);
-                M = CANONF(M);
-                V = CANONF(V);
+        switch (copy) {
+        case ZB_COPY_BF16:
+            if (BF16_HW) {
+                zb_formula_pass(&K, p, m, v, a, h, ZB_COPY_BF16_HW);
+            } else {
+                zb_formula_pass(&K, p, m, v, a, h, ZB_COPY_BF16);
             }
-            STF(p + i, P);
-            STF(m + i, M);
-            STF(v + i, V);
+            break;
+        case ZB_COPY_F16:
+            zb_formula_pass(&K, p, m, v, a, h, ZB_COPY_F16);
+            break;
+        default:
+            zb_formula_pass(&K, p, m, v, a, h, ZB_COPY_NONE);
+            break;
         }
     }
-    return p[n % ZB_L1_N];
+    return p[n % ZB_L1_N] + (float)h[n % ZB_L1_N];
 }
 
 double FN_CHAIN(size_t n)

@@ -506,7 +506,8 @@ static volatile float zb_sink;
 
 typedef struct zb_floor_job {
     int variant;
-    int chain; /* the sum of squares' order floor, not Adam's formula */
+    int chain;      /* the sum of squares' order floor, not Adam's formula */
+    zb_copy_t copy; /* Adam's 16-bit copy of the master */
 } zb_floor_job_t;
 
 static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -519,14 +520,19 @@ static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
                                                           : zb_chain_avx2(e - b));
         return;
     }
-    zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_formula_avx512(e - b) : zb_formula_avx2(e - b);
+    zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_formula_avx512(e - b, j->copy)
+                                              : zb_formula_avx2(e - b, j->copy);
 }
 
 /* Best time of Adam's formula floor (or, for the sum of squares, the order floor; limit.h)
  * for c->n elements at variant v's width, on the same threads as the kernel. */
 static double zb_floor_time(const zb_ctx_t *c, int v)
 {
-    zb_floor_job_t j = {.variant = v, .chain = c->kernel == ZB_K_SUMSQ};
+    zb_floor_job_t j = {.variant = v,
+                        .chain = c->kernel == ZB_K_SUMSQ,
+                        .copy = c->o->dtype == ZS_DTYPE_BF16  ? ZB_COPY_BF16
+                                : c->o->dtype == ZS_DTYPE_F16 ? ZB_COPY_F16
+                                                              : ZB_COPY_NONE};
     double best = INFINITY;
 
     for (unsigned r = 0; r <= c->reps; r++) {

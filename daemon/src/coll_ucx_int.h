@@ -13,7 +13,8 @@
 
 #include <ucp/api/ucp.h>
 
-#define ZD_COLL_IDLE_SPINS 1000u /* progress rounds with nothing done before a slower check */
+#define ZD_COLL_IDLE_SPINS 1000u /* progress rounds with nothing done before a check and a sleep */
+#define ZD_COLL_SLEEP_MS   1     /* the longest sleep of a waiting collective between checks */
 #define ZD_COLL_MSG_MAX    1024u /* a control message of the direct algorithm */
 /* segment numbers of the direct algorithm's messages (ring segments stay below 64) */
 #define ZD_SEG_SHARE 0xffdu

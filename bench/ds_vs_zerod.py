@@ -107,6 +107,13 @@ def ds_config(a, stage, offload):
             "zero_optimization": zero}
 
 
+def cpu_s(pid="self"):
+    """CPU seconds (user + system) a process has used, all its threads."""
+    with open("/proc/%s/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def side_rank(rank, side, a, env, daemon_pid, out_path):
     """One rank of one side; writes its figures (and rank 0 its final parameters)."""
     os.environ.update(env)
@@ -131,6 +138,8 @@ def side_rank(rank, side, a, env, daemon_pid, out_path):
         fwd = engine
     steps, fb, opt = [], [], []
     for step in range(a.warmup + a.steps):
+        if step == a.warmup:  # CPU time of the timed steps: where a step goes on shared cores
+            cpu0 = (time.perf_counter(), cpu_s(), cpu_s(daemon_pid) if daemon_pid else 0.0)
         x, y = batch(torch, step, rank, a.batch, width)
         t0 = time.perf_counter()
         loss = torch.nn.functional.mse_loss(fwd(x), y)
@@ -146,8 +155,11 @@ def side_rank(rank, side, a, env, daemon_pid, out_path):
         steps.append(t2 - t0)
         fb.append(t1 - t0)
         opt.append(t2 - t1)
+    cpu1 = (time.perf_counter(), cpu_s(), cpu_s(daemon_pid) if daemon_pid else 0.0)
     res = {"step": statistics.median(steps[a.warmup:]), "fwd_bwd": statistics.median(fb[a.warmup:]),
-           "opt": statistics.median(opt[a.warmup:]), "mem": mem_kinds()}
+           "opt": statistics.median(opt[a.warmup:]), "mem": mem_kinds(),
+           "cpu_trainer": (cpu1[1] - cpu0[1]) / a.steps, "cpu_daemon": (cpu1[2] - cpu0[2]) / a.steps,
+           "wall": (cpu1[0] - cpu0[0]) / a.steps}
     if daemon_pid:
         res["daemon_mem"] = mem_kinds(daemon_pid)
     if rank == 0 and side != "bare":
@@ -215,6 +227,9 @@ def summarize(runs):
             m[k] += v
         return (sum(m.values()) if kind is None else m[kind]) / 1024.0
     out = {k: mm([rs[0][k] for rs in runs]) for k in ("step", "fwd_bwd", "opt")}
+    # CPU seconds per step, all ranks together, against the cores' wall seconds
+    for k in ("cpu_trainer", "cpu_daemon", "wall"):
+        out[k] = mm([sum(r[k] for r in rs) / (len(rs) if k == "wall" else 1) for rs in runs])
     out["mem_mib"] = mm([max(rank_mem(r) for r in rs) for rs in runs])
     for kind in ("anon", "shmem", "file"):
         out["mem_%s_mib" % kind] = mm([max(rank_mem(r, kind) for r in rs) for rs in runs])
@@ -357,6 +372,12 @@ def report(out):
                   % (S["bare"]["fwd_bwd"]["median"], out["adam_limit_gbps"], out["adam_floor_s"],
                      floor, out["step_over_floor"],
                      "ok" if out["step_over_floor"] <= 1.1 else "MISSED"))
+    ncpu = os.cpu_count()
+    for s, r in S.items():
+        busy = r["cpu_trainer"]["median"] + r["cpu_daemon"]["median"]
+        print("%-18s CPU per step, all ranks: trainers %.3f s, daemons %.3f s = %.2f of %d cores "
+              "over the %.3f s of a step" % (s, r["cpu_trainer"]["median"], r["cpu_daemon"]["median"],
+                                             busy / r["wall"]["median"], ncpu, r["wall"]["median"]))
     for s, d in out.get("param_rel_diff_vs_ds_zero2", {}).items():
         print("final params %s vs ds-zero2: relative L2 difference %.2e (target 1e-5): %s"
               % (s, d, "ok" if d <= 1e-5 else "MISSED"))

@@ -98,9 +98,9 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
  * size); calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
  * (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where the distance chosen lost at the
- * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. An option is chosen
- * only when it is at least 3 % faster than the plain one (the prefetch distances are timed on a
- * quarter of the scratch). */
+ * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Non-temporal
+ * stores are chosen only when at least 3 % faster than regular ones; the fastest prefetch
+ * distance is kept, none included (the distances alternated over three rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];

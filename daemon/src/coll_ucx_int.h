@@ -13,9 +13,12 @@
 
 #include <ucp/api/ucp.h>
 
-#define ZD_COLL_IDLE_SPINS 1000u /* progress rounds with nothing done before a check and a sleep */
-#define ZD_COLL_SLEEP_MS   1     /* the longest sleep of a waiting collective between checks */
-#define ZD_COLL_MSG_MAX    1024u /* a control message of the direct algorithm */
+/* progress rounds with nothing done before a check and a sleep */
+#define ZD_COLL_IDLE_SPINS 1000u
+/* the longest sleep of a waiting collective between checks */
+#define ZD_COLL_SLEEP_MS 1
+/* a control message of the direct algorithm */
+#define ZD_COLL_MSG_MAX 1024u
 /* segment numbers of the direct algorithm's messages (ring segments stay below 64) */
 #define ZD_SEG_SHARE 0xffdu
 #define ZD_SEG_READY 0xffeu

@@ -373,6 +373,15 @@ static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {
         return;
     }
+    if (v == ZK_VARIANT_SCALAR) { /* one element at a time: nothing to choose, nothing to time */
+        for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+            plan->nt_from[f] = SIZE_MAX;
+        }
+        plan->nt_min_bytes = SIZE_MAX;
+        snprintf(plan->how, sizeof(plan->how),
+                 "regular stores, no prefetch: the scalar variant has neither, not measured");
+        return;
+    }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0) {
         snprintf(plan->how, sizeof(plan->how),
                  "ZEROD_KERNEL_STORES=%.40s is not regular, nt or auto: measured instead; ", env);

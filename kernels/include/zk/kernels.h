@@ -2,7 +2,7 @@
  * zk: the compute kernels of a zerod step (docs/semantics.md §4). No dependency on daemon or
  * client; never prints; every function returns a zs_status_t.
  *
- * Variants: scalar (portable reference), avx2 (AVX2+FMA+F16C), avx512 (F/BW, BF16 where
+ * Variants: scalar (portable reference), avx2 (AVX2+FMA+F16C), avx512 (F/DQ/BW/VL, BF16 where
  * present). zk_init() picks the best one the CPU supports, or the one named by
  * ZEROD_KERNELS=scalar|avx2|avx512 (an unavailable choice is an error).
  * All kernels accept any length (including 0) and unaligned pointers. Results are bit-identical

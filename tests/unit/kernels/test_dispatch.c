@@ -183,14 +183,23 @@ static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
     }
 }
 
-/* Unset, the plan is measured: each family's both stores timed, the faster (by 3 %) kept,
- * used only for calls at least as big as where it won; then each prefetch distance, used from
- * ZK_PREFETCH_MIN_BYTES or ZK_STORES_PLAN_MIN_BYTES on. */
+/* Unset, the plan is measured (but the scalar variant's: it has no choice to make): each
+ * family's both stores timed, the faster (by 3 %) kept, used only for calls at least as big as
+ * where it won; then each prefetch distance, used from ZK_PREFETCH_MIN_BYTES or
+ * ZK_STORES_PLAN_MIN_BYTES on. */
 Test(zk_stores, plan_is_measured_and_follows_the_figures)
 {
     const zk_store_plan_t *plan;
 
     unsetenv("ZEROD_KERNEL_STORES");
+    plan = zk_store_plan_variant(ZK_VARIANT_SCALAR); /* nothing to choose: not measured */
+    cr_assert_not_null(strstr(plan->how, "not measured"), "%s", plan->how);
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        cr_assert(!plan->nt[f] && plan->prefetch[f][0] == 0 && plan->pf_from[f] == SIZE_MAX);
+    }
+    if (zk_default_variant() == ZK_VARIANT_SCALAR) {
+        return;
+    }
     plan = zk_store_plan();
     cr_assert_eq(plan->variant, (int)zk_default_variant());
     cr_assert_geq(plan->nt_min_bytes, (size_t)32 << 20);

@@ -11,15 +11,6 @@
 
 #include <immintrin.h>
 
-#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
-
-#define ZK_NT_P          1u
-#define ZK_NT_M          2u
-#define ZK_NT_V          4u
-#define ZK_NT_A          8u
-#define ZK_NT_DST        16u
-#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
-
 typedef struct zk_k256 {
     __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
         step_size, decay;
@@ -340,12 +331,7 @@ static size_t zk256_acc_main(float *acc, const void *src, zs_dtype_t dt, __m256 
                              size_t n, unsigned pf, int nt)
 {
 #define ZK_L(DT, NT) zk256_acc_loop(acc, src, DT, S, i, n, pf, NT)
-#define ZK_BY_DT(NT)                                                                               \
-    (dt == ZS_DTYPE_F32   ? ZK_L(ZS_DTYPE_F32, NT)                                                 \
-     : dt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F16, NT)                                                 \
-                          : ZK_L(ZS_DTYPE_BF16, NT))
-    return nt ? ZK_BY_DT(1) : ZK_BY_DT(0);
-#undef ZK_BY_DT
+    return nt ? ZK_BY_DTYPE(dt, ZK_L, 1) : ZK_BY_DTYPE(dt, ZK_L, 0);
 #undef ZK_L
 }
 
@@ -398,12 +384,7 @@ static size_t zk256_red_main(void *dst, const void *a, const void *b, zs_dtype_t
                              size_t n, unsigned pf, int nt)
 {
 #define ZK_L(DT, NT) zk256_red_loop(dst, a, b, DT, i, n, pf, NT)
-#define ZK_BY_DT(NT)                                                                               \
-    (dt == ZS_DTYPE_F32   ? ZK_L(ZS_DTYPE_F32, NT)                                                 \
-     : dt == ZS_DTYPE_F16 ? ZK_L(ZS_DTYPE_F16, NT)                                                 \
-                          : ZK_L(ZS_DTYPE_BF16, NT))
-    return nt ? ZK_BY_DT(1) : ZK_BY_DT(0);
-#undef ZK_BY_DT
+    return nt ? ZK_BY_DTYPE(dt, ZK_L, 1) : ZK_BY_DTYPE(dt, ZK_L, 0);
 #undef ZK_L
 }
 

@@ -13,15 +13,6 @@
 
 #include <immintrin.h>
 
-#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
-
-#define ZK_NT_P          1u
-#define ZK_NT_M          2u
-#define ZK_NT_V          4u
-#define ZK_NT_A          8u
-#define ZK_NT_DST        16u
-#define ZK_KEEP_A        32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
-
 typedef struct zk_k512 {
     __m512 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
         step_size, decay;

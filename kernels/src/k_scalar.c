@@ -40,7 +40,6 @@ static void zk_scalar_sumsq(const float *x, size_t n, double *part, zk_st_t st)
 
 /* The loops below are written once and instantiated per dtype (a constant after inlining), so
  * that no dtype switch is left inside them. */
-#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
 
 ZK_ALWAYS_INLINE void zk_scalar_acc_loop(float *acc, const void *src, zs_dtype_t dt, float s,
                                          size_t n)

@@ -119,6 +119,25 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
         }                                                                                          \
     } while (0)
 
+/* ---- shared by the SIMD variants (k_avx2.c, k_avx512.c) ---- */
+
+#define ZK_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Adam's streams with non-temporal stores (a loop's constant flags) */
+#define ZK_NT_P   1u
+#define ZK_NT_M   2u
+#define ZK_NT_V   4u
+#define ZK_NT_A   8u
+#define ZK_NT_DST 16u
+#define ZK_KEEP_A 32u /* not a store kind: leave acc as it is (zk_adam_k_t.keep_acc) */
+
+/* L(DT, NT) with DT the constant of dtype dt: one instance of a loop per dtype, so that no
+ * element re-tests it. */
+#define ZK_BY_DTYPE(dt, L, NT)                                                                     \
+    ((dt) == ZS_DTYPE_F32   ? L(ZS_DTYPE_F32, NT)                                                  \
+     : (dt) == ZS_DTYPE_F16 ? L(ZS_DTYPE_F16, NT)                                                  \
+                            : L(ZS_DTYPE_BF16, NT))
+
 /* Where a prefetching loop stops: the last pf elements are not prefetched past (nothing
  * beyond the call is fetched). */
 static inline size_t zk_pf_end(size_t i, size_t n, unsigned pf)

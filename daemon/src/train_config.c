@@ -238,13 +238,12 @@ static zs_status_t zd_tc_bad_value(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, zd_tc
 
 /* ---- values ------------------------------------------------------------------------------- */
 
+/* v has passed the key's range check, so it fits the field's type; each conversion is made
+ * only for its own kind of field (converting a double out of an integer type's range, as a
+ * float key's 2e34 would be for int32_t, is undefined). */
 static void zd_tc_store(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, size_t offset, double v)
 {
     char *field;
-    bool b = v != 0;
-    int32_t i32 = (int32_t)v;
-    uint32_t u32 = (uint32_t)v;
-    uint64_t u64 = (uint64_t)v;
 
     if (k->store == ZD_TC_STORE_NONE || offset < ctx->base_off ||
         offset >= ctx->base_off + ctx->base_size) {
@@ -252,18 +251,26 @@ static void zd_tc_store(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, size_t offset, d
     }
     field = ctx->base + (offset - ctx->base_off);
     switch (k->store) {
-    case ZD_TC_STORE_BOOL:
+    case ZD_TC_STORE_BOOL: {
+        bool b = v != 0;
         memcpy(field, &b, sizeof(b));
         break;
-    case ZD_TC_STORE_I32:
+    }
+    case ZD_TC_STORE_I32: {
+        int32_t i32 = (int32_t)v;
         memcpy(field, &i32, sizeof(i32));
         break;
-    case ZD_TC_STORE_U32:
+    }
+    case ZD_TC_STORE_U32: {
+        uint32_t u32 = (uint32_t)v;
         memcpy(field, &u32, sizeof(u32));
         break;
-    case ZD_TC_STORE_U64:
+    }
+    case ZD_TC_STORE_U64: {
+        uint64_t u64 = (uint64_t)v;
         memcpy(field, &u64, sizeof(u64));
         break;
+    }
     case ZD_TC_STORE_F64:
         memcpy(field, &v, sizeof(v));
         break;

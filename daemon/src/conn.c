@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 /* The warning limiter of a connection's uid (the least recently used one is recycled). */
@@ -217,8 +218,19 @@ static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
 static void zd_frame_timer_cb(uv_timer_t *t)
 {
     zd_conn_t *c = t->data;
+    uv_os_fd_t fd;
+    int waiting = 0;
     char msg[160];
 
+    /* Bytes the kernel holds arrived before this deadline, even where a busy loop has not read
+     * them yet: the poll phase that follows this timer reads them, and the frame is judged
+     * again just after. Once per frame, so a trickle cannot keep a frame alive. */
+    if (!c->late_read && c->reading && uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+        ioctl(fd, FIONREAD, &waiting) == 0 && waiting > 0) {
+        c->late_read = true;
+        uv_timer_start(&c->timer, zd_frame_timer_cb, 1, 0);
+        return;
+    }
     snprintf(msg, sizeof(msg),
              "truncated frame: got %zu of %zu bytes within frame_timeout (%llu ms)", c->len,
              c->need, (unsigned long long)c->srv->frame_timeout_ms);
@@ -379,6 +391,9 @@ void zd_conn_pump(zd_conn_t *c)
      * completed restarts it for the next one */
     if (c->len > 0) {
         if (progressed || !uv_is_active((uv_handle_t *)&c->timer)) {
+            /* from now, not from the start of a loop iteration that may have run long */
+            uv_update_time(c->srv->loop);
+            c->late_read = false;
             uv_timer_start(&c->timer, zd_frame_timer_cb, c->srv->frame_timeout_ms, 0);
         }
     } else {

@@ -55,6 +55,9 @@ typedef struct zd_conn {
     size_t len, cap, need;
     bool closing;
     bool reading; /* uv_read_start is in effect (false while throttled) */
+    /* frame_timeout passed with bytes waiting in the socket: they arrived in time, so they are
+     * read once before the frame is judged (zd_frame_timer_cb) */
+    bool late_read;
     int open_handles;
     /* requests with the engine, oldest first: each gets exactly one reply, in order */
     uint32_t inflight, inflight_head;

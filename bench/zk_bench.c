@@ -732,10 +732,11 @@ static void zb_header(const zb_opts_t *o, const char *limit_isa)
                    "\"stores\": \"%s\", \"families\": {",
                    zk_variant_name((zk_variant_t)v), plan->how, plan->nt_min_bytes, stores);
             for (int f = 0; f < ZK_STORE_FAMILIES; f++) { /* SIZE_MAX (never) as -1 */
-                printf("%s\"%s\": {\"nt\": %d, \"nt_from\": %lld, \"prefetch\": [%u, %u], "
-                       "\"prefetch_from\": %lld}",
+                printf("%s\"%s\": {\"nt\": %d, \"nt_from\": %lld, \"nt_to\": %lld, "
+                       "\"prefetch\": [%u, %u], \"prefetch_from\": %lld}",
                        f > 0 ? ", " : "", zk_store_family_name((zk_store_family_t)f), plan->nt[f],
                        plan->nt_from[f] == SIZE_MAX ? -1LL : (long long)plan->nt_from[f],
+                       plan->nt_to[f] == SIZE_MAX ? -1LL : (long long)plan->nt_to[f],
                        plan->prefetch[f][0], plan->prefetch[f][1],
                        plan->pf_from[f] == SIZE_MAX ? -1LL : (long long)plan->pf_from[f]);
             }

@@ -98,7 +98,9 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
  * size); calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
  * (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where the distance chosen lost at the
- * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Non-temporal
+ * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Where
+ * non-temporal stores lost at the size measured, they may still win from ZK_PREFETCH_MIN_BYTES
+ * to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to. Non-temporal
  * stores are chosen only when at least 3 % faster than regular ones; the fastest prefetch
  * distance is kept, none included (the distances alternated over three rounds). */
 typedef struct zk_store_plan {
@@ -110,7 +112,11 @@ typedef struct zk_store_plan {
      * non-temporal row only where nt[family]) */
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     size_t nt_min_bytes;
-    size_t nt_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where not nt[family] */
+    /* non-temporal stores for footprints in [nt_from, nt_to): nt_to is SIZE_MAX where
+     * nt[family]; where not, nt_from is SIZE_MAX (never), or the band ZK_PREFETCH_MIN_BYTES to
+     * ZK_STORES_PLAN_MIN_BYTES where they won there */
+    size_t nt_from[ZK_STORE_FAMILIES];
+    size_t nt_to[ZK_STORE_FAMILIES];
     size_t pf_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where no prefetch */
     char how[1536];                    /* one line for a log or a benchmark */
 } zk_store_plan_t;

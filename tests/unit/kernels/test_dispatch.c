@@ -223,10 +223,20 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
                           plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES ||
                           plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES,
                       "%s", plan->how);
+            cr_assert_eq(plan->nt_to[f], SIZE_MAX);
             cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_from[f] - 1), 0);
             cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_from[f]), 1);
+        } else if (plan->nt_from[f] != SIZE_MAX) { /* won in the band below the plan's sizes */
+            cr_assert(fam != ZK_STORE_READ && plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES &&
+                          plan->nt_to[f] == ZK_STORES_PLAN_MIN_BYTES,
+                      "%s", plan->how);
+            cr_assert_not_null(strstr(plan->how, "nt from 4 to 32 MiB"), "%s", plan->how);
+            cr_assert_eq(zk_store_nt(NULL, fam, ZK_PREFETCH_MIN_BYTES - 1), 0);
+            cr_assert_eq(zk_store_nt(NULL, fam, ZK_PREFETCH_MIN_BYTES), 1);
+            cr_assert_eq(zk_store_prefetch(NULL, fam, ZK_PREFETCH_MIN_BYTES), 0);
+            cr_assert_eq(zk_store_nt(NULL, fam, ZK_STORES_PLAN_MIN_BYTES), 0);
         } else {
-            cr_assert_eq(plan->nt_from[f], SIZE_MAX);
+            cr_assert_eq(zk_store_nt(NULL, fam, ZK_PREFETCH_MIN_BYTES), 0);
             cr_assert_eq(zk_store_nt(NULL, fam, plan->nt_min_bytes), 0);
         }
         if (plan->prefetch[f][0] == 0) {

@@ -175,9 +175,7 @@ static int zk_plan_env(zk_store_plan_t *plan, const char *env)
     }
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         plan->nt[f] = nt && f != ZK_STORE_READ;
-        plan->nt_from[f] = plan->nt[f] ? 0 : SIZE_MAX;
-        plan->nt_to[f] = SIZE_MAX;
-        plan->pf_from[f] = SIZE_MAX;
+        plan->nt_from[f] = plan->nt[f] ? 0 : SIZE_MAX; /* nt_to, pf_from: zk_plan_run */
     }
     plan->nt_min_bytes = nt ? 0 : SIZE_MAX;
     snprintf(plan->how, sizeof(plan->how),
@@ -317,9 +315,7 @@ static void zk_plan_nt_mid(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
 static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                            zk_scratch_t *b)
 {
-    plan->gbps[f][0] = zk_plan_time(ops, f, b, (zk_st_t){0, 0});
-    plan->nt_from[f] = SIZE_MAX;
-    plan->nt_to[f] = SIZE_MAX;
+    plan->gbps[f][0] = zk_plan_time(ops, f, b, (zk_st_t){0, 0}); /* nt_from, nt_to: never */
     if (f != ZK_STORE_READ) {
         plan->gbps[f][1] = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
         plan->nt[f] = plan->gbps[f][1] > ZK_PLAN_MARGIN * plan->gbps[f][0];
@@ -395,7 +391,7 @@ static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
     const char *env = getenv("ZEROD_KERNEL_STORES");
 
     plan->variant = (int)v;
-    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) { /* until a choice says otherwise */
         plan->nt_from[f] = plan->nt_to[f] = plan->pf_from[f] = SIZE_MAX;
     }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {

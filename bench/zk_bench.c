@@ -35,11 +35,12 @@ typedef enum zb_kernel {
     ZB_K_REDUCE,
     ZB_K_CAST,
     ZB_K_WIDEN,
+    ZB_K_COPY,
     ZB_K_COUNT
 } zb_kernel_t;
 
-static const char *const zb_kernel_names[ZB_K_COUNT] = {"adam_step", "sumsq", "accumulate",
-                                                        "reduce",    "cast",  "widen"};
+static const char *const zb_kernel_names[ZB_K_COUNT] = {
+    "adam_step", "sumsq", "accumulate", "reduce", "cast", "widen", "copy"};
 
 #define ZB_TARGET 0.9 /* each kernel at least this share of its streaming limit */
 
@@ -100,6 +101,8 @@ static double zb_bytes_per_elem(zb_kernel_t k, size_t ds)
         return 4.0 + (double)ds; /* fp32 -> dtype */
     case ZB_K_WIDEN:
         return (double)ds + 4.0; /* dtype -> fp32: the daemon's first gradient of a bucket */
+    case ZB_K_COPY:
+        return 2.0 * (double)ds; /* dtype -> dtype: the all-gather's copy of a peer's slice */
     default:
         return 0.0;
     }
@@ -135,6 +138,8 @@ static zs_status_t zb_run_kernel(zb_ctx_t *c)
         return zk_cast(&c->ex, b->h0, o->dtype, b->master, ZS_DTYPE_F32, c->n);
     case ZB_K_WIDEN:
         return zk_cast(&c->ex, b->acc, ZS_DTYPE_F32, b->h0, o->dtype, c->n);
+    case ZB_K_COPY:
+        return zk_cast(&c->ex, b->h1, o->dtype, b->h0, o->dtype, c->n);
     default:
         return ZS_ERR_INVALID;
     }
@@ -175,6 +180,9 @@ static void zb_limit_setup(zb_ctx_t *c)
         break;
     case ZB_K_WIDEN:
         *a = (zb_limit_args_t){ZB_CAST, ds, 4, {b->h0, b->acc}, 0, 0, 0, 0};
+        break;
+    case ZB_K_COPY:
+        *a = (zb_limit_args_t){ZB_CAST, ds, ds, {b->h0, b->h1}, 0, 0, 0, 0};
         break;
     default:
         break;
@@ -340,9 +348,10 @@ static void zb_usage(FILE *out)
             "                   more at smaller sizes, as many as take the same time)\n"
             "  --dtype T        param dtype: bf16 (default), fp16, fp32\n"
             "  --variants LIST  scalar,avx2,avx512 (default: all this CPU supports)\n"
-            "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast,widen (default all;\n"
-            "                   cast: fp32 to --dtype, widen: --dtype to fp32, reduce: fp32\n"
-            "                   as the daemon's reduce-scatter)\n"
+            "  --kernels LIST   adam_step,sumsq,accumulate,reduce,cast,widen,copy (default\n"
+            "                   all; cast: fp32 to --dtype, widen: --dtype to fp32, reduce:\n"
+            "                   fp32 as the daemon's reduce-scatter, copy: --dtype to --dtype\n"
+            "                   as the all-gather)\n"
             "  --stores S       auto (default: the measured plan), regular or nt\n"
             "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: the speedup over each\n"
             "  --json           one JSON object per line\n"
@@ -478,9 +487,9 @@ static unsigned zb_reps(const zb_opts_t *o, size_t n)
 /* The stores and prefetch zk uses for kernel k at n elements, as its dispatch decides. */
 static const char *zb_stores_used(const zb_ctx_t *c)
 {
-    static const zk_store_family_t fam[ZB_K_COUNT] = {ZK_STORE_ADAM,       ZK_STORE_READ,
-                                                      ZK_STORE_ACCUMULATE, ZK_STORE_OUT,
-                                                      ZK_STORE_CAST,       ZK_STORE_WIDEN};
+    static const zk_store_family_t fam[ZB_K_COUNT] = {
+        ZK_STORE_ADAM, ZK_STORE_READ,  ZK_STORE_ACCUMULATE, ZK_STORE_OUT,
+        ZK_STORE_CAST, ZK_STORE_WIDEN, ZK_STORE_COPY};
     static char buf[32];
     size_t bytes = (size_t)(zb_bytes_per_elem(c->kernel, zs_dtype_size(zb_dtype(c->o, c->kernel))) *
                             (double)c->n);

@@ -1,6 +1,8 @@
 /* zk scalar variant: the portable reference, one element at a time through zk/elem.h. */
 #include "zk_int.h"
 
+#include <string.h>
+
 static void zk_scalar_adam(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc,
                            void *dst, zs_dtype_t dt, size_t n, zk_st_t st)
 {
@@ -100,10 +102,17 @@ static void zk_scalar_cast(void *dst, zs_dtype_t ddt, const void *src, zs_dtype_
     }
 }
 
+static void zk_scalar_copy(void *dst, const void *src, size_t bytes, zk_st_t st)
+{
+    (void)st;
+    memcpy(dst, src, bytes);
+}
+
 const zk_ops_t zk_ops_scalar = {
     .adam = zk_scalar_adam,
     .sumsq = zk_scalar_sumsq,
     .accumulate = zk_scalar_accumulate,
     .reduce = zk_scalar_reduce,
     .cast = zk_scalar_cast,
+    .copy = zk_scalar_copy,
 };

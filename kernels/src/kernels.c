@@ -469,7 +469,7 @@ static void zk_cast_chunk(void *arg, unsigned worker, size_t b, size_t e)
     const zk_cast_job_t *j = (const zk_cast_job_t *)arg;
 
     if (j->ddt == j->sdt) {
-        memcpy(j->dst + b * j->dsize, j->src + b * j->ssize, (e - b) * j->dsize);
+        j->ops->copy(j->dst + b * j->dsize, j->src + b * j->ssize, (e - b) * j->dsize, j->st);
         return;
     }
     j->ops->cast(j->dst + b * j->dsize, j->ddt, j->src + b * j->ssize, j->sdt, e - b, j->st);
@@ -499,7 +499,10 @@ zs_status_t zk_cast(const zk_exec_t *exec, void *dst, zs_dtype_t dst_dtype, cons
     job.sdt = src_dtype;
     job.dsize = zs_dtype_size(dst_dtype);
     job.ssize = zs_dtype_size(src_dtype);
-    job.st = zk_store_st(exec, job.dsize > job.ssize ? ZK_STORE_WIDEN : ZK_STORE_CAST,
+    job.st = zk_store_st(exec,
+                         dst_dtype == src_dtype  ? ZK_STORE_COPY
+                         : job.dsize > job.ssize ? ZK_STORE_WIDEN
+                                                 : ZK_STORE_CAST,
                          n * (job.dsize + job.ssize));
     return zk_pool_run(pool, n, ZK_GRAIN, zk_cast_chunk, &job);
 }

@@ -38,8 +38,8 @@ static pthread_mutex_t zk_plan_lock = PTHREAD_MUTEX_INITIALIZER;
  * (calls meanwhile take regular stores and no prefetch instead of waiting for it) */
 static atomic_int zk_plan_bg;
 
-static const char *const zk_family_names[ZK_STORE_FAMILIES] = {"adam", "accumulate", "reduce",
-                                                               "cast", "widen",      "sumsq"};
+static const char *const zk_family_names[ZK_STORE_FAMILIES] = {
+    "adam", "accumulate", "reduce", "cast", "widen", "copy", "sumsq"};
 static const unsigned zk_pf_choices[ZK_PREFETCH_CHOICES] = {0, 512, 1024, 2048};
 
 const char *zk_store_family_name(zk_store_family_t f)
@@ -122,6 +122,9 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
     case ZK_STORE_WIDEN: /* ... and bf16 gradients to fp32 */
         ops->cast(b->s[2], ZS_DTYPE_F32, b->s[4], ZS_DTYPE_BF16, b->n, st);
         break;
+    case ZK_STORE_COPY: /* the all-gather's copy of a peer's fp32 slice */
+        ops->copy(b->s[1], b->s[0], b->n * sizeof(float), st);
+        break;
     default:
         ops->reduce(b->s[2], b->s[0], b->s[1], ZS_DTYPE_F32, b->n, st);
         break;
@@ -139,6 +142,8 @@ static double zk_plan_bytes(zk_store_family_t fam)
     case ZK_STORE_CAST:
     case ZK_STORE_WIDEN:
         return 6.0;
+    case ZK_STORE_COPY:
+        return 8.0;
     default:
         return 12.0; /* accumulate, reduce: 8 read, 4 written */
     }
@@ -438,6 +443,11 @@ static const zk_store_plan_t *zk_store_plan_ready(zk_variant_t v)
     return done ? &zk_plans[v] : NULL;
 }
 
+const zk_store_plan_t *zk_store_plan_measured(void)
+{
+    return zk_store_plan_ready(zk_default_variant());
+}
+
 const zk_store_plan_t *zk_store_plan(void)
 {
     return zk_store_plan_variant(zk_default_variant());
@@ -515,14 +525,26 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
     if (mode == ZK_STORES_NT) {
         st.nt = fam != ZK_STORE_READ;
     } else if (plan != NULL) {
-        st.nt = footprint >= plan->nt_from[fam] && footprint < plan->nt_to[fam];
+        zk_store_plan_choice(plan, fam, footprint, &st.nt, &st.pf);
     }
-    if (pf > 0) {
-        st.pf = (unsigned)pf;
-    } else if (pf == 0 && plan != NULL && (st.nt || footprint >= plan->pf_from[fam])) {
-        st.pf = plan->prefetch[fam][st.nt];
+    if (pf != 0) { /* the caller's distance, or none (< 0), instead of the plan's */
+        st.pf = pf > 0 ? (unsigned)pf : 0;
     }
     return st;
+}
+
+void zk_store_plan_choice(const zk_store_plan_t *plan, zk_store_family_t fam, size_t footprint,
+                          int *nt, unsigned *pf)
+{
+    *nt = 0;
+    *pf = 0;
+    if (plan == NULL || (unsigned)fam >= ZK_STORE_FAMILIES || footprint < ZK_PREFETCH_MIN_BYTES) {
+        return;
+    }
+    *nt = footprint >= plan->nt_from[fam] && footprint < plan->nt_to[fam];
+    if (*nt || footprint >= plan->pf_from[fam]) {
+        *pf = plan->prefetch[fam][*nt];
+    }
 }
 
 int zk_store_nt(const zk_exec_t *exec, zk_store_family_t fam, size_t footprint)

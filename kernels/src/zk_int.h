@@ -100,9 +100,11 @@ typedef struct zk_ops {
     void (*accumulate)(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                        zk_st_t st);
     void (*reduce)(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n, zk_st_t st);
-    /* dst_dtype != src_dtype (same-type copies are done by the caller) */
+    /* dst_dtype != src_dtype (same-type copies are `copy`) */
     void (*cast)(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype, size_t n,
                  zk_st_t st);
+    /* `bytes` bytes from src to dst (not overlapping); st.pf counts 4-byte elements */
+    void (*copy)(void *dst, const void *src, size_t bytes, zk_st_t st);
 } zk_ops_t;
 
 /* How a call of family `fam` touching `footprint` bytes streams (stores.c): exec->stores,

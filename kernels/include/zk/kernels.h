@@ -73,14 +73,16 @@ typedef enum zk_stores {
 
 /* Kernels by the mix of streams they read and store: in-place Adam (4 fp32 streams and the
  * cast copy), in-place accumulate, the out-of-place reduce, the narrowing casts (to 16 bits),
- * the widening ones (to fp32: they write twice what they read), and the sum of squares (reads
- * only: its plan is a prefetch distance). */
+ * the widening ones (to fp32: they write twice what they read), the same-type copies (zk_cast
+ * with dst_dtype == src_dtype: the all-gather's copy of a peer's slice), and the sum of
+ * squares (reads only: its plan is a prefetch distance). */
 typedef enum zk_store_family {
     ZK_STORE_ADAM,
     ZK_STORE_ACCUMULATE,
     ZK_STORE_OUT,
     ZK_STORE_CAST,
     ZK_STORE_WIDEN,
+    ZK_STORE_COPY,
     ZK_STORE_READ,
     ZK_STORE_FAMILIES
 } zk_store_family_t;
@@ -122,6 +124,14 @@ typedef struct zk_store_plan {
 } zk_store_plan_t;
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);
+/* The default variant's plan if it has been measured, else NULL: never measures, and never
+ * waits for a measurement under way (a daemon hands it to its trainers this way). */
+const zk_store_plan_t *zk_store_plan_measured(void);
+/* How a call of family `fam` touching `footprint` bytes streams under `plan` (the choice the
+ * kernels make with ZK_STORES_AUTO; NULL or a footprint below ZK_PREFETCH_MIN_BYTES: regular
+ * stores, no prefetch). For a plan another process measured and sent (zc_session_slot_fill). */
+void zk_store_plan_choice(const zk_store_plan_t *plan, zk_store_family_t fam, size_t footprint,
+                          int *nt, unsigned *pf);
 const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v);
 /* Measure the default variant's plan on a thread of its own, and call done(plan, arg) there
  * when it is ready; calls of the kernels meanwhile use regular stores and no prefetch rather

@@ -206,6 +206,57 @@ static void zt_all_pairs(zk_exec_t ex)
 
 ZT_VARIANT_TESTS(zk_cast, every_dtype_pair_and_length, zt_all_pairs)
 
+/* Same-type copies (the all-gather's): with and without a prefetch, at misaligned addresses,
+ * on one thread and on a pool, every length around the copy loop's 256-byte turns gives the
+ * source's bytes and writes nothing past the end. */
+static void zt_copy_paths(zk_exec_t ex)
+{
+    static const size_t lens[] = {0, 1, 63, 64, 65, 129, 200, 1000, 4099, 100003};
+
+    for (int dt = 0; dt < 3; dt++) {
+        size_t es = zs_dtype_size((zs_dtype_t)dt);
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            size_t n = lens[li], bytes = es * n;
+            unsigned char *want = malloc(bytes + 1);
+
+            cr_assert_not_null(want);
+            for (size_t i = 0; i < bytes; i++) {
+                want[i] = (unsigned char)zt_u64();
+            }
+            for (int k = 0; k < 2 * 2 * (int)ZT_N_OFFSETS; k++) {
+                size_t off = zt_offsets[k % ZT_N_OFFSETS];
+                int pf = (k / ZT_N_OFFSETS) % 2, pooled = k / (2 * ZT_N_OFFSETS);
+                zk_exec_t e = {.variant = ex.variant,
+                               .pool = pooled ? zt_pool(3) : NULL,
+                               .stores = ex.stores,
+                               .prefetch = pf ? ZT_PREFETCH : -1};
+                zt_buf_t bs, bd;
+                unsigned char *src = zt_alloc(&bs, bytes, es * off);
+                unsigned char *dst = zt_alloc(&bd, bytes + 8, es * ((off * 5) % 17));
+
+                memcpy(src, want, bytes);
+                memset(dst, 0xa5, bytes + 8);
+                cr_assert_eq(zk_cast(&e, dst, (zs_dtype_t)dt, src, (zs_dtype_t)dt, n), ZS_OK, "%s",
+                             zk_last_error());
+                cr_assert(bytes == 0 || memcmp(dst, want, bytes) == 0,
+                          "%s %s copy of %zu, offset %zu, prefetch %d, pool %d differs",
+                          zk_variant_name(ex.variant), zs_dtype_name((zs_dtype_t)dt), n, off, pf,
+                          pooled);
+                for (size_t i = bytes; i < bytes + 8; i++) {
+                    cr_assert_eq(dst[i], 0xa5, "copy of %zu wrote byte %zu past its end", n,
+                                 i - bytes);
+                }
+                zt_free(&bs);
+                zt_free(&bd);
+                zk_pool_destroy(e.pool);
+            }
+            free(want);
+        }
+    }
+}
+
+ZT_VARIANT_TESTS(zk_cast, same_type_copy_every_path, zt_copy_paths)
+
 /* ---- determinism: the same bits for every thread count, alignment and variant ---- */
 
 /* n random elements of dt (fp32 values with specials, rounded by the kernels' conversion) */

@@ -68,6 +68,7 @@ struct zc_session {
     zs_region_t grads;
     zc_slot_rec_t *slot_rec; /* [n_slots] */
     uint32_t n_outstanding;  /* slots in ZC_SLOT_SUBMITTED */
+    zc_copy_plan_t copy;     /* how zc_session_slot_fill copies (the daemon's plan) */
 
     zc_frame_t *kept[ZC_KEPT_COUNT]; /* the latest control replies (zc_session_keep) */
 };
@@ -1213,6 +1214,72 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
     return ZC_OK;
 }
 
+ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,
+                                const void *src, uint64_t numel)
+{
+    zc_session_t *s = session;
+    const zc_slot_rec_t *rec;
+    uint64_t padded;
+    uint8_t *dst;
+    zk_exec_t ex;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(s, "slot_fill");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (slot == NULL || slot->index >= s->n_slots) {
+        return zc_fail(ZC_ERR_INVALID, "slot_fill: not a slot of this session");
+    }
+    rec = &s->slot_rec[slot->index];
+    if (rec->state != ZC_SLOT_ACQUIRED || rec->bucket != slot->bucket) {
+        return zc_fail(ZC_ERR_STATE, "slot_fill: slot %u is not acquired for bucket %u",
+                       slot->index, slot->bucket);
+    }
+    padded = s->layout->buckets[rec->bucket].padded;
+    if (offset > padded || numel > padded - offset || (src == NULL && numel > 0)) {
+        return zc_fail(ZC_ERR_INVALID,
+                       "slot_fill: elements [%llu, %llu + %llu) of bucket %u (%llu elements)%s",
+                       (unsigned long long)offset, (unsigned long long)offset,
+                       (unsigned long long)numel, rec->bucket, (unsigned long long)padded,
+                       src == NULL && numel > 0 ? ": src is NULL" : " are outside it");
+    }
+    dst =
+        (uint8_t *)s->slots.addr + (size_t)slot->index * s->slot_bytes + (size_t)offset * s->dsize;
+    ex = zc_copy_exec(&s->copy, numel * s->dsize);
+    if (zk_cast(&ex, dst, (zs_dtype_t)s->dtype, src, (zs_dtype_t)s->dtype, (size_t)numel) !=
+        ZS_OK) {
+        return zc_fail(ZC_ERR_INVALID, "slot_fill: %s", zk_last_error());
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt_p,
+                                  unsigned *prefetch_p, int *planned_p)
+{
+    zk_exec_t ex;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(session, "fill_stores");
+    if (status != ZC_OK) {
+        return status;
+    }
+    ex = zc_copy_exec(&session->copy,
+                      numel > UINT64_MAX / session->dsize ? UINT64_MAX : numel * session->dsize);
+    if (nt_p != NULL) {
+        *nt_p = ex.stores == ZK_STORES_NT;
+    }
+    if (prefetch_p != NULL) {
+        *prefetch_p = ex.prefetch > 0 ? (unsigned)ex.prefetch : 0;
+    }
+    if (planned_p != NULL) {
+        *planned_p = session->copy.valid;
+    }
+    return ZC_OK;
+}
+
 ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot, uint32_t micro_step)
 {
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
@@ -1335,6 +1402,7 @@ ZC_API int zc_session_step(zc_session_t *session, const zc_step_params_t *params
         return zc_fail_prefix(status, "step");
     }
     sr = reply->step_reply;
+    zc_copy_plan_take(&s->copy, sr->copy_stores);
     status = zc_result_status(sr->result, "step");
     if (status == ZC_OK && result_p != NULL) {
         result_p->step = sr->step;

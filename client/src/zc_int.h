@@ -11,6 +11,7 @@
 #include "zerod/zc.h"
 
 #include "zerod/ipc/v1/ipc.pb-c.h"
+#include "zk/kernels.h"
 #include "zs/error.h"
 #include "zs/time.h"
 
@@ -128,6 +129,20 @@ typedef enum zc_kept {
 void zc_session_keep(zc_session_t *session, zc_kept_t kind, zc_frame_t *reply);
 /* The reply kept of that kind; NULL when none. */
 const zc_frame_t *zc_session_kept(const zc_session_t *session, zc_kept_t kind);
+
+/* ---- gradient copies into slots (fill.c) --------------------------------------------- */
+
+/* The daemon's plan for same-type copies (StepReply.copy_stores), as a zk plan whose other
+ * families never stream nor prefetch; valid only when its variant is this process's. */
+typedef struct zc_copy_plan {
+    int valid;
+    zk_store_plan_t plan;
+} zc_copy_plan_t;
+
+/* Take what a step reply says (cs NULL: nothing yet, keep what there is). */
+void zc_copy_plan_take(zc_copy_plan_t *cp, const Zerod__Ipc__V1__CopyStores *cs);
+/* How a copy of `bytes` bytes streams under cp: zk's exec for it. */
+zk_exec_t zc_copy_exec(const zc_copy_plan_t *cp, uint64_t bytes);
 
 #ifdef __cplusplus
 }

@@ -806,6 +806,7 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
     Zerod__Ipc__V1__ParamsReadyReply pr = ZEROD__IPC__V1__PARAMS_READY_REPLY__INIT;
     Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
     Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
+    Zerod__Ipc__V1__CopyStores cs = ZEROD__IPC__V1__COPY_STORES__INIT;
     Zerod__Ipc__V1__DetachReply dr = ZEROD__IPC__V1__DETACH_REPLY__INIT;
     zd_reply_t *reply = NULL;
 
@@ -844,6 +845,7 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         sr.skipped_steps = resp->u.step.skipped_steps;
         sr.skipped = resp->u.step.skipped;
         sr.grad_norm = resp->u.step.grad_norm;
+        sr.copy_stores = zd_rpc_copy_stores(&cs);
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY;
         f.step_reply = &sr;
         break;

@@ -1,5 +1,6 @@
 /*
- * Shared by the files of rpc (rpc.c, rpc_job.c): never included elsewhere.
+ * Shared by the files of rpc (rpc.c, rpc_job.c, rpc_stores.c, rpc_trace.c): never included
+ * elsewhere.
  */
 #ifndef ZD_RPC_INT_H
 #define ZD_RPC_INT_H
@@ -18,6 +19,12 @@ Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg);
 zd_reply_t *zd_rpc_job_list(const zd_rpc_t *rpc, uint64_t seq);
 /* JobEndReply of an engine result (r: its Result). */
 zd_reply_t *zd_rpc_job_end_reply(const zd_resp_t *resp, Zerod__Ipc__V1__Result *r);
+
+/* ---- rpc_stores.c: the kernels' copy plan, for the trainer ----------------------------------- */
+
+/* cs filled from this process's measured store plan (zk_store_plan_measured): cs, or NULL
+ * while the plan is not measured yet. */
+Zerod__Ipc__V1__CopyStores *zd_rpc_copy_stores(Zerod__Ipc__V1__CopyStores *cs);
 
 /* ---- rpc_trace.c: the step trace ------------------------------------------------------------- */
 

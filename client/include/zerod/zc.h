@@ -269,6 +269,19 @@ typedef struct zc_slot {
 /* A free slot for `bucket`; waits (back-pressure) up to timeout_ms (< 0: session default). */
 ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int timeout_ms,
                                    zc_slot_t *slot_p);
+/* Copy numel elements (session dtype) from src into an acquired slot, from element `offset`
+ * of it (a parameter's piece: zc_session_bucket_piece's slot_offset). Large copies stream
+ * past the caches where the daemon measured that to be faster (its kernels' plan, received
+ * with each step reply; regular stores before the first). ZC_ERR_INVALID when the range is
+ * outside the bucket, ZC_ERR_STATE when the slot is not acquired. */
+ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,
+                                const void *src, uint64_t numel);
+/* How zc_session_slot_fill copies numel elements now: *nt_p 1 for non-temporal stores,
+ * *prefetch_p the software prefetch distance in elements (0: none), *planned_p 1 when that
+ * is the daemon's plan (0: regular stores, the daemon sent none or one for another kernel
+ * variant). Any pointer may be NULL. */
+ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt_p,
+                                  unsigned *prefetch_p, int *planned_p);
 /* Hand the filled slot to the daemon; returns without waiting for it to be consumed. */
 ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot,
                                   uint32_t micro_step);

@@ -256,6 +256,10 @@ def _bind(lib):
     fn("zc_session_bucket_piece", ctypes.c_int, [vp, c_u32, c_u32, ctypes.POINTER(_BucketPiece)])
     fn("zc_session_slot_acquire", ctypes.c_int, [vp, c_u32, ctypes.c_int, ctypes.POINTER(Slot)])
     fn("zc_session_slot_submit", ctypes.c_int, [vp, ctypes.POINTER(Slot), c_u32])
+    fn("zc_session_slot_fill", ctypes.c_int, [vp, ctypes.POINTER(Slot), c_u64, vp, c_u64])
+    fn("zc_session_fill_stores", ctypes.c_int,
+       [vp, c_u64, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint),
+        ctypes.POINTER(ctypes.c_int)])
     fn("zc_session_grads_ptr", vp, [vp])
     fn("zc_session_param_grad_ptr", vp, [vp, c_u32])
     fn("zc_session_step", ctypes.c_int,
@@ -467,6 +471,21 @@ class Session:
         _check(self._lib, self._lib.zc_session_slot_acquire(self._h, bucket, int(timeout_ms),
                                                             ctypes.byref(slot)), "slot_acquire")
         return slot
+
+    def slot_fill(self, slot, offset, addr, numel):
+        """Copy numel elements at address addr into the slot from element offset, streaming
+        the way the daemon measured copies stream best."""
+        _check(self._lib, self._lib.zc_session_slot_fill(self._h, ctypes.byref(slot), int(offset),
+                                                         addr, int(numel)), "slot_fill")
+
+    def fill_stores(self, numel):
+        """(non-temporal, prefetch elements, the daemon's plan) of a slot_fill of numel elements
+        now; without the daemon's plan: regular stores, no prefetch."""
+        nt, pf, planned = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+        _check(self._lib, self._lib.zc_session_fill_stores(self._h, int(numel), ctypes.byref(nt),
+                                                           ctypes.byref(pf), ctypes.byref(planned)),
+               "fill_stores")
+        return bool(nt.value), pf.value, bool(planned.value)
 
     def slot_submit(self, slot, micro_step):
         _check(self._lib, self._lib.zc_session_slot_submit(self._h, ctypes.byref(slot),

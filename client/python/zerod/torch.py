@@ -520,12 +520,16 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype)
             views = [flat[soff:soff + n] for _, _, soff, n in self._bucket_pieces[b]]
             self._slot_views[key] = views
-        for (pid, poff, _, n), dst in zip(self._bucket_pieces[b], views):
+        for (pid, poff, soff, n), dst in zip(self._bucket_pieces[b], views):
             g = self._pending.get(pid)
             if g is None:
                 dst.zero_()
                 continue
-            dst.copy_(g.reshape(-1)[poff:poff + n])
+            if g.dtype == dst.dtype and g.is_contiguous() and n > 0:
+                # zerod's copy: large pieces stream past the caches where that is faster here
+                self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
+            else:
+                dst.copy_(g.reshape(-1)[poff:poff + n])
             self._left[pid] -= 1
             if self._left[pid] == 0:  # its last piece: the gradient can go
                 del self._pending[pid]

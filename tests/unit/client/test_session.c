@@ -27,6 +27,8 @@ typedef struct fake {
     int refuse_version;
     int fail_bucket;           /* SlotFree for this bucket carries ZS_ERR_PEER_LOST; -1 none */
     uint64_t peer_deadline_ms; /* told in HelloReply */
+    /* StepReply.copy_stores of step k + 1 (k < 4; NULL: none) */
+    Zerod__Ipc__V1__CopyStores *copy_stores[4];
     /* state and observations (read by the test after zc_session_close + fake_stop) */
     zs_layout_t *layout;
     zs_region_t params, slots, grads;
@@ -228,6 +230,7 @@ static void fake_reply(fake_t *fk, int fd, const Zerod__Ipc__V1__Frame *req)
         break;
     case ZEROD__IPC__V1__FRAME__BODY_STEP:
         sr.result = &res;
+        sr.copy_stores = fk->steps < 4 ? fk->copy_stores[fk->steps] : NULL;
         sr.step = ++fk->steps;
         sr.grad_norm = fk->grad_sum;
         sr.loss_scale = 65536.0;
@@ -630,4 +633,104 @@ Test(zc_session, default_deadline_outwaits_the_daemon)
         zc_session_close(s);
         fake_stop(&fk);
     }
+}
+
+/* One micro-step of the two buckets through zc_session_slot_fill (ones everywhere). */
+static void fill_and_submit(zc_session_t *s, uint32_t micro)
+{
+    static const float ones[512] = {[0 ... 511] = 1.0f};
+
+    for (uint32_t b = 0; b < 2; b++) {
+        zc_bucket_info_t bi;
+        zc_slot_t slot;
+
+        cr_assert_eq(zc_session_slot_acquire(s, b, -1, &slot), ZC_OK, "%s", zc_last_error());
+        cr_assert_eq(zc_session_bucket_info(s, b, &bi), ZC_OK);
+        for (uint32_t i = 0; i < bi.n_params; i++) {
+            zc_bucket_piece_t pc;
+            cr_assert_eq(zc_session_bucket_piece(s, b, i, &pc), ZC_OK);
+            cr_assert_eq(zc_session_slot_fill(s, &slot, pc.slot_offset, ones, pc.numel), ZC_OK,
+                         "%s", zc_last_error());
+        }
+        cr_assert_eq(zc_session_slot_submit(s, &slot, micro), ZC_OK, "%s", zc_last_error());
+    }
+}
+
+static void expect_stores(zc_session_t *s, uint64_t numel, int nt, unsigned pf, int planned)
+{
+    int got_nt = -1, got_planned = -1;
+    unsigned got_pf = 99;
+
+    cr_assert_eq(zc_session_fill_stores(s, numel, &got_nt, &got_pf, &got_planned), ZC_OK);
+    cr_assert(got_nt == nt && got_pf == pf && got_planned == planned,
+              "%llu elements: nt %d prefetch %u planned %d, want %d %u %d",
+              (unsigned long long)numel, got_nt, got_pf, got_planned, nt, pf, planned);
+}
+
+/* Slots filled through zc_session_slot_fill reach the daemon; a fill outside the bucket or
+ * into a slot not acquired is refused and names the range; the copies follow the plan the
+ * daemon sends with its step replies, and only one this process can use. */
+Test(zc_session, fills_slots_with_the_daemons_copy_plan)
+{
+    Zerod__Ipc__V1__CopyStores plan = ZEROD__IPC__V1__COPY_STORES__INIT;
+    Zerod__Ipc__V1__CopyStores odd = ZEROD__IPC__V1__COPY_STORES__INIT;
+    Zerod__Ipc__V1__CopyStores other = ZEROD__IPC__V1__COPY_STORES__INIT;
+    fake_t fk = {.fail_bucket = -1, .copy_stores = {NULL, &plan, &odd, &other}};
+    const float one = 1.0f;
+    zc_attach_info_t info;
+    zc_step_result_t res;
+    zc_slot_t slot, stale;
+    zc_session_t *s;
+
+    plan.variant = (char *)zk_variant_name(zk_default_variant());
+    plan.nt_from = 4 << 20; /* footprint bytes: copies of 512 Ki fp32 elements and more */
+    plan.nt_to = UINT64_MAX;
+    plan.prefetch_nt = 512;
+    plan.pf_from = UINT64_MAX;
+    odd = plan;
+    odd.prefetch_nt = 7; /* no plan chooses it */
+    other = plan;
+    other.variant = zk_default_variant() == ZK_VARIANT_SCALAR ? "avx2" : "scalar";
+    fake_start(&fk);
+    s = open_session(&fk, 0);
+    cr_assert_eq(attach(s, &info), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_session_params_ready(s), ZC_OK);
+    expect_stores(s, 1u << 20, 0, 0, 0);
+
+    cr_assert_eq(zc_session_slot_acquire(s, 0, -1, &slot), ZC_OK);
+    cr_assert_eq(zc_session_slot_fill(s, &slot, 511, &one, 2), ZC_ERR_INVALID);
+    cr_assert(strstr(zc_last_error(), "[511, 511 + 2) of bucket 0 (512 elements)") != NULL, "%s",
+              zc_last_error());
+    cr_assert_eq(zc_session_slot_fill(s, &slot, 600, &one, 0), ZC_ERR_INVALID);
+    cr_assert_eq(zc_session_slot_fill(s, &slot, 0, NULL, 1), ZC_ERR_INVALID);
+    stale = slot;
+    stale.bucket = 1;
+    cr_assert_eq(zc_session_slot_fill(s, &stale, 0, &one, 1), ZC_ERR_STATE);
+    stale.index = 7;
+    cr_assert_eq(zc_session_slot_fill(s, &stale, 0, &one, 1), ZC_ERR_INVALID);
+    fill_slot(s, &slot);
+    cr_assert_eq(zc_session_slot_submit(s, &slot, 0), ZC_OK);
+    cr_assert_eq(zc_session_slot_fill(s, &slot, 0, &one, 1), ZC_ERR_STATE); /* submitted */
+    cr_assert_eq(zc_session_slot_acquire(s, 1, -1, &slot), ZC_OK);
+    fill_slot(s, &slot);
+    cr_assert_eq(zc_session_slot_submit(s, &slot, 1), ZC_OK);
+    cr_assert_eq(zc_session_step(s, NULL, &res), ZC_OK, "%s", zc_last_error());
+    expect_stores(s, 1u << 20, 0, 0, 0); /* the first reply carried no plan */
+
+    fill_and_submit(s, 0);
+    fill_and_submit(s, 1);
+    cr_assert_eq(zc_session_step(s, NULL, &res), ZC_OK, "%s", zc_last_error());
+    cr_assert_float_eq(res.grad_norm, 676.0 * 3, 1e-9); /* every fill reached the slots */
+    expect_stores(s, 1u << 20, 1, 512, 1);
+    expect_stores(s, 1u << 10, 0, 0, 1); /* 8 KiB: in cache, regular stores */
+
+    fill_and_submit(s, 0);
+    cr_assert_eq(zc_session_step(s, NULL, &res), ZC_OK, "%s", zc_last_error());
+    expect_stores(s, 1u << 20, 0, 0, 0); /* a distance no plan has: not taken */
+    fill_and_submit(s, 1);
+    cr_assert_eq(zc_session_step(s, NULL, &res), ZC_OK, "%s", zc_last_error());
+    expect_stores(s, 1u << 20, 0, 0, 0); /* another variant's plan: not taken */
+    zc_session_close(s);
+    fake_stop(&fk);
+    cr_assert_eq(fk.gaps_dirty, 0);
 }

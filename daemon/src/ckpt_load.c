@@ -3,7 +3,10 @@
  * rebuilt from the manifest; for each (parameter, element range) this rank's shard owns, the
  * saved layout says which saved rank's file holds it and where, and only those bytes are read.
  * The files a rank reads from are verified against the manifest first, and every rank agrees
- * the checkpoint is sound before any of them changes its state.
+ * the checkpoint is sound before it reads. The reading pass fills a staging copy of the shard
+ * state, and every rank agrees it read everything before any of them moves it into its job:
+ * a file that goes bad between the two passes, or a rank that fails to read, leaves every
+ * job as it was.
  */
 #define _GNU_SOURCE
 #include "job_int.h"
@@ -22,6 +25,9 @@ typedef struct zd_ckpt_src {
     const char *path;
     zs_ckpt_reader_t *rd;
     bool moments; /* read exp_avg and exp_avg_sq too */
+    /* the staging copy of the shard: master, m, v in shard order (m, v only with moments),
+     * zero where nothing is read (padding, absent moments) */
+    float *stage[ZS_CKPT_N_TENSORS];
 } zd_ckpt_src_t;
 
 /* This rank's parameters against the saved ones: same count and sizes; names too where both
@@ -167,12 +173,13 @@ static zs_status_t zd_ckpt_read_piece(zd_ckpt_src_t *src, const zd_job_t *job, u
                                       uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
                                       void *arg, char *err, size_t errlen)
 {
-    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
-    zd_ckpt_dst_t d = {src,
-                       {zd_step_master(job, b) + dst_off, job->m + bk->shard_offset + dst_off,
-                        job->v + bk->shard_offset + dst_off}};
+    uint64_t at = job->layout->buckets[b].shard_offset + dst_off;
+    zd_ckpt_dst_t d = {src, {NULL, NULL, NULL}};
 
     (void)arg;
+    for (unsigned t = 0; t < ZS_CKPT_N_TENSORS; t++) {
+        d.dst[t] = src->stage[t] != NULL ? src->stage[t] + at : NULL;
+    }
     return zs_ckpt_runs(src->old, id, a, n, zd_ckpt_read_run, &d, err, errlen);
 }
 
@@ -182,6 +189,59 @@ static void zd_ckpt_src_free(zd_ckpt_src_t *src)
 {
     zs_ckpt_reader_close(src->rd);
     zs_layout_destroy(src->old);
+    for (unsigned t = 0; t < ZS_CKPT_N_TENSORS; t++) {
+        zs_aligned_free(src->stage[t]);
+        src->stage[t] = NULL;
+    }
+}
+
+/* The staging copy (zeroed): master, and m and v when the moments are read. */
+static zs_status_t zd_ckpt_stage(const zd_job_t *job, zd_ckpt_src_t *src, char *err, size_t errlen)
+{
+    size_t bytes = (size_t)job->layout->shard_numel * sizeof(float);
+
+    for (unsigned t = 0; t < (src->moments ? ZS_CKPT_N_TENSORS : 1u); t++) {
+        zs_status_t st = zs_aligned_alloc(bytes > 0 ? bytes : sizeof(float), ZS_CACHE_LINE,
+                                          (void **)&src->stage[t]);
+        if (st != ZS_OK) {
+            return zs_errf(err, errlen, st,
+                           "checkpoint load: no memory to stage %zu bytes of shard state (%u "
+                           "tensors of the shard, until every rank has read its part)",
+                           bytes, src->moments ? ZS_CKPT_N_TENSORS : 1u);
+        }
+    }
+    return ZS_OK;
+}
+
+/* Every rank read everything: the staging copy becomes the job's state. The master is moved
+ * (or copied into the params region's slices, where they are the master); m and v are moved,
+ * or zeroed when the moments were not read. The job's old arrays go with src. */
+static void zd_ckpt_take_stage(zd_job_t *job, zd_ckpt_src_t *src)
+{
+    const zs_layout_t *l = job->layout;
+    float *t;
+
+    if (job->master_shared) {
+        for (uint32_t b = 0; b < l->n_buckets; b++) {
+            memcpy(zd_step_master(job, b), src->stage[0] + l->buckets[b].shard_offset,
+                   (size_t)l->buckets[b].slice * sizeof(float));
+        }
+    } else {
+        t = job->master;
+        job->master = src->stage[0];
+        src->stage[0] = t;
+    }
+    if (src->moments) {
+        t = job->m;
+        job->m = src->stage[1];
+        src->stage[1] = t;
+        t = job->v;
+        job->v = src->stage[2];
+        src->stage[2] = t;
+    } else {
+        memset(job->m, 0, (size_t)l->shard_numel * sizeof(float));
+        memset(job->v, 0, (size_t)l->shard_numel * sizeof(float));
+    }
 }
 
 /* Manifest, layout and the files this rank needs, all checked. */
@@ -195,7 +255,10 @@ static zs_status_t zd_ckpt_open(const zd_job_t *job, zd_ckpt_src_t *src, char *e
     if (st == ZS_OK) {
         st = zs_ckpt_reader_open(src->path, src->m, &src->rd, err, errlen);
     }
-    return st == ZS_OK ? zd_ckpt_check_files(src, job, err, errlen) : st;
+    if (st == ZS_OK) {
+        st = zd_ckpt_check_files(src, job, err, errlen);
+    }
+    return st == ZS_OK ? zd_ckpt_stage(job, src, err, errlen) : st;
 }
 
 static void zd_ckpt_apply_scalars(zd_job_t *job, const zs_ckpt_manifest_t *m, bool moments)
@@ -234,16 +297,12 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
     }
     st = zd_ckpt_agree(job, st, "checkpoint load (checking the files)", err, errlen);
     if (st == ZS_OK) {
-        /* from here the job's state changes: padding and absent moments are zero */
-        if (!job->master_shared) {
-            memset(job->master, 0, job->layout->shard_numel * sizeof(float));
-        }
-        memset(job->m, 0, job->layout->shard_numel * sizeof(float));
-        memset(job->v, 0, job->layout->shard_numel * sizeof(float));
+        zd_step_test_pause(job, "ckptread", job->step); /* verified, not read yet */
         st = zd_ckpt_pieces(&src, job, zd_ckpt_read_piece, NULL, err, errlen);
         st = zd_ckpt_agree(job, st, "checkpoint load (reading)", err, errlen);
     }
-    if (st == ZS_OK) {
+    if (st == ZS_OK) { /* from here the job's state changes */
+        zd_ckpt_take_stage(job, &src);
         zd_step_drop_partial(job);
         zd_ckpt_apply_scalars(job, m, req->load_optimizer_states);
         job->params_loaded = true;

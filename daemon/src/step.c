@@ -226,10 +226,11 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
     return ZS_OK;
 }
 
-/* Fault injection for the disconnect tests (tests/integration/disconnect_test.sh), never set
- * in production: ZEROD_TEST_PAUSE=<phase>:<ms> makes every step sleep at that phase ("step":
- * before its first collective; "allgather": after the first bucket's all-gather) and log it,
- * so that a test can kill a trainer exactly there. Engine thread only. */
+/* Fault injection for the disconnect and checkpoint tests, never set in production:
+ * ZEROD_TEST_PAUSE=<phase>:<ms> makes the daemon sleep at that phase ("step": before a step's
+ * first collective; "allgather": after the first bucket's all-gather; "ckpt": in a save;
+ * "ckptread": in a load, between verifying the files and reading them) and log it, so that
+ * a test can kill a process or damage a file exactly there. Engine thread only. */
 void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
 {
     static bool parsed;

@@ -24,6 +24,8 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import zd_fixture as zf
 
@@ -275,6 +277,54 @@ def bad():
     print("bad media: every fault named, training went on, the good checkpoint loaded")
 
 
+def torn_load(ckpt, log_path):
+    """A rank file that goes bad after the daemon verified it and before it read it (truncated
+    while the daemon pauses there, ZEROD_TEST_PAUSE=ckptread): the load fails naming the file,
+    and the job is as it was: a checkpoint saved after the failed load holds the bytes of one
+    saved before it, and training goes on."""
+    model, engine = engine_for(2)
+    train(engine, 3)
+    engine.save_checkpoint(ckpt, tag="old")
+    engine.wait_checkpoint()
+    train(engine, 2)
+    engine.save_checkpoint(ckpt, tag="before")
+    engine.wait_checkpoint()
+    victim = os.path.join(ckpt, "old", "rank_00000.safetensors")
+
+    def tear():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with open(log_path, errors="replace") as f:
+                if "ZEROD_TEST_PAUSE: ckptread" in f.read():
+                    os.truncate(victim, os.path.getsize(victim) // 2)
+                    return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=tear)
+    t.start()
+    msg = expect_fail(engine, lambda: engine.load_checkpoint(ckpt, "old"),
+                      "rank_00000.safetensors")
+    t.join()
+    assert engine.global_steps == 5, engine.global_steps
+    engine.save_checkpoint(ckpt, tag="after")
+    engine.wait_checkpoint()
+    for name in ("rank_00000.safetensors",):
+        with open(os.path.join(ckpt, "before", name), "rb") as a, \
+                open(os.path.join(ckpt, "after", name), "rb") as b:
+            assert a.read() == b.read(), "the failed load changed the job's %s" % name
+    train(engine, 1)
+    engine.close()
+    return msg
+
+
+def torn():
+    with zf.Cluster(1, allowed_errors=r".", env={"ZEROD_TEST_PAUSE": "ckptread:1500"}) as c:
+        ckpt = os.path.join(c.tmp, "ckpt")
+        msg = c.run(torn_load, (ckpt, c.daemons[0].log_path))[0]
+        print("error as expected: %s" % msg)
+    print("a file torn between verifying and reading: the load failed, the job kept its state")
+
+
 def rank_train_to(stage, steps, end_job):
     model, engine = engine_for(stage)
     start = engine.global_steps
@@ -496,6 +546,8 @@ def main():
         reshard()
     elif mode == "bad":
         bad()
+    elif mode == "torn":
+        torn()
     elif mode == "restart":
         restart()
     elif mode == "import":

@@ -35,7 +35,7 @@ static const zs_config_row_t zd_config_rows[] = {
      offsetof(zd_config_t, job_linger_ns), &zs_config_duration, &zd_linger_range, ZS_CONFIG_RELOAD},
     {"max_shard_bytes", "64GiB", "largest model state one job may allocate on this daemon",
      offsetof(zd_config_t, max_shard_bytes), &zs_config_size, &zd_shard_range, ZS_CONFIG_RELOAD},
-    {"bucket_slots", "4", "gradient slots a trainer can fill ahead of the daemon",
+    {"bucket_slots", "2", "gradient slots a trainer can fill ahead of the daemon",
      offsetof(zd_config_t, bucket_slots), &zs_config_int, &zd_slots_range, 0},
     {"allowed_group", "", "group whose members may connect besides root and the daemon's user",
      offsetof(zd_config_t, allowed_group), &zs_config_string, NULL, 0},

@@ -1,0 +1,92 @@
+/*
+ * libzc internals of a session, shared by the files that make up zc_session (session.c: the
+ * connection, frames and queries; attach.c: attach and the region maps; train.c: slots, step
+ * and detach). Nothing else includes it: the rest of libzc goes through zc_int.h.
+ */
+#ifndef ZC_SESSION_INT_H
+#define ZC_SESSION_INT_H
+
+#include "zc_int.h"
+
+#include "zs/layout.h"
+#include "zs/mem.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum zc_slot_state {
+    ZC_SLOT_FREE = 0,
+    ZC_SLOT_ACQUIRED, /* handed to the caller, being filled */
+    ZC_SLOT_SUBMITTED /* BucketReady sent, SlotFree not yet received */
+} zc_slot_state_t;
+
+typedef struct zc_slot_rec {
+    zc_slot_state_t state;
+    uint32_t bucket;
+    uint64_t seq; /* BucketReady seq while submitted */
+} zc_slot_rec_t;
+
+struct zc_session {
+    zc_conn_t conn;
+    int timeout_ms;
+    bool
+        timeout_set; /* the caller chose timeout_ms: the daemon's peer deadline does not raise it */
+    int control;
+    char socket_path[108];
+    zc_daemon_info_t daemon;
+
+    /* attached job */
+    bool attached;
+    bool resumed;
+    bool params_ready; /* fresh job: ParamsReady acknowledged */
+    bool restored;     /* ParamsReady: the daemons resumed from their checkpoint_dir */
+    uint64_t restored_step;
+    double restored_scale;
+    char ignored_keys[256]; /* AttachReply.ignored_keys */
+    char replaced[512];     /* AttachReply.replaced */
+    bool params_are_master; /* fp32: the params region is the daemon's master: read-only once
+                               ready */
+    zs_layout_t *layout;
+    zc_dtype_t dtype;
+    size_t dsize;
+    zc_dtype_t grads_dtype; /* stage 1's grads region (data_types.grad_accum_dtype) */
+    size_t gsize;
+    uint32_t train_batch, micro_batch; /* AttachReply: 0 when the config gives none */
+    uint32_t stage;
+    uint32_t accum_steps;
+    uint32_t n_slots;
+    uint64_t slot_bytes;
+    zs_region_t params;
+    zs_region_t slots;
+    zs_region_t grads;
+    zc_slot_rec_t *slot_rec; /* [n_slots] */
+    uint32_t n_outstanding;  /* slots in ZC_SLOT_SUBMITTED */
+    zc_copy_plan_t copy;     /* how zc_session_slot_fill copies (the daemon's plan) */
+
+    zc_frame_t *kept[ZC_KEPT_COUNT]; /* the latest control replies (zc_session_keep) */
+};
+
+/* The deadline of a call: timeout_ms, or the session's default when < 0. */
+zs_deadline_t zc_deadline(const zc_session_t *s, int timeout_ms);
+/* A broken connection stays broken: every later call gets ZC_ERR_CLOSED. Returns status. */
+int zc_session_broken(zc_session_t *s, int status);
+/* ZC_ERR_CLOSED (with the reason) once the connection is closed. */
+int zc_session_check_conn(const zc_session_t *s);
+/* Unmap the regions and forget the job (the session stays connected). */
+void zc_session_unmap(zc_session_t *s);
+/* Read one frame and dispatch SlotFree and ErrorReply; *frame_p is set (and owned by the
+ * caller) only for any other frame. */
+int zc_session_read(zc_session_t *s, zs_deadline_t deadline, zc_frame_t **frame_p);
+/* Read frames until the one of body reply_case that echoes seq. */
+int zc_session_wait_reply(zc_session_t *s, uint64_t seq, zc_body_case_t reply_case,
+                          zs_deadline_t deadline, zc_frame_t **reply_p);
+/* fp32 params are the daemon's master: the params region becomes read-only here. */
+int zc_params_protect(zc_session_t *s);
+/* The session is attached to a job (errors named after `what`). */
+int zc_session_check_attached(const zc_session_t *s, const char *what);
+/* ... and its parameters are there (ParamsReady acknowledged, or a resumed job). */
+int zc_session_check_ready(const zc_session_t *s, const char *what);
+/* ... and `bucket` is one of its buckets. */
+int zc_session_check_bucket(zc_session_t *s, uint32_t bucket, const char *what);
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * The trainer's calls of zc_session: gradient slots (acquire, fill, submit), the step and
+ * detach. SlotFree frames come back through zc_session_read whichever call reads them. Part
+ * of zc_session (session_int.h).
+ */
+#define _GNU_SOURCE
+#include "session_int.h"
+
+#include "zs/dtype.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- slots ------------------------------------------------------------------------- */
+
+/* Zero the alignment gaps between the bucket's params and its tail padding. */
+static void zc_slot_zero_gaps(const zc_session_t *s, uint32_t bucket, uint8_t *data)
+{
+    const zs_layout_bucket_t *b = &s->layout->buckets[bucket];
+    uint64_t pos = 0;
+
+    for (uint32_t i = 0; i < b->n_params; i++) {
+        zs_layout_piece_t pc; /* the first and last may be parts of split parameters */
+        zs_layout_bucket_piece(s->layout, bucket, i, &pc);
+        if (pc.bucket_offset > pos) {
+            memset(data + pos * s->dsize, 0, (pc.bucket_offset - pos) * s->dsize);
+        }
+        pos = pc.bucket_offset + pc.numel > pos ? pc.bucket_offset + pc.numel : pos;
+    }
+    if (b->padded > pos) {
+        memset(data + pos * s->dsize, 0, (b->padded - pos) * s->dsize);
+    }
+}
+
+static int zc_slot_find_free(const zc_session_t *s)
+{
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        if (s->slot_rec[i].state == ZC_SLOT_FREE) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* Read frames until a submitted slot comes back (or the deadline passes). */
+static int zc_session_wait_slot_free(zc_session_t *s, zs_deadline_t deadline)
+{
+    uint32_t before = s->n_outstanding;
+    zc_frame_t *f = NULL;
+    int status;
+
+    while (s->n_outstanding == before) {
+        status = zc_session_read(s, deadline, &f);
+        if (status != ZC_OK) {
+            return status;
+        }
+        if (f != NULL) {
+            status = zc_fail(ZC_ERR_PROTOCOL,
+                             "unexpected %s frame (seq %llu) while waiting for "
+                             "a SlotFree",
+                             zc_body_name(f->body_case), (unsigned long long)f->seq);
+            zerod__ipc__v1__frame__free_unpacked(f, NULL);
+            return zc_session_broken(s, status);
+        }
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int timeout_ms,
+                                   zc_slot_t *slot_p)
+{
+    zc_session_t *s = session;
+    zs_deadline_t deadline;
+    int status;
+    int idx;
+
+    zc_error_clear();
+    status = zc_session_check_bucket(s, bucket, "slot_acquire");
+    if (status == ZC_OK) {
+        status = zc_session_check_ready(s, "slot_acquire");
+    }
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (slot_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "slot_acquire: slot_p is NULL");
+    }
+    if (s->stage != 2) {
+        return zc_fail(ZC_ERR_STATE,
+                       "slot_acquire: stage %u has no gradient slots; add "
+                       "gradients at zc_session_grads_ptr()",
+                       s->stage);
+    }
+    deadline = zc_deadline(s, timeout_ms);
+    while ((idx = zc_slot_find_free(s)) < 0) {
+        if (s->n_outstanding == 0) {
+            return zc_fail(ZC_ERR_STATE,
+                           "slot_acquire: all %u slots are acquired and none is "
+                           "submitted",
+                           s->n_slots);
+        }
+        status = zc_session_wait_slot_free(s, deadline);
+        if (status == ZC_ERR_TIMEOUT) {
+            return zc_fail(status,
+                           "slot_acquire: no slot came back within the deadline "
+                           "(%u submitted)",
+                           s->n_outstanding);
+        }
+        if (status != ZC_OK) {
+            return status;
+        }
+    }
+    s->slot_rec[idx].state = ZC_SLOT_ACQUIRED;
+    s->slot_rec[idx].bucket = bucket;
+    s->slot_rec[idx].seq = 0;
+    slot_p->index = (uint32_t)idx;
+    slot_p->bucket = bucket;
+    slot_p->data = (uint8_t *)s->slots.addr + (size_t)idx * s->slot_bytes;
+    slot_p->bytes = (size_t)(s->layout->buckets[bucket].padded * s->dsize);
+    zc_slot_zero_gaps(s, bucket, slot_p->data);
+    return ZC_OK;
+}
+
+ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,
+                                const void *src, uint64_t numel)
+{
+    zc_session_t *s = session;
+    const zc_slot_rec_t *rec;
+    uint64_t padded;
+    uint8_t *dst;
+    zk_exec_t ex;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(s, "slot_fill");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (slot == NULL || slot->index >= s->n_slots) {
+        return zc_fail(ZC_ERR_INVALID, "slot_fill: not a slot of this session");
+    }
+    rec = &s->slot_rec[slot->index];
+    if (rec->state != ZC_SLOT_ACQUIRED || rec->bucket != slot->bucket) {
+        return zc_fail(ZC_ERR_STATE, "slot_fill: slot %u is not acquired for bucket %u",
+                       slot->index, slot->bucket);
+    }
+    padded = s->layout->buckets[rec->bucket].padded;
+    if (offset > padded || numel > padded - offset || (src == NULL && numel > 0)) {
+        return zc_fail(ZC_ERR_INVALID,
+                       "slot_fill: elements [%llu, %llu + %llu) of bucket %u (%llu elements)%s",
+                       (unsigned long long)offset, (unsigned long long)offset,
+                       (unsigned long long)numel, rec->bucket, (unsigned long long)padded,
+                       src == NULL && numel > 0 ? ": src is NULL" : " are outside it");
+    }
+    dst =
+        (uint8_t *)s->slots.addr + (size_t)slot->index * s->slot_bytes + (size_t)offset * s->dsize;
+    ex = zc_copy_exec(&s->copy, numel * s->dsize);
+    if (zk_cast(&ex, dst, (zs_dtype_t)s->dtype, src, (zs_dtype_t)s->dtype, (size_t)numel) !=
+        ZS_OK) {
+        return zc_fail(ZC_ERR_INVALID, "slot_fill: %s", zk_last_error());
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt_p,
+                                  unsigned *prefetch_p, int *planned_p)
+{
+    zk_exec_t ex;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(session, "fill_stores");
+    if (status != ZC_OK) {
+        return status;
+    }
+    ex = zc_copy_exec(&session->copy,
+                      numel > UINT64_MAX / session->dsize ? UINT64_MAX : numel * session->dsize);
+    if (nt_p != NULL) {
+        *nt_p = ex.stores == ZK_STORES_NT;
+    }
+    if (prefetch_p != NULL) {
+        *prefetch_p = ex.prefetch > 0 ? (unsigned)ex.prefetch : 0;
+    }
+    if (planned_p != NULL) {
+        *planned_p = session->copy.valid;
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot, uint32_t micro_step)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__BucketReady br = ZEROD__IPC__V1__BUCKET_READY__INIT;
+    zc_session_t *s = session;
+    zc_slot_rec_t *rec;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(s, "slot_submit");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (slot == NULL || slot->index >= s->n_slots) {
+        return zc_fail(ZC_ERR_INVALID, "slot_submit: not a slot of this session");
+    }
+    rec = &s->slot_rec[slot->index];
+    if (rec->state != ZC_SLOT_ACQUIRED || rec->bucket != slot->bucket) {
+        return zc_fail(ZC_ERR_STATE, "slot_submit: slot %u is not acquired for bucket %u",
+                       slot->index, slot->bucket);
+    }
+    if (micro_step >= s->accum_steps) {
+        return zc_fail(ZC_ERR_INVALID,
+                       "slot_submit: micro_step %u is not below "
+                       "gradient_accumulation_steps %u",
+                       micro_step, s->accum_steps);
+    }
+    br.slot = slot->index;
+    br.bucket = slot->bucket;
+    br.micro_step = micro_step;
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY;
+    req.bucket_ready = &br;
+    req.seq = zc_conn_next_seq(&s->conn);
+    status = zc_conn_send(&s->conn, &req, zc_deadline(s, -1));
+    if (status != ZC_OK) {
+        return zc_session_broken(s, status);
+    }
+    rec->state = ZC_SLOT_SUBMITTED;
+    rec->seq = req.seq;
+    s->n_outstanding++;
+    return ZC_OK;
+}
+
+/* ---- step / detach ----------------------------------------------------------------- */
+
+static int zc_session_drain(zc_session_t *s, zs_deadline_t deadline, const char *what);
+
+int zc_session_prepare_call(zc_session_t *s, int timeout_ms, const char *what)
+{
+    int status = zc_session_check_ready(s, what);
+
+    return status == ZC_OK ? zc_session_drain(s, zc_deadline(s, timeout_ms), what) : status;
+}
+
+static int zc_session_drain(zc_session_t *s, zs_deadline_t deadline, const char *what)
+{
+    int status;
+
+    while (s->n_outstanding > 0) {
+        status = zc_session_wait_slot_free(s, deadline);
+        if (status != ZC_OK) {
+            return zc_fail_prefix(status, what);
+        }
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_step(zc_session_t *session, const zc_step_params_t *params,
+                           zc_step_result_t *result_p)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__Step st = ZEROD__IPC__V1__STEP__INIT;
+    const Zerod__Ipc__V1__StepReply *sr;
+    uint64_t mask = params ? params->field_mask : 0;
+    zc_session_t *s = session;
+    zc_frame_t *reply = NULL;
+    zs_deadline_t deadline;
+    int timeout_ms = -1;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_ready(s, "step");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (mask & ZC_STEP_FIELD_GROUP_LR) {
+        if (params->n_group_lr != s->layout->n_groups || params->group_lr == NULL) {
+            return zc_fail(ZC_ERR_INVALID, "step: %u learning rates for %u groups",
+                           params->n_group_lr, s->layout->n_groups);
+        }
+        st.n_group_lr = params->n_group_lr;
+        st.group_lr = (double *)params->group_lr;
+    }
+    if (mask & ZC_STEP_FIELD_TIMEOUT_MS) {
+        timeout_ms = params->timeout_ms;
+    }
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        if (s->slot_rec[i].state == ZC_SLOT_ACQUIRED) {
+            return zc_fail(ZC_ERR_STATE,
+                           "step: slot %u was acquired for bucket %u but never "
+                           "submitted",
+                           i, s->slot_rec[i].bucket);
+        }
+    }
+    deadline = zc_deadline(s, timeout_ms);
+    status = zc_session_drain(s, deadline, "step");
+    if (status != ZC_OK) {
+        return status;
+    }
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_STEP;
+    req.step = &st;
+    req.seq = zc_conn_next_seq(&s->conn);
+    status = zc_conn_send(&s->conn, &req, deadline);
+    if (status != ZC_OK) {
+        return zc_session_broken(s, status);
+    }
+    status =
+        zc_session_wait_reply(s, req.seq, ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY, deadline, &reply);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "step");
+    }
+    sr = reply->step_reply;
+    zc_copy_plan_take(&s->copy, sr->copy_stores);
+    status = zc_result_status(sr->result, "step");
+    if (status == ZC_OK && result_p != NULL) {
+        result_p->step = sr->step;
+        result_p->skipped = sr->skipped ? 1 : 0;
+        result_p->grad_norm = sr->grad_norm;
+        result_p->loss_scale = sr->loss_scale;
+        result_p->skipped_steps = sr->skipped_steps;
+    }
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    return status;
+}
+
+ZC_API int zc_session_detach(zc_session_t *session, int end_job)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__Detach dt = ZEROD__IPC__V1__DETACH__INIT;
+    zc_frame_t *reply = NULL;
+    zs_deadline_t deadline;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(session, "detach");
+    if (status != ZC_OK) {
+        return status;
+    }
+    deadline = zc_deadline(session, -1);
+    status = zc_session_drain(session, deadline, "detach");
+    if (status != ZC_OK) {
+        return status;
+    }
+    dt.end_job = end_job ? 1 : 0;
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_DETACH;
+    req.detach = &dt;
+    status =
+        zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY, -1, &reply);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "detach");
+    }
+    status = zc_result_status(reply->detach_reply->result, "detach");
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    if (status == ZC_OK) {
+        zc_session_unmap(session);
+    }
+    return status;
+}

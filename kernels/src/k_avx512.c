@@ -264,10 +264,11 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
  * a multiply and then an add. */
 ZK_ALWAYS_INLINE void zk512_sq_add(__m512d *a, const float *x)
 {
-    __m512 x16 = _mm512_loadu_ps(x);
-    __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x16));
-    __m512d d1 =
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x16), 1)));
+    /* two 256-bit loads, widened as they come: no extract for the upper half, one port-5
+     * shuffle less per 16 elements (on the Xeon VM 8-10 % faster beyond the caches without a
+     * prefetch, the same within noise with one) */
+    __m512d d0 = _mm512_cvtps_pd(_mm256_loadu_ps(x));
+    __m512d d1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + 8));
 
     a[0] = _mm512_fmadd_pd(d0, d0, a[0]);
     a[1] = _mm512_fmadd_pd(d1, d1, a[1]);

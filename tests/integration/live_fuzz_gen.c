@@ -342,7 +342,7 @@ void lf_gen_frame(lf_gen_t *gn, lf_kind_t kind, uint64_t seq, lf_buf_t *b)
         f.params_ready = &pr;
         break;
     case LF_BUCKET_READY:
-        /* mostly in range for the sane jobs (4 slots by default, a few buckets) */
+        /* mostly near the range of the sane jobs (2 slots by default, a few buckets) */
         br.slot = lf_chance(r, 85) ? lf_below(r, 4) : (uint32_t)lf_rand(r) >> lf_below(r, 32);
         br.bucket = lf_chance(r, 85) ? lf_below(r, 6) : (uint32_t)lf_rand(r);
         br.micro_step = lf_chance(r, 85) ? lf_below(r, 3) : (uint32_t)lf_rand(r);

@@ -601,11 +601,11 @@ static void attach_refused(const char *job, const uint64_t *numel, size_t n, con
 
 Test(zerod_bad_input, layout_total_over_max_shard_bytes)
 {
-    /* fp32, 2.2M elements: params 8.8 MB + 4 slots x 8.8 MB + shard 3 x 8.8 MB (m, v, acc:
-     * the master is the params region's slice) = 70.4 MB > 64 MiB */
-    static const uint64_t big[1] = {2200000};
+    /* fp32, 3M elements: params 12 MB + 2 slots (bucket_slots' default) x 12 MB + shard
+     * 3 x 12 MB (m, v, acc: the master is the params region's slice) = 72 MB > 64 MiB */
+    static const uint64_t big[1] = {3000000};
 
-    attach_refused("bad_too_big", big, 1, NULL, ZS_ERR_LIMIT, "layout needs 70400000 bytes",
+    attach_refused("bad_too_big", big, 1, NULL, ZS_ERR_LIMIT, "layout needs 72000000 bytes",
                    "over max_shard_bytes = 67108864");
 }
 

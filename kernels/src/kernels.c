@@ -166,6 +166,8 @@ static zs_status_t zk_exec_resolve(const char *fn, const zk_exec_t *exec, const 
     int v = exec != NULL ? exec->variant : ZK_VARIANT_DEFAULT;
     zs_status_t status;
 
+    *ops_p = NULL;
+    *pool_p = NULL;
     if (v == ZK_VARIANT_DEFAULT) {
         status = zk_init();
         if (status != ZS_OK) {

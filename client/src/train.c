@@ -124,28 +124,41 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
     return ZC_OK;
 }
 
+/* `slot` is one of this attached session's slots, acquired for its bucket: *rec_p is its
+ * record. Errors are named after `what`. */
+static int zc_slot_check_acquired(zc_session_t *s, const zc_slot_t *slot, const char *what,
+                                  zc_slot_rec_t **rec_p)
+{
+    int status = zc_session_check_attached(s, what);
+
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (slot == NULL || slot->index >= s->n_slots) {
+        return zc_fail(ZC_ERR_INVALID, "%s: not a slot of this session", what);
+    }
+    *rec_p = &s->slot_rec[slot->index];
+    if ((*rec_p)->state != ZC_SLOT_ACQUIRED || (*rec_p)->bucket != slot->bucket) {
+        return zc_fail(ZC_ERR_STATE, "%s: slot %u is not acquired for bucket %u", what, slot->index,
+                       slot->bucket);
+    }
+    return ZC_OK;
+}
+
 ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,
                                 const void *src, uint64_t numel)
 {
     zc_session_t *s = session;
-    const zc_slot_rec_t *rec;
+    zc_slot_rec_t *rec;
     uint64_t padded;
     uint8_t *dst;
     zk_exec_t ex;
     int status;
 
     zc_error_clear();
-    status = zc_session_check_attached(s, "slot_fill");
+    status = zc_slot_check_acquired(s, slot, "slot_fill", &rec);
     if (status != ZC_OK) {
         return status;
-    }
-    if (slot == NULL || slot->index >= s->n_slots) {
-        return zc_fail(ZC_ERR_INVALID, "slot_fill: not a slot of this session");
-    }
-    rec = &s->slot_rec[slot->index];
-    if (rec->state != ZC_SLOT_ACQUIRED || rec->bucket != slot->bucket) {
-        return zc_fail(ZC_ERR_STATE, "slot_fill: slot %u is not acquired for bucket %u",
-                       slot->index, slot->bucket);
     }
     padded = s->layout->buckets[rec->bucket].padded;
     if (offset > padded || numel > padded - offset || (src == NULL && numel > 0)) {
@@ -199,17 +212,9 @@ ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot, 
     int status;
 
     zc_error_clear();
-    status = zc_session_check_attached(s, "slot_submit");
+    status = zc_slot_check_acquired(s, slot, "slot_submit", &rec);
     if (status != ZC_OK) {
         return status;
-    }
-    if (slot == NULL || slot->index >= s->n_slots) {
-        return zc_fail(ZC_ERR_INVALID, "slot_submit: not a slot of this session");
-    }
-    rec = &s->slot_rec[slot->index];
-    if (rec->state != ZC_SLOT_ACQUIRED || rec->bucket != slot->bucket) {
-        return zc_fail(ZC_ERR_STATE, "slot_submit: slot %u is not acquired for bucket %u",
-                       slot->index, slot->bucket);
     }
     if (micro_step >= s->accum_steps) {
         return zc_fail(ZC_ERR_INVALID,

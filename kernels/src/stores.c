@@ -113,8 +113,10 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
     case ZK_STORE_ACCUMULATE:
         ops->accumulate(b->s[0], b->s[1], ZS_DTYPE_F32, 1.0f, b->n, st);
         break;
-    case ZK_STORE_READ:
-        ops->sumsq(b->s[0], b->n, b->part, st);
+    case ZK_STORE_READ: /* four buffers: one would fit in a large last-level cache */
+        for (int i = 0; i < 4; i++) {
+            ops->sumsq(b->s[i], b->n, b->part, st);
+        }
         break;
     case ZK_STORE_CAST: /* the daemon's casts: fp32 params to bf16 ... */
         ops->cast(b->s[4], ZS_DTYPE_BF16, b->s[0], ZS_DTYPE_F32, b->n, st);
@@ -122,8 +124,9 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
     case ZK_STORE_WIDEN: /* ... and bf16 gradients to fp32 */
         ops->cast(b->s[2], ZS_DTYPE_F32, b->s[4], ZS_DTYPE_BF16, b->n, st);
         break;
-    case ZK_STORE_COPY: /* the all-gather's copy of a peer's fp32 slice */
+    case ZK_STORE_COPY: /* the all-gather's copy of a peer's fp32 slice, twice */
         ops->copy(b->s[1], b->s[0], b->n * sizeof(float), st);
+        ops->copy(b->s[3], b->s[2], b->n * sizeof(float), st);
         break;
     default:
         ops->reduce(b->s[2], b->s[0], b->s[1], ZS_DTYPE_F32, b->n, st);
@@ -138,12 +141,12 @@ static double zk_plan_bytes(zk_store_family_t fam)
     case ZK_STORE_ADAM:
         return 30.0; /* 16 read, 12 + 2 written */
     case ZK_STORE_READ:
-        return 4.0;
+        return 16.0; /* four buffers read */
     case ZK_STORE_CAST:
     case ZK_STORE_WIDEN:
         return 6.0;
     case ZK_STORE_COPY:
-        return 8.0;
+        return 16.0; /* two copies */
     default:
         return 12.0; /* accumulate, reduce: 8 read, 4 written */
     }

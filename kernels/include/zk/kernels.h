@@ -93,8 +93,8 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
 
 /* How calls beyond the caches stream through memory on this machine, decided once per
  * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
- * (each family's kernel on scratch buffers of twice the last-level cache, 32-256 MiB: first
- * regular against non-temporal stores, then, with the stores chosen, each prefetch distance;
+ * (each family's kernel on scratch buffers of twice the last-level cache, 32-256 MiB: each
+ * store kind with each prefetch distance, the stores chosen on the best figure of each;
  * about 0.3-1 s, on the first call of at least 32 MiB or the first zk_store_plan()). Calls
  * whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
  * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
@@ -103,15 +103,16 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Where
  * non-temporal stores lost at the size measured, they may still win from ZK_PREFETCH_MIN_BYTES
  * to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to. Non-temporal
- * stores are chosen only when at least 3 % faster than regular ones; the fastest prefetch
- * distance is kept, none included (the distances alternated over three rounds). */
+ * stores are chosen only when their best is at least 3 % faster than the best of regular ones; the
+ * fastest prefetch distance is kept, none included (the distances alternated over three rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
     unsigned prefetch[ZK_STORE_FAMILIES][2]; /* with regular, with non-temporal stores */
-    double gbps[ZK_STORE_FAMILIES][2];       /* measured: regular, non-temporal (0: not measured) */
+    double gbps[ZK_STORE_FAMILIES]
+               [2]; /* without prefetch: regular, non-temporal (0: not measured) */
     /* [family][stores][distance]: GB/s with each prefetch distance (0: not measured; the
-     * non-temporal row only where nt[family]) */
+     * non-temporal row for every family but the read-only one) */
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     size_t nt_min_bytes;
     /* non-temporal stores for footprints in [nt_from, nt_to): nt_to is SIZE_MAX where

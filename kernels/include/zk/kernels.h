@@ -95,8 +95,8 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
  * (each family's kernel on scratch buffers of twice the last-level cache, 32-256 MiB: each
  * store kind with each prefetch distance, the stores chosen on the best figure of each;
- * about 0.3-1 s, on the first call of at least 32 MiB or the first zk_store_plan()). Calls
- * whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
+ * 3.7-4.1 s on the Xeon VM, on the first call of at least 32 MiB or the first zk_store_plan()).
+ * Calls whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
  * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
  * size); calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
  * (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where the distance chosen lost at the

@@ -211,10 +211,13 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
  * (a quarter of it, 64 MiB, was tried: on a VM that reports a 300 MiB L3 it ran twice as fast
  * as the whole and hid the prefetch's gain, so Adam ran without one at 0.72 of the limit),
  * the distances alternated over ZK_PLAN_REPS rounds of one call each (beyond the caches a
- * call needs no warm-up) so that a drift of the machine moves them alike. The fastest is
- * kept, none only where it is the fastest: a prefetch costs a few instructions per cache
- * line where it does not help, and where it does (Adam, accumulate, the sum of squares) a
- * 3 % margin let this machine's noise throw a 20-30 % gain away. */
+ * call needs no warm-up) so that a drift of the machine moves them alike. The fastest
+ * distance is kept, and none only where it is 3 % faster than that: a prefetch costs a few
+ * instructions per cache line where it does not help, and where it does (Adam, accumulate,
+ * the sum of squares) it gains 20-30 %, a gain this machine's noise can hide in one
+ * measurement (a margin the other way threw it away in one run out of three; with none
+ * chosen on a tie, the AVX-512 accumulate, timed while another process streamed, ran at 0.84
+ * of the limit). */
 static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                                  zk_scratch_t *b, int nt)
 {
@@ -229,9 +232,11 @@ static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_
             g[i] = fmax(g[i], zk_plan_time_n(ops, f, b, (zk_st_t){nt, zk_pf_choices[i]}, 0));
         }
     }
-    for (int i = 1; i < ZK_PREFETCH_CHOICES; i++) {
+    best = 1;
+    for (int i = 2; i < ZK_PREFETCH_CHOICES; i++) {
         best = g[i] > g[best] ? i : best;
     }
+    best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
     zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u,", nt ? "nt" : "regular",
                    g[0], g[1], g[2], g[3], zk_pf_choices[best]);
     return zk_pf_choices[best];

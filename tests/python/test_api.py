@@ -179,6 +179,32 @@ def test_ignored_keys(sock):
     engine.close()
 
 
+def test_optimizer_without_torch_add_param_group(sock):
+    """The optimizer's groups do not go through torch.optim.Optimizer.add_param_group: in torch
+    2.x its first call imports torch._dynamo and sympy (about 80 MiB of anonymous memory in
+    every trainer). Defaults fill each group as torch fills them."""
+    real = torch.optim.Optimizer.add_param_group
+
+    def refuse(self, group):
+        raise AssertionError("torch.optim.Optimizer.add_param_group was called")
+    torch.optim.Optimizer.add_param_group = refuse
+    try:
+        model = zr.MLP(1)
+        engine, opt, _, _ = zt.initialize(model=model, model_parameters=zr.param_groups(model),
+                                          config=zr.config(), job="api-groups",
+                                          socket_path=sock)
+    finally:
+        torch.optim.Optimizer.add_param_group = real
+    assert [len(g["params"]) for g in opt.param_groups] == [3, 3]
+    assert all(isinstance(g["params"], list) for g in opt.param_groups)
+    assert opt.param_groups[0]["lr"] == zr.GROUPS[0]["lr"]
+    for k, v in opt.defaults.items():  # what a group leaves out comes from the defaults
+        assert all(k in g for g in opt.param_groups), k
+        if k not in zr.GROUPS[0]:
+            assert opt.param_groups[0][k] == v, k
+    engine.close()
+
+
 def test_deepspeed_surface(sock, tmp):
     """The DeepSpeed engine calls a ZeRO-1/2 script uses (part of issue 16)."""
     import argparse
@@ -277,6 +303,7 @@ def main():
         test_basics(sock)
         test_unused(sock)
         test_ignored_keys(sock)
+        test_optimizer_without_torch_add_param_group(sock)
         test_deepspeed_surface(sock, c.tmp)
         test_errors(sock)
     print("PASS")

@@ -240,10 +240,20 @@ class ZerodOptimizer(torch.optim.Optimizer):
         self._frozen = True
 
     def add_param_group(self, param_group):
+        """Only at construction: torch.optim.Optimizer.__init__ adds each group through here.
+        torch's own add_param_group is not called: in torch 2.x its first call imports
+        torch._dynamo (and sympy), about 80 MiB of anonymous memory and 70 MiB of mapped files
+        in every trainer, for an optimizer whose math runs in the daemon. The groups were
+        checked at attach; this fills in the defaults as torch does."""
         if self._frozen:
             raise RuntimeError("zerod: the parameter layout is fixed at attach; "
                                "add_param_group is not supported")
-        super().add_param_group(param_group)
+        group = dict(param_group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, torch.Tensor) else list(params)
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        self.param_groups.append(group)
 
     def step(self, closure=None):
         """Run the optimizer step now on the gradients submitted so far. Training loops call

@@ -15,8 +15,11 @@ Every side: AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01), fp32,
 reduce_bucket_size --bucket, batch --batch per rank, each rank its own data.
 
 Each side runs --runs times (default 3); per run, the median over --steps timed steps (after
---warmup) of rank 0's step, forward + backward, and optimizer step, and per rank the PSS of
-the trainer plus (zerod) its daemon, split by mapping kind (anonymous, shared memory, files).
+--warmup; for zerod also after its daemon has logged its kernels' store plan, which a daemon
+measures once in its life, 3.7-4.1 s of one core on the Xeon VM at the first large attach:
+timed steps are steady-state steps) of rank 0's step, forward + backward, and optimizer step,
+and per rank the PSS of the trainer plus (zerod) its daemon, split by mapping kind (anonymous,
+shared memory, files).
 Printed per metric: min and median over the runs, and the ratios zerod / each DeepSpeed side.
 
 The floor of a zerod step: bare forward + backward (same run) plus the shard's Adam at the
@@ -118,6 +121,20 @@ def cpu_s(pid="self"):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_store_plan(log, timeout=60.0):
+    """Until the daemon has logged its kernels' store plan (it measures one on a thread of its
+    own at the first attach of a large shard, once in its life; its steps meanwhile use
+    regular stores), or `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log, errors="replace") as f:
+            if "kernel stores:" in f.read():
+                return
+        time.sleep(0.05)
+    print("ds_vs_zerod: %s logged no store plan in %.0f s; timing anyway" % (log, timeout),
+          file=sys.stderr)
+
+
 def side_rank(rank, side, a, env, daemon_pid, out_path):
     """One rank of one side; writes its figures (and rank 0 its final parameters)."""
     os.environ.update(env)
@@ -142,6 +159,8 @@ def side_rank(rank, side, a, env, daemon_pid, out_path):
         fwd = engine
     steps, fb, opt = [], [], []
     for step in range(a.warmup + a.steps):
+        if step == a.warmup and side == "zerod":
+            wait_store_plan(os.environ["DSBENCH_DAEMON_LOG"])
         if step == a.warmup:  # CPU time of the timed steps: where a step goes on shared cores
             cpu0 = (time.perf_counter(), cpu_s(), cpu_s(daemon_pid) if daemon_pid else 0.0)
         x, y = batch(torch, step, rank, a.batch, width)
@@ -192,7 +211,8 @@ def run_side(side, a, tmp, run):
             env = dict(base, RANK=str(r), LOCAL_RANK=str(r))
             pid = 0
             if daemons:
-                env.update({"ZEROD_SOCKET": daemons[r][1], "ZEROD_JOB": "dsbench%d" % run})
+                env.update({"ZEROD_SOCKET": daemons[r][1], "ZEROD_JOB": "dsbench%d" % run,
+                            "DSBENCH_DAEMON_LOG": daemons[r][2]})
                 pid = daemons[r][0].pid
             args.append((r, side, a, env, pid, os.path.join(tmp, "%s-%d-%d.json" % (side, run, r))))
         tvz.run_spawned(side_rank, args, a.timeout)

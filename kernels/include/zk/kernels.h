@@ -103,8 +103,9 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Where
  * non-temporal stores lost at the size measured, they may still win from ZK_PREFETCH_MIN_BYTES
  * to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to. Non-temporal
- * stores are chosen only when their best is at least 3 % faster than the best of regular ones; the
- * fastest prefetch distance is kept, none included (the distances alternated over three rounds). */
+ * stores are chosen only when their best is at least 3 % faster than the best of regular
+ * ones; the fastest prefetch distance is kept, none only where it is 3 % faster than that
+ * distance (the distances alternated over three rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];

@@ -122,7 +122,7 @@ typedef struct zk_store_plan {
     size_t nt_from[ZK_STORE_FAMILIES];
     size_t nt_to[ZK_STORE_FAMILIES];
     size_t pf_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where no prefetch */
-    char how[1536];                    /* one line for a log or a benchmark */
+    char how[2048];                    /* one line for a log or a benchmark */
 } zk_store_plan_t;
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);

@@ -192,7 +192,7 @@ def _options_json(group):
 
 
 def _libc_malloc_trim():
-    if os.environ.get("ZEROD_TRIM_HEAP", "1") == "0":
+    if os.environ.get("ZEROD_TRIM_HEAP", "0") != "1":
         return None
     try:
         fn = ctypes.CDLL(None).malloc_trim
@@ -207,11 +207,12 @@ _MALLOC_TRIM = _libc_malloc_trim()
 
 
 def _trim_heap():
-    """Hand the heap's free pages back to the system after a stage-2 backward. The
-    gradients were copied into slots and freed, but glibc keeps such blocks in its heap once
-    binding the parameters to the params region (freeing their big mmapped storage) has raised
-    its mmap threshold: without this, a model's worth of gradients stays resident in the
-    trainer after every backward. ZEROD_TRIM_HEAP=0 turns it off."""
+    """With ZEROD_TRIM_HEAP=1, hand the heap's free pages back to the system after a stage-2
+    backward. Each gradient is freed once copied into its slot, but glibc keeps the freed
+    blocks in its heap (binding the parameters to the params region, which frees their big
+    mmapped storage, raises its mmap threshold), and fragmentation lets a few gradients' worth
+    stay there. Trimming returns them at the price of page faults when the next backward
+    touches that memory again (docs/design-notes.md, "Trainer memory"); off by default."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
@@ -450,12 +451,21 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         self._buckets_of = [[] for _ in self._params]  # [pid] -> buckets holding a piece
         self._bucket_pieces = []  # [bucket] -> [(pid, param offset, slot offset, numel)]
         self._bucket_padded = []
+        self._piece_at = []       # [bucket] -> {pid: index of its piece in the bucket}
         for b, bk in enumerate(s.buckets):
             self._bucket_pieces.append(bk["pieces"])
             self._bucket_padded.append(bk["padded"])
+            self._piece_at.append({pid: i for i, (pid, _, _, _) in enumerate(bk["pieces"])})
             for pid, _, _, _ in bk["pieces"]:
                 self._buckets_of[pid].append(b)
         self._slot_views = {}     # (slot index, bucket) -> [views, in bucket order]
+        # bucket -> slot acquired before the bucket is complete, so that each gradient is
+        # copied when it arrives and freed at once: the trainer's heap then holds one
+        # gradient at a time, not the few that would wait for their buckets. At most all
+        # slots but one are held so: a complete bucket can always get one. A slot still held
+        # after a failed backward serves its bucket in the next.
+        self._open = {}
+        self._max_open = max(0, int(s.info.get("n_slots", 0)) - 1)
         self._grad_views = None
         if self.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
             gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]
@@ -465,9 +475,11 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         self._reset_micro()
 
     def _reset_micro(self):
-        self._pending = {}  # pid -> gradient, until every bucket holding a piece is sent
-        self._left = {}     # pid -> buckets holding a piece of it not sent yet
-        self._done = [0] * len(self._bucket_pieces)
+        self._pending = {}  # pid -> gradient, until each of its pieces is in a slot
+        self._left = {}     # pid -> its pieces not in a slot yet
+        self._arrived = set()  # pids whose gradient came in this micro-step
+        self._done = [0] * len(self._bucket_pieces)  # [bucket] -> pieces whose gradient came
+        self._filled = [set() for _ in self._bucket_pieces]  # piece indices in the open slot
         self._sent = [False] * len(self._bucket_pieces)
 
     def _install_hooks(self):
@@ -506,44 +518,81 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                 if sent:
                     raise RuntimeError("zerod: parameter %d got a gradient after its bucket %d "
                                        "was sent" % (pid, sent[0]))
-                prev = self._pending.get(pid)
-                if prev is not None:
-                    self._pending[pid] = prev + g
+                if pid in self._arrived:
+                    self._add_again(pid, g)
                     return
+                self._arrived.add(pid)
                 self._pending[pid] = g
                 self._left[pid] = len(self._buckets_of[pid])
                 for b in self._buckets_of[pid]:
                     self._done[b] += 1
                     if self._done[b] == len(self._bucket_pieces[b]):
                         self._send_bucket(b)
+                    else:
+                        self._fill_early(b, pid)
         except BaseException as e:
             self._hook_error = e
             raise
 
-    def _send_bucket(self, b):
-        """Copy bucket b's gradients into a free slot and submit it (zeros for parameters that
-        got none this micro-step). Called with the lock held."""
-        slot = self._sess.slot_acquire(b)
+    def _add_again(self, pid, g):
+        """A second gradient for pid in one micro-step: added to its pieces already in open
+        slots and to the part still waiting."""
+        for b in self._buckets_of[pid]:
+            i = self._piece_at[b][pid]
+            if i in self._filled[b]:
+                _, poff, _, n = self._bucket_pieces[b][i]
+                self._views(self._open[b], b)[i].add_(g.reshape(-1)[poff:poff + n])
+        if pid in self._pending:
+            self._pending[pid] = self._pending[pid] + g
+
+    def _fill_early(self, b, pid):
+        """Copy pid's piece into bucket b's slot before b is complete, acquiring the slot if
+        fewer than _max_open are held; otherwise the piece waits for b to complete."""
+        slot = self._open.get(b)
+        if slot is None:
+            if len(self._open) >= self._max_open:
+                return
+            slot = self._sess.slot_acquire(b)
+            self._open[b] = slot
+        self._put_piece(b, slot, self._piece_at[b][pid])
+
+    def _views(self, slot, b):
         key = (slot.index, b)
         views = self._slot_views.get(key)
         if views is None:
             flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype)
             views = [flat[soff:soff + n] for _, _, soff, n in self._bucket_pieces[b]]
             self._slot_views[key] = views
-        for (pid, poff, soff, n), dst in zip(self._bucket_pieces[b], views):
-            g = self._pending.get(pid)
-            if g is None:
-                dst.zero_()
-                continue
-            if g.dtype == dst.dtype and g.is_contiguous() and n > 0:
-                # zerod's copy: large pieces stream past the caches where that is faster here
-                self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
-            else:
-                dst.copy_(g.reshape(-1)[poff:poff + n])
-            self._left[pid] -= 1
-            if self._left[pid] == 0:  # its last piece: the gradient can go
-                del self._pending[pid]
-                del self._left[pid]
+        return views
+
+    def _put_piece(self, b, slot, i):
+        """Piece i of bucket b into the slot from its waiting gradient (zeros if the parameter
+        got none); the gradient goes once its last piece is in."""
+        pid, poff, soff, n = self._bucket_pieces[b][i]
+        self._filled[b].add(i)
+        g = self._pending.get(pid)
+        if g is None:
+            self._views(slot, b)[i].zero_()
+            return
+        if g.dtype == self.dtype and g.is_contiguous() and n > 0:
+            # zerod's copy: large pieces stream past the caches where that is faster here
+            self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
+        else:
+            self._views(slot, b)[i].copy_(g.reshape(-1)[poff:poff + n])
+        self._left[pid] -= 1
+        if self._left[pid] == 0:  # its last piece: the gradient can go
+            del self._pending[pid]
+            del self._left[pid]
+
+    def _send_bucket(self, b):
+        """Put bucket b's pieces not yet in its slot there (zeros for parameters that got no
+        gradient this micro-step) and submit it. Called with the lock held."""
+        slot = self._open.pop(b, None)
+        if slot is None:
+            slot = self._sess.slot_acquire(b)
+        for i in range(len(self._bucket_pieces[b])):
+            if i not in self._filled[b]:
+                self._put_piece(b, slot, i)
         self._sess.slot_submit(slot, self.micro_steps % self._gas)
         self._sent[b] = True
 

@@ -12,7 +12,6 @@ The daemon owns the fp32 master weights and the Adam state; the model's paramete
 views of the shared params region, so after a step the model already holds the new values.
 Works with torch 1.13 and newer (CPU parameters: the daemon's regions are host memory).
 """
-import functools
 import json
 import os
 import re
@@ -20,8 +19,6 @@ import sys
 import threading
 import time
 import warnings
-
-import ctypes
 
 import torch
 
@@ -36,12 +33,11 @@ from ._codes import (
 )
 from . import _checkpoint, _setup
 from ._compat import DeepSpeedSurface, add_config_arguments, init_distributed, zero  # noqa: F401
+from ._grads import _TORCH_DTYPE, GradientStream, _tensor_at, _trim_heap
 from ._libzc import Session, ZerodError, coordinator_from_env
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_distributed",
            "add_config_arguments", "zero"]
-
-_TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
 
 # Per-group optimizer options the daemon accepts in a group's options_json (optimizer.params).
 _GROUP_OPTION_KEYS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
@@ -191,42 +187,6 @@ def _options_json(group):
     return json.dumps(opts) if opts else None
 
 
-def _libc_malloc_trim():
-    if os.environ.get("ZEROD_TRIM_HEAP", "0") != "1":
-        return None
-    try:
-        fn = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None  # not glibc: nothing to ask
-    fn.argtypes = [ctypes.c_size_t]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_MALLOC_TRIM = _libc_malloc_trim()
-
-
-def _trim_heap():
-    """With ZEROD_TRIM_HEAP=1, hand the heap's free pages back to the system after a stage-2
-    backward. Each gradient is freed once copied into its slot, but glibc keeps the freed
-    blocks in its heap (binding the parameters to the params region, which frees their big
-    mmapped storage, raises its mmap threshold), and fragmentation lets a few gradients' worth
-    stay there. Trimming returns them at the price of page faults when the next backward
-    touches that memory again (docs/design-notes.md, "Trainer memory"); off by default."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-
-
-def _tensor_at(addr, numel, dtype):
-    """A tensor over `numel` elements of `dtype` at address `addr` (no copy). The ctypes array
-    the tensor keeps alive does not own the memory: the mapping must outlive the tensor."""
-    if numel == 0:
-        return torch.empty(0, dtype=dtype)
-    esize = torch.empty((), dtype=dtype).element_size()
-    buf = (ctypes.c_uint8 * (numel * esize)).from_address(addr)
-    return torch.frombuffer(buf, dtype=dtype)
-
-
 # ---- optimizer facade ---------------------------------------------------------------------
 
 class ZerodOptimizer(torch.optim.Optimizer):
@@ -306,7 +266,7 @@ def _norm_opt(v):
 
 # ---- engine -------------------------------------------------------------------------------
 
-class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
+class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
     """Runs the module and streams its gradients to the local zerod.
 
     Attributes: module, global_steps (optimizer steps the daemon has completed; a step skipped
@@ -444,157 +404,6 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                 self.global_steps = restored[0]
                 if restored[1] > 0:
                     self._loss_scale = restored[1]
-
-    def _build_buckets(self):
-        s = self._sess
-        # a parameter that crosses a bucket's end is split: each bucket holds pieces
-        self._buckets_of = [[] for _ in self._params]  # [pid] -> buckets holding a piece
-        self._bucket_pieces = []  # [bucket] -> [(pid, param offset, slot offset, numel)]
-        self._bucket_padded = []
-        self._piece_at = []       # [bucket] -> {pid: index of its piece in the bucket}
-        for b, bk in enumerate(s.buckets):
-            self._bucket_pieces.append(bk["pieces"])
-            self._bucket_padded.append(bk["padded"])
-            self._piece_at.append({pid: i for i, (pid, _, _, _) in enumerate(bk["pieces"])})
-            for pid, _, _, _ in bk["pieces"]:
-                self._buckets_of[pid].append(b)
-        self._slot_views = {}     # (slot index, bucket) -> [views, in bucket order]
-        # bucket -> slot acquired before the bucket is complete, so that each gradient is
-        # copied when it arrives and freed at once: the trainer's heap then holds one
-        # gradient at a time, not the few that would wait for their buckets. At most all
-        # slots but one are held so: a complete bucket can always get one. A slot still held
-        # after a failed backward serves its bucket in the next.
-        self._open = {}
-        self._max_open = max(0, int(s.info.get("n_slots", 0)) - 1)
-        self._grad_views = None
-        if self.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
-            gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]
-            self._grad_views = [
-                _tensor_at(s.param_grad_ptr(pid), p.numel(), gdtype).view(p.shape)
-                for pid, p in enumerate(self._params)]
-        self._reset_micro()
-
-    def _reset_micro(self):
-        self._pending = {}  # pid -> gradient, until each of its pieces is in a slot
-        self._left = {}     # pid -> its pieces not in a slot yet
-        self._arrived = set()  # pids whose gradient came in this micro-step
-        self._done = [0] * len(self._bucket_pieces)  # [bucket] -> pieces whose gradient came
-        self._filled = [set() for _ in self._bucket_pieces]  # piece indices in the open slot
-        self._sent = [False] * len(self._bucket_pieces)
-
-    def _install_hooks(self):
-        post = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")  # torch >= 2.1
-        for pid, p in enumerate(self._params):
-            if post:
-                h = p.register_post_accumulate_grad_hook(
-                    functools.partial(_post_accumulate_hook, self, pid))
-            else:
-                # torch < 2.1: a hook on the parameter's AccumulateGrad node runs after p.grad
-                # holds the gradient of this backward (as DDP and DeepSpeed do there).
-                with torch.enable_grad():
-                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                h = acc.register_hook(functools.partial(_accumulate_node_hook, self, pid))
-                self._grad_accs.append(acc)
-            self._handles.append(h)
-
-    # ---- gradients ----------------------------------------------------------------------
-
-    def _grad_ready(self, pid):
-        if not self._in_backward or self._hook_error is not None:
-            return  # a backward outside engine.backward(): p.grad stays for the caller
-        p = self._params[pid]
-        g = p.grad
-        p.grad = None  # the gradient now lives in a slot / the grads region
-        if g is None:
-            return
-        try:
-            with self._lock, torch.no_grad():
-                if g.is_sparse:
-                    g = g.to_dense()
-                if self.stage == 1:
-                    self._grad_views[pid].add_(g)
-                    return
-                sent = [b for b in self._buckets_of[pid] if self._sent[b]]
-                if sent:
-                    raise RuntimeError("zerod: parameter %d got a gradient after its bucket %d "
-                                       "was sent" % (pid, sent[0]))
-                if pid in self._arrived:
-                    self._add_again(pid, g)
-                    return
-                self._arrived.add(pid)
-                self._pending[pid] = g
-                self._left[pid] = len(self._buckets_of[pid])
-                for b in self._buckets_of[pid]:
-                    self._done[b] += 1
-                    if self._done[b] == len(self._bucket_pieces[b]):
-                        self._send_bucket(b)
-                    else:
-                        self._fill_early(b, pid)
-        except BaseException as e:
-            self._hook_error = e
-            raise
-
-    def _add_again(self, pid, g):
-        """A second gradient for pid in one micro-step: added to its pieces already in open
-        slots and to the part still waiting."""
-        for b in self._buckets_of[pid]:
-            i = self._piece_at[b][pid]
-            if i in self._filled[b]:
-                _, poff, _, n = self._bucket_pieces[b][i]
-                self._views(self._open[b], b)[i].add_(g.reshape(-1)[poff:poff + n])
-        if pid in self._pending:
-            self._pending[pid] = self._pending[pid] + g
-
-    def _fill_early(self, b, pid):
-        """Copy pid's piece into bucket b's slot before b is complete, acquiring the slot if
-        fewer than _max_open are held; otherwise the piece waits for b to complete."""
-        slot = self._open.get(b)
-        if slot is None:
-            if len(self._open) >= self._max_open:
-                return
-            slot = self._sess.slot_acquire(b)
-            self._open[b] = slot
-        self._put_piece(b, slot, self._piece_at[b][pid])
-
-    def _views(self, slot, b):
-        key = (slot.index, b)
-        views = self._slot_views.get(key)
-        if views is None:
-            flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype)
-            views = [flat[soff:soff + n] for _, _, soff, n in self._bucket_pieces[b]]
-            self._slot_views[key] = views
-        return views
-
-    def _put_piece(self, b, slot, i):
-        """Piece i of bucket b into the slot from its waiting gradient (zeros if the parameter
-        got none); the gradient goes once its last piece is in."""
-        pid, poff, soff, n = self._bucket_pieces[b][i]
-        self._filled[b].add(i)
-        g = self._pending.get(pid)
-        if g is None:
-            self._views(slot, b)[i].zero_()
-            return
-        if g.dtype == self.dtype and g.is_contiguous() and n > 0:
-            # zerod's copy: large pieces stream past the caches where that is faster here
-            self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
-        else:
-            self._views(slot, b)[i].copy_(g.reshape(-1)[poff:poff + n])
-        self._left[pid] -= 1
-        if self._left[pid] == 0:  # its last piece: the gradient can go
-            del self._pending[pid]
-            del self._left[pid]
-
-    def _send_bucket(self, b):
-        """Put bucket b's pieces not yet in its slot there (zeros for parameters that got no
-        gradient this micro-step) and submit it. Called with the lock held."""
-        slot = self._open.pop(b, None)
-        if slot is None:
-            slot = self._sess.slot_acquire(b)
-        for i in range(len(self._bucket_pieces[b])):
-            if i not in self._filled[b]:
-                self._put_piece(b, slot, i)
-        self._sess.slot_submit(slot, self.micro_steps % self._gas)
-        self._sent[b] = True
 
     def _check_open(self, what):
         if self._closed:
@@ -789,14 +598,6 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         return "ZerodEngine(job=%r, rank=%d/%d, stage=%d, dtype=%s, step=%d)\n  module: %r" % (
             self.job, self.rank, self.world_size, getattr(self, "stage", 0), self.dtype,
             getattr(self, "global_steps", 0), self.module)
-
-
-def _post_accumulate_hook(engine, pid, param):
-    engine._grad_ready(pid)
-
-
-def _accumulate_node_hook(engine, pid, grad_inputs, grad_outputs):
-    engine._grad_ready(pid)
 
 
 # ---- entry point --------------------------------------------------------------------------

@@ -148,7 +148,9 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
                        zs_status_string(st), strerror(errno));
     }
     job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
-    if (job->acc_clean == NULL) {
+    job->slice_norm =
+        calloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1, sizeof(*job->slice_norm));
+    if (job->acc_clean == NULL || job->slice_norm == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
     }
     memset(job->acc_clean, 1, job->layout->n_buckets); /* zs_aligned_alloc zero-fills acc */
@@ -259,6 +261,7 @@ static void zd_job_destroy(zd_job_t *job)
     free(job->group_opts);
     free(job->cfg_explained);
     free(job->acc_clean);
+    free(job->slice_norm);
     free(job);
 }
 
@@ -687,7 +690,8 @@ zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                        "%u)",
                        micro_step, job->cfg.gradient_accumulation_steps);
     }
-    st = zd_step_reduce_slot(job, slot, bucket, micro_step, env->req_arrived_ns, why, sizeof(why));
+    st = zd_step_reduce_slot(job, env->exec, slot, bucket, micro_step, env->req_arrived_ns, why,
+                             sizeof(why));
     return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
 }
 

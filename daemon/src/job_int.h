@@ -16,6 +16,16 @@
 
 typedef struct zd_ckpt_async zd_ckpt_async_t;
 
+/* A slice's sum of squares (double, zk_sumsq's order) and non-finite flag, taken when its
+ * gradient is complete: right after the reduce-scatter of its last micro-step, the slice still
+ * in cache, or at the step for one that had none since it changed. fresh: they hold the slice's
+ * content now. */
+typedef struct zd_slice_norm {
+    double sumsq;
+    uint8_t nonfinite;
+    uint8_t fresh;
+} zd_slice_norm_t;
+
 struct zd_job {
     char id[ZD_JOB_ID_MAX];
     uint32_t rank, world;
@@ -31,10 +41,11 @@ struct zd_job {
     bool master_shared;          /* fp32: the master is this rank's slices of the params region */
     uint8_t *acc_clean; /* [n_buckets]: the slice's next contribution overwrites it (it is zero,
                            or holds the last step's gradients while acc_stale) */
-    bool acc_stale;     /* Adam left last step's gradients in the slices still clean */
-    zs_region_t params; /* total_numel x dtype */
-    zs_region_t slots;  /* n_slots x slot_bytes */
-    zs_region_t grads;  /* stage 1: total_numel x dtype */
+    zd_slice_norm_t *slice_norm; /* [n_buckets]: each slice's sum of squares (step.c) */
+    bool acc_stale;              /* Adam left last step's gradients in the slices still clean */
+    zs_region_t params;          /* total_numel x dtype */
+    zs_region_t slots;           /* n_slots x slot_bytes */
+    zs_region_t grads;           /* stage 1: total_numel x dtype */
     uint32_t n_slots;
     uint64_t slot_bytes;
     zd_scaler_t scaler;
@@ -157,10 +168,12 @@ void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *su
 /* Bucket b's slice of the fp32 master: in the params region itself when shared. */
 float *zd_step_master(const zd_job_t *job, uint32_t b);
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
-/* Stage 2: reduce-scatter the slot into the accumulator slice. arrived_ns: when its BucketReady
- * arrived (monotonic; 0: unknown), for the trace. */
-zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
-                                uint64_t arrived_ns, char *err, size_t errlen);
+/* Stage 2: reduce-scatter the slot into the accumulator slice (and, at the last micro-step, take
+ * the slice's sum of squares with exec). arrived_ns: when its BucketReady arrived (monotonic;
+ * 0: unknown), for the trace. */
+zs_status_t zd_step_reduce_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
+                                uint32_t bucket, uint32_t micro_step, uint64_t arrived_ns,
+                                char *err, size_t errlen);
 /* docs/semantics.md §4 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,

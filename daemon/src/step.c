@@ -137,11 +137,31 @@ static void zd_step_trace_bucket(const zd_job_t *job, zd_trace_kind_t kind, uint
     zd_trace_add(job->trace, &span);
 }
 
+/* Slice b's sum of squares and non-finite flag into job->slice_norm[b]. */
+static zs_status_t zd_step_slice_norm(zd_job_t *job, const zk_exec_t *exec, uint32_t b, char *err,
+                                      size_t errlen)
+{
+    const zs_layout_bucket_t *bk = &job->layout->buckets[b];
+    zd_slice_norm_t *sn = &job->slice_norm[b];
+    int nonfinite = 0;
+    zs_status_t st = zk_sumsq(exec, job->acc + bk->shard_offset, bk->slice, &sn->sumsq, &nonfinite);
+
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
+                       (unsigned long long)job->step + 1, zs_status_string(st), zk_last_error());
+    }
+    sn->nonfinite = nonfinite != 0;
+    sn->fresh = 1;
+    return ZS_OK;
+}
+
 /* Reduce-scatter `src` (bucket b of this rank, in dtype) into the accumulator: the first
  * contribution of an accumulation window overwrites (no read of a zero accumulator), later ones
- * add. */
-static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtype_t dtype,
-                                         uint32_t b, char *err, size_t errlen)
+ * add. `last`: the window's last contribution, after which the slice's sum of squares is taken
+ * while it is in cache (the step's norm then only adds the slices' sums). */
+static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const zk_exec_t *exec, const void *src,
+                                         zs_dtype_t dtype, uint32_t b, bool last, char *err,
+                                         size_t errlen)
 {
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
@@ -151,6 +171,7 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
     zs_status_t st;
 
     job->acc_clean[b] = 0;
+    job->slice_norm[b].fresh = 0;
     st = job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
                                         job->acc + bk->shard_offset, flags, err, errlen);
     t1 = zs_time_now_ns();
@@ -160,7 +181,7 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
     s->win_rs_ns += t1 - t0;
     s->win_rs_bytes += bytes;
     s->xfer_bytes[ZD_XFER_REDUCE_SCATTER] += bytes;
-    return st;
+    return st == ZS_OK && last ? zd_step_slice_norm(job, exec, b, err, errlen) : st;
 }
 
 /* Adam leaves the last step's gradients in the accumulator (one write stream fewer) and marks
@@ -173,13 +194,15 @@ static void zd_step_zero_stale(zd_job_t *job)
     for (uint32_t b = 0; job->acc_stale && b < l->n_buckets; b++) {
         if (job->acc_clean[b]) {
             memset(job->acc + l->buckets[b].shard_offset, 0, l->buckets[b].slice * sizeof(float));
+            job->slice_norm[b] = (zd_slice_norm_t){.sumsq = 0.0, .nonfinite = 0, .fresh = 1};
         }
     }
     job->acc_stale = false;
 }
 
-zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
-                                uint64_t arrived_ns, char *err, size_t errlen)
+zs_status_t zd_step_reduce_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
+                                uint32_t bucket, uint32_t micro_step, uint64_t arrived_ns,
+                                char *err, size_t errlen)
 {
     const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
@@ -193,13 +216,16 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, u
         span.dur_ns = now > arrived_ns ? now - arrived_ns : 0;
         zd_trace_add(job->trace, &span);
     }
-    return zd_step_reduce_bucket(job, src, job->dtype, bucket, err, errlen);
+    return zd_step_reduce_bucket(job, exec, src, job->dtype, bucket,
+                                 micro_step + 1 == job->cfg.gradient_accumulation_steps, err,
+                                 errlen);
 }
 
 void zd_step_drop_partial(zd_job_t *job)
 {
     memset(job->acc, 0, (size_t)job->mem_bytes[ZD_MEM_ACC]);
     memset(job->acc_clean, 1, job->layout->n_buckets);
+    memset(job->slice_norm, 0, job->layout->n_buckets * sizeof(*job->slice_norm));
     job->acc_stale = false;
     if (job->grads.addr != NULL) {
         memset(job->grads.addr, 0, job->grads.size);
@@ -208,7 +234,8 @@ void zd_step_drop_partial(zd_job_t *job)
 
 /* Stage 1 at the boundary: reduce-scatter the full-gradient region into the accumulator and
  * zero it for the next accumulation. */
-static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen)
+static zs_status_t zd_step_consume_grads(zd_job_t *job, const zk_exec_t *exec, char *err,
+                                         size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     zs_dtype_t gtype = job->cfg.grad_accum_dtype;
@@ -217,7 +244,7 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
         char *src = (char *)job->grads.addr + bk->offset * gsize;
-        zs_status_t st = zd_step_reduce_bucket(job, src, gtype, b, err, errlen);
+        zs_status_t st = zd_step_reduce_bucket(job, exec, src, gtype, b, true, err, errlen);
         if (st != ZS_OK) {
             return st;
         }
@@ -254,22 +281,26 @@ void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
 }
 
 /* 1. The sum of squares and the overflow flag of the accumulator, global over the ranks
- * (SUM and MAX, in rank order so every rank gets the same bits). */
+ * (SUM and MAX, in rank order so every rank gets the same bits). This rank's sum is its slices'
+ * sums added in bucket order, each taken at its last reduce-scatter or, if none, here. */
 static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
                                 bool *nonfinite_p, char *err, size_t errlen)
 {
     static const zd_reduce_op_t ops[2] = {ZD_REDUCE_SUM, ZD_REDUCE_MAX};
-    double vals[2];
-    int nonfinite = 0;
+    double vals[2] = {0.0, 0.0};
     uint64_t t0;
     zs_status_t st;
 
-    st = zk_sumsq(exec, job->acc, job->layout->shard_numel, &vals[0], &nonfinite);
-    if (st != ZS_OK) {
-        return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
-                       (unsigned long long)job->step + 1, zs_status_string(st), zk_last_error());
+    for (uint32_t b = 0; b < job->layout->n_buckets; b++) {
+        if (!job->slice_norm[b].fresh) {
+            st = zd_step_slice_norm(job, exec, b, err, errlen);
+            if (st != ZS_OK) {
+                return st;
+            }
+        }
+        vals[0] += job->slice_norm[b].sumsq;
+        vals[1] = job->slice_norm[b].nonfinite ? 1.0 : vals[1];
     }
-    vals[1] = nonfinite ? 1.0 : 0.0;
     t0 = zs_time_now_ns();
     st = job->coll->ops->all_reduce(job->coll, vals, ops, 2, err, errlen);
     zd_trace_span(job->trace, ZD_TRACE_ALL_REDUCE, job->step + 1, t0, zs_time_now_ns(),
@@ -338,6 +369,7 @@ static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const doub
     }
     /* each slice's next contribution overwrites it; one that gets none is zeroed first */
     memset(job->acc_clean, 1, l->n_buckets);
+    memset(job->slice_norm, 0, l->n_buckets * sizeof(*job->slice_norm));
     job->acc_stale = true;
     return ZS_OK;
 }
@@ -392,7 +424,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
 
     zd_step_test_pause(job, "step", job->step + 1);
     if (job->cfg.stage == 1) {
-        st = zd_step_consume_grads(job, err, errlen);
+        st = zd_step_consume_grads(job, exec, err, errlen);
         if (st != ZS_OK) {
             return st;
         }

@@ -167,8 +167,8 @@ static void fill_f16(const zs_region_t *r, size_t first, size_t n, uint16_t v)
     }
 }
 
-/* Every bucket's gradient, all `g`, through slot (bucket % n_slots). */
-static void backward_f32(uint64_t conn, float g)
+/* Every bucket's gradient of micro-step `micro`, all `g`, through slot (bucket % n_slots). */
+static void backward_micro_f32(uint64_t conn, float g, uint32_t micro)
 {
     zd_shard_out_t s = shard();
     size_t per_slot = out.slot_bytes / sizeof(float);
@@ -176,9 +176,14 @@ static void backward_f32(uint64_t conn, float g)
     for (uint32_t b = 0; b < s.n_buckets; b++) {
         uint32_t slot = b % out.n_slots;
         fill_f32(&slots, slot * per_slot, per_slot, g);
-        expect_status(zd_job_bucket_ready(job, &env, conn, slot, b, 0, err, sizeof(err)), ZS_OK,
+        expect_status(zd_job_bucket_ready(job, &env, conn, slot, b, micro, err, sizeof(err)), ZS_OK,
                       NULL);
     }
+}
+
+static void backward_f32(uint64_t conn, float g)
+{
+    backward_micro_f32(conn, g, 0);
 }
 
 static zd_step_out_t step(uint64_t conn)
@@ -393,6 +398,33 @@ ZDT_TEST(zd_job, a_step_without_gradients_sees_zero_not_the_last_ones)
     backward_f32(CONN_A, 0.25f);
     o = step(CONN_A); /* and a later one sees only its own */
     cr_assert_float_eq(o.grad_norm, first / 2, 1e-12, "%.17g vs half of %.17g", o.grad_norm, first);
+}
+
+/* A slice's sum of squares is taken at the reduce-scatter of its last micro-step; a contribution
+ * of an earlier micro-step that comes after it changes the slice, and the step's norm must see
+ * that: the same gradients in either order give the same norm. */
+ZDT_TEST(zd_job, the_norm_sees_a_contribution_after_the_last_micro_step)
+{
+    zd_step_out_t o;
+    double in_order;
+
+    spec.config_json = "{\"zero_optimization\": {\"reduce_bucket_size\": 16}, "
+                       "\"gradient_clipping\": 0, \"gradient_accumulation_steps\": 2}";
+    attach(CONN_A);
+    fill_f32(&params, 0, out.params_bytes / sizeof(float), 1.0f);
+    params_ready(CONN_A);
+    backward_micro_f32(CONN_A, 0.25f, 0);
+    backward_micro_f32(CONN_A, 0.5f, 1);
+    o = step(CONN_A);
+    in_order = o.grad_norm;
+    cr_assert_gt(in_order, 0.0);
+    backward_micro_f32(CONN_A, 0.5f, 1);
+    backward_micro_f32(CONN_A, 0.25f, 0);
+    o = step(CONN_A);
+    cr_assert_eq(o.step, 2);
+    cr_assert_eq(o.grad_norm, in_order,
+                 "%.17g after the last micro-step came first, %.17g in order", o.grad_norm,
+                 in_order);
 }
 
 /* ---- detach, linger, re-attach -------------------------------------------------------------- */

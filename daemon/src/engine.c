@@ -410,6 +410,17 @@ static void zd_engine_teardown(zd_engine_t *e)
     zd_engine_phase(e, ZD_ENGINE_PHASE_IDLE);
 }
 
+/* No request waits, nor a stop. */
+static bool zd_engine_queue_empty(zd_engine_t *e)
+{
+    bool empty;
+
+    pthread_mutex_lock(&e->lock);
+    empty = e->head == NULL && !e->shutdown;
+    pthread_mutex_unlock(&e->lock);
+    return empty;
+}
+
 static void *zd_engine_main(void *arg)
 {
     zd_engine_t *e = arg;
@@ -425,6 +436,9 @@ static void *zd_engine_main(void *arg)
             zd_job_tick(&e->job, &e->env); /* a mesh lost during the request */
             zd_engine_phase(e, ZD_ENGINE_PHASE_IDLE);
             zd_engine_busy(e, NULL);
+            /* after the reply (a SlotFree is on its way): what the next step will need */
+            while (zd_engine_queue_empty(e) && zd_job_idle_work(e->job, &e->env)) {
+            }
         } else if (!shutdown) {
             zd_engine_idle(e);
         }

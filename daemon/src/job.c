@@ -690,9 +690,13 @@ zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                        "%u)",
                        micro_step, job->cfg.gradient_accumulation_steps);
     }
-    st = zd_step_reduce_slot(job, env->exec, slot, bucket, micro_step, env->req_arrived_ns, why,
-                             sizeof(why));
+    st = zd_step_reduce_slot(job, slot, bucket, micro_step, env->req_arrived_ns, why, sizeof(why));
     return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
+}
+
+bool zd_job_idle_work(zd_job_t *job, const zd_job_env_t *env)
+{
+    return job != NULL && zd_step_idle_norm(job, env->exec);
 }
 
 static zs_status_t zd_job_step_checked(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,

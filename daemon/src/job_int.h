@@ -16,14 +16,15 @@
 
 typedef struct zd_ckpt_async zd_ckpt_async_t;
 
-/* A slice's sum of squares (double, zk_sumsq's order) and non-finite flag, taken when its
- * gradient is complete: right after the reduce-scatter of its last micro-step, the slice still
- * in cache, or at the step for one that had none since it changed. fresh: they hold the slice's
- * content now. */
+/* A slice's sum of squares (double, zk_sumsq's order) and non-finite flag, taken once its
+ * gradient is complete: after the reduce-scatter of its last micro-step, while the engine has
+ * no request waiting (zd_step_idle_norm), or at the step for one still without. fresh: they
+ * hold the slice's content now; due: the slice is complete and its sum not taken yet. */
 typedef struct zd_slice_norm {
     double sumsq;
     uint8_t nonfinite;
     uint8_t fresh;
+    uint8_t due;
 } zd_slice_norm_t;
 
 struct zd_job {
@@ -168,12 +169,14 @@ void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *su
 /* Bucket b's slice of the fp32 master: in the params region itself when shared. */
 float *zd_step_master(const zd_job_t *job, uint32_t b);
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
-/* Stage 2: reduce-scatter the slot into the accumulator slice (and, at the last micro-step, take
- * the slice's sum of squares with exec). arrived_ns: when its BucketReady arrived (monotonic;
- * 0: unknown), for the trace. */
-zs_status_t zd_step_reduce_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
-                                uint32_t bucket, uint32_t micro_step, uint64_t arrived_ns,
-                                char *err, size_t errlen);
+/* Stage 2: reduce-scatter the slot into the accumulator slice (at the last micro-step, its sum of
+ * squares becomes due). arrived_ns: when its BucketReady arrived (monotonic; 0: unknown), for
+ * the trace. */
+zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                uint64_t arrived_ns, char *err, size_t errlen);
+/* The sum of squares of one slice that is due (zd_slice_norm_t), for the engine to call while
+ * no request waits; false when none is due. */
+bool zd_step_idle_norm(zd_job_t *job, const zk_exec_t *exec);
 /* docs/semantics.md §4 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,

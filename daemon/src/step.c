@@ -155,13 +155,27 @@ static zs_status_t zd_step_slice_norm(zd_job_t *job, const zk_exec_t *exec, uint
     return ZS_OK;
 }
 
+bool zd_step_idle_norm(zd_job_t *job, const zk_exec_t *exec)
+{
+    char err[ZD_MAX_MSG];
+
+    for (uint32_t b = 0; job->slice_norm != NULL && b < job->layout->n_buckets; b++) {
+        if (job->slice_norm[b].due) {
+            job->slice_norm[b].due = 0;
+            (void)zd_step_slice_norm(job, exec, b, err, sizeof(err)); /* else: at the step */
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Reduce-scatter `src` (bucket b of this rank, in dtype) into the accumulator: the first
  * contribution of an accumulation window overwrites (no read of a zero accumulator), later ones
- * add. `last`: the window's last contribution, after which the slice's sum of squares is taken
- * while it is in cache (the step's norm then only adds the slices' sums). */
-static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const zk_exec_t *exec, const void *src,
-                                         zs_dtype_t dtype, uint32_t b, bool last, char *err,
-                                         size_t errlen)
+ * add. `last`: the window's last contribution, after which the slice's sum of squares is due
+ * (the step's norm then only adds the slices' sums, taken while the engine had nothing else
+ * to do). */
+static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtype_t dtype,
+                                         uint32_t b, bool last, char *err, size_t errlen)
 {
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     unsigned flags = job->acc_clean[b] ? ZD_COLL_OVERWRITE : 0;
@@ -172,6 +186,7 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const zk_exec_t *exec, c
 
     job->acc_clean[b] = 0;
     job->slice_norm[b].fresh = 0;
+    job->slice_norm[b].due = 0;
     st = job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
                                         job->acc + bk->shard_offset, flags, err, errlen);
     t1 = zs_time_now_ns();
@@ -181,7 +196,8 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const zk_exec_t *exec, c
     s->win_rs_ns += t1 - t0;
     s->win_rs_bytes += bytes;
     s->xfer_bytes[ZD_XFER_REDUCE_SCATTER] += bytes;
-    return st == ZS_OK && last ? zd_step_slice_norm(job, exec, b, err, errlen) : st;
+    job->slice_norm[b].due = st == ZS_OK && last;
+    return st;
 }
 
 /* Adam leaves the last step's gradients in the accumulator (one write stream fewer) and marks
@@ -194,15 +210,15 @@ static void zd_step_zero_stale(zd_job_t *job)
     for (uint32_t b = 0; job->acc_stale && b < l->n_buckets; b++) {
         if (job->acc_clean[b]) {
             memset(job->acc + l->buckets[b].shard_offset, 0, l->buckets[b].slice * sizeof(float));
-            job->slice_norm[b] = (zd_slice_norm_t){.sumsq = 0.0, .nonfinite = 0, .fresh = 1};
+            job->slice_norm[b] =
+                (zd_slice_norm_t){.sumsq = 0.0, .nonfinite = 0, .fresh = 1, .due = 0};
         }
     }
     job->acc_stale = false;
 }
 
-zs_status_t zd_step_reduce_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t slot,
-                                uint32_t bucket, uint32_t micro_step, uint64_t arrived_ns,
-                                char *err, size_t errlen)
+zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                uint64_t arrived_ns, char *err, size_t errlen)
 {
     const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
@@ -216,7 +232,7 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, const zk_exec_t *exec, uint32_t s
         span.dur_ns = now > arrived_ns ? now - arrived_ns : 0;
         zd_trace_add(job->trace, &span);
     }
-    return zd_step_reduce_bucket(job, exec, src, job->dtype, bucket,
+    return zd_step_reduce_bucket(job, src, job->dtype, bucket,
                                  micro_step + 1 == job->cfg.gradient_accumulation_steps, err,
                                  errlen);
 }
@@ -234,8 +250,7 @@ void zd_step_drop_partial(zd_job_t *job)
 
 /* Stage 1 at the boundary: reduce-scatter the full-gradient region into the accumulator and
  * zero it for the next accumulation. */
-static zs_status_t zd_step_consume_grads(zd_job_t *job, const zk_exec_t *exec, char *err,
-                                         size_t errlen)
+static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     zs_dtype_t gtype = job->cfg.grad_accum_dtype;
@@ -244,7 +259,7 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, const zk_exec_t *exec, c
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
         char *src = (char *)job->grads.addr + bk->offset * gsize;
-        zs_status_t st = zd_step_reduce_bucket(job, exec, src, gtype, b, true, err, errlen);
+        zs_status_t st = zd_step_reduce_bucket(job, src, gtype, b, true, err, errlen);
         if (st != ZS_OK) {
             return st;
         }
@@ -282,7 +297,7 @@ void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
 
 /* 1. The sum of squares and the overflow flag of the accumulator, global over the ranks
  * (SUM and MAX, in rank order so every rank gets the same bits). This rank's sum is its slices'
- * sums added in bucket order, each taken at its last reduce-scatter or, if none, here. */
+ * sums added in bucket order, each taken while the engine was idle or, if not yet, here. */
 static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
                                 bool *nonfinite_p, char *err, size_t errlen)
 {
@@ -424,7 +439,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
 
     zd_step_test_pause(job, "step", job->step + 1);
     if (job->cfg.stage == 1) {
-        st = zd_step_consume_grads(job, exec, err, errlen);
+        st = zd_step_consume_grads(job, err, errlen);
         if (st != ZS_OK) {
             return st;
         }

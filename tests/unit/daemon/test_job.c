@@ -400,9 +400,10 @@ ZDT_TEST(zd_job, a_step_without_gradients_sees_zero_not_the_last_ones)
     cr_assert_float_eq(o.grad_norm, first / 2, 1e-12, "%.17g vs half of %.17g", o.grad_norm, first);
 }
 
-/* A slice's sum of squares is taken at the reduce-scatter of its last micro-step; a contribution
- * of an earlier micro-step that comes after it changes the slice, and the step's norm must see
- * that: the same gradients in either order give the same norm. */
+/* A slice's sum of squares is due after the reduce-scatter of its last micro-step and taken while
+ * the engine is idle; a contribution of an earlier micro-step that comes after it changes the
+ * slice, and the step's norm must see that: the same gradients in either order give the same
+ * norm, whether the sums were taken before the step or at it. */
 ZDT_TEST(zd_job, the_norm_sees_a_contribution_after_the_last_micro_step)
 {
     zd_step_out_t o;
@@ -415,13 +416,22 @@ ZDT_TEST(zd_job, the_norm_sees_a_contribution_after_the_last_micro_step)
     params_ready(CONN_A);
     backward_micro_f32(CONN_A, 0.25f, 0);
     backward_micro_f32(CONN_A, 0.5f, 1);
-    o = step(CONN_A);
+    o = step(CONN_A); /* the sums taken at the step */
     in_order = o.grad_norm;
     cr_assert_gt(in_order, 0.0);
+    backward_micro_f32(CONN_A, 0.25f, 0);
     backward_micro_f32(CONN_A, 0.5f, 1);
+    while (zd_job_idle_work(job, &env)) { /* taken before it */
+    }
+    o = step(CONN_A);
+    cr_assert_eq(o.grad_norm, in_order, "%.17g with the sums taken before the step, %.17g at it",
+                 o.grad_norm, in_order);
+    backward_micro_f32(CONN_A, 0.5f, 1);
+    while (zd_job_idle_work(job, &env)) {
+    }
     backward_micro_f32(CONN_A, 0.25f, 0);
     o = step(CONN_A);
-    cr_assert_eq(o.step, 2);
+    cr_assert_eq(o.step, 3);
     cr_assert_eq(o.grad_norm, in_order,
                  "%.17g after the last micro-step came first, %.17g in order", o.grad_norm,
                  in_order);

@@ -229,11 +229,11 @@ zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
 /* Connection `conn` closed: if it held the job, the partial micro-step is dropped, the mesh of
  * a world > 1 job aborted, and the job kept for job_linger. */
 void zd_job_disconnect(zd_job_t *job, const zd_job_env_t *env, uint64_t conn);
-/* Between requests: take in a lost mesh, and drop the job when its linger ran out. Returns the
- * nanoseconds until the linger deadline (UINT64_MAX: none). */
 /* Work the engine does while no request waits: one slice's sum of squares that is due (the
  * step's norm then has it). False when there was none (or no job). */
 bool zd_job_idle_work(zd_job_t *job, const zd_job_env_t *env);
+/* Between requests: take in a lost mesh, and drop the job when its linger ran out. Returns the
+ * nanoseconds until the linger deadline (UINT64_MAX: none). */
 uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env);
 /* The job's UCX event fd, armed for poll(); -1: none; -2: events are pending (do not sleep). */
 int zd_job_poll_fd(zd_job_t *job);

@@ -76,7 +76,7 @@ class GradientStream:
         # slots but one are held so: a complete bucket can always get one. A slot still held
         # after a failed backward serves its bucket in the next.
         self._open = {}
-        self._max_open = max(0, int(s.info.get("n_slots", 0)) - 1)
+        self._max_open = max(0, s.info["n_slots"] - 1)
         self._grad_views = None
         if self.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
             gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]

@@ -311,15 +311,34 @@ ZK_ALWAYS_INLINE void zk256_acc_block(float *acc, const void *src, zs_dtype_t dt
     zk256_st_f32(acc + i, zk256_canon1(x), nt);
 }
 
+/* Two vectors at once: one compare and one branch test both for NaN. */
+ZK_ALWAYS_INLINE void zk256_acc_pair(float *acc, const void *src, zs_dtype_t dt, __m256 S, size_t i,
+                                     int nt)
+{
+    __m256 x = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_mul_ps(zk256_ld(src, dt, i), S));
+    __m256 y =
+        _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), _mm256_mul_ps(zk256_ld(src, dt, i + 8), S));
+
+    if (zk256_any_nan(x, y)) {
+        x = zk256_canon(x);
+        y = zk256_canon(y);
+    }
+    zk256_st_f32(acc + i, x, nt);
+    zk256_st_f32(acc + i + 8, y, nt);
+}
+
 ZK_ALWAYS_INLINE size_t zk256_acc_loop(float *acc, const void *src, zs_dtype_t dt, __m256 S,
                                        size_t i, size_t n, unsigned pf, int nt)
 {
     size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
 
-    for (; i + 8 <= pe; i += 8) {
+    for (; i + 16 <= pe; i += 16) {
         ZK_PREFETCH(acc, 4, i, pf);
         ZK_PREFETCH(src, es, i, pf);
-        zk256_acc_block(acc, src, dt, S, i, nt);
+        zk256_acc_pair(acc, src, dt, S, i, nt);
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk256_acc_pair(acc, src, dt, S, i, nt);
     }
     for (; i + 8 <= n; i += 8) {
         zk256_acc_block(acc, src, dt, S, i, nt);

@@ -30,11 +30,15 @@ L2 difference; target 1e-5), and (--reference, default up to 100 M params) with 
 fp64 over the same data, next to how far the same fp32 AdamW moves when the ranks' gradients
 are summed in reverse order: on the 32m model at world 4 that alone is 2.7e-5, so two correct
 fp32 implementations with different summation orders cannot agree to 1e-5 there, and the
-fp64 distance says which is closer. What could not run is said, with why, and the rest goes on.
+fp64 distance says which is closer. The same fp32 AdamW in zerod's documented form (sqrt(v)
+times 1/sqrt(bc2) where torch divides by sqrt(bc2)) is a reference too: at world 2 the form
+alone moves the 32m model's final parameters by 1.2e-4, while zerod ends 2.5e-8 from it.
+What could not run is said, with why, and the rest goes on.
 Last line: one JSON object.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -260,12 +264,30 @@ def summarize(runs):
     return out
 
 
-def reference_params(a, dtype, reverse):
-    """The final parameters of plain AdamW (torch's formula) over the same model, data, world
-    and steps, in one process: each step, every rank's gradient in `dtype`, summed in rank
-    order (reversed with `reverse`) and divided by the world, then the update in `dtype`.
-    With fp64 this is the exact trajectory the sides approximate; two fp32 runs that differ
-    only in the order of the sum show how much this problem amplifies rounding."""
+def zerod_form_update(torch, a, t, r, m, v, acc):
+    """One AdamW update in fp32 in the form docs/semantics.md writes for zerod: hyper-parameters
+    rounded to fp32, the factors computed in double and rounded once, then every operation on
+    its own, left to right, as the kernels do it."""
+    f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    lr, b1, b2, eps, wd = (float(f32(x)) for x in (LR, BETAS[0], BETAS[1], EPS, WD))
+    bc1, bc2 = 1.0 - b1 ** t, 1.0 - b2 ** t
+    k = {"gs": f32(1.0 / a.world), "zero": f32(0.0), "b1": f32(b1), "omb1": f32(1.0 - b1),
+         "b2": f32(b2), "omb2": f32(1.0 - b2), "eps": f32(eps), "step": f32(lr / bc1),
+         "isbc2": f32(1.0 / math.sqrt(bc2)), "decay": f32(1.0 - lr * wd)}
+    g = acc.mul(k["gs"]).add(r.mul(k["zero"]))
+    m.copy_(m.mul(k["b1"]).add(g.mul(k["omb1"])))
+    v.copy_(v.mul(k["b2"]).add(g.mul(k["omb2"]).mul(g)))
+    q = m.div(v.sqrt().mul(k["isbc2"]).add(k["eps"])).mul(k["step"])
+    r.copy_(r.mul(k["decay"]).sub(q))
+
+
+def reference_params(a, dtype, reverse, form="torch"):
+    """The final parameters of plain AdamW (torch's formula, or with form "zerod" the one
+    docs/semantics.md gives, in fp32) over the same model, data, world and steps, in one
+    process: each step, every rank's gradient in `dtype`, summed in rank order (reversed with
+    `reverse`) and divided by the world, then the update in `dtype`. With fp64 this is the
+    exact trajectory the sides approximate; two fp32 runs that differ only in the order of the
+    sum, or only in the form of the update, show how much this problem amplifies rounding."""
     import torch
     torch.set_num_threads(a.threads)
     model, width = make_model(torch, a.model)
@@ -287,6 +309,9 @@ def reference_params(a, dtype, reverse):
                 g += p.grad.to(dtype)
         t = step + 1
         for i, r in enumerate(ref):
+            if form == "zerod":
+                zerod_form_update(torch, a, t, r, m[i], v[i], acc[i])
+                continue
             g = acc[i] / a.world
             r.mul_(1 - LR * WD)
             m[i].mul_(BETAS[0]).add_(g, alpha=1 - BETAS[0])
@@ -304,15 +329,18 @@ def compare_reference(tmp, a, names):
     exact = reference_params(a, torch.float64, False)
     fwd = reference_params(a, torch.float32, False)
     rev = reference_params(a, torch.float32, True)
+    form = reference_params(a, torch.float32, False, "zerod")
     out = {"order_sensitivity": float((fwd - rev).norm() / exact.norm()),
+           "form_sensitivity": float((fwd - form).norm() / exact.norm()),
            "fp32_fwd": float((fwd - exact).norm() / exact.norm()), "sides": {},
-           "sides_vs_fp32_fwd": {}}
+           "sides_vs_fp32_fwd": {}, "sides_vs_zerod_form": {}}
     for s in names:
         p = os.path.join(tmp, "%s-0-0.json.params" % s)
         if s != "bare" and os.path.exists(p):
             x = torch.load(p).double()
             out["sides"][s] = float((x - exact).norm() / exact.norm())
             out["sides_vs_fp32_fwd"][s] = float((x - fwd).norm() / exact.norm())
+            out["sides_vs_zerod_form"][s] = float((x - form).norm() / exact.norm())
     return out
 
 
@@ -484,6 +512,11 @@ def report(out):
               "ends %.2e from the same in order; sides that differ by about that much differ by "
               "rounding, which this model amplifies over the steps, not by their math"
               % ref["order_sensitivity"])
+        print("final params vs the same fp32 AdamW in zerod's form (docs/semantics.md: sqrt(v) "
+              "times 1/sqrt(bc2), each operation rounded on its own): %s; that form alone moves "
+              "fp32 AdamW by %.2e"
+              % (", ".join("%s %.2e" % (s, d) for s, d in ref["sides_vs_zerod_form"].items()),
+                 ref["form_sensitivity"]))
     if "reference_skipped" in out:
         print("not run: %s" % out["reference_skipped"])
     for s, why in out["not_run"].items():

@@ -220,6 +220,11 @@ def run_side(side, a, tmp, run):
                 pid = daemons[r][0].pid
             args.append((r, side, a, env, pid, os.path.join(tmp, "%s-%d-%d.json" % (side, run, r))))
         tvz.run_spawned(side_rank, args, a.timeout)
+        if daemons and a.trace:
+            zeroctl = os.path.join(REPO, "build", "client", "zeroctl")
+            out = "%s.run%d.json" % (a.trace, run) if a.runs > 1 else a.trace
+            subprocess.run([zeroctl, "trace", "--dir", ddir, "--steps", "3", "-o", out],
+                           timeout=60, check=False)
     finally:
         for p, _, _ in daemons:
             p.terminate()
@@ -376,6 +381,8 @@ def main():
                          "how much the order of the ranks' sum moves the result (auto: up to "
                          "100 M params)")
     ap.add_argument("--zerod", help="zerod binary (default $ZEROD_TEST_DAEMON or build/)")
+    ap.add_argument("--trace", help="write zerod's trace of its last 3 steps (zeroctl trace) "
+                    "here, per run")
     ap.add_argument("--zk-bench", help="zk_bench binary (default build/bench/zk_bench)")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless every side ran and every final parameter vector is within "

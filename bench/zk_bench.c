@@ -490,9 +490,9 @@ static const char *zb_stores_used(const zb_ctx_t *c)
     size_t bytes = (size_t)(zb_bytes_per_elem(c->kernel, zs_dtype_size(zb_dtype(c->o, c->kernel))) *
                             (double)c->n);
     unsigned pf = zk_store_prefetch(&c->ex, fam[c->kernel], bytes);
-    const char *kind = c->kernel == ZB_K_SUMSQ                      ? ""
-                       : zk_store_nt(&c->ex, fam[c->kernel], bytes) ? "nt"
-                                                                    : "regular";
+    int nt = zk_store_nt(&c->ex, fam[c->kernel], bytes);
+    /* the sum of squares: "1blk" where it reads one super-block at a time */
+    const char *kind = c->kernel == ZB_K_SUMSQ ? (nt ? "1blk" : "") : nt ? "nt" : "regular";
 
     if (pf == 0) {
         return kind[0] != '\0' ? kind : "-";

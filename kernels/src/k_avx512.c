@@ -289,7 +289,10 @@ ZK_ALWAYS_INLINE double zk512_sumsq_finish(const __m512d *a, const float *x, siz
  * chains of fused multiply-adds run where one block has two, with the same order and bits.
  * With two, a block's chains of 4-cycle adds hold the out-of-order window behind each miss;
  * on the Xeon VM beyond the caches two blocks at once read at the streaming limit (12.1-12.6
- * against 12.1-12.7 GB/s, 64 Mi elements), one block at a time at 0.85-0.9 of it. */
+ * against 12.1-12.7 GB/s, 64 Mi elements), one block at a time at 0.85-0.9 of it. On an AMD
+ * EPYC VM (Zen 5 class) it is the other way round: in three zk_bench runs of each, one block at
+ * a time read at 0.93-0.95 of the limit at 64 Mi elements, two at once at 0.83-0.84. The
+ * store plan chooses (st.nt: one at a time). */
 static void zk512_sumsq_pair(const float *y, size_t rest, double *part, zk_st_t st)
 {
     const float *z = y + ZK_SUMSQ_BLOCK;
@@ -315,7 +318,7 @@ static void zk512_sumsq(const float *x, size_t n, double *part, zk_st_t st)
 {
     size_t b = 0;
 
-    for (; n - b >= 2 * ZK_SUMSQ_BLOCK; b += 2 * ZK_SUMSQ_BLOCK) {
+    for (; !st.nt && n - b >= 2 * ZK_SUMSQ_BLOCK; b += 2 * ZK_SUMSQ_BLOCK) {
         zk512_sumsq_pair(x + b, n - b, part + b / ZK_SUMSQ_BLOCK, st);
     }
     for (; b < n; b += ZK_SUMSQ_BLOCK) {
@@ -557,4 +560,5 @@ const zk_ops_t zk_ops_avx512 = {
     .reduce = zk512_reduce,
     .cast = zk512_cast,
     .copy = zk512_copy,
+    .sumsq_pairs = 1,
 };

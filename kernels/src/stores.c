@@ -29,6 +29,7 @@
 #define ZK_PLAN_MIN_BYTES ZK_STORES_PLAN_MIN_BYTES
 #define ZK_PLAN_MAX_BYTES (256 * ZK_MIB)
 #define ZK_PLAN_REPS      3
+#define ZK_PLAN_ROUNDS    5 /* of the alternated kinds and distances (zk_plan_prefetch) */
 #define ZK_PLAN_MARGIN    1.03 /* an option must be this much faster to be chosen */
 
 static zk_store_plan_t zk_plans[ZK_VARIANT_COUNT];
@@ -207,39 +208,47 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
     }
 }
 
-/* The best prefetch distance of a family with the given stores, timed on the whole scratch
- * (a quarter of it, 64 MiB, was tried: on a VM that reports a 300 MiB L3 it ran twice as fast
- * as the whole and hid the prefetch's gain, so Adam ran without one at 0.72 of the limit),
- * the distances alternated over ZK_PLAN_REPS rounds of one call each (beyond the caches a
- * call needs no warm-up) so that a drift of the machine moves them alike. The fastest
- * distance is kept, and none only where it is 3 % faster than that: a prefetch costs a few
- * instructions per cache line where it does not help, and where it does (Adam, accumulate,
- * the sum of squares) it gains 20-30 %, a gain this machine's noise can hide in one
- * measurement (a margin the other way threw it away in one run out of three; with none
- * chosen on a tie, the AVX-512 accumulate, timed while another process streamed, ran at 0.84
- * of the limit). */
-static unsigned zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
-                                 zk_scratch_t *b, int nt)
+/* The best prefetch distance of a family with each of its `kinds` of stores (1 or 2), timed
+ * on the whole scratch (a quarter of it, 64 MiB, was tried: on a VM that reports a 300 MiB L3
+ * it ran twice as fast as the whole and hid the prefetch's gain, so Adam ran without one at
+ * 0.72 of the limit), every kind and distance alternated over ZK_PLAN_ROUNDS rounds of one call
+ * each (beyond the caches a call needs no warm-up), so that a drift of the machine moves them
+ * all alike (timed one kind after the other over three rounds, the AVX-512 sum of squares on
+ * an AMD EPYC VM chose two super-blocks at once in one process out of three, where one at a
+ * time reads 10 % faster; the VM's speed moves by more than that). The fastest distance is
+ * kept, and none only where it is 3 % faster than that: a prefetch costs a few instructions
+ * per cache line where it does not help, and where it does (Adam, accumulate, the sum of
+ * squares) it gains 20-30 %, a gain this machine's noise can hide in one measurement (a
+ * margin the other way threw it away in one run out of three; with none chosen on a tie, the
+ * AVX-512 accumulate, timed while another process streamed, ran at 0.84 of the limit). */
+static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                             zk_scratch_t *b, int kinds)
 {
-    double *g = plan->pf_gbps[f][nt];
-    int best = 0;
-
-    for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
-        g[i] = 0;
-    }
-    for (int r = 0; r < ZK_PLAN_REPS; r++) {
+    for (int k = 0; k < kinds; k++) {
         for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
-            g[i] = fmax(g[i], zk_plan_time_n(ops, f, b, (zk_st_t){nt, zk_pf_choices[i]}, 0));
+            plan->pf_gbps[f][k][i] = 0;
         }
     }
-    best = 1;
-    for (int i = 2; i < ZK_PREFETCH_CHOICES; i++) {
-        best = g[i] > g[best] ? i : best;
+    for (int r = 0; r < ZK_PLAN_ROUNDS; r++) {
+        for (int k = 0; k < kinds; k++) {
+            for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
+                double *g = &plan->pf_gbps[f][k][i];
+                *g = fmax(*g, zk_plan_time_n(ops, f, b, (zk_st_t){k, zk_pf_choices[i]}, 0));
+            }
+        }
     }
-    best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
-    zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u,", nt ? "nt" : "regular",
-                   g[0], g[1], g[2], g[3], zk_pf_choices[best]);
-    return zk_pf_choices[best];
+    for (int k = 0; k < kinds; k++) {
+        const double *g = plan->pf_gbps[f][k];
+        int best = 1;
+
+        for (int i = 2; i < ZK_PREFETCH_CHOICES; i++) {
+            best = g[i] > g[best] ? i : best;
+        }
+        best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
+        plan->prefetch[f][k] = zk_pf_choices[best];
+        zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u,",
+                       k == 0 ? "regular" : "nt", g[0], g[1], g[2], g[3], zk_pf_choices[best]);
+    }
 }
 
 /* GB/s of a family at `bytes` of footprint with stores x and y, timed alternately (8 rounds of
@@ -260,19 +269,25 @@ static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_fa
     zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", bytes >> 20, g[0], g[1]);
 }
 
-/* Where non-temporal stores won at the size measured, whether they win at the smallest sizes
- * the plan serves too (ZK_STORES_PLAN_MIN_BYTES, then ZK_PREFETCH_MIN_BYTES: caches that large
- * may keep regular stores ahead there): the smallest footprint from which the family uses
- * them. */
+/* Where non-temporal stores won at the size measured, whether they win at smaller sizes the
+ * plan serves too (twice ZK_STORES_PLAN_MIN_BYTES, that size, then ZK_PREFETCH_MIN_BYTES:
+ * caches that large may keep regular stores ahead there), each tried only where the one
+ * before won: the smallest footprint from which the family uses them. The first size is for
+ * a VM that reports a last-level cache bigger than it has: the plan is then measured at 256
+ * MiB, and on an AMD EPYC VM with 32 MiB the sum of squares read one super-block at a time
+ * faster at 256 MiB, two at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-0.95
+ * of the limit, one block 0.97-1.1). */
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {
-    static const size_t sizes[2] = {ZK_PLAN_MIN_BYTES, ZK_PREFETCH_MIN_BYTES};
-    const zk_st_t st[2] = {{0, 0}, {1, 0}};
+    static const size_t sizes[3] = {2 * ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES,
+                                    ZK_PREFETCH_MIN_BYTES};
+    /* each kind with its own distance, as it was chosen and as its calls run */
+    const zk_st_t st[2] = {{0, plan->prefetch[f][0]}, {1, plan->prefetch[f][1]}};
     size_t from = plan->nt_min_bytes;
     double g[2];
 
-    for (int i = 0; i < 2 && sizes[i] < from; i++) {
+    for (int i = 0; i < 3 && sizes[i] < from; i++) {
         zk_plan_pair(plan, ops, f, b, sizes[i], st, g);
         if (!(g[1] > ZK_PLAN_MARGIN * g[0])) {
             break;
@@ -343,32 +358,35 @@ static double zk_plan_pf_best(const zk_store_plan_t *plan, zk_store_family_t f, 
 static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                            zk_scratch_t *b)
 {
-    plan->gbps[f][0] = zk_plan_time(ops, f, b, (zk_st_t){0, 0}); /* nt_from, nt_to: never */
-    if (f != ZK_STORE_READ) {
-        plan->gbps[f][1] = zk_plan_time(ops, f, b, (zk_st_t){1, 0});
-        zk_plan_printf(plan, " %s %.1f/%.1f:", zk_family_names[f], plan->gbps[f][0],
-                       plan->gbps[f][1]);
-    } else {
-        zk_plan_printf(plan, " %s %.1f:", zk_family_names[f], plan->gbps[f][0]);
+    /* the sum of squares stores nothing: its second kind is one super-block at a time, where
+     * the variant can read two at once */
+    int read = f == ZK_STORE_READ, two = !read || ops->sumsq_pairs;
+    const char *kind = read ? "one block" : "nt";
+
+    /* nt_from, nt_to: never, until a choice says otherwise */
+    zk_plan_printf(plan, " %s%s:", zk_family_names[f], read && two ? " (nt: one block)" : "");
+    zk_plan_prefetch(plan, ops, f, b, 1 + two);
+    for (int k = 0; k < 1 + two; k++) {
+        plan->gbps[f][k] = plan->pf_gbps[f][k][0];
     }
-    plan->prefetch[f][0] = zk_plan_prefetch(plan, ops, f, b, 0);
-    if (f != ZK_STORE_READ) {
-        plan->prefetch[f][1] = zk_plan_prefetch(plan, ops, f, b, 1);
+    if (two) {
         plan->nt[f] = zk_plan_pf_best(plan, f, 1) > ZK_PLAN_MARGIN * zk_plan_pf_best(plan, f, 0);
-        zk_plan_printf(plan, " -> %s,", plan->nt[f] ? "nt" : "regular");
+        zk_plan_printf(plan, " -> %s,", plan->nt[f] ? kind : read ? "two blocks" : "regular");
         if (plan->nt[f]) {
             plan->nt_from[f] = zk_plan_nt_from(plan, ops, f, b);
         }
     }
     plan->pf_from[f] = zk_plan_pf_from(plan, ops, f, b);
     if (plan->nt[f]) {
-        zk_plan_printf(plan, " nt from %zu MiB,", plan->nt_from[f] >> 20);
-    } else if (f != ZK_STORE_READ) {
+        zk_plan_printf(plan, " %s from %zu MiB,", kind, plan->nt_from[f] >> 20);
+    } else if (!read) {
         zk_plan_nt_mid(plan, ops, f, b);
     }
     if (plan->pf_from[f] != SIZE_MAX) {
         zk_plan_printf(plan, " prefetch%s from %zu MiB,",
-                       plan->nt_from[f] != SIZE_MAX ? " with regular stores" : "",
+                       plan->nt_from[f] == SIZE_MAX ? ""
+                       : read                       ? " with two blocks"
+                                                    : " with regular stores",
                        plan->pf_from[f] >> 20);
     }
     plan->how[strlen(plan->how) - 1] = ';';
@@ -566,7 +584,7 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
                                               : zk_store_plan_ready((zk_variant_t)v);
     }
     if (mode == ZK_STORES_NT) {
-        st.nt = fam != ZK_STORE_READ;
+        st.nt = 1; /* the sum of squares: one super-block at a time */
     } else if (plan != NULL) {
         zk_store_plan_choice(plan, fam, footprint, &st.nt, &st.pf);
     }

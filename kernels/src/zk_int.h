@@ -86,7 +86,7 @@ static inline double zk_sumsq_lanes_tree(const double lane[ZK_SUMSQ_LANES])
  * read stream pf elements ahead (0: none). Both are for calls beyond the caches; neither
  * changes a result. */
 typedef struct zk_st {
-    int nt;
+    int nt; /* the sum of squares, which stores nothing: one super-block at a time, not two */
     unsigned pf;
 } zk_st_t;
 
@@ -95,7 +95,8 @@ typedef struct zk_ops {
     void (*adam)(const zk_adam_k_t *k, float *master, float *m, float *v, float *acc, void *dst,
                  zs_dtype_t dst_dtype, size_t n, zk_st_t st);
     /* zk_sumsq's super-block sums (zk/kernels.h) of x[0..n), x at a super-block start:
-     * part[b] for each of the ceil(n / ZK_SUMSQ_BLOCK) super-blocks (st.nt unused) */
+     * part[b] for each of the ceil(n / ZK_SUMSQ_BLOCK) super-blocks (st.nt: one super-block
+     * at a time, where the variant reads two otherwise: sumsq_pairs) */
     void (*sumsq)(const float *x, size_t n, double *part, zk_st_t st);
     void (*accumulate)(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                        zk_st_t st);
@@ -105,6 +106,7 @@ typedef struct zk_ops {
                  zk_st_t st);
     /* `bytes` bytes from src to dst (not overlapping); st.pf counts 4-byte elements */
     void (*copy)(void *dst, const void *src, size_t bytes, zk_st_t st);
+    int sumsq_pairs; /* sumsq reads two super-blocks at once unless st.nt: the plan chooses */
 } zk_ops_t;
 
 /* How a call of family `fam` touching `footprint` bytes streams (stores.c): exec->stores,

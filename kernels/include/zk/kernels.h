@@ -68,14 +68,17 @@ typedef struct zk_exec {
 typedef enum zk_stores {
     ZK_STORES_AUTO = 0,    /* zk_store_plan(): measured, or ZEROD_KERNEL_STORES */
     ZK_STORES_REGULAR = 1, /* regular stores whatever the size */
-    ZK_STORES_NT = 2,      /* non-temporal stores where the pointers allow, whatever the size */
+    ZK_STORES_NT = 2,      /* non-temporal stores where the pointers allow, whatever the size
+                              (the sum of squares: one super-block at a time) */
 } zk_stores_t;
 
 /* Kernels by the mix of streams they read and store: in-place Adam (4 fp32 streams and the
  * cast copy), in-place accumulate, the out-of-place reduce, the narrowing casts (to 16 bits),
  * the widening ones (to fp32: they write twice what they read), the same-type copies (zk_cast
  * with dst_dtype == src_dtype: the all-gather's copy of a peer's slice), and the sum of
- * squares (reads only: its plan is a prefetch distance). */
+ * squares (reads only: its plan is a prefetch distance and, for a variant that can read two
+ * super-blocks at once (AVX-512), whether to; its second kind (nt[], the second figures of
+ * the plan) is one super-block at a time). */
 typedef enum zk_store_family {
     ZK_STORE_ADAM,
     ZK_STORE_ACCUMULATE,
@@ -97,23 +100,24 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * store kind with each prefetch distance, the stores chosen on the best figure of each;
  * 3.7-4.1 s on the Xeon VM, on the first call of at least 32 MiB or the first zk_store_plan()).
  * Calls whose footprint is at least nt_from[family] use non-temporal stores where nt[family] (that
- * is nt_min_bytes, the size measured, or ZK_STORES_PLAN_MIN_BYTES where they also won at that
- * size); calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
- * (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where the distance chosen lost at the
- * smaller size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Where
- * non-temporal stores lost at the size measured, they may still win from ZK_PREFETCH_MIN_BYTES
- * to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to. Non-temporal
- * stores are chosen only when their best is at least 3 % faster than the best of regular
- * ones; the fastest prefetch distance is kept, none only where it is 3 % faster than that
- * distance (the distances alternated over three rounds). */
+ * is nt_min_bytes, the size measured, or twice ZK_STORES_PLAN_MIN_BYTES, or that size, where
+ * they also won at those sizes); calls of at least pf_from[family] prefetch
+ * prefetch[family][stores] elements ahead (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where
+ * the distance chosen lost at the smaller size, with regular stores); nt_from may be
+ * ZK_PREFETCH_MIN_BYTES too. Where non-temporal stores lost at the size measured, they may still
+ * win from ZK_PREFETCH_MIN_BYTES to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from
+ * and nt_to. Non-temporal stores are chosen only when their best is at least 3 % faster than the
+ * best of regular ones; the fastest prefetch distance is kept, none only where it is 3 % faster
+ * than that distance (the distances alternated over three rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
     unsigned prefetch[ZK_STORE_FAMILIES][2]; /* with regular, with non-temporal stores */
-    double gbps[ZK_STORE_FAMILIES]
-               [2]; /* without prefetch: regular, non-temporal (0: not measured) */
-    /* [family][stores][distance]: GB/s with each prefetch distance (0: not measured; the
-     * non-temporal row for every family but the read-only one) */
+    /* GB/s without prefetch: regular, non-temporal (0: not measured); pf_gbps's none */
+    double gbps[ZK_STORE_FAMILIES][2];
+    /* [family][stores][distance]: GB/s with each prefetch distance, the kinds alternated (0:
+     * not measured; the second row for every family but the read-only one of a variant that
+     * reads one way only) */
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     size_t nt_min_bytes;
     /* non-temporal stores for footprints in [nt_from, nt_to): nt_to is SIZE_MAX where

@@ -127,8 +127,8 @@ Test(zk_stores, exec_choice_overrides_plan_and_small_calls_are_regular)
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         zk_store_family_t fam = (zk_store_family_t)f;
         cr_assert_eq(zk_store_nt(&regular, fam, SIZE_MAX), 0);
-        /* the sum of squares stores nothing */
-        cr_assert_eq(zk_store_nt(&nt, fam, 64), fam != ZK_STORE_READ);
+        /* the sum of squares stores nothing: one super-block at a time */
+        cr_assert_eq(zk_store_nt(&nt, fam, 64), 1);
         cr_assert_eq(zk_store_nt(NULL, fam, (size_t)1 << 20), 0);
         cr_assert_eq(zk_store_prefetch(NULL, fam, (size_t)1 << 20), 0);
         cr_assert_eq(zk_store_prefetch(&regular, fam, SIZE_MAX), 0);
@@ -220,7 +220,9 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
                                  ZK_STORES_PLAN_MIN_BYTES};
         cr_assert_gt(plan->gbps[f][0], 0.0);
         zt_check_prefetch(plan, f, 0);
-        if (fam != ZK_STORE_READ) {
+        if (fam == ZK_STORE_READ && plan->gbps[f][1] == 0.0) { /* one way to read: AVX2 */
+            cr_assert(!plan->nt[f] && plan->nt_from[f] == SIZE_MAX, "%s", plan->how);
+        } else {
             cr_assert_gt(plan->gbps[f][1], 0.0);
             if (plan->nt[f] || plan->nt_from[f] == SIZE_MAX) {
                 zt_check_prefetch(plan, f, 1);
@@ -233,6 +235,7 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
         }
         if (plan->nt[f]) {
             cr_assert(plan->nt_from[f] == plan->nt_min_bytes ||
+                          plan->nt_from[f] == 2 * ZK_STORES_PLAN_MIN_BYTES ||
                           plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES ||
                           plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES,
                       "%s", plan->how);

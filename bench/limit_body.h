@@ -207,7 +207,7 @@ float FN_FORMULA(size_t n, zb_copy_t copy)
      * drop the multiplies by 1 (grad_scale, inv_sqrt_bc2, decay) and by 0 (wd_l2) that the
      * kernel must do, and the floor would be 13 % faster than the formula (both variants,
      * with the data in L1, on the project's AMD EPYC VM) */
-    static volatile const float c[10] = {1.0f, 0.0f,  0.9f, 0.1f,  0.999f,
+    static volatile const float c[10] = {1.0f,   0.0f,  0.9f, 0.1f,  0.999f,
                                          0.001f, 1e-8f, 1.0f, 1e-6f, 1.0f};
     const zb_fk_t K = {SETF(c[0]), SETF(c[1]), SETF(c[2]), SETF(c[3]), SETF(c[4]),
                        SETF(c[5]), SETF(c[6]), SETF(c[7]), SETF(c[8]), SETF(c[9])};

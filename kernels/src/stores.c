@@ -29,7 +29,7 @@
 #define ZK_PLAN_MIN_BYTES ZK_STORES_PLAN_MIN_BYTES
 #define ZK_PLAN_MAX_BYTES (256 * ZK_MIB)
 #define ZK_PLAN_REPS      3
-#define ZK_PLAN_ROUNDS    5 /* of the alternated kinds and distances (zk_plan_prefetch) */
+#define ZK_PLAN_ROUNDS    5    /* of the alternated kinds and distances (zk_plan_prefetch) */
 #define ZK_PLAN_MARGIN    1.03 /* an option must be this much faster to be chosen */
 
 static zk_store_plan_t zk_plans[ZK_VARIANT_COUNT];
@@ -400,7 +400,8 @@ static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
  * normal however many calls the plan makes; the 16-bit one (s[4]) bf16 values in [0.5, 1). */
 static void zk_plan_fill(zk_scratch_t *b)
 {
-    uint16_t *h = (uint16_t *)b->s[4];
+    void *half = b->s[4]; /* the 16-bit stream */
+    uint16_t *h = half;
 
     for (size_t j = 0; j < b->n; j++) {
         uint32_t r = (uint32_t)j * 2654435761u;

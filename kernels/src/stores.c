@@ -214,7 +214,7 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
  * 0.72 of the limit), every kind and distance alternated over ZK_PLAN_ROUNDS rounds of one call
  * each (beyond the caches a call needs no warm-up), so that a drift of the machine moves them
  * all alike (timed one kind after the other over three rounds, the AVX-512 sum of squares on
- * an AMD EPYC VM chose two super-blocks at once in one process out of three, where one at a
+ * an AMD EPYC VM chose two super-blocks at once in two processes out of five, where one at a
  * time reads 10 % faster; the VM's speed moves by more than that). The fastest distance is
  * kept, and none only where it is 3 % faster than that: a prefetch costs a few instructions
  * per cache line where it does not help, and where it does (Adam, accumulate, the sum of
@@ -275,8 +275,8 @@ static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_fa
  * before won: the smallest footprint from which the family uses them. The first size is for
  * a VM that reports a last-level cache bigger than it has: the plan is then measured at 256
  * MiB, and on an AMD EPYC VM with 32 MiB the sum of squares read one super-block at a time
- * faster at 256 MiB, two at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-0.95
- * of the limit, one block 0.97-1.1). */
+ * faster at 256 MiB, two at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-1.02
+ * of the limit in six zk_bench runs, one block 1.01-1.20). */
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {

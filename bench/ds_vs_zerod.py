@@ -269,16 +269,20 @@ def summarize(runs):
     return out
 
 
-def zerod_form_update(torch, a, t, r, m, v, acc):
-    """One AdamW update in fp32 in the form docs/semantics.md writes for zerod: hyper-parameters
-    rounded to fp32, the factors computed in double and rounded once, then every operation on
-    its own, left to right, as the kernels do it."""
+def zerod_form_factors(torch, a, t):
+    """Step t's factors in the form docs/semantics.md writes for zerod: hyper-parameters rounded
+    to fp32, the factors computed in double and rounded once (fp32 scalars)."""
     f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
     lr, b1, b2, eps, wd = (float(f32(x)) for x in (LR, BETAS[0], BETAS[1], EPS, WD))
     bc1, bc2 = 1.0 - b1 ** t, 1.0 - b2 ** t
-    k = {"gs": f32(1.0 / a.world), "zero": f32(0.0), "b1": f32(b1), "omb1": f32(1.0 - b1),
-         "b2": f32(b2), "omb2": f32(1.0 - b2), "eps": f32(eps), "step": f32(lr / bc1),
-         "isbc2": f32(1.0 / math.sqrt(bc2)), "decay": f32(1.0 - lr * wd)}
+    return {"gs": f32(1.0 / a.world), "zero": f32(0.0), "b1": f32(b1), "omb1": f32(1.0 - b1),
+            "b2": f32(b2), "omb2": f32(1.0 - b2), "eps": f32(eps), "step": f32(lr / bc1),
+            "isbc2": f32(1.0 / math.sqrt(bc2)), "decay": f32(1.0 - lr * wd)}
+
+
+def zerod_form_update(k, r, m, v, acc):
+    """One AdamW update in fp32 with the factors k of zerod_form_factors: every operation on its
+    own, left to right, as the kernels do it."""
     g = acc.mul(k["gs"]).add(r.mul(k["zero"]))
     m.copy_(m.mul(k["b1"]).add(g.mul(k["omb1"])))
     v.copy_(v.mul(k["b2"]).add(g.mul(k["omb2"]).mul(g)))
@@ -313,9 +317,10 @@ def reference_params(a, dtype, reverse, form="torch"):
             for g, p in zip(acc, params):
                 g += p.grad.to(dtype)
         t = step + 1
+        k = zerod_form_factors(torch, a, t) if form == "zerod" else None
         for i, r in enumerate(ref):
-            if form == "zerod":
-                zerod_form_update(torch, a, t, r, m[i], v[i], acc[i])
+            if k is not None:
+                zerod_form_update(k, r, m[i], v[i], acc[i])
                 continue
             g = acc[i] / a.world
             r.mul_(1 - LR * WD)

@@ -133,7 +133,7 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
     src = src_region.addr;
     gbuf = gbuf_region.addr;
     R->err[0] = '\0';
-    st = zd_coll_share(R->coll, regions, 2, R->err, sizeof(R->err));
+    st = zd_coll_share(R->coll, regions, 2, NULL, R->err, sizeof(R->err));
     if (st != ZS_OK) {
         rc = cb_rank_fail(R, "share", st);
         goto out;

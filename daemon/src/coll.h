@@ -36,6 +36,15 @@ typedef enum zd_reduce_op {
 /* Most shared regions one rank offers to `share`. */
 #define ZD_COLL_MAX_REGIONS 4u
 
+/* `share`'s offer of one params region for every co-located rank (docs/design-notes.md "One
+ * params region per host"). */
+typedef struct zd_share_params {
+    bool want;          /* in: this rank would take rank 0's region 0 as its own params region */
+    bool agreed;        /* out: every rank wanted it and the direct path holds */
+    zs_region_t region; /* out, ranks > 0 when agreed: rank 0's region 0 mapped read-write (the
+                         * caller owns it); ZS_REGION_INIT otherwise */
+} zd_share_params_t;
+
 typedef struct zd_coll_ops {
     const char *name;
     /* acc[0..slice) += Σ over ranks of src_q[rank * slice .. + slice), src of `dtype` holding
@@ -56,9 +65,9 @@ typedef struct zd_coll_ops {
     /* Optional (NULL: nothing to share). Offer this rank's shared memfd regions (the buffers
      * later passed to reduce_scatter and all_gather) to co-located peers; replaces an earlier
      * offer. A collective: every rank calls it with its own regions. Afterwards `algo` says
-     * which algorithm the ranks agreed on. */
-    zs_status_t (*share)(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n, char *err,
-                         size_t errlen);
+     * which algorithm the ranks agreed on. sp (may be NULL): the params region offer. */
+    zs_status_t (*share)(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,
+                         zd_share_params_t *sp, char *err, size_t errlen);
     void (*destroy)(zd_coll_t *coll);
 } zd_coll_ops_t;
 
@@ -69,9 +78,13 @@ struct zd_coll {
 };
 
 static inline zs_status_t zd_coll_share(zd_coll_t *coll, const zs_region_t *const *regions,
-                                        unsigned n, char *err, size_t errlen)
+                                        unsigned n, zd_share_params_t *sp, char *err, size_t errlen)
 {
-    return coll->ops->share != NULL ? coll->ops->share(coll, regions, n, err, errlen) : ZS_OK;
+    if (sp != NULL) {
+        sp->agreed = false;
+        sp->region = (zs_region_t)ZS_REGION_INIT;
+    }
+    return coll->ops->share != NULL ? coll->ops->share(coll, regions, n, sp, err, errlen) : ZS_OK;
 }
 
 /* World 1: reduce-scatter is an accumulate, the rest are no-ops. */

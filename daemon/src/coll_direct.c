@@ -61,31 +61,29 @@ static bool zd_host_identity(char *boot_id, size_t len, uint64_t *net_ns, uint64
     return ok && boot_id[0] != '\0' && *net_ns != 0 && *pid_ns != 0;
 }
 
-/* Map peer q's offered region i read-only; false with why. */
-static bool zd_direct_map(zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i,
-                          const Zerod__Mesh__V1__SharedRegion *sr, char *why, size_t whylen)
+/* Open peer q's offered region i (flags: O_RDONLY or O_RDWR) and check it is the size-sealed
+ * zerod memfd the peer described; -1 with why. */
+static int zd_direct_open(const zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i,
+                          const Zerod__Mesh__V1__SharedRegion *sr, int flags, char *why,
+                          size_t whylen)
 {
     char path[64], target[64] = "";
     struct stat sb;
-    void *addr;
     int fd;
 
-    if (sr->fd < 0 || sr->size == 0) {
-        return true;
-    }
     snprintf(path, sizeof(path), "/proc/%u/fd/%d", pid, sr->fd);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, flags | O_CLOEXEC);
     if (fd < 0) {
         snprintf(why, whylen, "rank %u cannot open rank %u's region %u (%s): %s", c->base.rank, q,
                  i, path, strerror(errno));
-        return false;
+        return -1;
     }
     /* only a size-sealed zerod memfd: it cannot shrink under the mapping (no SIGBUS) */
     if (readlink(path, target, sizeof(target) - 1) < 0 ||
         strncmp(target, "/memfd:zerod", 12) != 0 || (fcntl(fd, F_GET_SEALS) & F_SEAL_SHRINK) == 0) {
         snprintf(why, whylen, "rank %u: %s is not a size-sealed zerod memfd", c->base.rank, path);
         close(fd);
-        return false;
+        return -1;
     }
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_dev != sr->dev || (uint64_t)sb.st_ino != sr->ino ||
         (uint64_t)sb.st_size < sr->size || sr->size > SIZE_MAX) {
@@ -94,6 +92,23 @@ static bool zd_direct_map(zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i
                  "size differ)",
                  c->base.rank, path, q);
         close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Map peer q's offered region i read-only; false with why. */
+static bool zd_direct_map(zd_coll_ucx_t *c, uint32_t q, uint32_t pid, unsigned i,
+                          const Zerod__Mesh__V1__SharedRegion *sr, char *why, size_t whylen)
+{
+    void *addr;
+    int fd;
+
+    if (sr->fd < 0 || sr->size == 0) {
+        return true;
+    }
+    fd = zd_direct_open(c, q, pid, i, sr, O_RDONLY, why, whylen);
+    if (fd < 0) {
         return false;
     }
     addr = mmap(NULL, (size_t)sr->size, PROT_READ, MAP_SHARED, fd, 0);
@@ -117,16 +132,27 @@ typedef struct zd_offer {
     Zerod__Mesh__V1__SharedRegion *srp[ZD_COLL_MAX_REGIONS];
     char boot_id[64];
     char why[320];
+    /* the params region offer: every rank's wish so far, rank 0's pid and region 0, and (ranks
+     * > 0) that region mapped read-write */
+    bool all_want;
+    uint32_t pid0;
+    Zerod__Mesh__V1__SharedRegion sr0;
+    zs_region_t adopt;
+    char adopt_why[320];
 } zd_offer_t;
 
 static void zd_offer_build(zd_coll_ucx_t *c, zd_offer_t *o, const zs_region_t *const *regions,
-                           unsigned n)
+                           unsigned n, bool want_params)
 {
     const uint32_t r = c->base.rank;
 
     memset(o, 0, sizeof(*o));
     zerod__mesh__v1__region_offer__init(&o->offer);
     zerod__mesh__v1__host_identity__init(&o->host);
+    zerod__mesh__v1__shared_region__init(&o->sr0);
+    o->adopt = (zs_region_t)ZS_REGION_INIT;
+    o->all_want = want_params && n > 0;
+    o->offer.share_params = o->all_want;
     o->offer.enabled = c->direct_allowed;
     if (!c->direct_allowed) {
         snprintf(o->why, sizeof(o->why), "direct_collectives = false on rank %u", r);
@@ -189,19 +215,88 @@ static bool zd_offer_take(zd_coll_ucx_t *c, zd_offer_t *o, uint32_t q)
     for (unsigned i = 0; ok && i < po->n_regions; i++) {
         ok = zd_direct_map(c, q, po->pid, i, po->regions[i], o->why, sizeof(o->why));
     }
+    if (!po->share_params || po->n_regions == 0) {
+        o->all_want = false;
+    } else if (q == 0) {
+        o->pid0 = po->pid;
+        o->sr0.fd = po->regions[0]->fd;
+        o->sr0.size = po->regions[0]->size;
+        o->sr0.dev = po->regions[0]->dev;
+        o->sr0.ino = po->regions[0]->ino;
+    }
     zerod__mesh__v1__region_offer__free_unpacked(po, NULL);
     return ok;
 }
 
+/* Ranks > 0, when every rank wants one params region: map rank 0's region 0 read-write into
+ * o->adopt; false with o->adopt_why. */
+static bool zd_offer_adopt(zd_coll_ucx_t *c, zd_offer_t *o)
+{
+    int fd;
+
+    if (c->base.rank == 0 || !o->all_want) {
+        return true;
+    }
+    if (o->sr0.fd < 0 || o->sr0.size == 0 || o->sr0.size != c->local[0].size) {
+        snprintf(o->adopt_why, sizeof(o->adopt_why),
+                 "rank 0's params region (%llu bytes) is not the size of rank %u's (%zu)",
+                 (unsigned long long)o->sr0.size, c->base.rank, c->local[0].size);
+        return false;
+    }
+    fd = zd_direct_open(c, 0, o->pid0, 0, &o->sr0, O_RDWR, o->adopt_why, sizeof(o->adopt_why));
+    if (fd < 0) {
+        return false;
+    }
+    if (zs_region_map_fd(fd, (size_t)o->sr0.size, &o->adopt) != ZS_OK) {
+        snprintf(o->adopt_why, sizeof(o->adopt_why),
+                 "rank %u cannot map rank 0's params region read-write (%llu bytes): %s",
+                 c->base.rank, (unsigned long long)o->sr0.size, strerror(errno));
+        close(fd);
+        return false;
+    }
+    return true;
+}
+
+/* Every rank's verdict on the direct path and on one params region, agreed (MAX of failures);
+ * sets c->direct, coll->algo and sp. */
+static zs_status_t zd_share_agree(zd_coll_ucx_t *c, zd_offer_t *o, bool ok, zd_share_params_t *sp,
+                                  char *err, size_t errlen)
+{
+    static const zd_reduce_op_t max_op[2] = {ZD_REDUCE_MAX, ZD_REDUCE_MAX};
+    zd_coll_t *coll = &c->base;
+    bool adopted = ok && zd_offer_adopt(c, o);
+    /* [0]: no direct path here; [1]: no shared params region here */
+    double fail[2] = {ok ? 0.0 : 1.0, ok && o->all_want && adopted ? 0.0 : 1.0};
+    zs_status_t st = zd_ucx_all_reduce(coll, fail, max_op, 2, err, errlen);
+
+    if (st != ZS_OK || fail[0] != 0.0) {
+        zd_direct_unmap(c);
+        snprintf(coll->algo, sizeof(coll->algo), "ring over UCX (no direct path: %.120s)",
+                 ok ? "another rank cannot use it" : o->why);
+    } else {
+        c->direct = true;
+        snprintf(coll->algo, sizeof(coll->algo),
+                 "direct (%u ranks on this host read each other's regions in place)", coll->world);
+    }
+    if (st == ZS_OK && fail[0] == 0.0 && fail[1] == 0.0 && sp != NULL) {
+        sp->agreed = true;
+        sp->region = o->adopt;
+        o->adopt = (zs_region_t)ZS_REGION_INIT;
+    } else if (o->all_want && st == ZS_OK) {
+        zs_info(ZS_SUB_MESH, "params region: one per rank (%.200s)",
+                o->adopt_why[0] != '\0' ? o->adopt_why : "another rank cannot share it");
+    }
+    zs_region_cleanup(&o->adopt);
+    return st;
+}
+
 zs_status_t zd_direct_share(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,
-                            char *err, size_t errlen)
+                            zd_share_params_t *sp, char *err, size_t errlen)
 {
     zd_coll_ucx_t *c = (zd_coll_ucx_t *)coll;
-    static const zd_reduce_op_t max_op = ZD_REDUCE_MAX;
     zs_deadline_t deadline = zs_deadline_in_ns(zd_mesh_collective_timeout_ns(c->mesh));
     zd_offer_t *o;
     bool ok;
-    double fail;
     zs_status_t st;
 
     zd_direct_unmap(c);
@@ -214,7 +309,7 @@ zs_status_t zd_direct_share(zd_coll_t *coll, const zs_region_t *const *regions, 
     if (o == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "share: out of memory");
     }
-    zd_offer_build(c, o, regions, n);
+    zd_offer_build(c, o, regions, n, sp != NULL && sp->want);
     if (zerod__mesh__v1__region_offer__get_packed_size(&o->offer) > ZD_COLL_MSG_MAX) {
         free(o);
         return zs_errf(err, errlen, ZS_ERR_INVALID, "share: region offer larger than %u bytes",
@@ -227,19 +322,10 @@ zs_status_t zd_direct_share(zd_coll_t *coll, const zs_region_t *const *regions, 
         ok = q == coll->rank || zd_offer_take(c, o, q);
     }
     /* every rank must choose the same algorithm */
-    fail = ok ? 0.0 : 1.0;
     if (st == ZS_OK) {
-        st = zd_ucx_all_reduce(coll, &fail, &max_op, 1, err, errlen);
+        st = zd_share_agree(c, o, ok, sp, err, errlen);
     }
-    if (st != ZS_OK || fail != 0.0) {
-        zd_direct_unmap(c);
-        snprintf(coll->algo, sizeof(coll->algo), "ring over UCX (no direct path: %.120s)",
-                 ok ? "another rank cannot use it" : o->why);
-    } else {
-        c->direct = true;
-        snprintf(coll->algo, sizeof(coll->algo),
-                 "direct (%u ranks on this host read each other's regions in place)", coll->world);
-    }
+    zs_region_cleanup(&o->adopt);
     free(o);
     if (st == ZS_OK) {
         zs_info(ZS_SUB_MESH, "collectives: %s", coll->algo);

@@ -84,7 +84,7 @@ zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zs_dtype_t dtype, ui
 
 /* The share of zd_coll_ops_t: offer this rank's regions, map the peers', agree. */
 zs_status_t zd_direct_share(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,
-                            char *err, size_t errlen);
+                            zd_share_params_t *sp, char *err, size_t errlen);
 void zd_direct_unmap(zd_coll_ucx_t *c);
 /* Opening round of a direct collective: where each rank's buffer lies (c->peer_buf). *direct
  * false: some rank's buffer is outside its regions, every rank takes the ring this time. */

@@ -289,6 +289,7 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     job->world = spec->world;
     job->dtype = spec->dtype;
     job->master_shared = spec->dtype == ZS_DTYPE_F32;
+    job->own_slices_only = spec->own_slices_only;
     job->n_slots = env->n_slots;
     job->created_ns = zs_time_now_ns();
     job->trace = env->trace;
@@ -387,11 +388,33 @@ static zs_status_t zd_job_mesh_create(zd_job_t *job, const zd_job_env_t *env, ch
     return st;
 }
 
+/* The daemons agreed on one params region for the job's ranks (rank 0's): ranks > 0 take it
+ * in place of their own, which no trainer has mapped yet, and every rank offers its regions
+ * again so that the peers' mappings follow. */
+static zs_status_t zd_job_take_shared_params(zd_job_t *job, zd_share_params_t *sp, char *err,
+                                             size_t errlen)
+{
+    const zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
+
+    job->params_shared = true;
+    job->mem_bytes[ZD_MEM_PARAMS] = job->params.size / job->world;
+    job->mem_formula[ZD_MEM_PARAMS] /= job->world;
+    zs_info(ZS_SUB_ENGINE, "params region: one for the job's %u ranks on this host (rank 0's)",
+            job->world);
+    if (job->rank > 0) {
+        zs_region_cleanup(&job->params);
+        job->params = sp->region;
+        sp->region = (zs_region_t)ZS_REGION_INIT;
+    }
+    return zd_coll_share(job->coll, regions, 3, NULL, err, errlen); /* a collective: every rank */
+}
+
 /* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and, when
  * the job already has parameters, redo the all-gather from the master shards. */
 zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
 {
     const zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
+    zd_share_params_t sp = {.want = false};
     zs_status_t st;
 
     if (job->coll != NULL) {
@@ -413,7 +436,14 @@ zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, 
     }
     job->mesh_lost = false;
     job->mesh_why[0] = '\0';
-    st = zd_coll_share(job->coll, regions, 3, err, errlen);
+    /* one params region per host: only for a job with no values yet, whose trainers write only
+     * their own slices */
+    sp.want = job->own_slices_only && !job->params_loaded && !job->params_shared;
+    st = zd_coll_share(job->coll, regions, 3, &sp, err, errlen);
+    if (st == ZS_OK && sp.agreed) {
+        st = zd_job_take_shared_params(job, &sp, err, errlen);
+    }
+    zs_region_cleanup(&sp.region);
     if (st == ZS_OK && job->params_loaded) {
         st = zd_step_refresh_params(job, env->exec, err, errlen);
     }
@@ -498,6 +528,7 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     out->round_robin = job->cfg.round_robin_gradients;
     out->elem_align = job->layout->elem_align;
     out->params_are_master = job->master_shared;
+    out->params_shared = job->params_shared;
     snprintf(out->ignored_keys, sizeof(out->ignored_keys), "%s", job->cfg_ignored);
     out->train_batch_size = job->cfg.train_batch_size;
     out->micro_batch_size = job->cfg.micro_batch_size;
@@ -852,6 +883,7 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
                                : "none (no mesh yet)");
     memcpy(s->mem_bytes, job->mem_bytes, sizeof(s->mem_bytes));
     memcpy(s->mem_formula, job->mem_formula, sizeof(s->mem_formula));
+    s->params_shared = job->params_shared;
     s->created_ns = job->created_ns;
     s->released_ns = job->attached_conn != 0 ? 0 : job->released_ns;
     s->linger_until_ns = job->attached_conn != 0 ? 0 : job->linger_until_ns;

@@ -88,8 +88,9 @@ typedef struct zd_job_spec {
     const uint32_t *ndim;     /* NULL, or [n_params] */
     const uint64_t *dims;     /* the dims of every parameter in turn (sum of ndim) */
     zd_resume_t resume;
-    bool restart;        /* the launcher says this process is a restart */
-    int32_t trainer_pid; /* SO_PEERCRED of the connection; 0: unknown */
+    bool restart;         /* the launcher says this process is a restart */
+    int32_t trainer_pid;  /* SO_PEERCRED of the connection; 0: unknown */
+    bool own_slices_only; /* Attach.own_slices_only: one params region per host is allowed */
 } zd_job_spec_t;
 
 /* CheckpointSave / CheckpointLoad (docs/checkpoints.md). */
@@ -130,6 +131,7 @@ typedef struct zd_attach_out {
     bool round_robin;
     uint32_t elem_align;
     bool params_are_master; /* fp32: the params region's slices are the master (read-only) */
+    bool params_shared;     /* every co-located rank maps this params region */
     char ignored_keys[256]; /* config keys accepted and not used ("" when none) */
     uint32_t train_batch_size, micro_batch_size; /* 0: not given */
     zs_dtype_t grads_dtype;                      /* stage 1's grads region */
@@ -172,6 +174,7 @@ typedef struct zd_job_status {
     uint64_t param_numel, layout_hash;
     char collectives[256];
     uint64_t mem_bytes[ZD_MEM_COUNT], mem_formula[ZD_MEM_COUNT];
+    bool params_shared; /* the params term is this rank's share of one region per host */
     /* its life (JobList, zeroctl job ls): monotonic times */
     uint64_t created_ns;
     uint64_t released_ns;     /* its trainer went (0 while attached) */

@@ -40,6 +40,9 @@ struct zd_job {
     zd_group_opts_t *group_opts; /* [n_groups] */
     float *master, *m, *v, *acc; /* [layout->shard_numel] each; master NULL when shared */
     bool master_shared;          /* fp32: the master is this rank's slices of the params region */
+    bool own_slices_only;        /* the trainer writes only this rank's slices of fresh params */
+    bool params_shared; /* every rank of the job maps one params region (rank 0's): Adam writes
+                           each slice in place, the all-gather is a barrier */
     uint8_t *acc_clean; /* [n_buckets]: the slice's next contribution overwrites it (it is zero,
                            or holds the last step's gradients while acc_stale) */
     zd_slice_norm_t *slice_norm; /* [n_buckets]: each slice's sum of squares (step.c) */

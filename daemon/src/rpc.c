@@ -162,7 +162,8 @@ static void zd_rpc_memory(const zd_job_status_t *j, Zerod__Ipc__V1__MemoryTerm *
         terms[t].bytes = j->mem_bytes[t];
         terms[t].formula_bytes = j->mem_formula[t];
         if (t == ZD_MEM_PARAMS) {
-            snprintf(formulas[t], sizeof(formulas[t]), "%sΨ", d);
+            snprintf(formulas[t], sizeof(formulas[t]), "%sΨ%s", d,
+                     j->params_shared ? "/N (one region per host)" : "");
         } else if (t == ZD_MEM_SLOTS) {
             snprintf(formulas[t], sizeof(formulas[t]), "bucket_slots × largest bucket");
         } else if (t == ZD_MEM_GRADS) {
@@ -443,7 +444,8 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
                                     m->dims,
                                     (zd_resume_t)at->resume, /* checked above */
                                     at->restart,
-                                    0};
+                                    0,
+                                    at->own_slices_only};
     req->release = zd_rpc_release_attach;
     req->mem = m;
     return ZS_OK;
@@ -675,6 +677,7 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->round_robin = a->round_robin;
     ar->elem_align = a->elem_align;
     ar->params_are_master = a->params_are_master;
+    ar->params_shared = a->params_shared;
     ar->ignored_keys = (char *)a->ignored_keys;
     ar->train_batch_size = a->train_batch_size;
     ar->train_micro_batch_size = a->micro_batch_size;

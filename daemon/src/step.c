@@ -80,6 +80,23 @@ static zs_status_t zd_step_gather_bucket(zd_job_t *job, uint32_t b, uint16_t fla
     return st;
 }
 
+/* One params region for every rank: each slice is in place once every rank wrote its own, so
+ * the all-gather is a barrier (an all-reduce of nothing), one span of the job's trace. */
+static zs_status_t zd_step_gather_shared(zd_job_t *job, uint16_t flags, char *err, size_t errlen)
+{
+    static const zd_reduce_op_t max_op = ZD_REDUCE_MAX;
+    zd_trace_span_t span = {.kind = ZD_TRACE_ALL_GATHER, .step = job->step, .bucket = 0};
+    double none = 0.0;
+    zs_status_t st;
+
+    span.start_ns = zs_time_now_ns();
+    st = job->coll->ops->all_reduce(job->coll, &none, &max_op, 1, err, errlen);
+    span.dur_ns = zs_time_now_ns() - span.start_ns;
+    span.flags = (uint16_t)(flags | (st != ZS_OK ? ZD_TRACE_FAILED : 0));
+    zd_trace_add(job->trace, &span);
+    return st;
+}
+
 zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
@@ -95,7 +112,12 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
         if (st != ZS_OK) {
             return zs_errf(err, errlen, st, "cast: %s", zk_last_error());
         }
-        st = zd_step_gather_bucket(job, b, ZD_TRACE_REFRESH, err, errlen);
+        if (!job->params_shared) {
+            st = zd_step_gather_bucket(job, b, ZD_TRACE_REFRESH, err, errlen);
+        }
+    }
+    if (st == ZS_OK && job->params_shared) {
+        st = zd_step_gather_shared(job, ZD_TRACE_REFRESH, err, errlen);
     }
     if (st == ZS_OK) {
         job->params_stale = false;
@@ -395,7 +417,14 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
     const zs_layout_t *l = job->layout;
 
     job->params_stale = true;
-    for (uint32_t b = 0; b < l->n_buckets; b++) {
+    if (job->params_shared) {
+        zs_status_t st = zd_step_gather_shared(job, 0, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        zd_step_test_pause(job, "allgather", job->step);
+    }
+    for (uint32_t b = 0; b < l->n_buckets && !job->params_shared; b++) {
         zs_status_t st = zd_step_gather_bucket(job, b, 0, err, errlen);
         if (st != ZS_OK) {
             return st;

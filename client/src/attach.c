@@ -129,6 +129,7 @@ static void zc_attach_fill(const zc_attach_params_t *p, const zc_info_arrays_t *
         at->resume = (Zerod__Ipc__V1__Resume)p->resume;
         at->restart = p->restart != 0;
     }
+    at->own_slices_only = (mask & ZC_ATTACH_FIELD_OWN_SLICES) && p->own_slices_only != 0;
     at->config_json =
         (char *)(((mask & ZC_ATTACH_FIELD_CONFIG_JSON) && p->config_json != NULL) ? p->config_json
                                                                                   : "{}");
@@ -348,6 +349,8 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     s->resumed = ar->resumed;
     s->params_ready = ar->resumed;
     s->params_are_master = ar->params_are_master;
+    s->params_shared = ar->params_shared;
+    s->rank = (p->field_mask & ZC_ATTACH_FIELD_RANK) ? p->rank : 0;
     snprintf(s->ignored_keys, sizeof(s->ignored_keys), "%s",
              ar->ignored_keys != NULL ? ar->ignored_keys : "");
     snprintf(s->replaced, sizeof(s->replaced), "%s", ar->replaced != NULL ? ar->replaced : "");

@@ -492,6 +492,43 @@ ZC_API void *zc_session_param_ptr(zc_session_t *session, uint32_t id)
            zs_layout_param_by_id(session->layout, id)->offset * session->dsize;
 }
 
+ZC_API int zc_session_params_shared(zc_session_t *session)
+{
+    return zc_session_check_attached(session, "params_shared") == ZC_OK && session->params_shared;
+}
+
+ZC_API int zc_session_init_param(zc_session_t *session, uint32_t id, const void *src)
+{
+    const zs_layout_param_t *p;
+    int status = zc_session_check_param(session, id, "init_param");
+
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (session->params_ready) {
+        return zc_fail(ZC_ERR_STATE, "init_param: the job already has its parameters");
+    }
+    if (src == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "init_param: src is NULL");
+    }
+    p = zs_layout_param_by_id(session->layout, id);
+    for (uint32_t b = p->bucket; b <= p->last_bucket; b++) {
+        const zs_layout_bucket_t *bk = &session->layout->buckets[b];
+        /* this rank's slice of bucket b, or the whole bucket */
+        uint64_t lo = session->params_shared ? bk->offset + session->rank * bk->slice : bk->offset;
+        uint64_t hi = session->params_shared ? lo + bk->slice : bk->offset + bk->padded;
+
+        lo = lo > p->offset ? lo : p->offset;
+        hi = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+        if (lo < hi) {
+            memcpy((uint8_t *)session->params.addr + lo * session->dsize,
+                   (const uint8_t *)src + (lo - p->offset) * session->dsize,
+                   (size_t)(hi - lo) * session->dsize);
+        }
+    }
+    return ZC_OK;
+}
+
 ZC_API uint64_t zc_session_param_numel(zc_session_t *session, uint32_t id)
 {
     if (zc_session_check_param(session, id, "param_numel") != ZC_OK) {

@@ -132,6 +132,20 @@ world3-ring) # the ring algorithm (between hosts) on one host
 world2-mixed) # one daemon without the direct path: both agree on the ring
     DFLAGS=("1:--direct-collectives false") ALGO="ring over UCX .*direct_collectives = false"
     run_world 2 --steps 10 --accum 2 ;;
+world3-shared) # one params region for the host's ranks: no all-gather copies
+    run_world 3 --steps 10 --accum 2 --own-slices
+    grep -q "params region shared" "$work/t0.out" || fail "rank 0's params region is not shared"
+    for i in 0 1 2; do
+        grep -q "params region: one for the job's 3 ranks" "$work/d$i.log" ||
+            fail "daemon $i did not take one params region"
+    done ;;
+world2-shared-bf16) # the same, where the master is a copy: each rank casts its own slices
+    run_world 2 --steps 10 --bf16 --own-slices
+    grep -q "params region shared" "$work/t1.out" || fail "rank 1's params region is not shared" ;;
+world2-shared-ring) # no direct path, so one region per rank, though the trainers allow it
+    DFLAGS=("*:--direct-collectives false") ALGO="ring over UCX .*direct_collectives = false"
+    run_world 2 --steps 10 --own-slices
+    ! grep -q "params region shared" "$work"/t*.out || fail "the ring shared a params region" ;;
 kill-daemon)
     world=3
     for ((i = 0; i < world; i++)); do start_daemon $i ""; done

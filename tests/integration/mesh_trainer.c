@@ -26,6 +26,7 @@ typedef struct opts {
     const char *die_at; /* "bucket": after the first BucketReady of step STEP went out;
                            "detach": after the final detach (socket still open) */
     int die_close;      /* --die-how close: close the session and exit 0, else SIGKILL */
+    int own_slices;     /* --own-slices: attach with own_slices_only, write with init_param */
     const char *model;
     zc_dtype_t dtype;
     double tol;
@@ -180,21 +181,45 @@ static int verify(const opts_t *o, const th_model_t *m, uint32_t world, zc_sessi
     return bad ? 3 : 0;
 }
 
+/* A fresh job's initial values: written in place, or (--own-slices) with init_param, which
+ * writes only this rank's slices when the daemons share one params region. */
+static int write_init(zc_session_t *s, const th_model_t *m, const opts_t *o)
+{
+    float *init = calloc(m->total, sizeof(float));
+    void *buf = calloc(m->total, sizeof(float));
+    uint64_t k = 0;
+    int st = ZC_OK;
+
+    if (init == NULL || buf == NULL) {
+        st = fail("init", ZC_ERR_NO_MEMORY);
+    }
+    if (st == ZC_OK) {
+        init_for(m, init);
+    }
+    for (uint32_t id = 0; id < m->n_params && st == ZC_OK; id++) {
+        void *p = o->own_slices ? buf : zc_session_param_ptr(s, id);
+        for (uint64_t i = 0; i < m->numel[id]; i++) {
+            th_store(o->dtype, p, i, init[k++]);
+        }
+        if (o->own_slices && (st = zc_session_init_param(s, id, buf)) != ZC_OK) {
+            st = fail("init_param", st);
+        }
+    }
+    free(buf);
+    free(init);
+    return st;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"steps", required_argument, NULL, 's'},
-                                       {"stage", required_argument, NULL, 'S'},
-                                       {"accum", required_argument, NULL, 'a'},
-                                       {"hang-at", required_argument, NULL, 'H'},
-                                       {"sleep-ms", required_argument, NULL, 'z'},
-                                       {"verify", no_argument, NULL, 'v'},
-                                       {"model", required_argument, NULL, 'm'},
-                                       {"bf16", no_argument, NULL, 'b'},
-                                       {"tol", required_argument, NULL, 't'},
-                                       {"keep", no_argument, NULL, 'k'},
-                                       {"die-at", required_argument, NULL, 'D'},
-                                       {"die-how", required_argument, NULL, 'W'},
-                                       {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {
+        {"steps", required_argument, NULL, 's'},    {"stage", required_argument, NULL, 'S'},
+        {"accum", required_argument, NULL, 'a'},    {"hang-at", required_argument, NULL, 'H'},
+        {"sleep-ms", required_argument, NULL, 'z'}, {"verify", no_argument, NULL, 'v'},
+        {"model", required_argument, NULL, 'm'},    {"bf16", no_argument, NULL, 'b'},
+        {"tol", required_argument, NULL, 't'},      {"keep", no_argument, NULL, 'k'},
+        {"die-at", required_argument, NULL, 'D'},   {"die-how", required_argument, NULL, 'W'},
+        {"own-slices", no_argument, NULL, 'O'},     {NULL, 0, NULL, 0}};
     opts_t o = {.steps = 10, .stage = 2, .accum = 1, .model = "mixed", .tol = 1e-6};
     const char *env;
     char coord[300] = "";
@@ -239,6 +264,9 @@ int main(int argc, char **argv)
             break;
         case 'k':
             o.keep = 1;
+            break;
+        case 'O':
+            o.own_slices = 1;
             break;
         case 'D': {
             static char point[16];
@@ -294,28 +322,22 @@ int main(int argc, char **argv)
     ap.n_groups = m.n_groups;
     ap.groups = groups;
     ap.config_json = config_json(&o);
+    if (o.own_slices) {
+        ap.field_mask |= ZC_ATTACH_FIELD_OWN_SLICES;
+        ap.own_slices_only = 1;
+    }
     if ((st = zc_session_attach(s, &ap, &info)) != ZC_OK) {
         st = fail("attach", st);
         goto out_close;
     }
-    printf("rank %d: attached at step %lu%s\n", rank_, (unsigned long)info.step,
-           info.resumed ? " (resumed)" : "");
+    printf("rank %d: attached at step %lu%s%s\n", rank_, (unsigned long)info.step,
+           info.resumed ? " (resumed)" : "",
+           zc_session_params_shared(s) ? " (params region shared)" : "");
     fflush(stdout);
     if (!info.resumed) {
-        float *init = calloc(m.total, sizeof(float));
-        uint64_t k = 0;
-        if (init == NULL) {
-            st = fail("init", ZC_ERR_NO_MEMORY);
+        if ((st = write_init(s, &m, &o)) != ZC_OK) {
             goto out_close;
         }
-        init_for(&m, init);
-        for (uint32_t id = 0; id < m.n_params; id++) {
-            void *p = zc_session_param_ptr(s, id);
-            for (uint64_t i = 0; i < m.numel[id]; i++) {
-                th_store(o.dtype, p, i, init[k++]);
-            }
-        }
-        free(init);
         if ((st = zc_session_params_ready(s)) != ZC_OK) {
             st = fail("params_ready", st);
             goto out_close;

@@ -458,3 +458,30 @@ Test(zerod_step, bf16_params_region_stays_writable)
     th_end(&ts);
     free(init);
 }
+
+/* zc_session_init_param at world 1 (no shared region): the whole parameter goes in, and once
+ * the parameters are the daemon's it is refused. */
+Test(zerod_step, init_param_writes_the_whole_parameter_until_ready)
+{
+    th_model_t m = model_two_groups();
+    th_session_t ts;
+    float *init = calloc(m.total, sizeof(float));
+    const float *p;
+    uint64_t k = 0;
+
+    cr_assert_not_null(init);
+    make_init(&m, init);
+    th_attach(&ts, "init_param", &m, ZC_DTYPE_F32, config_for(ZC_DTYPE_F32, 2, 1));
+    cr_assert_eq(zc_session_params_shared(ts.s), 0, "world 1 has no shared params region");
+    for (uint32_t id = 0; id < m.n_params; k += m.numel[id], id++) {
+        cr_assert_eq(zc_session_init_param(ts.s, id, init + k), ZC_OK, "%s", zc_last_error());
+        p = zc_session_param_ptr(ts.s, id);
+        cr_assert_eq(memcmp(p, init + k, m.numel[id] * sizeof(float)), 0, "parameter %u", id);
+    }
+    cr_assert_eq(zc_session_init_param(ts.s, m.n_params, init), ZC_ERR_INVALID);
+    cr_assert_eq(zc_session_params_ready(ts.s), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_session_init_param(ts.s, 0, init), ZC_ERR_STATE);
+    cr_assert(strstr(zc_last_error(), "init_param") != NULL, "%s", zc_last_error());
+    th_end(&ts);
+    free(init);
+}

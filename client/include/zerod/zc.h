@@ -139,6 +139,7 @@ enum {
     ZC_ATTACH_FIELD_CONFIG_JSON = 1u << 6,
     ZC_ATTACH_FIELD_PARAM_INFO = 1u << 7,
     ZC_ATTACH_FIELD_RESUME = 1u << 8, /* resume and restart */
+    ZC_ATTACH_FIELD_OWN_SLICES = 1u << 9,
 };
 
 /* What an attach does with a job the daemon keeps for a re-attach: one whose trainer went
@@ -169,6 +170,11 @@ typedef struct zc_attach_params {
     zc_resume_t resume;                /* default ZC_RESUME_IF_KEPT */
     int restart;                       /* 1: the launcher says this process is a restart
                                           (torchrun's TORCHELASTIC_RESTART_COUNT > 0) */
+    int own_slices_only;               /* 1: a fresh job's initial values are written with
+                                          zc_session_init_param(), which writes only this rank's
+                                          slices when the region is shared; the daemons of one
+                                          host may then give all its ranks one params region
+                                          (zc_session_params_shared) */
 } zc_attach_params_t;
 
 /* The coordinator of a world > 1 job ("host:port" of rank 0's daemon) from a launcher's
@@ -192,7 +198,8 @@ typedef struct zc_attach_info {
 } zc_attach_info_t;
 
 /* Attach the job, map the shared regions. A fresh job (info.resumed == 0) must then have its
- * initial values written at zc_session_param_ptr() and be confirmed with
+ * initial values written at zc_session_param_ptr() (or, with own_slices_only, through
+ * zc_session_init_param()) and be confirmed with
  * zc_session_params_ready(). With fp32 parameters the params region is the daemon's fp32
  * master itself (no second copy): from zc_session_params_ready() on (at once for a resumed
  * job) it is mapped read-only, and a write into it faults. */
@@ -216,6 +223,17 @@ ZC_API zc_dtype_t zc_session_grads_dtype(zc_session_t *session);
  * their last checkpoint instead: the params region holds its values, *step_p its step and
  * *loss_scale_p its scale (either may be NULL); 0 otherwise. */
 ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p);
+
+/* 1 when every rank of the job on this host maps this one params region (the attach asked for
+ * own_slices_only on every rank and the daemons read each other's memory): each daemon writes
+ * its rank's slices there, so no all-gather copies them; 0 otherwise. */
+ZC_API int zc_session_params_shared(zc_session_t *session);
+/* A fresh job, before zc_session_params_ready(): parameter `id`'s initial values (numel
+ * elements of the session dtype at src) into the params region; the whole parameter, or, when
+ * the region is shared, only its elements in this rank's slices (the other ranks write theirs,
+ * as an all-gather of each rank's own values would give). ZC_ERR_STATE once the parameters are
+ * there. */
+ZC_API int zc_session_init_param(zc_session_t *session, uint32_t id, const void *src);
 
 /* Parameter `id` (registration index, group-major) inside the params region. */
 ZC_API void *zc_session_param_ptr(zc_session_t *session, uint32_t id);

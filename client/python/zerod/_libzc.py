@@ -41,6 +41,7 @@ _ATTACH_FIELD_GROUPS = 1 << 5
 _ATTACH_FIELD_CONFIG_JSON = 1 << 6
 _ATTACH_FIELD_PARAM_INFO = 1 << 7
 _ATTACH_FIELD_RESUME = 1 << 8
+_ATTACH_FIELD_OWN_SLICES = 1 << 9
 
 # zc_resume_t: what an attach does with a job the daemon keeps for a re-attach
 RESUME = {"if_kept": 0, "auto": 1, "never": 2, "must": 3}
@@ -134,6 +135,7 @@ class _AttachParams(ctypes.Structure):
         ("param_info", ctypes.POINTER(_ParamInfo)),
         ("resume", ctypes.c_int),
         ("restart", ctypes.c_int),
+        ("own_slices_only", ctypes.c_int),
     ]
 
 
@@ -247,6 +249,8 @@ def _bind(lib):
        [vp, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_double)])
     fn("zc_session_param_ptr", vp, [vp, c_u32])
     fn("zc_session_param_numel", c_u64, [vp, c_u32])
+    fn("zc_session_params_shared", ctypes.c_int, [vp])
+    fn("zc_session_init_param", ctypes.c_int, [vp, c_u32, vp])
     fn("zc_session_dtype", ctypes.c_int, [vp])
     fn("zc_dtype_size", ctypes.c_size_t, [ctypes.c_int])
     fn("zc_session_bucket_info", ctypes.c_int, [vp, c_u32, ctypes.POINTER(_BucketInfo)])
@@ -350,13 +354,15 @@ class Session:
     # ---- attach -------------------------------------------------------------------------
 
     def attach(self, job_id, groups, config_json="{}", dtype=DTYPE_F32, rank=0, world=1,
-               coordinator=None, resume=None, restart=False):
+               coordinator=None, resume=None, restart=False, own_slices_only=False):
         """groups: list of (numels, options_json or None[, names, shapes]): names and shapes
         (lists, one per parameter) go into checkpoints. resume: None (the daemon re-attaches a
         job it keeps whenever it fits), or "auto", "never", "must" (zc_resume_t); restart: the
-        launcher says this process is a restart. Returns the attach info as a dict (keys of
-        zc_attach_info_t, and "replaced": the kept job this attach replaced, or "") and fills
-        self.buckets with the layout."""
+        launcher says this process is a restart; own_slices_only: a fresh job's values will be
+        written with init_param (which then writes only this rank's slices if the daemons give
+        the host's ranks one params region). Returns the attach info as a dict (keys of
+        zc_attach_info_t, "replaced": the kept job this attach replaced, or "", and
+        "params_shared") and fills self.buckets with the layout."""
         lib = self._lib
         keep = []  # keep the ctypes arrays alive during the call
         garr = (_Group * len(groups))()
@@ -392,6 +398,9 @@ class Session:
             ap.field_mask |= _ATTACH_FIELD_RESUME
             ap.resume = RESUME[resume]
             ap.restart = 1 if restart else 0
+        if own_slices_only:
+            ap.field_mask |= _ATTACH_FIELD_OWN_SLICES
+            ap.own_slices_only = 1
         if any(name or shape for name, shape in infos):
             pi = (_ParamInfo * len(infos))()
             for i, (name, shape) in enumerate(infos):
@@ -414,6 +423,7 @@ class Session:
         ign = lib.zc_session_ignored_keys(self._h)
         self.info["ignored_keys"] = ign.decode() if ign else ""
         self.info["grads_dtype"] = lib.zc_session_grads_dtype(self._h)
+        self.info["params_shared"] = bool(lib.zc_session_params_shared(self._h))
         tb, mb = c_u32(0), c_u32(0)
         _check(lib, lib.zc_session_batch(self._h, ctypes.byref(tb), ctypes.byref(mb)), "batch")
         self.info["train_batch_size"] = tb.value
@@ -430,6 +440,12 @@ class Session:
             self.buckets.append({"group": bi.group, "n_params": bi.n_params,
                                  "numel": bi.numel, "padded": bi.padded, "pieces": pieces})
         return dict(self.info)
+
+    def init_param(self, pid, ptr):
+        """A fresh job's initial values of parameter pid (param_numel elements of the session
+        dtype at address ptr) into the params region: only this rank's slices when the region
+        is shared (info["params_shared"])."""
+        _check(self._lib, self._lib.zc_session_init_param(self._h, pid, ptr), "init_param")
 
     def params_ready(self):
         """Returns None, or (step, loss_scale) when the daemons resumed the job from their

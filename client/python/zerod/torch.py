@@ -370,7 +370,7 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             try:
                 sess.attach(env["job"], zc_groups, config_json, zdtype, env["rank"], env["world"],
                             env["coordinator"], resume=resume,
-                            restart=env.get("restart", False))
+                            restart=env.get("restart", False), own_slices_only=True)
                 return sess
             except ZerodError as e:
                 sess.close()
@@ -386,6 +386,8 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         """Every parameter becomes a view of its place in the params region."""
         s = self._sess
         fresh = not self.resumed
+        # one params region for the host's ranks: each writes only its own slices
+        own_only = fresh and s.info.get("params_shared", False)
         with torch.no_grad():
             for pid, p in enumerate(self._params):
                 n = s.param_numel(pid)
@@ -394,7 +396,10 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
                                      "parameter %d has %d elements, the layout %d"
                                      % (pid, p.numel(), n))
                 view = _tensor_at(s.param_ptr(pid), n, self.dtype).view(p.shape)
-                if fresh:
+                if own_only:
+                    src = p.data.detach().to(device="cpu", dtype=self.dtype).contiguous()
+                    s.init_param(pid, src.data_ptr())
+                elif fresh:
                     view.copy_(p.data)
                 p.data = view
         if fresh:

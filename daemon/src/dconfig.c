@@ -56,7 +56,8 @@ static const zs_config_row_t zd_config_rows[] = {
      offsetof(zd_config_t, heartbeat_timeout_ns), &zs_config_duration, &zd_hb_timeout_range, 0},
     {"direct_collectives", "true",
      "co-located daemons reduce-scatter and all-gather by reading each other's shared regions in "
-     "place; false: always the UCX ring",
+     "place, and share one params region when the trainers allow it; false: always the UCX "
+     "ring, one params region per rank",
      offsetof(zd_config_t, direct_collectives), &zs_config_bool, NULL, 0},
     {"token_file", "", "file (mode 0600) holding the shared job token for mesh authentication",
      offsetof(zd_config_t, token_file), &zs_config_string, NULL, 0},

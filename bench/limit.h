@@ -52,6 +52,14 @@ typedef enum zb_copy {
 float zb_formula_avx512(size_t n, zb_copy_t copy);
 float zb_formula_avx2(size_t n, zb_copy_t copy);
 
+/* The rounding floor of the cast to 16 bits: n fp32 elements rounded to nearest-even into
+ * their 16-bit copy (BF16F, or the AVX512_BF16 instruction where the CPU has it; F16F), with
+ * the kernels' NaN test once per two vectors, over ZB_L1_N elements kept in L1. The streaming
+ * limit's own cast truncates (its values are arbitrary bits); with its data in cache no exact
+ * cast can go faster than this, so its limit is the lower of this and the streaming limit. */
+float zb_round_avx512(size_t n, zb_copy_t copy);
+float zb_round_avx2(size_t n, zb_copy_t copy);
+
 /* The order floor of the sum of squares (zk/kernels.h): each of its 16 lanes adds its
  * squares one after another, so n elements cost n / 16 dependent double additions per lane,
  * whatever the vector width (VL / 2 lanes per vector, 32 / VL chains); in registers, no

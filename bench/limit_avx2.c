@@ -26,6 +26,21 @@ static inline __m128i zb_bf16(__m256 x)
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(s, 0x08));
 }
 
+/* 16 fp32 -> bf16 RNE in one vector: the two halves' rounded high words packed and put in
+ * order, as the AVX2 kernel's cast does (kernels/src/k_avx2.c, zk256_bf16x16) */
+static inline __m256i zb_bf16x2(__m256 x0, __m256 x1)
+{
+    __m256i c = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    __m256i u0 = _mm256_castps_si256(x0), u1 = _mm256_castps_si256(x1);
+    __m256i r0 =
+        _mm256_add_epi32(u0, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 16), one), c));
+    __m256i r1 =
+        _mm256_add_epi32(u1, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 16), one), c));
+
+    return _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(_mm256_srli_epi32(r0, 16), _mm256_srli_epi32(r1, 16)), 0xd8);
+}
+
 #define VL         8
 #define V4         __m256i
 #define V2         __m128i
@@ -62,5 +77,15 @@ static inline __m128i zb_bf16(__m256 x)
 #define FMAD(x, a)    _mm256_fmadd_pd(x, x, a)
 #define FIRSTD(x)     _mm256_cvtsd_f64(x)
 #define FN_CHAIN      zb_chain_avx2
+#define FN_ROUND      zb_round_avx2
+#define ROUND2(p, x0, x1, copy)                                                                    \
+    do {                                                                                           \
+        if ((copy) == ZB_COPY_F16) {                                                               \
+            ST2(p, F16F(x0));                                                                      \
+            ST2((p) + VL, F16F(x1));                                                               \
+        } else {                                                                                   \
+            ST4(p, zb_bf16x2(x0, x1));                                                             \
+        }                                                                                          \
+    } while (0)
 
 #include "limit_body.h"

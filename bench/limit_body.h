@@ -1,6 +1,8 @@
 /* Included by limit_avx512.c and limit_avx2.c with the vector macros defined:
  * V4/V2 (vectors of VL 32-bit / 16-bit lanes), LD4/LD2, ST4/ST2 (regular), NT4/NT2
  * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name);
+ * ROUND2 (two VF rounded to 16 bits and stored, the cheapest exact way) and FN_ROUND for the
+ * cast's rounding floor;
  * VF (VL floats), SETF, SQRTF, LDF, STF, CANONF and FN_FORMULA for Adam's floor; VD (VL / 2
  * doubles), SETD, FMAD (x * x + a), FIRSTD and FN_CHAIN for the sum of squares' order floor. */
 
@@ -239,6 +241,44 @@ float FN_FORMULA(size_t n, zb_copy_t copy)
         }
     }
     return p[n % ZB_L1_N] + (float)h[n % ZB_L1_N];
+}
+
+static inline __attribute__((always_inline)) void zb_round_pass(const float *p, uint16_t *h,
+                                                                zb_copy_t copy)
+{
+    for (size_t i = 0; i < ZB_L1_N; i += 2 * VL) {
+        VF x0 = LDF(p + i), x1 = LDF(p + i + VL);
+        if (__builtin_expect(ANYNANF(x0, x1), 0)) {
+            x0 = CANONF(x0);
+            x1 = CANONF(x1);
+        }
+        ROUND2(h + i, x0, x1, copy);
+    }
+}
+
+float FN_ROUND(size_t n, zb_copy_t copy)
+{
+    float p[ZB_L1_N] __attribute__((aligned(64)));
+    uint16_t h[ZB_L1_N] __attribute__((aligned(64))) = {0};
+    unsigned sum = 0;
+
+    for (size_t i = 0; i < ZB_L1_N; i++) {
+        p[i] = 0.5f + 1e-4f * (float)i;
+    }
+    for (size_t done = 0; done < n; done += ZB_L1_N) {
+        if (copy == ZB_COPY_F16) {
+            zb_round_pass(p, h, ZB_COPY_F16);
+        } else if (BF16_HW) {
+            zb_round_pass(p, h, ZB_COPY_BF16_HW);
+        } else {
+            zb_round_pass(p, h, ZB_COPY_BF16);
+        }
+        /* every pass reads p and writes h again: the same values, but the compiler may not
+         * keep one pass for all */
+        __asm__ __volatile__("" : : "r"(p), "r"(h) : "memory");
+        sum += h[done % ZB_L1_N];
+    }
+    return (float)sum;
 }
 
 double FN_CHAIN(size_t n)

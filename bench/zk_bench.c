@@ -3,7 +3,8 @@
  * far beyond them, and its ratio to a memory limit measured in the same process, at the same
  * size and thread count, by a streaming kernel with the same read and written streams
  * (bench/limit.h), or, where lower, the kernel's arithmetic floor with its data in L1 (Adam:
- * its exact formula; the sum of squares: its fixed order). Prints each variant's plan
+ * its exact formula; the sum of squares: its fixed order; the cast to 16 bits: its rounding to
+ * nearest-even, where the streaming limit's cast truncates). Prints each variant's plan
  * (zk_store_plan_variant: regular or non-temporal stores and the prefetch distance, as
  * measured) and what each call used; last, per kernel, the lowest ratio of the default variant
  * over the sizes against the target (0.9). adam_step runs
@@ -512,7 +513,8 @@ static volatile float zb_sink;
 typedef struct zb_floor_job {
     int variant;
     int chain;      /* the sum of squares' order floor, not Adam's formula */
-    zb_copy_t copy; /* Adam's 16-bit copy of the master */
+    int round;      /* the cast's rounding floor, not Adam's formula */
+    zb_copy_t copy; /* Adam's 16-bit copy of the master; the cast's 16-bit type */
 } zb_floor_job_t;
 
 static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
@@ -525,16 +527,23 @@ static void zb_floor_chunk(void *arg, unsigned worker, size_t b, size_t e)
                                                           : zb_chain_avx2(e - b));
         return;
     }
+    if (j->round) {
+        zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_round_avx512(e - b, j->copy)
+                                                  : zb_round_avx2(e - b, j->copy);
+        return;
+    }
     zb_sink = j->variant == ZK_VARIANT_AVX512 ? zb_formula_avx512(e - b, j->copy)
                                               : zb_formula_avx2(e - b, j->copy);
 }
 
-/* Best time of Adam's formula floor (or, for the sum of squares, the order floor; limit.h)
- * for c->n elements at variant v's width, on the same threads as the kernel. */
+/* Best time of Adam's formula floor (or, for the sum of squares, the order floor; for the
+ * cast, the rounding floor; limit.h) for c->n elements at variant v's width, on the same
+ * threads as the kernel. */
 static double zb_floor_time(const zb_ctx_t *c, int v)
 {
     zb_floor_job_t j = {.variant = v,
                         .chain = c->kernel == ZB_K_SUMSQ,
+                        .round = c->kernel == ZB_K_CAST,
                         .copy = c->o->dtype == ZS_DTYPE_BF16  ? ZB_COPY_BF16
                                 : c->o->dtype == ZS_DTYPE_F16 ? ZB_COPY_F16
                                                               : ZB_COPY_NONE};
@@ -549,6 +558,14 @@ static double zb_floor_time(const zb_ctx_t *c, int v)
         }
     }
     return best;
+}
+
+/* Kernels whose arithmetic has a floor of its own: Adam, the sum of squares, and the cast to
+ * 16 bits (fp32 params cast nothing). */
+static int zb_has_floor(const zb_ctx_t *c)
+{
+    return c->kernel == ZB_K_ADAM || c->kernel == ZB_K_SUMSQ ||
+           (c->kernel == ZB_K_CAST && c->o->dtype != ZS_DTYPE_F32);
 }
 
 /* The limit options at c->n: both stores, and the prefetch distances where the plan is
@@ -619,7 +636,7 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
                 }
                 c->ex.variant = v;
                 t[v] = fmin(t[v], zb_time(c, 0));
-                if ((c->kernel == ZB_K_ADAM || c->kernel == ZB_K_SUMSQ) && v != ZK_VARIANT_SCALAR) {
+                if (zb_has_floor(c) && v != ZK_VARIANT_SCALAR) {
                     floor_t[v] = fmin(floor_t[v], zb_floor_time(c, v));
                 }
             }
@@ -636,7 +653,9 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
         /* the arithmetic's own floor, in L1 (Adam, the sum of squares) */
         if (isfinite(floor_t[v]) && bytes / floor_t[v] / 1e9 < lim_gbps) {
             lim_gbps = bytes / floor_t[v] / 1e9;
-            bound = c->kernel == ZB_K_ADAM ? "formula" : "order";
+            bound = c->kernel == ZB_K_ADAM   ? "formula"
+                    : c->kernel == ZB_K_CAST ? "rounding"
+                                             : "order";
         }
         c->ex.variant = v;
         ratio = bytes / t[v] / 1e9 / lim_gbps;

@@ -103,13 +103,13 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * nt_from[family] use non-temporal stores where nt[family] (that is nt_min_bytes, the size
  * measured, or twice ZK_STORES_PLAN_MIN_BYTES, or that size, where they also won at those sizes);
  * calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
- * (ZK_PREFETCH_MIN_BYTES, or ZK_STORES_PLAN_MIN_BYTES where the distance chosen lost at the smaller
- * size, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too. Where non-temporal stores
- * lost at the size measured, they may still win from ZK_PREFETCH_MIN_BYTES to
- * ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to. Non-temporal stores are
- * chosen only when their best is at least 3 % faster than the best of regular ones; the fastest
- * prefetch distance is kept, none only where it is 3 % faster than that distance (kinds and
- * distances alternated over five rounds). */
+ * (ZK_PREFETCH_MIN_BYTES, or half ZK_STORES_PLAN_MIN_BYTES, or that size, where the distance
+ * chosen lost at the smaller sizes, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too.
+ * Where non-temporal stores lost at the size measured, they may still win from
+ * ZK_PREFETCH_MIN_BYTES to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to.
+ * Non-temporal stores are chosen only when their best is at least 3 % faster than the best of
+ * regular ones; the fastest prefetch distance is kept, none only where it is 3 % faster than that
+ * distance (kinds and distances alternated over five rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];

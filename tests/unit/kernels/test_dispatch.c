@@ -260,6 +260,7 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
             continue;
         }
         cr_assert(plan->pf_from[f] == ZK_PREFETCH_MIN_BYTES ||
+                      plan->pf_from[f] == ZK_STORES_PLAN_MIN_BYTES / 2 ||
                       plan->pf_from[f] == ZK_STORES_PLAN_MIN_BYTES,
                   "%s", plan->how);
         for (int i = 0; i < 4; i++) { /* non-temporal calls take that row's distance */

@@ -13,16 +13,22 @@ static inline __m128i zb_narrow(__m256i x)
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(s, 0x08));
 }
 
-/* fp32 -> bf16 RNE of a canonical result (no NaN but ZK_NAN_BITS, which rounds to 0x7fc0):
- * the AVX2 kernel's conversion (kernels/src/k_avx2.c, zk256_bf16). */
-static inline __m128i zb_bf16(__m256 x)
+/* fp32 -> bf16 RNE of a canonical result (no NaN but ZK_NAN_BITS, which rounds to 0x7fc0) in
+ * the high half of each lane: the AVX2 kernel's conversion (kernels/src/k_avx2.c, zk256_bf16). */
+static inline __m256i zb_bf16_rne(__m256 x)
 {
     __m256i u = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-    __m256i s = _mm256_shuffle_epi8(r, _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1,
-                                                        -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                        -1, -1, -1, -1, -1, -1, -1, -1));
+
+    return _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+static inline __m128i zb_bf16(__m256 x)
+{
+    __m256i s = _mm256_shuffle_epi8(zb_bf16_rne(x),
+                                    _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1,
+                                                     -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1,
+                                                     -1, -1, -1, -1, -1, -1));
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(s, 0x08));
 }
 
@@ -30,15 +36,9 @@ static inline __m128i zb_bf16(__m256 x)
  * order, as the AVX2 kernel's cast does (kernels/src/k_avx2.c, zk256_bf16x16) */
 static inline __m256i zb_bf16x2(__m256 x0, __m256 x1)
 {
-    __m256i c = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    __m256i u0 = _mm256_castps_si256(x0), u1 = _mm256_castps_si256(x1);
-    __m256i r0 =
-        _mm256_add_epi32(u0, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 16), one), c));
-    __m256i r1 =
-        _mm256_add_epi32(u1, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 16), one), c));
-
-    return _mm256_permute4x64_epi64(
-        _mm256_packus_epi32(_mm256_srli_epi32(r0, 16), _mm256_srli_epi32(r1, 16)), 0xd8);
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(zb_bf16_rne(x0), 16),
+                                                        _mm256_srli_epi32(zb_bf16_rne(x1), 16)),
+                                    0xd8);
 }
 
 #define VL         8
@@ -66,26 +66,18 @@ static inline __m256i zb_bf16x2(__m256 x0, __m256 x1)
     _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)ZK_NAN_BITS)),                  \
                      _mm256_cmp_ps(x, x, _CMP_UNORD_Q))
 /* whether a lane of x or y is NaN (the kernels' test before they make NaN canonical) */
-#define ANYNANF(x, y) (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q)) != 0)
-#define BF16F(x)      zb_bf16(x)
-#define BF16HWF(x)    zb_bf16(x)
-#define BF16_HW       0
-#define F16F(x)       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
-#define FN_FORMULA    zb_formula_avx2
-#define VD            __m256d
-#define SETD(x)       _mm256_set1_pd(x)
-#define FMAD(x, a)    _mm256_fmadd_pd(x, x, a)
-#define FIRSTD(x)     _mm256_cvtsd_f64(x)
-#define FN_CHAIN      zb_chain_avx2
-#define FN_ROUND      zb_round_avx2
-#define ROUND2(p, x0, x1, copy)                                                                    \
-    do {                                                                                           \
-        if ((copy) == ZB_COPY_F16) {                                                               \
-            ST2(p, F16F(x0));                                                                      \
-            ST2((p) + VL, F16F(x1));                                                               \
-        } else {                                                                                   \
-            ST4(p, zb_bf16x2(x0, x1));                                                             \
-        }                                                                                          \
-    } while (0)
+#define ANYNANF(x, y)        (_mm256_movemask_ps(_mm256_cmp_ps(x, y, _CMP_UNORD_Q)) != 0)
+#define BF16F(x)             zb_bf16(x)
+#define BF16HWF(x)           zb_bf16(x)
+#define BF16_HW              0
+#define F16F(x)              _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)
+#define FN_FORMULA           zb_formula_avx2
+#define VD                   __m256d
+#define SETD(x)              _mm256_set1_pd(x)
+#define FMAD(x, a)           _mm256_fmadd_pd(x, x, a)
+#define FIRSTD(x)            _mm256_cvtsd_f64(x)
+#define FN_CHAIN             zb_chain_avx2
+#define FN_ROUND             zb_round_avx2
+#define ST_BF16X2(p, x0, x1) ST4(p, zb_bf16x2(x0, x1))
 
 #include "limit_body.h"

@@ -72,18 +72,10 @@ static inline __m256i zb_bf16_hw(__m512 x)
 #define FIRSTD(x)     _mm512_cvtsd_f64(x)
 #define FN_CHAIN      zb_chain_avx512
 #define FN_ROUND      zb_round_avx512
-#define ROUND2(p, x0, x1, copy)                                                                    \
+#define ST_BF16X2(p, x0, x1)                                                                       \
     do {                                                                                           \
-        if ((copy) == ZB_COPY_F16) {                                                               \
-            ST2(p, F16F(x0));                                                                      \
-            ST2((p) + VL, F16F(x1));                                                               \
-        } else if ((copy) == ZB_COPY_BF16_HW) {                                                    \
-            ST2(p, BF16HWF(x0));                                                                   \
-            ST2((p) + VL, BF16HWF(x1));                                                            \
-        } else {                                                                                   \
-            ST2(p, BF16F(x0));                                                                     \
-            ST2((p) + VL, BF16F(x1));                                                              \
-        }                                                                                          \
+        ST2(p, BF16F(x0));                                                                         \
+        ST2((p) + VL, BF16F(x1));                                                                  \
     } while (0)
 
 #include "limit_body.h"

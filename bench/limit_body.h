@@ -1,8 +1,8 @@
 /* Included by limit_avx512.c and limit_avx2.c with the vector macros defined:
  * V4/V2 (vectors of VL 32-bit / 16-bit lanes), LD4/LD2, ST4/ST2 (regular), NT4/NT2
  * (non-temporal), OR4, AND4, SET4, NARROW (V4 -> V2), WIDEN (V2 -> V4), FN (function name);
- * ROUND2 (two VF rounded to 16 bits and stored, the cheapest exact way) and FN_ROUND for the
- * cast's rounding floor;
+ * ST_BF16X2 (two VF rounded to bf16 and stored, the cheapest exact way of the width) and
+ * FN_ROUND for the cast's rounding floor;
  * VF (VL floats), SETF, SQRTF, LDF, STF, CANONF and FN_FORMULA for Adam's floor; VD (VL / 2
  * doubles), SETD, FMAD (x * x + a), FIRSTD and FN_CHAIN for the sum of squares' order floor. */
 
@@ -252,7 +252,15 @@ static inline __attribute__((always_inline)) void zb_round_pass(const float *p, 
             x0 = CANONF(x0);
             x1 = CANONF(x1);
         }
-        ROUND2(h + i, x0, x1, copy);
+        if (copy == ZB_COPY_F16) {
+            ST2(h + i, F16F(x0));
+            ST2(h + i + VL, F16F(x1));
+        } else if (copy == ZB_COPY_BF16_HW) {
+            ST2(h + i, BF16HWF(x0));
+            ST2(h + i + VL, BF16HWF(x1));
+        } else {
+            ST_BF16X2(h + i, x0, x1);
+        }
     }
 }
 

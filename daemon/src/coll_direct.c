@@ -258,7 +258,7 @@ static bool zd_offer_adopt(zd_coll_ucx_t *c, zd_offer_t *o)
 }
 
 /* Every rank's verdict on the direct path and on one params region, agreed (MAX of failures);
- * sets c->direct, coll->algo and sp. */
+ * sets c->direct, coll->algo and sp (which takes o->adopt; the caller unmaps what is left). */
 static zs_status_t zd_share_agree(zd_coll_ucx_t *c, zd_offer_t *o, bool ok, zd_share_params_t *sp,
                                   char *err, size_t errlen)
 {
@@ -286,7 +286,6 @@ static zs_status_t zd_share_agree(zd_coll_ucx_t *c, zd_offer_t *o, bool ok, zd_s
         zs_info(ZS_SUB_MESH, "params region: one per rank (%.200s)",
                 o->adopt_why[0] != '\0' ? o->adopt_why : "another rank cannot share it");
     }
-    zs_region_cleanup(&o->adopt);
     return st;
 }
 

@@ -81,7 +81,9 @@ static zs_status_t zd_step_gather_bucket(zd_job_t *job, uint32_t b, uint16_t fla
 }
 
 /* One params region for every rank: each slice is in place once every rank wrote its own, so
- * the all-gather is a barrier (an all-reduce of nothing), one span of the job's trace. */
+ * the all-gather is a barrier, one span of the job's trace. An all-reduce of nothing over the
+ * collectives' own path (their progress and deadline, as the norm's), not the mesh's control
+ * barrier, which spins on sched_yield for 2 ms while the trainers want the cores. */
 static zs_status_t zd_step_gather_shared(zd_job_t *job, uint16_t flags, char *err, size_t errlen)
 {
     static const zd_reduce_op_t max_op = ZD_REDUCE_MAX;
@@ -417,15 +419,9 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
     const zs_layout_t *l = job->layout;
 
     job->params_stale = true;
-    if (job->params_shared) {
-        zs_status_t st = zd_step_gather_shared(job, 0, err, errlen);
-        if (st != ZS_OK) {
-            return st;
-        }
-        zd_step_test_pause(job, "allgather", job->step);
-    }
-    for (uint32_t b = 0; b < l->n_buckets && !job->params_shared; b++) {
-        zs_status_t st = zd_step_gather_bucket(job, b, 0, err, errlen);
+    for (uint32_t b = 0; b < (job->params_shared ? 1 : l->n_buckets); b++) {
+        zs_status_t st = job->params_shared ? zd_step_gather_shared(job, 0, err, errlen)
+                                            : zd_step_gather_bucket(job, b, 0, err, errlen);
         if (st != ZS_OK) {
             return st;
         }

@@ -53,22 +53,24 @@ unsigned zk_prefetch_choice(int i)
     return i >= 0 && i < ZK_PREFETCH_CHOICES ? zk_pf_choices[i] : 0;
 }
 
-/* The last-level cache in bytes (sysconf, then sysfs), or 32 MiB when neither says. */
-static size_t zk_llc_bytes(void)
+/* Streams each family's kernel reads or writes, in 4-byte elements at most: Adam's master, m,
+ * v and accumulator and its 16-bit params; the reduce's two sources and its output; every
+ * other family's source and destination (the sum of squares: its two super-blocks). */
+static const unsigned zk_family_streams[ZK_STORE_FAMILIES] = {5, 2, 3, 2, 2, 2, 2};
+
+/* A cache's size in bytes: sysconf's figure where it gives one, else sysfs index `idx` of
+ * cpu0, else `dflt`. */
+static size_t zk_cache_bytes(long sc, int idx, size_t dflt)
 {
-    long s = -1;
+    char path[64];
+    long s = sc;
     FILE *f;
 
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    s = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (s <= 0) {
-        s = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    }
-#endif
     if (s > 0) {
         return (size_t)s;
     }
-    f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
+    f = fopen(path, "r");
     if (f != NULL) {
         char unit = 'K';
         if (fscanf(f, "%ld%c", &s, &unit) >= 1 && s > 0) {
@@ -76,7 +78,52 @@ static size_t zk_llc_bytes(void)
         }
         fclose(f);
     }
-    return s > 0 ? (size_t)s : 32 * ZK_MIB;
+    return s > 0 ? (size_t)s : dflt;
+}
+
+/* The L1 data cache in bytes, or 32 KiB when nothing says. */
+static size_t zk_l1d_bytes(void)
+{
+    long s = -1;
+
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+    return zk_cache_bytes(s, 0, 32 << 10);
+}
+
+/* The longest prefetch distance family f may take with an L1 of `l1` bytes: its streams'
+ * lines from each one in use to the one prefetched must fit in half of it, or they evict each
+ * other before use. On the AMD EPYC VM (48 KiB of L1) Adam's distances tied beyond the caches
+ * (55.8/55.7/56.5 GB/s at 256 MiB) and the plan kept 2048 ahead; on data of 4-18 MiB, in the
+ * last-level cache, that distance ran Adam at 4.1 Gelem/s where 1024, 512 and none ran at
+ * 5.0-5.3 (its five streams sit at the same offsets of their pages and so share L1 sets). The
+ * sum of squares, one or two streams, gains from 2048 there (56.1 against 47.7 GB/s at 64 MiB
+ * with one super-block at a time). The shortest distance is always allowed. */
+unsigned zk_plan_pf_max(zk_store_family_t f, size_t l1)
+{
+    unsigned max = zk_pf_choices[1];
+
+    for (int i = 2; i < ZK_PREFETCH_CHOICES && (unsigned)f < ZK_STORE_FAMILIES; i++) {
+        if ((size_t)zk_pf_choices[i] * 4 * zk_family_streams[f] <= l1 / 2) {
+            max = zk_pf_choices[i];
+        }
+    }
+    return max;
+}
+
+/* The last-level cache in bytes (sysconf, then sysfs), or 32 MiB when neither says. */
+static size_t zk_llc_bytes(void)
+{
+    long s = -1;
+
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    s = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (s <= 0) {
+        s = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    }
+#endif
+    return zk_cache_bytes(s, 3, 32 * ZK_MIB);
 }
 
 static double zk_seconds(void)
@@ -208,6 +255,28 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
     }
 }
 
+static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                         zk_scratch_t *b, size_t bytes, const zk_st_t st[2], double g[2]);
+
+/* Where no prefetch won at the size measured, none against the fastest distance (index
+ * `fastest`) again at twice ZK_PLAN_MIN_BYTES, alternated: the distance is kept unless none is
+ * 3 % faster there too. Between the last-level cache and the size measured a prefetch can
+ * still gain: with AVX2 on the AMD EPYC VM none won the accumulate at 256 MiB (72.1 against
+ * 69.4 GB/s), and its calls at 16 Mi elements then ran at 0.87 of the limit, where 2048 ahead
+ * gave 0.99. */
+static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                             zk_scratch_t *b, int kind, int fastest)
+{
+    const zk_st_t st[2] = {{kind, 0}, {kind, zk_pf_choices[fastest]}};
+    double g[2];
+
+    zk_plan_pair(plan, ops, f, b, 2 * ZK_PLAN_MIN_BYTES, st, g);
+    if (g[1] > 0 && !(g[0] > ZK_PLAN_MARGIN * g[1])) {
+        plan->prefetch[f][kind] = zk_pf_choices[fastest];
+        zk_plan_printf(plan, " -> %u,", zk_pf_choices[fastest]);
+    }
+}
+
 /* The best prefetch distance of a family with each of its `kinds` of stores (1 or 2), timed
  * on the whole scratch (a quarter of it, 64 MiB, was tried: on a VM that reports a 300 MiB L3
  * it ran twice as fast as the whole and hid the prefetch's gain, so Adam ran without one at
@@ -215,18 +284,12 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
  * each (beyond the caches a call needs no warm-up), so that a drift of the machine moves them
  * all alike (timed one kind after the other over three rounds, the AVX-512 sum of squares on
  * an AMD EPYC VM chose two super-blocks at once in two processes out of five, where one at a
- * time reads 10 % faster; the VM's speed moves by more than that). The fastest distance is
- * kept, and none only where it is 3 % faster than that: a prefetch costs a few instructions
- * per cache line where it does not help, and where it does (Adam, accumulate, the sum of
- * squares) it gains 20-30 %, a gain this machine's noise can hide in one measurement (a
- * margin the other way threw it away in one run out of three; with none chosen on a tie, the
- * AVX-512 accumulate, timed while another process streamed, ran at 0.84 of the limit).
- * Among distances within 3 % of the fastest the shortest wins: beyond the caches they tie,
- * but the same distance serves calls whose data sits in the last-level cache, and there a
- * long one costs. On the AMD EPYC VM the three distances read 55.8/55.7/56.5 GB/s for Adam at
- * 256 MiB; 2048 elements ahead then ran Adam at 4.1 Gelem/s from 4 to 18 MiB, where 512 and
- * none ran at 5.0-5.3 (the prefetched lines of its five streams share L1 sets and evict each
- * other), and the plan's probe at 4 MiB then turned prefetching off below 32 MiB. */
+ * time reads 10 % faster; the VM's speed moves by more than that). The fastest distance up to
+ * zk_plan_pf_max's is kept, and none only where it is 3 % faster than that: a prefetch costs a few
+ * instructions per cache line where it does not help, and where it does (Adam, accumulate, the sum
+ * of squares) it gains 20-30 %, a gain this machine's noise can hide in one measurement (a margin
+ * the other way threw it away in one run out of three; with none chosen on a tie, the AVX-512
+ * accumulate, timed while another process streamed, ran at 0.84 of the limit). */
 static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                              zk_scratch_t *b, int kinds)
 {
@@ -245,21 +308,21 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     }
     for (int k = 0; k < kinds; k++) {
         const double *g = plan->pf_gbps[f][k];
-        int best = 1;
+        int best = 1, fastest;
 
-        for (int i = 2; i < ZK_PREFETCH_CHOICES; i++) {
+        for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
             best = g[i] > g[best] ? i : best;
         }
-        for (int i = 1; i < best; i++) { /* the shortest that ties with the fastest */
-            if (ZK_PLAN_MARGIN * g[i] >= g[best]) {
-                best = i;
-                break;
-            }
-        }
+        fastest = best;
         best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
         plan->prefetch[f][k] = zk_pf_choices[best];
-        zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u,",
-                       k == 0 ? "regular" : "nt", g[0], g[1], g[2], g[3], zk_pf_choices[best]);
+        zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u%s,",
+                       k == 0 ? "regular" : "nt", g[0], g[1], g[2], g[3], zk_pf_choices[best],
+                       plan->pf_max[f] < zk_pf_choices[ZK_PREFETCH_CHOICES - 1] ? " (L1 caps it)"
+                                                                                : "");
+        if (best == 0) {
+            zk_plan_pf_again(plan, ops, f, b, k, fastest);
+        }
     }
 }
 
@@ -482,6 +545,7 @@ static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
     plan->variant = (int)v;
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) { /* until a choice says otherwise */
         plan->nt_from[f] = plan->nt_to[f] = plan->pf_from[f] = SIZE_MAX;
+        plan->pf_max[f] = zk_plan_pf_max((zk_store_family_t)f, zk_l1d_bytes());
     }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {
         return;

@@ -93,6 +93,9 @@ typedef enum zk_store_family {
 /* The software prefetch distances a plan tries, in elements ahead of each read stream. */
 #define ZK_PREFETCH_CHOICES 4
 unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
+/* The longest of them family f may take with an L1 data cache of `l1` bytes: the lines its
+ * streams prefetch fit in half of it (the shortest is always allowed). */
+unsigned zk_plan_pf_max(zk_store_family_t f, size_t l1);
 
 /* How calls beyond the caches stream through memory on this machine, decided once per
  * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
@@ -108,8 +111,8 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
  * Where non-temporal stores lost at the size measured, they may still win from
  * ZK_PREFETCH_MIN_BYTES to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to.
  * Non-temporal stores are chosen only when their best is at least 3 % faster than the best of
- * regular ones; the fastest prefetch distance is kept, none only where it is 3 % faster than that
- * distance (kinds and distances alternated over five rounds). */
+ * regular ones; the fastest prefetch distance up to pf_max is kept, none only where it is 3 %
+ * faster than that distance (kinds and distances alternated over five rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
@@ -127,7 +130,10 @@ typedef struct zk_store_plan {
     size_t nt_from[ZK_STORE_FAMILIES];
     size_t nt_to[ZK_STORE_FAMILIES];
     size_t pf_from[ZK_STORE_FAMILIES]; /* SIZE_MAX where no prefetch */
-    char how[2048];                    /* one line for a log or a benchmark */
+    /* the longest distance each family may take: its streams' prefetched lines fit in half
+     * the L1 */
+    unsigned pf_max[ZK_STORE_FAMILIES];
+    char how[2048]; /* one line for a log or a benchmark */
 } zk_store_plan_t;
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);

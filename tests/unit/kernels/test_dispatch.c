@@ -143,6 +143,20 @@ Test(zk_stores, exec_choice_overrides_plan_and_small_calls_are_regular)
     cr_assert_null(zk_store_plan_variant(ZK_VARIANT_COUNT));
 }
 
+/* The longest prefetch distance follows the L1 and the family's streams: Adam's five streams
+ * 2048 elements ahead overfill half of a 48 KiB L1, the sum of squares' two do not. */
+Test(zk_stores, prefetch_reach_fits_half_the_l1)
+{
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_ADAM, 48 << 10), 1024);
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_ADAM, 32 << 10), 512);
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_ADAM, 4 << 10), 512); /* the shortest, always */
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_ADAM, 1 << 20), 2048);
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_READ, 48 << 10), 2048);
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_READ, 32 << 10), 2048);
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_OUT, 32 << 10), 1024);
+    cr_assert_eq(zk_plan_pf_max(ZK_STORE_FAMILIES, 1 << 20), 512);
+}
+
 /* ZEROD_KERNEL_STORES fixes the plan for the process (every variant's) and says so; it turns
  * the prefetch off. */
 Test(zk_stores, environment_fixes_the_plan)
@@ -176,22 +190,25 @@ static double zt_best(const double *g)
     return best;
 }
 
-/* The prefetch distance chosen with stores `nt` of family f follows the figures: the shortest
- * distance within 3 % of the fastest, or none where none is 3 % faster than that one. */
+/* The prefetch distance chosen with stores `nt` of family f follows the figures: the fastest
+ * distance up to the family's longest, or none where none is 3 % faster than it (and was at
+ * 64 MiB too, a figure the plan prints but keeps no field for: there either may stand). */
 static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
 {
     const double *g = plan->pf_gbps[f][nt];
-    int chosen = -1, fastest = 1, shortest = 0;
+    int chosen = -1, fastest = 1;
 
     for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
         cr_assert_gt(g[i], 0.0, "%s", plan->how);
         chosen = zk_prefetch_choice(i) == plan->prefetch[f][nt] ? i : chosen;
-        fastest = i > 0 && g[i] > g[fastest] ? i : fastest;
+        fastest =
+            i > 0 && zk_prefetch_choice(i) <= plan->pf_max[f] && g[i] > g[fastest] ? i : fastest;
     }
-    for (int i = ZK_PREFETCH_CHOICES - 1; i > 0; i--) {
-        shortest = 1.03 * g[i] >= g[fastest] ? i : shortest;
+    if (g[0] > 1.03 * g[fastest]) {
+        cr_assert(chosen == 0 || chosen == fastest, "%s", plan->how);
+    } else {
+        cr_assert_eq(chosen, fastest, "%s", plan->how);
     }
-    cr_assert_eq(chosen, g[0] > 1.03 * g[shortest] ? 0 : shortest, "%s", plan->how);
 }
 
 /* Unset, the plan is measured (but the scalar variant's: it has no choice to make): each

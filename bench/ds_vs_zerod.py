@@ -24,7 +24,10 @@ Printed per metric: min and median over the runs, and the ratios zerod / each De
 
 The floor of a zerod step: bare forward + backward (same run) plus the shard's Adam at the
 streaming limit (zk_bench's limit for adam_step at the shard's size, fp32 params, same
-machine, measured here); the target is zerod step <= 1.1 x floor. Memory target: zerod <=
+machine, measured here); the target is zerod step <= 1.1 x floor. At world > 1 a line for
+information follows: the ranks' daemons update their shards at the same time on one host, so
+it also gives every shard's Adam at the limit that min(world, cores) threads reach together
+(zk_bench --threads), the floor with that term, and the step against it. Memory target: zerod <=
 0.9 x DeepSpeed ZeRO-2. Final parameters of every side are compared with ds-zero2's (relative
 L2 difference; target 1e-5), and (--reference, default up to 100 M params) with AdamW in
 fp64 over the same data, next to how far the same fp32 AdamW moves when the ranks' gradients
@@ -233,11 +236,13 @@ def run_side(side, a, tmp, run):
     return [json.load(open(x[-1])) for x in args]
 
 
-def adam_floor_s(a, shard):
-    """Seconds for the shard's fp32 Adam at the streaming limit (zk_bench's limit)."""
+def adam_floor_s(a, shard, threads=None):
+    """Seconds for the shard's fp32 Adam at the streaming limit (zk_bench's limit) of `threads`
+    threads (default --threads)."""
     zk = a.zk_bench or os.path.join(REPO, "build", "bench", "zk_bench")
+    threads = threads or a.threads
     out = subprocess.run([zk, "--kernels", "adam_step", "--variants", "scalar", "--reps", "2", "--n",
-                          str(shard), "--dtype", "fp32", "--threads", str(a.threads), "--json"],
+                          str(shard), "--dtype", "fp32", "--threads", str(threads), "--json"],
                          capture_output=True, text=True, timeout=600)
     for line in out.stdout.splitlines():
         if line.startswith("{") and '"limit_gbps"' in line:
@@ -439,6 +444,11 @@ def main():
     try:
         floor_opt, lim = adam_floor_s(a, shard)
         out["adam_floor_s"], out["adam_limit_gbps"] = floor_opt, lim
+        if a.world > 1:  # every rank's shard at once, as the daemons update them on one host
+            th = min(a.world, os.cpu_count() or 1) * a.threads
+            host_opt, host_lim = adam_floor_s(a, shard * a.world, th)
+            out["host_adam_s"], out["host_limit_gbps"], out["host_threads"] = \
+                host_opt, host_lim, th
     except Exception as e:  # noqa: BLE001
         if not a.check:
             out["not_run"]["floor"] = str(e)
@@ -504,6 +514,17 @@ def report(out):
                   % (S["bare"]["fwd_bwd"]["median"], out["adam_limit_gbps"], out["adam_floor_s"],
                      floor, out["step_over_floor"],
                      "ok" if out["step_over_floor"] <= 1.1 else "MISSED"))
+            if "host_adam_s" in out:
+                # For information: the floor counts one shard's update at one thread's limit,
+                # but the ranks' daemons update their shards at the same time on this host.
+                hfloor = S["bare"]["fwd_bwd"]["median"] + out["host_adam_s"]
+                out["host_floor_s"] = hfloor
+                out["step_over_host_floor"] = round(z["step"]["median"] / hfloor, 3)
+                print("(for information) the %d shards update at once on this host: at the "
+                      "%.1f GB/s %d threads stream together, %.3f s; bare fwd+bwd + that = %.3f s; "
+                      "zerod step / it = %.3f"
+                      % (out["world"], out["host_limit_gbps"], out["host_threads"],
+                         out["host_adam_s"], hfloor, out["step_over_host_floor"]))
     ncpu = os.cpu_count()
     for s, r in S.items():
         busy = r["cpu_trainer"]["median"] + r["cpu_daemon"]["median"]

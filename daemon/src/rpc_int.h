@@ -1,6 +1,6 @@
 /*
- * Shared by the files of rpc (rpc.c, rpc_job.c, rpc_stores.c, rpc_trace.c): never included
- * elsewhere.
+ * Shared by the files of rpc (rpc.c, rpc_result.c, rpc_job.c, rpc_stores.c, rpc_trace.c):
+ * never included elsewhere.
  */
 #ifndef ZD_RPC_INT_H
 #define ZD_RPC_INT_H
@@ -8,10 +8,23 @@
 #include "rpc.h"
 #include "rpc_check.h"
 
+struct zd_rpc_session {
+    uint64_t conn_id;
+    uint32_t uid; /* SO_PEERCRED; UINT32_MAX when unknown */
+    int32_t pid;  /* SO_PEERCRED; 0 when unknown */
+    zd_role_t role;
+    uint32_t n_slots;   /* given by the attach; 0 when no job is attached */
+    uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */
+};
+
 /* The length prefix and the packed frame, in a new reply (NULL on allocation failure). */
 zd_reply_t *zd_rpc_pack(const zd_frame_t *frame);
 /* A Result pointing at msg (not copied). */
 Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg);
+/* A SlotFree frame (sf and r filled in, not copied) for seq: slot back, bucket done. */
+Zerod__Ipc__V1__Frame zd_rpc_slot_free_frame(uint64_t seq, Zerod__Ipc__V1__SlotFree *sf,
+                                             Zerod__Ipc__V1__Result *r, uint32_t slot,
+                                             uint32_t bucket);
 
 /* ---- rpc_job.c: the operator's job control --------------------------------------------------- */
 

@@ -423,12 +423,12 @@ static void zk_plan_nt_mid(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
     }
 }
 
-/* The best of a family's prefetch figures with stores nt, none included. */
+/* The best of a family's prefetch figures with stores nt, none included, up to its pf_max. */
 static double zk_plan_pf_best(const zk_store_plan_t *plan, zk_store_family_t f, int nt)
 {
     double g = 0;
 
-    for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
+    for (int i = 0; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
         g = fmax(g, plan->pf_gbps[f][nt][i]);
     }
     return g;

@@ -258,22 +258,45 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
 static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                          zk_scratch_t *b, size_t bytes, const zk_st_t st[2], double g[2]);
 
-/* Where no prefetch won at the size measured, none against the fastest distance (index
- * `fastest`) again at twice ZK_PLAN_MIN_BYTES, alternated: the distance is kept unless none is
- * 3 % faster there too. Between the last-level cache and the size measured a prefetch can
- * still gain: with AVX2 on the AMD EPYC VM none won the accumulate at 256 MiB (72.1 against
- * 69.4 GB/s), and its calls at 16 Mi elements then ran at 0.87 of the limit, where 2048 ahead
- * gave 0.99. */
-static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
-                             zk_scratch_t *b, int kind, int fastest)
+/* Where a distance that won at half the size measured (`measured` bytes) stops: the footprint
+ * as far on a log scale from both, in whole MiB. */
+size_t zk_plan_pf_band(size_t measured)
 {
-    const zk_st_t st[2] = {{kind, 0}, {kind, zk_pf_choices[fastest]}};
-    double g[2];
+    return (size_t)((double)measured / 1.4142135623730951) >> 20 << 20; /* sqrt(2) */
+}
 
-    zk_plan_pair(plan, ops, f, b, 2 * ZK_PLAN_MIN_BYTES, st, g);
-    if (g[1] > 0 && !(g[0] > ZK_PLAN_MARGIN * g[1])) {
-        plan->prefetch[f][kind] = zk_pf_choices[fastest];
-        zk_plan_printf(plan, " -> %u,", zk_pf_choices[fastest]);
+/* Where no prefetch won at the size measured, none against each distance the family may take
+ * again at half that size, each pair alternated: the fastest distance there is kept unless
+ * none is 3 % faster than it, for calls nearer that size than the one measured (on a log
+ * scale: below the measured size over the square root of 2). Between the last-level cache and
+ * the size measured a prefetch can still gain: with AVX2 on the AMD EPYC VM none won the
+ * accumulate at 256 MiB (72.1 against 69.4 GB/s), and its calls at 16 Mi elements (160 MiB)
+ * ran at 0.87 of the limit, where 2048 ahead gave 0.99. Each distance is tried, not only the
+ * one fastest at 256 MiB: they differ there by noise, and 1024 lost at 64 MiB where 2048 won.
+ * The band matters: the reduce's non-temporal stores gained from 2048 ahead at 64 MiB (88.6
+ * against 75.4 GB/s) and lost with it at 192 and 768 MiB (0.84-0.89 of the limit, 0.94-1.0
+ * without). */
+static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                             zk_scratch_t *b, int kind)
+{
+    double none = 0, best = 0, g[2];
+    int won = 0;
+
+    for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
+        const zk_st_t st[2] = {{kind, 0}, {kind, zk_pf_choices[i]}};
+
+        zk_plan_pair(plan, ops, f, b, plan->nt_min_bytes / 2, st, g);
+        none = fmax(none, g[0]);
+        if (g[1] > best) {
+            best = g[1];
+            won = i;
+        }
+    }
+    if (best > 0 && !(none > ZK_PLAN_MARGIN * best)) {
+        plan->prefetch[f][kind] = zk_pf_choices[won];
+        plan->pf_to[f][kind] = zk_plan_pf_band(plan->nt_min_bytes);
+        zk_plan_printf(plan, " -> %u below %zu MiB,", zk_pf_choices[won],
+                       plan->pf_to[f][kind] >> 20);
     }
 }
 
@@ -308,12 +331,11 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     }
     for (int k = 0; k < kinds; k++) {
         const double *g = plan->pf_gbps[f][k];
-        int best = 1, fastest;
+        int best = 1;
 
         for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
             best = g[i] > g[best] ? i : best;
         }
-        fastest = best;
         best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
         plan->prefetch[f][k] = zk_pf_choices[best];
         zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u%s,",
@@ -321,7 +343,7 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
                        plan->pf_max[f] < zk_pf_choices[ZK_PREFETCH_CHOICES - 1] ? " (L1 caps it)"
                                                                                 : "");
         if (best == 0) {
-            zk_plan_pf_again(plan, ops, f, b, k, fastest);
+            zk_plan_pf_again(plan, ops, f, b, k);
         }
     }
 }
@@ -546,6 +568,7 @@ static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) { /* until a choice says otherwise */
         plan->nt_from[f] = plan->nt_to[f] = plan->pf_from[f] = SIZE_MAX;
         plan->pf_max[f] = zk_plan_pf_max((zk_store_family_t)f, zk_l1d_bytes());
+        plan->pf_to[f][0] = plan->pf_to[f][1] = SIZE_MAX;
     }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {
         return;
@@ -690,7 +713,7 @@ void zk_store_plan_choice(const zk_store_plan_t *plan, zk_store_family_t fam, si
         return;
     }
     *nt = footprint >= plan->nt_from[fam] && footprint < plan->nt_to[fam];
-    if (*nt || footprint >= plan->pf_from[fam]) {
+    if ((*nt || footprint >= plan->pf_from[fam]) && footprint < plan->pf_to[fam][*nt]) {
         *pf = plan->prefetch[fam][*nt];
     }
 }

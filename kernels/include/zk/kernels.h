@@ -96,6 +96,9 @@ unsigned zk_prefetch_choice(int i); /* 0 (none), 512, 1024, 2048 */
 /* The longest of them family f may take with an L1 data cache of `l1` bytes: the lines its
  * streams prefetch fit in half of it (the shortest is always allowed). */
 unsigned zk_plan_pf_max(zk_store_family_t f, size_t l1);
+/* Where a distance that won at half a plan's measured size stops: the footprint as far on a
+ * log scale from both (measured / sqrt 2), in whole MiB. */
+size_t zk_plan_pf_band(size_t measured);
 
 /* How calls beyond the caches stream through memory on this machine, decided once per
  * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
@@ -133,7 +136,11 @@ typedef struct zk_store_plan {
     /* the longest distance each family may take: its streams' prefetched lines fit in half
      * the L1 */
     unsigned pf_max[ZK_STORE_FAMILIES];
-    char how[2048]; /* one line for a log or a benchmark */
+    /* [family][stores]: calls of this footprint or more take no prefetch (SIZE_MAX but where
+     * none won at the size measured and a distance won at half of it: from
+     * zk_plan_pf_band(nt_min_bytes) on, the footprints nearer the size measured) */
+    size_t pf_to[ZK_STORE_FAMILIES][2];
+    char how[4096]; /* one line for a log or a benchmark */
 } zk_store_plan_t;
 /* The default variant's plan, and any supported variant's (NULL for one this CPU lacks). */
 const zk_store_plan_t *zk_store_plan(void);

@@ -155,6 +155,8 @@ Test(zk_stores, prefetch_reach_fits_half_the_l1)
     cr_assert_eq(zk_plan_pf_max(ZK_STORE_READ, 32 << 10), 2048);
     cr_assert_eq(zk_plan_pf_max(ZK_STORE_OUT, 32 << 10), 1024);
     cr_assert_eq(zk_plan_pf_max(ZK_STORE_FAMILIES, 1 << 20), 512);
+    cr_assert_eq(zk_plan_pf_band((size_t)256 << 20), (size_t)181 << 20);
+    cr_assert_eq(zk_plan_pf_band((size_t)64 << 20), (size_t)45 << 20);
 }
 
 /* ZEROD_KERNEL_STORES fixes the plan for the process (every variant's) and says so; it turns
@@ -192,8 +194,9 @@ static double zt_best(const double *g, unsigned max)
 }
 
 /* The prefetch distance chosen with stores `nt` of family f follows the figures: the fastest
- * distance up to the family's longest, or none where none is 3 % faster than it (and was at
- * 64 MiB too, a figure the plan prints but keeps no field for: there either may stand). */
+ * distance up to the family's longest, or none where none is 3 % faster than it; there a
+ * distance that won at half the size measured (a figure the plan prints but keeps no field
+ * for) may stand, for calls below zk_plan_pf_band's footprint only. */
 static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
 {
     const double *g = plan->pf_gbps[f][nt];
@@ -206,9 +209,12 @@ static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
             i > 0 && zk_prefetch_choice(i) <= plan->pf_max[f] && g[i] > g[fastest] ? i : fastest;
     }
     if (g[0] > 1.03 * g[fastest]) {
-        cr_assert(chosen == 0 || chosen == fastest, "%s", plan->how);
+        cr_assert(chosen == 0 || zk_prefetch_choice(chosen) <= plan->pf_max[f], "%s", plan->how);
+        cr_assert_eq(plan->pf_to[f][nt],
+                     chosen == 0 ? SIZE_MAX : zk_plan_pf_band(plan->nt_min_bytes), "%s", plan->how);
     } else {
         cr_assert_eq(chosen, fastest, "%s", plan->how);
+        cr_assert_eq(plan->pf_to[f][nt], SIZE_MAX, "%s", plan->how);
     }
 }
 
@@ -237,8 +243,9 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
     cr_assert_not_null(strstr(plan->how, "measured at"), "%s", plan->how);
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         zk_store_family_t fam = (zk_store_family_t)f;
-        const size_t sizes[4] = {ZK_PREFETCH_MIN_BYTES - 1, plan->pf_from[f] - 1, plan->pf_from[f],
-                                 ZK_STORES_PLAN_MIN_BYTES};
+        const size_t sizes[6] = {
+            ZK_PREFETCH_MIN_BYTES - 1, plan->pf_from[f] - 1,         plan->pf_from[f],
+            ZK_STORES_PLAN_MIN_BYTES,  4 * ZK_STORES_PLAN_MIN_BYTES, plan->nt_min_bytes};
         cr_assert_gt(plan->gbps[f][0], 0.0);
         zt_check_prefetch(plan, f, 0);
         if (fam == ZK_STORE_READ && plan->gbps[f][1] == 0.0) { /* one way to read: AVX2 */
@@ -285,9 +292,10 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
                       plan->pf_from[f] == ZK_STORES_PLAN_MIN_BYTES / 2 ||
                       plan->pf_from[f] == ZK_STORES_PLAN_MIN_BYTES,
                   "%s", plan->how);
-        for (int i = 0; i < 4; i++) { /* non-temporal calls take that row's distance */
+        for (int i = 0; i < 6; i++) { /* non-temporal calls take that row's distance */
             int nt = zk_store_nt(NULL, fam, sizes[i]);
             unsigned want = sizes[i] < ZK_PREFETCH_MIN_BYTES ? 0
+                            : sizes[i] >= plan->pf_to[f][nt] ? 0
                             : nt                             ? plan->prefetch[f][1]
                             : sizes[i] >= plan->pf_from[f]   ? plan->prefetch[f][0]
                                                              : 0;

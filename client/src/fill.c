@@ -36,6 +36,7 @@ void zc_copy_plan_take(zc_copy_plan_t *cp, const Zerod__Ipc__V1__CopyStores *cs)
     memset(cp, 0, sizeof(*cp));
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
         p->nt_from[f] = p->nt_to[f] = p->pf_from[f] = SIZE_MAX;
+        p->pf_to[f][0] = p->pf_to[f][1] = SIZE_MAX;
     }
     if (cs->variant == NULL || strcmp(cs->variant, zk_variant_name(zk_default_variant())) != 0 ||
         !zc_copy_pf_known(cs->prefetch_regular) || !zc_copy_pf_known(cs->prefetch_nt)) {
@@ -47,6 +48,9 @@ void zc_copy_plan_take(zc_copy_plan_t *cp, const Zerod__Ipc__V1__CopyStores *cs)
     p->pf_from[ZK_STORE_COPY] = zc_copy_bytes(cs->pf_from);
     p->prefetch[ZK_STORE_COPY][0] = cs->prefetch_regular;
     p->prefetch[ZK_STORE_COPY][1] = cs->prefetch_nt;
+    p->pf_to[ZK_STORE_COPY][0] =
+        cs->pf_to_regular == 0 ? SIZE_MAX : zc_copy_bytes(cs->pf_to_regular);
+    p->pf_to[ZK_STORE_COPY][1] = cs->pf_to_nt == 0 ? SIZE_MAX : zc_copy_bytes(cs->pf_to_nt);
     p->nt[ZK_STORE_COPY] =
         p->nt_to[ZK_STORE_COPY] == SIZE_MAX && p->nt_from[ZK_STORE_COPY] != SIZE_MAX;
     cp->valid = 1;

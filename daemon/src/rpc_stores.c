@@ -27,5 +27,8 @@ Zerod__Ipc__V1__CopyStores *zd_rpc_copy_stores(Zerod__Ipc__V1__CopyStores *cs)
     cs->prefetch_regular = plan->prefetch[ZK_STORE_COPY][0];
     cs->prefetch_nt = plan->prefetch[ZK_STORE_COPY][1];
     cs->pf_from = zd_rpc_bytes(plan->pf_from[ZK_STORE_COPY]);
+    cs->pf_to_regular =
+        plan->pf_to[ZK_STORE_COPY][0] == SIZE_MAX ? 0 : plan->pf_to[ZK_STORE_COPY][0];
+    cs->pf_to_nt = plan->pf_to[ZK_STORE_COPY][1] == SIZE_MAX ? 0 : plan->pf_to[ZK_STORE_COPY][1];
     return cs;
 }

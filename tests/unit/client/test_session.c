@@ -687,6 +687,7 @@ Test(zc_session, fills_slots_with_the_daemons_copy_plan)
     plan.nt_to = UINT64_MAX;
     plan.prefetch_nt = 512;
     plan.pf_from = UINT64_MAX;
+    plan.pf_to_nt = 16 << 20; /* the prefetch stops at 16 MiB of footprint: 2 Mi elements */
     odd = plan;
     odd.prefetch_nt = 7; /* no plan chooses it */
     other = plan;
@@ -723,6 +724,7 @@ Test(zc_session, fills_slots_with_the_daemons_copy_plan)
     cr_assert_float_eq(res.grad_norm, 676.0 * 3, 1e-9); /* every fill reached the slots */
     expect_stores(s, 1u << 20, 1, 512, 1);
     expect_stores(s, 1u << 10, 0, 0, 1); /* 8 KiB: in cache, regular stores */
+    expect_stores(s, 4u << 20, 1, 0, 1); /* 32 MiB: beyond pf_to_nt, no prefetch */
 
     fill_and_submit(s, 0);
     cr_assert_eq(zc_session_step(s, NULL, &res), ZC_OK, "%s", zc_last_error());

@@ -563,11 +563,12 @@ static void zk_plan_measure(zk_store_plan_t *plan, zk_variant_t v)
 static void zk_plan_run(zk_store_plan_t *plan, zk_variant_t v)
 {
     const char *env = getenv("ZEROD_KERNEL_STORES");
+    size_t l1 = zk_l1d_bytes();
 
     plan->variant = (int)v;
     for (int f = 0; f < ZK_STORE_FAMILIES; f++) { /* until a choice says otherwise */
         plan->nt_from[f] = plan->nt_to[f] = plan->pf_from[f] = SIZE_MAX;
-        plan->pf_max[f] = zk_plan_pf_max((zk_store_family_t)f, zk_l1d_bytes());
+        plan->pf_max[f] = zk_plan_pf_max((zk_store_family_t)f, l1);
         plan->pf_to[f][0] = plan->pf_to[f][1] = SIZE_MAX;
     }
     if (env != NULL && *env != '\0' && strcasecmp(env, "auto") != 0 && zk_plan_env(plan, env)) {

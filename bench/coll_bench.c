@@ -148,9 +148,9 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
     }
     R->err[0] = '\0';
     st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc, ZD_COLL_OVERWRITE,
-                                      R->err, sizeof(R->err));
+                                      NULL, R->err, sizeof(R->err));
     if (st == ZS_OK) { /* and once accumulating: acc = 2 x the sum */
-        st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc, 0, R->err,
+        st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc, 0, NULL, R->err,
                                           sizeof(R->err));
     }
     if (st != ZS_OK) {
@@ -198,7 +198,7 @@ static int cb_rank_size(cb_rank_t *R, const cb_opts_t *o, uint64_t bytes)
             t0 = zs_time_now_s();
             if (op == CB_OP_RS) {
                 st = R->coll->ops->reduce_scatter(R->coll, src, ZS_DTYPE_F32, slice, acc,
-                                                  ZD_COLL_OVERWRITE, R->err, sizeof(R->err));
+                                                  ZD_COLL_OVERWRITE, NULL, R->err, sizeof(R->err));
             } else {
                 st = R->coll->ops->all_gather(R->coll, gbuf, ZS_DTYPE_F32, slice, R->err,
                                               sizeof(R->err));

@@ -51,7 +51,7 @@ int main(void)
     cudaMemcpy(d_acc, h_acc, n * sizeof(float), cudaMemcpyHostToDevice);
 
     /* world 1: acc += src */
-    if (coll->ops->reduce_scatter(coll, d_src, ZS_DTYPE_F32, n, d_acc, 0, err, sizeof(err)) !=
+    if (coll->ops->reduce_scatter(coll, d_src, ZS_DTYPE_F32, n, d_acc, 0, NULL, err, sizeof(err)) !=
         ZS_OK) {
         return fail("reduce_scatter", err);
     }
@@ -69,7 +69,7 @@ int main(void)
         return 1;
     }
     /* world 1, ZD_COLL_OVERWRITE: acc = src */
-    if (coll->ops->reduce_scatter(coll, d_src, ZS_DTYPE_F32, n, d_acc, ZD_COLL_OVERWRITE, err,
+    if (coll->ops->reduce_scatter(coll, d_src, ZS_DTYPE_F32, n, d_acc, ZD_COLL_OVERWRITE, NULL, err,
                                   sizeof(err)) != ZS_OK) {
         return fail("reduce_scatter (overwrite)", err);
     }

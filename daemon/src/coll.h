@@ -33,6 +33,15 @@ typedef enum zd_reduce_op {
 /* reduce_scatter flags */
 #define ZD_COLL_OVERWRITE 1u /* acc = Σ (the accumulator holds nothing yet), not acc += Σ */
 
+/* reduce_scatter's optional out: the sum of squares of the new accumulator slice, taken in
+ * the same pass where the algorithm can (the bits of zk_sumsq on it); `done` false where it did
+ * not, and the caller then takes it itself. */
+typedef struct zd_coll_norm {
+    bool done;
+    int nonfinite;
+    double sumsq;
+} zd_coll_norm_t;
+
 /* Most shared regions one rank offers to `share`. */
 #define ZD_COLL_MAX_REGIONS 4u
 
@@ -49,10 +58,11 @@ typedef struct zd_coll_ops {
     const char *name;
     /* acc[0..slice) += Σ over ranks of src_q[rank * slice .. + slice), src of `dtype` holding
      * world * slice elements (this rank's whole bucket), summed in fp32 (ZD_COLL_OVERWRITE:
-     * acc = Σ). */
+     * acc = Σ). norm (may be NULL): the new slice's sum of squares, where the algorithm takes
+     * it in the same pass. */
     zs_status_t (*reduce_scatter)(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
-                                  uint64_t slice, float *acc, unsigned flags, char *err,
-                                  size_t errlen);
+                                  uint64_t slice, float *acc, unsigned flags, zd_coll_norm_t *norm,
+                                  char *err, size_t errlen);
     /* buf holds world * slice elements of dtype; this rank's slice (at rank * slice) goes to
      * every rank and the others arrive in place. */
     zs_status_t (*all_gather)(zd_coll_t *coll, void *buf, zs_dtype_t dtype, uint64_t slice,

@@ -26,6 +26,8 @@
 /* reduce-scatter of more than two sources: elements per block, so that the accumulator block
  * stays in cache while every source is added to it */
 #define ZD_RS_BLOCK 32768u
+_Static_assert(ZD_RS_BLOCK % ZK_SUMSQ_BLOCK == 0,
+               "a block of the reduce-scatter is whole super-blocks");
 
 void zd_direct_unmap(zd_coll_ucx_t *c)
 {
@@ -426,10 +428,12 @@ typedef struct zd_rs_job {
     uint64_t slice;
     float *acc;
     unsigned flags;
+    double *part; /* the slice's super-block sums of squares, or NULL: not asked */
     zs_status_t st[ZD_RS_MAX_WORKERS];
 } zd_rs_job_t;
 
-/* One worker's range of the direct reduce-scatter: acc (=|+=) Σ_q src_q, in rank order. */
+/* One worker's range of the direct reduce-scatter: acc (=|+=) Σ_q src_q, in rank order, and
+ * with j->part the squares of the result (b, each block start: super-block starts). */
 static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
 {
     zd_rs_job_t *j = arg;
@@ -441,17 +445,25 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
     zs_status_t st = ZS_OK;
 
     if (N == 2 && j->dtype == ZS_DTYPE_F32 && overwrite) {
-        /* one pass; streaming stores for large ranges */
-        st = zk_reduce(&one, j->acc + b, (const float *)(const void *)src[0] + at + b,
-                       (const float *)(const void *)src[1] + at + b, ZS_DTYPE_F32, e - b);
+        /* one pass; streaming stores for large ranges; the squares from registers */
+        const float *s0 = (const float *)(const void *)src[0] + at + b;
+        const float *s1 = (const float *)(const void *)src[1] + at + b;
+
+        st = j->part != NULL ? zk_reduce_sumsq_parts(&one, j->acc + b, s0, s1, e - b,
+                                                     j->part + b / ZK_SUMSQ_BLOCK)
+                             : zk_reduce(&one, j->acc + b, s0, s1, ZS_DTYPE_F32, e - b);
     } else {
-        /* block by block, so the accumulator block stays in cache across the sources */
+        /* block by block, so the accumulator block stays in cache across the sources and for
+         * its squares */
         for (size_t lo = b; lo < e && st == ZS_OK; lo += ZD_RS_BLOCK) {
             size_t n = e - lo < ZD_RS_BLOCK ? e - lo : ZD_RS_BLOCK;
             for (uint32_t q = 0; q < N && st == ZS_OK; q++) {
                 const char *s = src[q] + (at + lo) * j->dsz;
                 st = q == 0 && overwrite ? zk_cast(&one, j->acc + lo, ZS_DTYPE_F32, s, j->dtype, n)
                                          : zk_accumulate(&one, j->acc + lo, s, j->dtype, 1.0f, n);
+            }
+            if (st == ZS_OK && j->part != NULL) {
+                st = zk_sumsq_parts(&one, j->acc + lo, n, j->part + lo / ZK_SUMSQ_BLOCK);
             }
         }
     }
@@ -460,11 +472,25 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
     }
 }
 
-zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t dtype,
-                                     uint64_t slice, float *acc, unsigned flags, char *err,
-                                     size_t errlen)
+/* norm->done when the super-block sums have room (c->norm_part grown to the slice's). */
+static double *zd_rs_parts(zd_coll_ucx_t *c, uint64_t slice)
 {
-    (void)src;
+    size_t n = (size_t)((slice + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK);
+
+    if (n > c->norm_parts) {
+        double *p = realloc(c->norm_part, n * sizeof(double));
+        if (p == NULL) {
+            return NULL; /* the caller's norm pass instead */
+        }
+        c->norm_part = p;
+        c->norm_parts = n;
+    }
+    return c->norm_part;
+}
+
+zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, zs_dtype_t dtype, uint64_t slice, float *acc,
+                                     unsigned flags, zd_coll_norm_t *norm, char *err, size_t errlen)
+{
     zd_rs_job_t job;
     zs_status_t st;
 
@@ -475,12 +501,19 @@ zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype
     job.slice = slice;
     job.acc = acc;
     job.flags = flags;
-    st = zk_pool_run(c->exec.pool, slice, 1024, zd_rs_chunk, &job);
+    job.part = norm != NULL ? zd_rs_parts(c, slice) : NULL;
+    /* with the squares, chunks start at super-block starts (the slice's start is one) */
+    st = zk_pool_run(c->exec.pool, slice, job.part != NULL ? ZK_SUMSQ_BLOCK : 1024, zd_rs_chunk,
+                     &job);
     for (unsigned w = 0; w < ZD_RS_MAX_WORKERS && st == ZS_OK; w++) {
         st = job.st[w];
     }
     if (st != ZS_OK) {
         snprintf(err, errlen, "reduce_scatter: %s", zk_last_error());
+    } else if (job.part != NULL) {
+        norm->sumsq = zk_sumsq_total(
+            job.part, (size_t)((slice + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK), &norm->nonfinite);
+        norm->done = true;
     }
     return st;
 }

@@ -10,9 +10,10 @@ typedef struct zd_coll_local {
 } zd_coll_local_t;
 
 static zs_status_t zd_local_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
-                                           uint64_t slice, float *acc, unsigned flags, char *err,
-                                           size_t errlen)
+                                           uint64_t slice, float *acc, unsigned flags,
+                                           zd_coll_norm_t *norm, char *err, size_t errlen)
 {
+    (void)norm; /* one source: nothing to fuse the squares with that a read saves */
     zd_coll_local_t *c = (zd_coll_local_t *)coll;
     zs_status_t st = (flags & ZD_COLL_OVERWRITE)
                          ? zk_cast(&c->exec, acc, ZS_DTYPE_F32, src, dtype, slice)

@@ -94,9 +94,10 @@ static zs_status_t zd_nccl_check(zd_coll_nccl_t *c, ncclResult_t r, const char *
 }
 
 static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
-                                          uint64_t slice, float *acc, unsigned flags, char *err,
-                                          size_t errlen)
+                                          uint64_t slice, float *acc, unsigned flags,
+                                          zd_coll_norm_t *norm, char *err, size_t errlen)
 {
+    (void)norm; /* the device's norm is its own pass (zk_cuda) */
     zd_coll_nccl_t *c = (zd_coll_nccl_t *)coll;
     size_t bytes = slice * zs_dtype_size(dtype);
     zs_status_t st;

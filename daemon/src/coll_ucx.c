@@ -283,6 +283,7 @@ typedef struct zd_coll_call {
     uint64_t slice;
     float *acc;
     unsigned flags;
+    zd_coll_norm_t *norm; /* reduce-scatter: the direct path's sum of squares, or NULL */
 } zd_coll_call_t;
 
 /* One reduce-scatter or all-gather: on the direct path a ready round, the copy and a done
@@ -304,7 +305,7 @@ static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *e
         st = zd_direct_begin(c, k->buf, k->slice * c->base.world * zs_dtype_size(k->dtype), seq,
                              deadline, &direct, what, err, errlen);
         if (st == ZS_OK && direct) {
-            st = k->rs ? zd_direct_reduce_scatter(c, k->buf, k->dtype, k->slice, k->acc, k->flags,
+            st = k->rs ? zd_direct_reduce_scatter(c, k->dtype, k->slice, k->acc, k->flags, k->norm,
                                                   err, errlen)
                        : zd_direct_all_gather(c, k->buf, k->dtype, k->slice, err, errlen);
             if (st != ZS_OK) {
@@ -323,10 +324,10 @@ static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *e
 }
 
 static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
-                                         uint64_t slice, float *acc, unsigned flags, char *err,
-                                         size_t errlen)
+                                         uint64_t slice, float *acc, unsigned flags,
+                                         zd_coll_norm_t *norm, char *err, size_t errlen)
 {
-    const zd_coll_call_t k = {true, (void *)src, dtype, slice, acc, flags};
+    const zd_coll_call_t k = {true, (void *)src, dtype, slice, acc, flags, norm};
 
     return zd_ucx_run((zd_coll_ucx_t *)coll, &k, err, errlen);
 }
@@ -334,7 +335,7 @@ static zs_status_t zd_ucx_reduce_scatter(zd_coll_t *coll, const void *src, zs_dt
 static zs_status_t zd_ucx_all_gather(zd_coll_t *coll, void *buf, zs_dtype_t dtype, uint64_t slice,
                                      char *err, size_t errlen)
 {
-    const zd_coll_call_t k = {false, buf, dtype, slice, NULL, 0};
+    const zd_coll_call_t k = {false, buf, dtype, slice, NULL, 0, NULL};
 
     return zd_ucx_run((zd_coll_ucx_t *)coll, &k, err, errlen);
 }
@@ -353,6 +354,7 @@ static void zd_ucx_destroy(zd_coll_t *coll)
     zd_direct_unmap(c);
     zs_aligned_free(c->part[0]);
     zs_aligned_free(c->part[1]);
+    free(c->norm_part);
     free(c->reqs);
     free(c->peer);
     free(c->peer_buf);

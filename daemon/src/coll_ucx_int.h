@@ -37,7 +37,9 @@ typedef struct zd_coll_ucx {
     uint64_t seq;
     float *part[2]; /* ring reduce-scatter partial sums, double-buffered by step parity */
     uint64_t part_elems;
-    void **reqs; /* request slots */
+    double *norm_part; /* direct reduce-scatter: the super-block sums of squares */
+    size_t norm_parts; /* how many norm_part holds */
+    void **reqs;       /* request slots */
     size_t n_reqs;
     /* direct algorithm */
     bool direct_allowed;                 /* config key direct_collectives */
@@ -94,8 +96,8 @@ zs_status_t zd_direct_begin(zd_coll_ucx_t *c, const void *buf, size_t bytes, uin
 /* Closing round: this rank is done reading; return once every peer is done with ours. */
 zs_status_t zd_direct_end(zd_coll_ucx_t *c, uint64_t seq, zs_deadline_t deadline, const char *what,
                           char *err, size_t errlen);
-zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t dtype,
-                                     uint64_t slice, float *acc, unsigned flags, char *err,
+zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, zs_dtype_t dtype, uint64_t slice, float *acc,
+                                     unsigned flags, zd_coll_norm_t *norm, char *err,
                                      size_t errlen);
 zs_status_t zd_direct_all_gather(zd_coll_ucx_t *c, void *buf, zs_dtype_t dtype, uint64_t slice,
                                  char *err, size_t errlen);

@@ -195,9 +195,9 @@ bool zd_step_idle_norm(zd_job_t *job, const zk_exec_t *exec)
 
 /* Reduce-scatter `src` (bucket b of this rank, in dtype) into the accumulator: the first
  * contribution of an accumulation window overwrites (no read of a zero accumulator), later ones
- * add. `last`: the window's last contribution, after which the slice's sum of squares is due
- * (the step's norm then only adds the slices' sums, taken while the engine had nothing else
- * to do). */
+ * add. `last`: the window's last contribution, whose slice's sum of squares the collective
+ * takes in the same pass where it can (the direct path); else it is due (the step's norm then
+ * only adds the slices' sums, taken while the engine had nothing else to do). */
 static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtype_t dtype,
                                          uint32_t b, bool last, char *err, size_t errlen)
 {
@@ -206,13 +206,15 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
     zd_step_stats_t *s = &job->stats;
     uint64_t bytes = (uint64_t)job->world * bk->slice * zs_dtype_size(dtype);
     uint64_t t0 = zs_time_now_ns(), t1;
+    zd_coll_norm_t norm = {.done = false};
     zs_status_t st;
 
     job->acc_clean[b] = 0;
     job->slice_norm[b].fresh = 0;
     job->slice_norm[b].due = 0;
     st = job->coll->ops->reduce_scatter(job->coll, src, dtype, bk->slice,
-                                        job->acc + bk->shard_offset, flags, err, errlen);
+                                        job->acc + bk->shard_offset, flags, last ? &norm : NULL,
+                                        err, errlen);
     t1 = zs_time_now_ns();
     zd_step_trace_bucket(job, ZD_TRACE_REDUCE_SCATTER, t0, t1, b, bytes,
                          st != ZS_OK ? ZD_TRACE_FAILED : 0);
@@ -220,7 +222,12 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
     s->win_rs_ns += t1 - t0;
     s->win_rs_bytes += bytes;
     s->xfer_bytes[ZD_XFER_REDUCE_SCATTER] += bytes;
-    job->slice_norm[b].due = st == ZS_OK && last;
+    if (st == ZS_OK && norm.done) {
+        job->slice_norm[b] = (zd_slice_norm_t){
+            .sumsq = norm.sumsq, .nonfinite = norm.nonfinite != 0, .fresh = 1, .due = 0};
+    } else {
+        job->slice_norm[b].due = st == ZS_OK && last;
+    }
     return st;
 }
 

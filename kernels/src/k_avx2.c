@@ -301,6 +301,71 @@ static void zk256_sumsq(const float *x, size_t n, double *part, zk_st_t st)
     }
 }
 
+/* ---- reduce of fp32 with the squares of its results: zk_reduce_sumsq_parts ---- */
+
+/* x (8 results, lanes `l` to l + 7) squared into a[l / 4] and a[l / 4 + 1]. */
+ZK_ALWAYS_INLINE void zk256_sq_add_reg(__m256d *a, __m256 x)
+{
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+
+    a[0] = _mm256_fmadd_pd(lo, lo, a[0]);
+    a[1] = _mm256_fmadd_pd(hi, hi, a[1]);
+}
+
+ZK_ALWAYS_INLINE void zk256_redsq_block(float *d, const float *x, const float *y, size_t i,
+                                        __m256d *a, int nt)
+{
+    __m256 s0 = zk256_canon1(_mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    __m256 s1 = zk256_canon1(_mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8)));
+
+    zk256_st_f32(d + i, s0, nt);
+    zk256_st_f32(d + i + 8, s1, nt);
+    zk256_sq_add_reg(a, s0);
+    zk256_sq_add_reg(a + 2, s1);
+}
+
+/* A super-block at a time from dst (a super-block start); the tail of the last one in scalar,
+ * its squares read back from dst by zk256_sumsq_finish. */
+ZK_ALWAYS_INLINE void zk256_redsq_loop(float *dst, const float *a, const float *b, size_t n,
+                                       double *part, unsigned pf, int nt)
+{
+    size_t pe = zk_pf_end(0, n, pf);
+
+    for (size_t o = 0; o < n; o += ZK_SUMSQ_BLOCK) {
+        size_t len = n - o < ZK_SUMSQ_BLOCK ? n - o : ZK_SUMSQ_BLOCK, i = 0;
+        float *d = dst + o;
+        const float *x = a + o, *y = b + o;
+        __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                          _mm256_setzero_pd()};
+
+        for (; i + 16 <= len && o + i + 16 <= pe; i += 16) {
+            ZK_PREFETCH(x, 4, i, pf);
+            ZK_PREFETCH(y, 4, i, pf);
+            zk256_redsq_block(d, x, y, i, acc, nt);
+        }
+        for (; i + 16 <= len; i += 16) {
+            zk256_redsq_block(d, x, y, i, acc, nt);
+        }
+        for (size_t j = i; j < len; j++) {
+            d[j] = zk_reduce_elem(x[j], y[j]);
+        }
+        part[o / ZK_SUMSQ_BLOCK] = zk256_sumsq_finish(acc, d, i, len);
+    }
+}
+
+static void zk256_reduce_sumsq(float *dst, const float *a, const float *b, size_t n, double *part,
+                               zk_st_t st)
+{
+    /* a super-block is 64 KiB: an aligned start keeps every block aligned */
+    if (st.nt && zk_aligned(dst, 32)) {
+        zk256_redsq_loop(dst, a, b, n, part, st.pf, 1);
+        _mm_sfence();
+    } else {
+        zk256_redsq_loop(dst, a, b, n, part, st.pf, 0);
+    }
+}
+
 /* ---- accumulate ---- */
 
 ZK_ALWAYS_INLINE void zk256_acc_block(float *acc, const void *src, zs_dtype_t dt, __m256 S,
@@ -590,6 +655,7 @@ const zk_ops_t zk_ops_avx2 = {
     .sumsq = zk256_sumsq,
     .accumulate = zk256_accumulate,
     .reduce = zk256_reduce,
+    .reduce_sumsq = zk256_reduce_sumsq,
     .cast = zk256_cast,
     .copy = zk256_copy,
 };

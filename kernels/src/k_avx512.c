@@ -338,6 +338,67 @@ static void zk512_sumsq(const float *x, size_t n, double *part, zk_st_t st)
     }
 }
 
+/* ---- reduce of fp32 with the squares of its results: zk_reduce_sumsq_parts ---- */
+
+/* x (16 results) squared into lanes 0-7 and 8-15, as zk512_sq_add would read them back. */
+ZK_ALWAYS_INLINE void zk512_sq_add_reg(__m512d *a, __m512 x)
+{
+    __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+
+    a[0] = _mm512_fmadd_pd(d0, d0, a[0]);
+    a[1] = _mm512_fmadd_pd(d1, d1, a[1]);
+}
+
+ZK_ALWAYS_INLINE void zk512_redsq_block(float *d, const float *x, const float *y, size_t i,
+                                        __m512d *a, int nt)
+{
+    __m512 s = zk512_canon(_mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+
+    zk512_st_f32(d + i, s, 0, 1, nt);
+    zk512_sq_add_reg(a, s);
+}
+
+/* A super-block at a time from dst (a super-block start); the tail of the last one in scalar,
+ * its squares read back from dst by zk512_sumsq_finish. */
+ZK_ALWAYS_INLINE void zk512_redsq_loop(float *dst, const float *a, const float *b, size_t n,
+                                       double *part, unsigned pf, int nt)
+{
+    size_t pe = zk_pf_end(0, n, pf);
+
+    for (size_t o = 0; o < n; o += ZK_SUMSQ_BLOCK) {
+        size_t len = n - o < ZK_SUMSQ_BLOCK ? n - o : ZK_SUMSQ_BLOCK, i = 0;
+        float *d = dst + o;
+        const float *x = a + o, *y = b + o;
+        __m512d acc[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+
+        for (; i + 16 <= len && o + i + 16 <= pe; i += 16) {
+            ZK_PREFETCH(x, 4, i, pf);
+            ZK_PREFETCH(y, 4, i, pf);
+            zk512_redsq_block(d, x, y, i, acc, nt);
+        }
+        for (; i + 16 <= len; i += 16) {
+            zk512_redsq_block(d, x, y, i, acc, nt);
+        }
+        for (size_t j = i; j < len; j++) {
+            d[j] = zk_reduce_elem(x[j], y[j]);
+        }
+        part[o / ZK_SUMSQ_BLOCK] = zk512_sumsq_finish(acc, d, i, len);
+    }
+}
+
+static void zk512_reduce_sumsq(float *dst, const float *a, const float *b, size_t n, double *part,
+                               zk_st_t st)
+{
+    /* a super-block is 64 KiB: an aligned start keeps every block aligned */
+    if (st.nt && zk_aligned(dst, 64)) {
+        zk512_redsq_loop(dst, a, b, n, part, st.pf, 1);
+        _mm_sfence();
+    } else {
+        zk512_redsq_loop(dst, a, b, n, part, st.pf, 0);
+    }
+}
+
 /* ---- accumulate ---- */
 
 ZK_ALWAYS_INLINE void zk512_acc_block(float *acc, const void *src, zs_dtype_t dt, __m512 s,
@@ -558,6 +619,7 @@ const zk_ops_t zk_ops_avx512 = {
     .sumsq = zk512_sumsq,
     .accumulate = zk512_accumulate,
     .reduce = zk512_reduce,
+    .reduce_sumsq = zk512_reduce_sumsq,
     .cast = zk512_cast,
     .copy = zk512_copy,
     .sumsq_pairs = 1,

@@ -40,6 +40,26 @@ static void zk_scalar_sumsq(const float *x, size_t n, double *part, zk_st_t st)
     }
 }
 
+/* The reduce of fp32 and zk_sumsq's order of its results, a super-block at a time. */
+static void zk_scalar_reduce_sumsq(float *dst, const float *a, const float *b, size_t n,
+                                   double *part, zk_st_t st)
+{
+    (void)st;
+    for (size_t o = 0; o < n; o += ZK_SUMSQ_BLOCK) {
+        size_t len = n - o < ZK_SUMSQ_BLOCK ? n - o : ZK_SUMSQ_BLOCK;
+        double lane[ZK_SUMSQ_LANES] = {0};
+
+        for (size_t i = 0; i < len; i++) {
+            float x = zk_reduce_elem(a[o + i], b[o + i]);
+            double d = x;
+
+            dst[o + i] = x;
+            lane[i % ZK_SUMSQ_LANES] += d * d;
+        }
+        part[o / ZK_SUMSQ_BLOCK] = zk_sumsq_lanes_tree(lane);
+    }
+}
+
 /* The loops below are written once and instantiated per dtype (a constant after inlining), so
  * that no dtype switch is left inside them. */
 
@@ -113,6 +133,7 @@ const zk_ops_t zk_ops_scalar = {
     .sumsq = zk_scalar_sumsq,
     .accumulate = zk_scalar_accumulate,
     .reduce = zk_scalar_reduce,
+    .reduce_sumsq = zk_scalar_reduce_sumsq,
     .cast = zk_scalar_cast,
     .copy = zk_scalar_copy,
 };

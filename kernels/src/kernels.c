@@ -314,6 +314,7 @@ typedef struct zk_sumsq_job {
     const zk_ops_t *ops;
     const float *x;
     zk_st_t st;
+    double *out; /* part, or the caller's array (zk_sumsq_parts) */
     double part[ZK_SUMSQ_ROUND_BLOCKS];
 } zk_sumsq_job_t;
 
@@ -323,7 +324,7 @@ static void zk_sumsq_chunk(void *arg, unsigned worker, size_t b, size_t e)
     zk_sumsq_job_t *j = (zk_sumsq_job_t *)arg;
 
     /* b is a multiple of the grain, ZK_SUMSQ_BLOCK: a super-block start */
-    j->ops->sumsq(j->x + b, e - b, j->part + b / ZK_SUMSQ_BLOCK, j->st);
+    j->ops->sumsq(j->x + b, e - b, j->out + b / ZK_SUMSQ_BLOCK, j->st);
 }
 
 zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
@@ -347,6 +348,7 @@ zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *su
         size_t blocks = (len + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK;
 
         job.x = x + base;
+        job.out = job.part;
         status = zk_pool_run(pool, len, ZK_SUMSQ_BLOCK, zk_sumsq_chunk, &job);
         if (status != ZS_OK) {
             return status;
@@ -355,11 +357,86 @@ zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *su
             sum += job.part[b];
         }
     }
+    *sumsq_p = zk_sumsq_total(&sum, 1, nonfinite_p);
+    return ZS_OK;
+}
+
+double zk_sumsq_total(const double *part, size_t nparts, int *nonfinite_p)
+{
+    double sum = 0.0;
+
+    for (size_t b = 0; b < nparts; b++) {
+        sum += part[b];
+    }
     /* every term is a square of an fp32 value (< 2^256), so a finite input cannot overflow
      * the double sum: the sum is non-finite exactly when some input is inf or NaN */
-    *nonfinite_p = !isfinite(sum);
-    *sumsq_p = isnan(sum) ? (double)NAN : sum; /* one NaN whatever the payloads met on the way */
-    return ZS_OK;
+    if (nonfinite_p != NULL) {
+        *nonfinite_p = !isfinite(sum);
+    }
+    return isnan(sum) ? (double)NAN : sum; /* one NaN whatever the payloads met on the way */
+}
+
+zs_status_t zk_sumsq_parts(const zk_exec_t *exec, const float *x, size_t n, double *part)
+{
+    zk_sumsq_job_t job;
+    zk_pool_t *pool;
+    zs_status_t status;
+
+    status = zk_exec_resolve("zk_sumsq_parts", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if ((x == NULL || part == NULL) && n != 0) {
+        return zk_error_set(ZS_ERR_INVALID, "zk_sumsq_parts: NULL argument");
+    }
+    job.st = zk_store_st(exec, ZK_STORE_READ, n * sizeof(float));
+    job.x = x;
+    job.out = part;
+    return zk_pool_run(pool, n, ZK_SUMSQ_BLOCK, zk_sumsq_chunk, &job);
+}
+
+/* ---- zk_reduce_sumsq_parts ---- */
+
+typedef struct zk_redsq_job {
+    const zk_ops_t *ops;
+    float *dst;
+    const float *a, *b;
+    double *part;
+    zk_st_t st;
+} zk_redsq_job_t;
+
+static void zk_redsq_chunk(void *arg, unsigned worker, size_t b, size_t e)
+{
+    (void)worker;
+    const zk_redsq_job_t *j = (const zk_redsq_job_t *)arg;
+
+    /* b is a multiple of the grain, ZK_SUMSQ_BLOCK: a super-block start */
+    j->ops->reduce_sumsq(j->dst + b, j->a + b, j->b + b, e - b, j->part + b / ZK_SUMSQ_BLOCK,
+                         j->st);
+}
+
+zs_status_t zk_reduce_sumsq_parts(const zk_exec_t *exec, float *dst, const float *a, const float *b,
+                                  size_t n, double *part)
+{
+    zk_redsq_job_t job;
+    zk_pool_t *pool;
+    zs_status_t status;
+
+    status = zk_exec_resolve("zk_reduce_sumsq_parts", exec, &job.ops, &pool);
+    if (status != ZS_OK) {
+        return status;
+    }
+    if (n > ZK_MAX_N || ((dst == NULL || a == NULL || b == NULL || part == NULL) && n != 0)) {
+        return zk_error_set(ZS_ERR_INVALID,
+                            "zk_reduce_sumsq_parts: NULL buffer or n = %zu too large", n);
+    }
+    job.dst = dst;
+    job.a = a;
+    job.b = b;
+    job.part = part;
+    /* the reduce's streams and stores: the squares are taken from registers */
+    job.st = zk_store_st(exec, ZK_STORE_OUT, 3 * n * sizeof(float));
+    return zk_pool_run(pool, n, ZK_SUMSQ_BLOCK, zk_redsq_chunk, &job);
 }
 
 /* ---- zk_accumulate ---- */

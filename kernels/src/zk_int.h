@@ -101,6 +101,10 @@ typedef struct zk_ops {
     void (*accumulate)(float *acc, const void *src, zs_dtype_t src_dtype, float s, size_t n,
                        zk_st_t st);
     void (*reduce)(void *dst, const void *a, const void *b, zs_dtype_t dtype, size_t n, zk_st_t st);
+    /* reduce of fp32 and sumsq of its result in one pass, dst at a super-block start: the
+     * bits of the two (zk_reduce_sumsq_parts) */
+    void (*reduce_sumsq)(float *dst, const float *a, const float *b, size_t n, double *part,
+                         zk_st_t st);
     /* dst_dtype != src_dtype (same-type copies are `copy`) */
     void (*cast)(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dtype_t src_dtype, size_t n,
                  zk_st_t st);

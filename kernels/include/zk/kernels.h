@@ -213,6 +213,20 @@ zs_status_t zk_adam_step(const zk_exec_t *exec, const zk_adam_params_t *params, 
 zs_status_t zk_sumsq(const zk_exec_t *exec, const float *x, size_t n, double *sumsq_p,
                      int *nonfinite_p);
 
+/* zk_sumsq's super-block sums of x[0..n) into part[0 .. ceil(n / ZK_SUMSQ_BLOCK)), x at a
+ * super-block start of the whole being summed: for a caller that cuts a sum at super-block
+ * starts itself (a collective's chunks). zk_sumsq_total adds them as zk_sumsq does. */
+zs_status_t zk_sumsq_parts(const zk_exec_t *exec, const float *x, size_t n, double *part);
+
+/* zk_sumsq's result and flag from its super-block sums part[0..nparts), added in order. */
+double zk_sumsq_total(const double *part, size_t nparts, int *nonfinite_p);
+
+/* zk_reduce of fp32 (dst = a + b) and zk_sumsq_parts of the new dst in the same pass, with the
+ * bits of the two calls one after the other: the reduce-scatter of a gradient's last
+ * contribution takes the norm's share without reading the result again. */
+zs_status_t zk_reduce_sumsq_parts(const zk_exec_t *exec, float *dst, const float *a, const float *b,
+                                  size_t n, double *part);
+
 /* acc[i] += (float)src[i] * s, src of any dtype. */
 zs_status_t zk_accumulate(const zk_exec_t *exec, float *acc, const void *src, zs_dtype_t src_dtype,
                           float s, size_t n);

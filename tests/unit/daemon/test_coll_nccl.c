@@ -75,13 +75,14 @@ ZDT_TEST(zd_coll_nccl, world_1_collectives_run_on_the_device_cuda)
     cr_assert_eq(cudaMemcpy(src, host, sizeof(host), cudaMemcpyHostToDevice), cudaSuccess);
 
     /* acc = src, then acc += src (the landing buffer and the accumulate kernel) */
-    cr_assert_eq(coll->ops->reduce_scatter(coll, src, ZS_DTYPE_F32, N, acc, ZD_COLL_OVERWRITE, err,
-                                           sizeof(err)),
+    cr_assert_eq(coll->ops->reduce_scatter(coll, src, ZS_DTYPE_F32, N, acc, ZD_COLL_OVERWRITE, NULL,
+                                           err, sizeof(err)),
                  ZS_OK, "%s", err);
     cr_assert_eq(cudaMemcpy(back, acc, sizeof(back), cudaMemcpyDeviceToHost), cudaSuccess);
     cr_assert(memcmp(back, host, sizeof(back)) == 0, "reduce_scatter (overwrite) at world 1");
-    cr_assert_eq(coll->ops->reduce_scatter(coll, src, ZS_DTYPE_F32, N, acc, 0, err, sizeof(err)),
-                 ZS_OK, "%s", err);
+    cr_assert_eq(
+        coll->ops->reduce_scatter(coll, src, ZS_DTYPE_F32, N, acc, 0, NULL, err, sizeof(err)),
+        ZS_OK, "%s", err);
     cr_assert_eq(cudaMemcpy(back, acc, sizeof(back), cudaMemcpyDeviceToHost), cudaSuccess);
     for (int i = 0; i < N; i++) {
         cr_assert_eq(back[i], 2 * host[i], "acc[%d] = %g after two reduce_scatters", i, back[i]);

@@ -265,6 +265,20 @@ size_t zk_plan_pf_band(size_t measured)
     return (size_t)((double)measured / 1.4142135623730951) >> 20 << 20; /* sqrt(2) */
 }
 
+/* Elements of the plan's scratch for a plan measured at `bytes`: Adam's footprint, 4 fp32
+ * streams and a bf16 one. */
+static size_t zk_plan_scratch_n(size_t bytes)
+{
+    return bytes / 18 / 64 * 64;
+}
+
+size_t zk_plan_pf_measured(zk_store_family_t f, size_t plan_bytes)
+{
+    size_t own = (size_t)(zk_plan_bytes(f) * (double)zk_plan_scratch_n(plan_bytes));
+
+    return own <= plan_bytes / 2 ? own : plan_bytes;
+}
+
 /* Where no prefetch won at the size measured, none against each distance the family may take
  * again at half that size, each pair alternated: the fastest distance there is kept unless
  * none is 3 % faster than it, for calls nearer that size than the one measured (on a log
@@ -275,17 +289,24 @@ size_t zk_plan_pf_band(size_t measured)
  * one fastest at 256 MiB: they differ there by noise, and 1024 lost at 64 MiB where 2048 won.
  * The band matters: the reduce's non-temporal stores gained from 2048 ahead at 64 MiB (88.6
  * against 75.4 GB/s) and lost with it at 192 and 768 MiB (0.84-0.89 of the limit, 0.94-1.0
- * without). */
+ * without). The size measured is the family's own footprint on the scratch where that is at
+ * most half the plan's (6 bytes an element for the cast and the widen: 85 MiB of a 256 MiB
+ * scratch sized for Adam, so that half the plan's size was more than the scratch held and the
+ * retry timed nothing); the others keep the plan's size, whose band the accumulate's calls at
+ * 160 MiB needed. */
 static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                              zk_scratch_t *b, int kind)
 {
     double none = 0, best = 0, g[2];
+    size_t measured = zk_plan_pf_measured(f, plan->nt_min_bytes);
     int won = 0;
+
+    (void)b;
 
     for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
         const zk_st_t st[2] = {{kind, 0}, {kind, zk_pf_choices[i]}};
 
-        zk_plan_pair(plan, ops, f, b, plan->nt_min_bytes / 2, st, g);
+        zk_plan_pair(plan, ops, f, b, measured / 2, st, g);
         none = fmax(none, g[0]);
         if (g[1] > best) {
             best = g[1];
@@ -294,7 +315,7 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     }
     if (best > 0 && !(none > ZK_PLAN_MARGIN * best)) {
         plan->prefetch[f][kind] = zk_pf_choices[won];
-        plan->pf_to[f][kind] = zk_plan_pf_band(plan->nt_min_bytes);
+        plan->pf_to[f][kind] = zk_plan_pf_band(measured);
         zk_plan_printf(plan, " -> %u below %zu MiB,", zk_pf_choices[won],
                        plan->pf_to[f][kind] >> 20);
     }
@@ -529,7 +550,7 @@ static void zk_plan_measure(zk_store_plan_t *plan, zk_variant_t v)
 
     target = target < ZK_PLAN_MIN_BYTES ? ZK_PLAN_MIN_BYTES : target;
     target = target > ZK_PLAN_MAX_BYTES ? ZK_PLAN_MAX_BYTES : target;
-    b.n = target / 18 / 64 * 64; /* Adam's footprint: 4 fp32 streams and a bf16 one */
+    b.n = zk_plan_scratch_n(target);
     for (int i = 0; i < 5; i++) {
         b.s[i] = aligned_alloc(64, b.n * 4);
         any |= b.s[i] == NULL;

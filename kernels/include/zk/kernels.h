@@ -99,6 +99,10 @@ unsigned zk_plan_pf_max(zk_store_family_t f, size_t l1);
 /* Where a distance that won at half a plan's measured size stops: the footprint as far on a
  * log scale from both (measured / sqrt 2), in whole MiB. */
 size_t zk_plan_pf_band(size_t measured);
+/* The size family f counts as measured at, for that second look, in a plan measured at
+ * `plan_bytes`: its own footprint on the plan's scratch where that is at most half of
+ * plan_bytes (the cast and the widen), else plan_bytes. */
+size_t zk_plan_pf_measured(zk_store_family_t f, size_t plan_bytes);
 
 /* How calls beyond the caches stream through memory on this machine, decided once per
  * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
@@ -138,7 +142,8 @@ typedef struct zk_store_plan {
     unsigned pf_max[ZK_STORE_FAMILIES];
     /* [family][stores]: calls of this footprint or more take no prefetch (SIZE_MAX but where
      * none won at the size measured and a distance won at half of it: from
-     * zk_plan_pf_band(nt_min_bytes) on, the footprints nearer the size measured) */
+     * zk_plan_pf_band(zk_plan_pf_measured(family, nt_min_bytes)) on, the footprints nearer
+     * the size measured) */
     size_t pf_to[ZK_STORE_FAMILIES][2];
     char how[4096]; /* one line for a log or a benchmark */
 } zk_store_plan_t;

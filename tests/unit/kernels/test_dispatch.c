@@ -157,6 +157,11 @@ Test(zk_stores, prefetch_reach_fits_half_the_l1)
     cr_assert_eq(zk_plan_pf_max(ZK_STORE_FAMILIES, 1 << 20), 512);
     cr_assert_eq(zk_plan_pf_band((size_t)256 << 20), (size_t)181 << 20);
     cr_assert_eq(zk_plan_pf_band((size_t)64 << 20), (size_t)45 << 20);
+    /* 6 bytes an element on a scratch of 256 MiB / 18 (rounded to 64 elements): 85 MiB */
+    cr_assert_eq(zk_plan_pf_measured(ZK_STORE_WIDEN, (size_t)256 << 20), (size_t)89478144);
+    cr_assert_eq(zk_plan_pf_measured(ZK_STORE_CAST, (size_t)256 << 20), (size_t)89478144);
+    cr_assert_eq(zk_plan_pf_measured(ZK_STORE_ACCUMULATE, (size_t)256 << 20), (size_t)256 << 20);
+    cr_assert_eq(zk_plan_pf_measured(ZK_STORE_ADAM, (size_t)256 << 20), (size_t)256 << 20);
 }
 
 /* ZEROD_KERNEL_STORES fixes the plan for the process (every variant's) and says so; it turns
@@ -211,7 +216,10 @@ static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
     if (g[0] > 1.03 * g[fastest]) {
         cr_assert(chosen == 0 || zk_prefetch_choice(chosen) <= plan->pf_max[f], "%s", plan->how);
         cr_assert_eq(plan->pf_to[f][nt],
-                     chosen == 0 ? SIZE_MAX : zk_plan_pf_band(plan->nt_min_bytes), "%s", plan->how);
+                     chosen == 0 ? SIZE_MAX
+                                 : zk_plan_pf_band(zk_plan_pf_measured((zk_store_family_t)f,
+                                                                       plan->nt_min_bytes)),
+                     "%s", plan->how);
     } else {
         cr_assert_eq(chosen, fastest, "%s", plan->how);
         cr_assert_eq(plan->pf_to[f][nt], SIZE_MAX, "%s", plan->how);

@@ -472,15 +472,14 @@ static void zd_rs_chunk(void *arg, unsigned worker, size_t b, size_t e)
     }
 }
 
-/* norm->done when the super-block sums have room (c->norm_part grown to the slice's). */
-static double *zd_rs_parts(zd_coll_ucx_t *c, uint64_t slice)
+/* Room for n super-block sums (c->norm_part grown to it), or NULL: the caller's norm pass
+ * takes the squares instead. */
+static double *zd_rs_parts(zd_coll_ucx_t *c, size_t n)
 {
-    size_t n = (size_t)((slice + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK);
-
     if (n > c->norm_parts) {
         double *p = realloc(c->norm_part, n * sizeof(double));
         if (p == NULL) {
-            return NULL; /* the caller's norm pass instead */
+            return NULL;
         }
         c->norm_part = p;
         c->norm_parts = n;
@@ -491,6 +490,7 @@ static double *zd_rs_parts(zd_coll_ucx_t *c, uint64_t slice)
 zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, zs_dtype_t dtype, uint64_t slice, float *acc,
                                      unsigned flags, zd_coll_norm_t *norm, char *err, size_t errlen)
 {
+    const size_t nparts = (size_t)((slice + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK);
     zd_rs_job_t job;
     zs_status_t st;
 
@@ -501,7 +501,7 @@ zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, zs_dtype_t dtype, uint64_
     job.slice = slice;
     job.acc = acc;
     job.flags = flags;
-    job.part = norm != NULL ? zd_rs_parts(c, slice) : NULL;
+    job.part = norm != NULL ? zd_rs_parts(c, nparts) : NULL;
     /* with the squares, chunks start at super-block starts (the slice's start is one) */
     st = zk_pool_run(c->exec.pool, slice, job.part != NULL ? ZK_SUMSQ_BLOCK : 1024, zd_rs_chunk,
                      &job);
@@ -511,8 +511,7 @@ zs_status_t zd_direct_reduce_scatter(zd_coll_ucx_t *c, zs_dtype_t dtype, uint64_
     if (st != ZS_OK) {
         snprintf(err, errlen, "reduce_scatter: %s", zk_last_error());
     } else if (job.part != NULL) {
-        norm->sumsq = zk_sumsq_total(
-            job.part, (size_t)((slice + ZK_SUMSQ_BLOCK - 1) / ZK_SUMSQ_BLOCK), &norm->nonfinite);
+        norm->sumsq = zk_sumsq_total(job.part, nparts, &norm->nonfinite);
         norm->done = true;
     }
     return st;

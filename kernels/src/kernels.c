@@ -370,9 +370,7 @@ double zk_sumsq_total(const double *part, size_t nparts, int *nonfinite_p)
     }
     /* every term is a square of an fp32 value (< 2^256), so a finite input cannot overflow
      * the double sum: the sum is non-finite exactly when some input is inf or NaN */
-    if (nonfinite_p != NULL) {
-        *nonfinite_p = !isfinite(sum);
-    }
+    *nonfinite_p = !isfinite(sum);
     return isnan(sum) ? (double)NAN : sum; /* one NaN whatever the payloads met on the way */
 }
 

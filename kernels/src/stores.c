@@ -301,8 +301,6 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     size_t measured = zk_plan_pf_measured(f, plan->nt_min_bytes);
     int won = 0;
 
-    (void)b;
-
     for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
         const zk_st_t st[2] = {{kind, 0}, {kind, zk_pf_choices[i]}};
 

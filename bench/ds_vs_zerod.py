@@ -31,11 +31,12 @@ it also gives every shard's Adam at the limit that min(world, cores) threads rea
 0.9 x DeepSpeed ZeRO-2. Final parameters of every side are compared with ds-zero2's (relative
 L2 difference; target 1e-5), and (--reference, default up to 100 M params) with AdamW in
 fp64 over the same data, next to how far the same fp32 AdamW moves when the ranks' gradients
-are summed in reverse order: on the 32m model at world 4 that alone is 2.7e-5, so two correct
-fp32 implementations with different summation orders cannot agree to 1e-5 there, and the
-fp64 distance says which is closer. The same fp32 AdamW in zerod's documented form (sqrt(v)
-times 1/sqrt(bc2) where torch divides by sqrt(bc2)) is a reference too: at world 2 the form
-alone moves the 32m model's final parameters by 1.2e-4, while zerod ends 2.5e-8 from it.
+are summed in reverse order. This model amplifies rounding (a ReLU that flips on one side
+sends two runs apart): fp32 AdamW in torch's form ends 1.2e-4 from fp64 on the 32m model at
+world 2, and an unfused Adam with the same math ends 1.2e-4 from DeepSpeed. zerod computes
+DeepSpeed's CPU Adam operation for operation (docs/semantics.md), so it ends 0 from ds-zero2
+at world 2 and 2.5e-8 at world 4, where the ranks' sum is taken in another order; the fp32
+AdamW in zerod's form is printed as a reference too.
 What could not run is said, with why, and the rest goes on.
 Last line: one JSON object.
 """
@@ -275,24 +276,36 @@ def summarize(runs):
 
 
 def zerod_form_factors(torch, a, t):
-    """Step t's factors in the form docs/semantics.md writes for zerod: hyper-parameters rounded
-    to fp32, the factors computed in double and rounded once (fp32 scalars)."""
+    """Step t's factors in the form docs/semantics.md writes for zerod (DeepSpeed's CPU Adam):
+    hyper-parameters rounded to fp32, beta^t a running fp32 product, every factor computed in
+    fp32 operation by operation."""
     f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
-    lr, b1, b2, eps, wd = (float(f32(x)) for x in (LR, BETAS[0], BETAS[1], EPS, WD))
-    bc1, bc2 = 1.0 - b1 ** t, 1.0 - b2 ** t
-    return {"gs": f32(1.0 / a.world), "zero": f32(0.0), "b1": f32(b1), "omb1": f32(1.0 - b1),
-            "b2": f32(b2), "omb2": f32(1.0 - b2), "eps": f32(eps), "step": f32(lr / bc1),
-            "isbc2": f32(1.0 / math.sqrt(bc2)), "decay": f32(1.0 - lr * wd)}
+    lr, b1, b2, eps, wd = (f32(x) for x in (LR, BETAS[0], BETAS[1], EPS, WD))
+    b1t, b2t = f32(1.0), f32(1.0)
+    for _ in range(t):
+        b1t, b2t = b1t * b1, b2t * b2
+    one = f32(1.0)
+    return {"gs": f32(1.0 / a.world), "zero": f32(0.0), "b1": b1, "omb1": one - b1, "b2": b2,
+            "omb2": one - b2, "eps": eps, "neg_step": -lr / (one - b1t),
+            "isbc2": one / torch.sqrt(one - b2t), "neg_lr_wd": -lr * wd}
+
+
+def fma32(x, y, z):
+    """x * y + z for fp32 tensors, rounded once to fp32 as far as double allows: the product of
+    two fp32 values is exact in double; the sum rounds in double and again to fp32, which can
+    differ from one rounding in rare double-rounding cases."""
+    import torch
+    return (x.double() * y.double() + z.double()).to(torch.float32)
 
 
 def zerod_form_update(k, r, m, v, acc):
-    """One AdamW update in fp32 with the factors k of zerod_form_factors: every operation on its
-    own, left to right, as the kernels do it."""
-    g = acc.mul(k["gs"]).add(r.mul(k["zero"]))
-    m.copy_(m.mul(k["b1"]).add(g.mul(k["omb1"])))
-    v.copy_(v.mul(k["b2"]).add(g.mul(k["omb2"]).mul(g)))
-    q = m.div(v.sqrt().mul(k["isbc2"]).add(k["eps"])).mul(k["step"])
-    r.copy_(r.mul(k["decay"]).sub(q))
+    """One AdamW update in fp32 with the factors k of zerod_form_factors, in the order of
+    docs/semantics.md (zk/elem.h): fused multiply-adds where it writes FMA."""
+    g = fma32(r, k["zero"], acc.mul(k["gs"]))
+    m.copy_(fma32(g, k["omb1"], m.mul(k["b1"])))
+    v.copy_(fma32(g.mul(g), k["omb2"], v.mul(k["b2"])))
+    p = fma32(r, k["neg_lr_wd"], r)
+    r.copy_(fma32(m.div(fma32(v.sqrt(), k["isbc2"], k["eps"])), k["neg_step"], p))
 
 
 def reference_params(a, dtype, reverse, form="torch"):
@@ -552,9 +565,9 @@ def report(out):
               "ends %.2e from the same in order; sides that differ by about that much differ by "
               "rounding, which this model amplifies over the steps, not by their math"
               % ref["order_sensitivity"])
-        print("final params vs the same fp32 AdamW in zerod's form (docs/semantics.md: sqrt(v) "
-              "times 1/sqrt(bc2), each operation rounded on its own): %s; that form alone moves "
-              "fp32 AdamW by %.2e"
+        print("final params vs the same fp32 AdamW in zerod's form (docs/semantics.md: "
+              "DeepSpeed's CPU Adam, fused multiply-adds, fp32 factors): %s; that form alone "
+              "moves fp32 AdamW by %.2e"
               % (", ".join("%s %.2e" % (s, d) for s, d in ref["sides_vs_zerod_form"].items()),
                  ref["form_sensitivity"]))
     if "reference_skipped" in out:

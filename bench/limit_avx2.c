@@ -41,27 +41,28 @@ static inline __m256i zb_bf16x2(__m256 x0, __m256 x1)
                                     0xd8);
 }
 
-#define VL         8
-#define V4         __m256i
-#define V2         __m128i
-#define LD4(p)     _mm256_loadu_si256((const __m256i *)(p))
-#define LD2(p)     _mm_loadu_si128((const __m128i *)(p))
-#define ST4(p, x)  _mm256_storeu_si256((__m256i *)(p), x)
-#define ST2(p, x)  _mm_storeu_si128((__m128i *)(p), x)
-#define NT4(p, x)  _mm256_stream_si256((__m256i *)(p), x)
-#define NT2(p, x)  _mm_stream_si128((__m128i *)(p), x)
-#define OR4(x, y)  _mm256_or_si256(x, y)
-#define AND4(x, y) _mm256_and_si256(x, y)
-#define SET4(x)    _mm256_set1_epi32((int)(x))
-#define FIRST4(x)  (unsigned)_mm_cvtsi128_si32(_mm256_castsi256_si128(x))
-#define NARROW(x)  zb_narrow(x)
-#define WIDEN(x)   _mm256_cvtepu16_epi32(x)
-#define FN         zb_limit_avx2
-#define VF         __m256
-#define SETF(x)    _mm256_set1_ps(x)
-#define SQRTF(x)   _mm256_sqrt_ps(x)
-#define LDF(p)     _mm256_load_ps(p)
-#define STF(p, x)  _mm256_store_ps(p, x)
+#define VL            8
+#define V4            __m256i
+#define V2            __m128i
+#define LD4(p)        _mm256_loadu_si256((const __m256i *)(p))
+#define LD2(p)        _mm_loadu_si128((const __m128i *)(p))
+#define ST4(p, x)     _mm256_storeu_si256((__m256i *)(p), x)
+#define ST2(p, x)     _mm_storeu_si128((__m128i *)(p), x)
+#define NT4(p, x)     _mm256_stream_si256((__m256i *)(p), x)
+#define NT2(p, x)     _mm_stream_si128((__m128i *)(p), x)
+#define OR4(x, y)     _mm256_or_si256(x, y)
+#define AND4(x, y)    _mm256_and_si256(x, y)
+#define SET4(x)       _mm256_set1_epi32((int)(x))
+#define FIRST4(x)     (unsigned)_mm_cvtsi128_si32(_mm256_castsi256_si128(x))
+#define NARROW(x)     zb_narrow(x)
+#define WIDEN(x)      _mm256_cvtepu16_epi32(x)
+#define FN            zb_limit_avx2
+#define VF            __m256
+#define SETF(x)       _mm256_set1_ps(x)
+#define SQRTF(x)      _mm256_sqrt_ps(x)
+#define FMAF(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define LDF(p)        _mm256_load_ps(p)
+#define STF(p, x)     _mm256_store_ps(p, x)
 #define CANONF(x)                                                                                  \
     _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32((int)ZK_NAN_BITS)),                  \
                      _mm256_cmp_ps(x, x, _CMP_UNORD_Q))

@@ -3,8 +3,9 @@
  * written stream) and tails run the scalar formula of zk/elem.h; the main loop uses
  * non-temporal stores on every aligned stream when the caller asks for them.
  * Head, body and tail round identically (zk/elem.h, "Rounding recipe"): the body spells
- * every multiply and add separately and maps NaN to ZK_NAN_BITS like zk_nan_canon; the file is
- * compiled with -ffp-contract=off, so neither part is fused into FMA.
+ * every multiply and add separately, and vfmadd exactly where the scalar formula calls fmaf,
+ * and maps NaN to ZK_NAN_BITS like zk_nan_canon; the file is compiled with
+ * -ffp-contract=off, so the compiler fuses nothing else.
  * Compiled with -mavx2 -mfma -mf16c; called only after zk_variant_supported(ZK_VARIANT_AVX2).
  */
 #include "zk_int.h"
@@ -14,7 +15,7 @@
 
 typedef struct zk_k256 {
     __m256 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
-        step_size, decay;
+        neg_step_size, neg_lr_wd;
 } zk_k256_t;
 
 /* zk_nan_canon on 8 lanes. */
@@ -161,7 +162,7 @@ ZK_ALWAYS_INLINE void zk256_adam_block(const zk_k256_t *K, float *p, float *m, f
     __m256 V = _mm256_loadu_ps(v + i);
     __m256 A = _mm256_loadu_ps(a + i);
 
-    ZK_ADAM_LANE(__m256, _mm256_sqrt_ps, *K, A, P, M, V);
+    ZK_ADAM_LANE(__m256, _mm256_sqrt_ps, _mm256_fmadd_ps, *K, A, P, M, V);
     if (zk256_any_nan(P, M) || zk256_any_nan(V, V)) {
         P = zk256_canon(P);
         M = zk256_canon(M);
@@ -228,8 +229,8 @@ static void zk256_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .one_minus_beta2 = _mm256_set1_ps(k->one_minus_beta2),
         .eps = _mm256_set1_ps(k->eps),
         .inv_sqrt_bc2 = _mm256_set1_ps(k->inv_sqrt_bc2),
-        .step_size = _mm256_set1_ps(k->step_size),
-        .decay = _mm256_set1_ps(k->decay),
+        .neg_step_size = _mm256_set1_ps(k->neg_step_size),
+        .neg_lr_wd = _mm256_set1_ps(k->neg_lr_wd),
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
     size_t i = zk_head(p, 32, 4, n);

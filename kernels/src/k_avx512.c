@@ -4,8 +4,9 @@
  * stream is aligned, and uses non-temporal stores on every stream that is aligned there when
  * the caller asks for them (calls larger than the caches).
  * Head, body and tail are the same masked vector code, and round like the scalar variant
- * (zk/elem.h, "Rounding recipe"): every multiply and add separately (no FMA; the file is
- * compiled with -ffp-contract=off), NaN results mapped to ZK_NAN_BITS.
+ * (zk/elem.h, "Rounding recipe"): every multiply and add separately, FMA only where the
+ * formula writes it (the file is compiled with -ffp-contract=off), NaN results mapped to
+ * ZK_NAN_BITS.
  * Compiled with -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma -mf16c; called only after
  * zk_variant_supported(ZK_VARIANT_AVX512).
  */
@@ -16,7 +17,7 @@
 
 typedef struct zk_k512 {
     __m512 grad_scale, wd_l2, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, inv_sqrt_bc2,
-        step_size, decay;
+        neg_step_size, neg_lr_wd;
 } zk_k512_t;
 
 /* The first n lanes (n < 16). */
@@ -158,7 +159,7 @@ ZK_ALWAYS_INLINE void zk512_adam_block(const zk_k512_t *K, float *p, float *m, f
     __m512 V = zk512_ld(v, ZS_DTYPE_F32, i, mk, full);
     __m512 A = zk512_ld(a, ZS_DTYPE_F32, i, mk, full);
 
-    ZK_ADAM_LANE(__m512, _mm512_sqrt_ps, *K, A, P, M, V);
+    ZK_ADAM_LANE(__m512, _mm512_sqrt_ps, _mm512_fmadd_ps, *K, A, P, M, V);
     /* one compare tests two vectors; the masked moves run only in a vector with a NaN */
     if (__builtin_expect(
             (_mm512_cmp_ps_mask(P, M, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(V, V, _CMP_UNORD_Q)) != 0,
@@ -229,8 +230,8 @@ static void zk512_adam(const zk_adam_k_t *k, float *p, float *m, float *v, float
         .one_minus_beta2 = _mm512_set1_ps(k->one_minus_beta2),
         .eps = _mm512_set1_ps(k->eps),
         .inv_sqrt_bc2 = _mm512_set1_ps(k->inv_sqrt_bc2),
-        .step_size = _mm512_set1_ps(k->step_size),
-        .decay = _mm512_set1_ps(k->decay),
+        .neg_step_size = _mm512_set1_ps(k->neg_step_size),
+        .neg_lr_wd = _mm512_set1_ps(k->neg_lr_wd),
     };
     size_t dsize = dst != NULL ? zs_dtype_size(dt) : 0;
     size_t i = zk_head(p, 64, 4, n);

@@ -1,10 +1,11 @@
 /*
  * zk front end: variant selection (cpuid, ZEROD_KERNELS), argument checks, the split of one
  * call over a zk_pool_t, and the coefficients of docs/semantics.md §4 step 6 computed once per
- * call.
+ * call, in fp32 as DeepSpeed's CPU Adam computes them.
  *
  * Determinism: a call's bits do not depend on the variant, the pool or where it cuts the call
- * (zk/elem.h, "Rounding recipe": no FMA, each operation rounded on its own, one NaN). The
+ * (zk/elem.h, "Rounding recipe": FMA only where written, each operation rounded on its own,
+ * one NaN). The
  * element-wise kernels get that from the recipe alone; zk_sumsq, the one reduction, cuts only
  * at super-block boundaries and adds the super-block sums here, in order (zk/kernels.h).
  */
@@ -194,12 +195,47 @@ static int zk_dtype_valid(zs_dtype_t dtype)
 /* Largest n for which n * (bytes of all streams) cannot overflow a size_t. */
 #define ZK_MAX_N (SIZE_MAX / 64)
 
+/* beta^t as DeepSpeed's CPU Adam keeps it: t fp32 multiplications of 1 by beta, in order.
+ * The walk stops early once 1 - beta^t rounds to 1 in fp32, after which every further factor
+ * leaves the step's coefficients as they are (beta^t only falls). A small per-thread cache
+ * continues from the last t it saw, so a daemon stepping t, t + 1, ... multiplies once. */
+static float zk_beta_pow(float beta, uint64_t t)
+{
+    static _Thread_local struct {
+        float beta;
+        uint64_t t;
+        float pow;
+    } cache[4];
+    static _Thread_local unsigned next;
+    unsigned slot = 4;
+    uint64_t i = 0;
+    float pow = 1.0f;
+
+    for (unsigned c = 0; c < 4; c++) {
+        if (cache[c].t != 0 && cache[c].beta == beta && cache[c].t <= t) {
+            slot = c;
+            i = cache[c].t;
+            pow = cache[c].pow;
+            break;
+        }
+    }
+    while (i < t && 1.0f - pow != 1.0f) {
+        pow *= beta;
+        i++;
+    }
+    if (slot == 4) {
+        slot = next++ % 4;
+    }
+    cache[slot].beta = beta;
+    cache[slot].t = i;
+    cache[slot].pow = pow;
+    return pow;
+}
+
 zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k)
 {
-    double bc1 = 1.0;
-    double bc2 = 1.0;
-    double lr = params->lr;
-    double wd = params->weight_decay;
+    float bc1 = 1.0f;
+    float bc2 = 1.0f;
 
     if (!(params->beta1 >= 0.0f && params->beta1 < 1.0f) ||
         !(params->beta2 >= 0.0f && params->beta2 < 1.0f)) {
@@ -217,23 +253,21 @@ zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k)
             return zk_error_set(ZS_ERR_INVALID,
                                 "zk_adam_step: step must be >= 1 with bias correction");
         }
-        bc1 = 1.0 - pow((double)params->beta1, (double)params->step);
-        bc2 = 1.0 - pow((double)params->beta2, (double)params->step);
-        if (!(bc1 > 0.0) || !(bc2 > 0.0)) {
-            /* beta == 0 gives bc == 1; only a beta of exactly 1 could give 0, refused above */
-            return zk_error_set(ZS_ERR_INVALID, "zk_adam_step: bias correction underflows");
-        }
+        /* beta^t <= beta < 1, so neither can reach 0 */
+        bc1 = 1.0f - zk_beta_pow(params->beta1, params->step);
+        bc2 = 1.0f - zk_beta_pow(params->beta2, params->step);
     }
+    /* every coefficient in fp32, operation by operation, as DeepSpeed's CPU Adam computes it */
     k->grad_scale = params->grad_scale;
     k->wd_l2 = params->adam_w_mode ? 0.0f : params->weight_decay;
     k->beta1 = params->beta1;
-    k->one_minus_beta1 = (float)(1.0 - (double)params->beta1);
+    k->one_minus_beta1 = 1.0f - params->beta1;
     k->beta2 = params->beta2;
-    k->one_minus_beta2 = (float)(1.0 - (double)params->beta2);
+    k->one_minus_beta2 = 1.0f - params->beta2;
     k->eps = params->eps;
-    k->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    k->step_size = (float)(lr / bc1);
-    k->decay = params->adam_w_mode ? (float)(1.0 - lr * wd) : 1.0f;
+    k->inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+    k->neg_step_size = -params->lr / bc1;
+    k->neg_lr_wd = params->adam_w_mode ? -params->lr * params->weight_decay : 0.0f;
     k->keep_acc = params->keep_acc != 0;
     return ZS_OK;
 }

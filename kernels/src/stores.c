@@ -150,8 +150,8 @@ static void zk_plan_call(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_
                                   .one_minus_beta2 = 0.001f,
                                   .eps = 1e-8f,
                                   .inv_sqrt_bc2 = 1.0f,
-                                  .step_size = 1e-6f,
-                                  .decay = 1.0f,
+                                  .neg_step_size = -1e-6f,
+                                  .neg_lr_wd = 0.0f,
                                   .keep_acc = 1}; /* as the daemon runs it */
 
     switch (fam) {

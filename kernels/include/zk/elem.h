@@ -3,18 +3,20 @@
  * fp16/bf16 conversions are written. Included by the scalar, AVX2 and AVX-512 C kernels and
  * by the CUDA kernels (ZK_HD marks functions __host__ __device__ under nvcc).
  *
- * The Adam update is the macro ZK_ADAM_LANE, written with ordinary C operators so that one
- * text serves `float` (scalar C, CUDA) and the SIMD vector types of GCC/clang (__m256,
- * __m512 support + - * / as vector extensions). Only loads, stores and conversions differ
- * between variants.
+ * The Adam update is the macro ZK_ADAM_LANE, written with ordinary C operators and an FMA
+ * argument so that one text serves `float` (scalar C, CUDA) and the SIMD vector types of
+ * GCC/clang (__m256, __m512 support + - * / as vector extensions; FMA is fmaf or vfmadd). Only
+ * loads, stores and conversions differ between variants.
  *
  * Rounding recipe (docs/design-notes.md, "Kernel rounding"): every result is bit-identical
  * whatever the variant (scalar, AVX2, AVX-512, CUDA), the thread count and where a call is
  * cut into head, vector body and tail. So:
- *   - every + - * / and sqrt rounds on its own, in the order written here: no fused
- *     multiply-add, explicit or contracted (the build sets -ffp-contract=off for C and
- *     --fmad=false for nvcc; the SIMD kernels spell mul then add); sqrt and / are the IEEE
- *     correctly rounded operations on every target; subnormals are kept (no FTZ/DAZ);
+ *   - every + - * / and sqrt rounds on its own, in the order written here, and a fused
+ *     multiply-add appears exactly where the formula spells FMA (IEEE fusedMultiplyAdd, one
+ *     rounding: fmaf in C and CUDA, vfmadd in the SIMD kernels) and nowhere else: the build
+ *     sets -ffp-contract=off for C and --fmad=false for nvcc so that the compiler fuses
+ *     nothing on its own; sqrt and / are the IEEE correctly rounded operations on every
+ *     target; subnormals are kept (no FTZ/DAZ);
  *   - an arithmetic result that is NaN is stored as the one quiet NaN ZK_NAN_BITS (x86 passes
  *     on the payload of whichever NaN operand the compiler happened to put first, CUDA makes
  *     its own), see zk_nan_canon;
@@ -48,10 +50,10 @@ typedef struct zk_adam_k {
     float beta2;
     float one_minus_beta2;
     float eps;
-    float inv_sqrt_bc2; /* 1 / sqrt(1 - beta2^t), 1 without bias correction */
-    float step_size;    /* lr / (1 - beta1^t), lr without bias correction */
-    float decay;        /* AdamW: 1 - lr * weight_decay; L2: 1 */
-    int keep_acc;       /* 1: leave acc as it is (the caller overwrites it before reading it) */
+    float inv_sqrt_bc2;  /* 1 / sqrt(1 - beta2^t), 1 without bias correction */
+    float neg_step_size; /* -lr / (1 - beta1^t), -lr without bias correction */
+    float neg_lr_wd;     /* AdamW: -lr * weight_decay; L2: 0 */
+    int keep_acc;        /* 1: leave acc as it is (the caller overwrites it before reading it) */
 } zk_adam_k_t;
 
 /* The quiet NaN that every arithmetic NaN result becomes (fp16 0x7e00, bf16 0x7fc0). */
@@ -59,28 +61,32 @@ typedef struct zk_adam_k {
 
 /*
  * docs/semantics.md §4 step 6 for one lane (T = float) or one vector of lanes (T = __m256, __m512):
- *   g = acc * grad_scale (+ wd * p in L2 mode)
- *   m = beta1 m + (1 - beta1) g
- *   v = beta2 v + (1 - beta2) g^2
- *   p = p (1 - lr wd) - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
- * The last line is torch.optim.AdamW's order (decay first, then addcdiv), which equals
+ *   g = FMA(p, wd_l2, acc * grad_scale)            L2 mode adds wd * p; AdamW: wd_l2 = 0
+ *   m = FMA(g, 1 - beta1, beta1 * m)
+ *   v = FMA(g * g, 1 - beta2, beta2 * v)
+ *   p = FMA(p, -lr wd, p)                          AdamW's decay; L2: -lr wd = 0
+ *   p = FMA(m / FMA(sqrt(v), 1 / sqrt(bc2), eps), -lr / bc1, p)
+ * FMA(a, b, c) = a * b + c rounded once. This is the arithmetic of DeepSpeed's CPU Adam
+ * (DeepSpeedCPUAdam, and FusedAdam on the CPU accelerator), operation for operation, and equals
  * p - lr (m^ / (sqrt(v^) + eps) + wd p) of §3.6 up to fp32 rounding. K holds the coefficients
- * as T (a zk_adam_k_t for floats, a struct of broadcast vectors for SIMD). Each operator rounds
- * on its own, left to right as C groups them. The caller then maps NaN lanes of p, m and v to
- * ZK_NAN_BITS (zk_nan_canon and its SIMD forms).
+ * as T (a zk_adam_k_t for floats, a struct of broadcast vectors for SIMD). The caller then maps
+ * NaN lanes of p, m and v to ZK_NAN_BITS (zk_nan_canon and its SIMD forms).
  */
-#define ZK_ADAM_LANE(T, SQRT, K, acc, p, m, v)                                                     \
+#define ZK_ADAM_LANE(T, SQRT, FMA, K, acc, p, m, v)                                                \
     do {                                                                                           \
-        T zk_g_ = (acc) * (K).grad_scale + (K).wd_l2 * (p);                                        \
-        (m) = (K).beta1 * (m) + (K).one_minus_beta1 * zk_g_;                                       \
-        (v) = (K).beta2 * (v) + (K).one_minus_beta2 * zk_g_ * zk_g_;                               \
-        (p) = (p) * (K).decay - (K).step_size * ((m) / (SQRT(v) * (K).inv_sqrt_bc2 + (K).eps));    \
+        T zk_g_ = FMA((p), (K).wd_l2, (acc) * (K).grad_scale);                                     \
+        (m) = FMA(zk_g_, (K).one_minus_beta1, (K).beta1 * (m));                                    \
+        (v) = FMA(zk_g_ * zk_g_, (K).one_minus_beta2, (K).beta2 * (v));                            \
+        (p) = FMA((p), (K).neg_lr_wd, (p));                                                        \
+        (p) = FMA((m) / FMA(SQRT(v), (K).inv_sqrt_bc2, (K).eps), (K).neg_step_size, (p));          \
     } while (0)
 
 #if defined(__CUDA_ARCH__)
-#define ZK_SQRTF(x) sqrtf(x)
+#define ZK_SQRTF(x)      sqrtf(x)
+#define ZK_FMAF(a, b, c) __fmaf_rn(a, b, c)
 #else
-#define ZK_SQRTF(x) __builtin_sqrtf(x)
+#define ZK_SQRTF(x)      __builtin_sqrtf(x)
+#define ZK_FMAF(a, b, c) __builtin_fmaf(a, b, c) /* an instruction with -mfma, else libm's fmaf */
 #endif
 
 static inline ZK_HD uint32_t zk_f32_bits(float f)
@@ -121,7 +127,7 @@ static inline ZK_HD float zk_adam_elem(const zk_adam_k_t *k, float acc, float p,
 {
     float m = *m_p;
     float v = *v_p;
-    ZK_ADAM_LANE(float, ZK_SQRTF, *k, acc, p, m, v);
+    ZK_ADAM_LANE(float, ZK_SQRTF, ZK_FMAF, *k, acc, p, m, v);
     /* one rare branch for the three results instead of three */
     if (__builtin_expect((p != p) | (m != m) | (v != v), 0)) {
         p = zk_nan_canon(p);

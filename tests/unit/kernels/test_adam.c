@@ -569,3 +569,52 @@ Test(zk_adam, rejects_bad_parameters)
     cr_assert_eq(zk_adam_step(NULL, &P, &x, &x, &x, &x, &x, (zs_dtype_t)7, 1), ZS_ERR_INVALID);
     cr_assert_eq(zk_adam_step(NULL, NULL, &x, &x, &x, &x, NULL, ZS_DTYPE_F32, 1), ZS_ERR_INVALID);
 }
+
+/* The scalar variant's FMA without an FMA instruction (zk/elem.h zk_fmaf_soft) against libm's
+ * fmaf, which is correctly rounded: random bit patterns (every exponent, specials), products
+ * that cancel against the addend to the last bits (where a double rounding would show), and
+ * sums that land on float ties. */
+Test(zk_adam, soft_fma_rounds_once)
+{
+#if defined(__FMA__)
+    cr_skip_test("this file is built with FMA; the soft FMA is not compiled in");
+#else
+    zt_seed_init();
+    for (uint64_t i = 0; i < 6000000; i++) {
+        float a, b, c, want, got;
+        uint32_t ua = (uint32_t)zt_u64(), ub = (uint32_t)zt_u64(), uc = (uint32_t)zt_u64();
+
+        switch (i % 3) {
+        case 0: /* any bits */
+            memcpy(&a, &ua, 4);
+            memcpy(&b, &ub, 4);
+            memcpy(&c, &uc, 4);
+            if (i % 97 == 0) {
+                a = zt_special();
+                c = zt_special();
+            }
+            break;
+        case 1: /* c cancels a * b up to its last bits */
+            a = zt_logu(-30, 30) * ((ua & 1) ? -1.0f : 1.0f);
+            b = zt_logu(-30, 30);
+            c = -(a * b) * (1.0f + (float)((int)(uc % 64) - 32) * 0x1p-23f);
+            break;
+        default: /* a * b a half float ulp (or near it) from c's grid */
+            a = 1.0f + (float)(ua & 0xfff) * 0x1p-23f;
+            b = 1.0f + (float)(ub & 0xfff) * 0x1p-23f;
+            c = ldexpf((float)(uc & 0xffffff), -(int)(ub % 40));
+            break;
+        }
+        want = fmaf(a, b, c);
+        got = zk_fmaf_soft(a, b, c);
+        if (isnan(want)) {
+            cr_assert(isnan(got), "fma(%a, %a, %a): %a, libm NaN", (double)a, (double)b, (double)c,
+                      (double)got);
+        } else {
+            cr_assert_eq(zt_f32_bits(got), zt_f32_bits(want),
+                         "fma(%a, %a, %a): %a, libm %a (seed %llu)", (double)a, (double)b,
+                         (double)c, (double)got, (double)want, (unsigned long long)zt_seed);
+        }
+    }
+#endif
+}

@@ -167,7 +167,10 @@ def side_rank(rank, side, a, env, daemon_pid, out_path):
         fwd = engine
     steps, fb, opt = [], [], []
     for step in range(a.warmup + a.steps):
-        if step == a.warmup and side == "zerod":
+        if step == max(0, a.warmup - 1) and side == "zerod":
+            # before the last warmup step, whose all-gather lines the ranks up again: each
+            # rank waits for its own daemon's plan, and the first to get it would otherwise
+            # wait for the others inside its first timed step
             wait_store_plan(os.environ["DSBENCH_DAEMON_LOG"])
         if step == a.warmup:  # CPU time of the timed steps: where a step goes on shared cores
             cpu0 = (time.perf_counter(), cpu_s(), cpu_s(daemon_pid) if daemon_pid else 0.0)

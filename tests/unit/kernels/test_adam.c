@@ -1,8 +1,9 @@
 /*
  * zk_adam_step against fp64 references of docs/semantics.md §4 steps 6-7: one step on fresh random
  * data at every length, misalignment, destination dtype, AdamW/L2 and bias correction on/off;
- * ten steps against torch.optim.AdamW's formula. Tolerances come from the error model of
- * zk_test.h (every fp32 rounding of the kernel's operation order, propagated), not from tuning.
+ * ten steps against torch.optim.AdamW's formula; bit for bit DeepSpeed's CPU Adam arithmetic.
+ * Tolerances come from the error model of zk_test.h (every fp32 rounding of the kernel's operation
+ * order, propagated), not from tuning.
  */
 #include "zk_test.h"
 
@@ -618,3 +619,52 @@ Test(zk_adam, soft_fma_rounds_once)
     }
 #endif
 }
+
+/* Bit for bit the arithmetic of DeepSpeed's CPU Adam (cpu_adam.h, Step_AVX: fma for m, v, the
+ * denominator, the decay and the update; coefficients in fp32 with beta^t a running product),
+ * written here with libm's fmaf, against every variant: steps in random order (the kernel's
+ * beta^t cache continues, restarts and stops early), head, body and tail lengths. */
+static void zt_adam_ds_bits(zk_exec_t ex)
+{
+    enum { N = 37 };
+    float p[N], m[N], v[N], a[N], ep[N], em[N], ev[N];
+
+    for (int draw = 0; draw < 60; draw++) {
+        zk_adam_params_t P = zt_random_params(draw & 1, (draw % 7) != 3);
+        P.step = 1 + zt_u64() % (draw % 5 == 0 ? 40000 : 300);
+        if (draw % 11 == 4) {
+            P.beta2 = 0.9999f; /* a long running product */
+        }
+        float bc1 = P.bias_correction ? 1.0f - zt_fpow(P.beta1, P.step) : 1.0f;
+        float bc2 = P.bias_correction ? 1.0f - zt_fpow(P.beta2, P.step) : 1.0f;
+        float wd_l2 = P.adam_w_mode ? 0.0f : P.weight_decay;
+        float nlrwd = P.adam_w_mode ? -P.lr * P.weight_decay : 0.0f;
+        float nstep = -P.lr / bc1, isbc2 = 1.0f / sqrtf(bc2);
+
+        for (int i = 0; i < N; i++) {
+            p[i] = zt_logu(-10, 2) * ((zt_u64() & 1) ? -1.0f : 1.0f);
+            m[i] = zt_logu(-14, -2) * ((zt_u64() & 1) ? -1.0f : 1.0f);
+            v[i] = m[i] * m[i] * (float)zt_uniform(1.0, 100.0);
+            a[i] = zt_logu(-12, 8) * ((zt_u64() & 1) ? -1.0f : 1.0f);
+            float g = fmaf(p[i], wd_l2, a[i] * P.grad_scale);
+            em[i] = fmaf(g, 1.0f - P.beta1, P.beta1 * m[i]);
+            ev[i] = fmaf(g * g, 1.0f - P.beta2, P.beta2 * v[i]);
+            ep[i] = fmaf(p[i], nlrwd, p[i]);
+            ep[i] = fmaf(em[i] / fmaf(sqrtf(ev[i]), isbc2, P.eps), nstep, ep[i]);
+        }
+        zs_status_t st = zk_adam_step(&ex, &P, p, m, v, a, NULL, ZS_DTYPE_F32, N);
+        cr_assert_eq(st, ZS_OK, "%s", zk_last_error());
+        for (int i = 0; i < N; i++) {
+            cr_assert(zt_f32_bits(p[i]) == zt_f32_bits(ep[i]) &&
+                          zt_f32_bits(m[i]) == zt_f32_bits(em[i]) &&
+                          zt_f32_bits(v[i]) == zt_f32_bits(ev[i]),
+                      "%s draw %d step %llu [%d]: p %a m %a v %a, DeepSpeed's arithmetic p %a m %a "
+                      "v %a (seed %llu)",
+                      zk_variant_name(ex.variant), draw, (unsigned long long)P.step, i,
+                      (double)p[i], (double)m[i], (double)v[i], (double)ep[i], (double)em[i],
+                      (double)ev[i], (unsigned long long)zt_seed);
+        }
+    }
+}
+
+ZT_VARIANT_TESTS(zk_adam, bits_of_deepspeed_cpu_adam, zt_adam_ds_bits)

@@ -42,7 +42,6 @@ Last line: one JSON object.
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess

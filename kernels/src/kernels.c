@@ -5,9 +5,9 @@
  *
  * Determinism: a call's bits do not depend on the variant, the pool or where it cuts the call
  * (zk/elem.h, "Rounding recipe": FMA only where written, each operation rounded on its own,
- * one NaN). The
- * element-wise kernels get that from the recipe alone; zk_sumsq, the one reduction, cuts only
- * at super-block boundaries and adds the super-block sums here, in order (zk/kernels.h).
+ * one NaN). The element-wise kernels get that from the recipe alone; zk_sumsq, the one
+ * reduction, cuts only at super-block boundaries and adds the super-block sums here, in order
+ * (zk/kernels.h).
  */
 #include "zk_int.h"
 
@@ -197,8 +197,9 @@ static int zk_dtype_valid(zs_dtype_t dtype)
 
 /* beta^t as DeepSpeed's CPU Adam keeps it: t fp32 multiplications of 1 by beta, in order.
  * The walk stops early once 1 - beta^t rounds to 1 in fp32, after which every further factor
- * leaves the step's coefficients as they are (beta^t only falls). A small per-thread cache
- * continues from the last t it saw, so a daemon stepping t, t + 1, ... multiplies once. */
+ * leaves the step's coefficients as they are (beta^t only falls). A small per-thread cache, one
+ * entry per beta, continues from the last t it saw (a daemon stepping t, t + 1, ... multiplies
+ * once) and starts over when t goes back. */
 static float zk_beta_pow(float beta, uint64_t t)
 {
     static _Thread_local struct {
@@ -207,29 +208,25 @@ static float zk_beta_pow(float beta, uint64_t t)
         float pow;
     } cache[4];
     static _Thread_local unsigned next;
-    unsigned slot = 4;
-    uint64_t i = 0;
-    float pow = 1.0f;
+    unsigned c = 0;
 
-    for (unsigned c = 0; c < 4; c++) {
-        if (cache[c].t != 0 && cache[c].beta == beta && cache[c].t <= t) {
-            slot = c;
-            i = cache[c].t;
-            pow = cache[c].pow;
-            break;
-        }
+    while (c < 4 && cache[c].beta != beta) {
+        c++;
     }
-    while (i < t && 1.0f - pow != 1.0f) {
-        pow *= beta;
-        i++;
+    if (c == 4) {
+        c = next++ % 4;
+        cache[c].beta = beta;
+        cache[c].t = 0;
     }
-    if (slot == 4) {
-        slot = next++ % 4;
+    if (cache[c].t == 0 || cache[c].t > t) {
+        cache[c].t = 0;
+        cache[c].pow = 1.0f;
     }
-    cache[slot].beta = beta;
-    cache[slot].t = i;
-    cache[slot].pow = pow;
-    return pow;
+    while (cache[c].t < t && 1.0f - cache[c].pow != 1.0f) {
+        cache[c].pow *= beta;
+        cache[c].t++;
+    }
+    return cache[c].pow;
 }
 
 zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k)

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "job_int.h"
 #include "zs/error.h"
+#include "zs/thread.h"
 #include "zs/time.h"
 
 #include <errno.h>
@@ -247,7 +248,7 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
             }
         }
     }
-    if (st == ZS_OK && pthread_create(&a->thread, NULL, zd_ckpt_async_main, a) != 0) {
+    if (st == ZS_OK && zs_thread_start(&a->thread, false, zd_ckpt_async_main, a) != 0) {
         st = ZS_ERR_NO_MEMORY;
     }
     if (st != ZS_OK) {

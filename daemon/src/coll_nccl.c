@@ -8,6 +8,7 @@
 #include "coll_nccl.h"
 
 #include "zk/kernels_cuda.h"
+#include "zs/thread.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -234,7 +235,7 @@ zs_status_t zd_coll_nccl_unique_id(uint8_t id[ZD_NCCL_ID_BYTES], char *err, size
     return ZS_OK;
 }
 
-zs_status_t zd_coll_nccl_create(uint32_t rank, uint32_t world, const uint8_t id[ZD_NCCL_ID_BYTES],
+static zs_status_t zd_nccl_open(uint32_t rank, uint32_t world, const uint8_t id[ZD_NCCL_ID_BYTES],
                                 int device, uint64_t timeout_ns, zd_coll_t **coll_p, char *err,
                                 size_t errlen)
 {
@@ -289,4 +290,19 @@ zs_status_t zd_coll_nccl_create(uint32_t rank, uint32_t world, const uint8_t id[
     }
     *coll_p = &c->base;
     return ZS_OK;
+}
+
+/* CUDA and NCCL start threads of their own here; they inherit a mask that blocks every signal
+ * (zs/thread.h) */
+zs_status_t zd_coll_nccl_create(uint32_t rank, uint32_t world, const uint8_t id[ZD_NCCL_ID_BYTES],
+                                int device, uint64_t timeout_ns, zd_coll_t **coll_p, char *err,
+                                size_t errlen)
+{
+    sigset_t old;
+    zs_status_t st;
+
+    zs_signals_block(&old);
+    st = zd_nccl_open(rank, world, id, device, timeout_ns, coll_p, err, errlen);
+    zs_signals_restore(&old);
+    return st;
 }

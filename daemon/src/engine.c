@@ -4,6 +4,7 @@
 #include "zk/kernels.h"
 #include "zs/error.h"
 #include "zs/log.h"
+#include "zs/thread.h"
 #include "zs/time.h"
 
 #include <poll.h>
@@ -592,7 +593,7 @@ zs_status_t zd_engine_create(const zd_engine_params_t *p, zd_engine_t **engine_p
         }
         e->exec.pool = e->pool;
     }
-    if (pthread_create(&e->thread, NULL, zd_engine_main, e) != 0) {
+    if (zs_thread_start(&e->thread, false, zd_engine_main, e) != 0) {
         zs_error(ZS_SUB_ENGINE, "cannot start the engine thread: %m");
         st = ZS_ERR_NO_MEMORY;
         goto err_pool;

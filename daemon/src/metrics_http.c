@@ -9,6 +9,7 @@
 #include "unix_listen.h"
 
 #include "zs/log.h"
+#include "zs/thread.h"
 #include "zs/time.h"
 
 #include <errno.h>
@@ -209,13 +210,17 @@ static bool zd_http_serve(zd_metrics_http_t *h, int fd)
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     /* the per-IP limit keys on an IPv4/IPv6 address: it would refuse every AF_UNIX client */
     unsigned per_ip = h->where.kind == ZD_LISTEN_TCP ? ZD_HTTP_PER_IP : 0;
+    sigset_t old;
 
+    /* libmicrohttpd's thread inherits a mask that blocks every signal (zs/thread.h) */
+    zs_signals_block(&old);
     h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, zd_http_answer, h, MHD_OPTION_LISTEN_SOCKET,
                               (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)ZD_HTTP_MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                               per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ZD_HTTP_TIMEOUT_S,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)ZD_HTTP_CONN_MEMORY,
                               MHD_OPTION_EXTERNAL_LOGGER, zd_http_log, (void *)h, MHD_OPTION_END);
+    zs_signals_restore(&old);
     return h->mhd != NULL;
 }
 

@@ -2,6 +2,7 @@
 
 #include "zs/error.h"
 #include "zs/log.h"
+#include "zs/thread.h"
 #include "zs/time.h"
 
 #include <stdatomic.h>
@@ -16,6 +17,7 @@ zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p
     ucp_worker_params_t wparams;
     ucp_config_t *config = NULL;
     ucs_status_t us;
+    sigset_t old;
 
     us = ucp_config_read(NULL, NULL, &config);
     if (us != UCS_OK) {
@@ -28,7 +30,10 @@ zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = features;
     params.mt_workers_shared = 0;
+    /* UCX's async thread inherits this mask: it never takes the daemon's signals */
+    zs_signals_block(&old);
     us = ucp_init(&params, config, ctx_p);
+    zs_signals_restore(&old);
     ucp_config_release(config);
     if (us != UCS_OK) {
         return zs_errf(err, errlen, ZS_ERR_UCX, "UCX: ucp_init: %s", ucs_status_string(us));
@@ -36,7 +41,9 @@ zs_status_t zd_ucx_init(const char *tls, uint64_t features, ucp_context_h *ctx_p
     memset(&wparams, 0, sizeof(wparams));
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    zs_signals_block(&old);
     us = ucp_worker_create(*ctx_p, &wparams, worker_p);
+    zs_signals_restore(&old);
     if (us != UCS_OK) {
         ucp_cleanup(*ctx_p);
         *ctx_p = NULL;

@@ -3,6 +3,7 @@
 
 #include "ucx_util.h"
 #include "zs/log.h"
+#include "zs/thread.h"
 #include "zs/time.h"
 
 #include <errno.h>
@@ -388,7 +389,7 @@ zs_status_t zd_watch_start(zd_watch_t *w, uint8_t *const *addrs, const size_t *l
     }
     w->checking = true;
     w->next_beat_ns = now;
-    rc = pthread_create(&w->thread, NULL, zd_watch_main, w);
+    rc = zs_thread_start(&w->thread, false, zd_watch_main, w);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start the mesh watch thread: %s", strerror(rc));
         return ZS_ERR_NO_MEMORY;

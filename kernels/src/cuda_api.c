@@ -4,6 +4,7 @@
  */
 #include "zk/kernels_cuda.h"
 #include "zk_int.h"
+#include "zs/thread.h"
 
 #if defined(ZK_HAVE_CUDA)
 
@@ -28,8 +29,14 @@ static zs_status_t zk_cuda_status(const char *fn, int err)
 int zk_cuda_available(void)
 {
     int count = 0;
+    sigset_t old;
+    int ok;
 
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    /* the driver's own threads start here and inherit the mask (zs/thread.h) */
+    zs_signals_block(&old);
+    ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    zs_signals_restore(&old);
+    return ok;
 }
 
 zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, float *m, float *v,

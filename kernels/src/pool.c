@@ -3,10 +3,10 @@
  * thread runs chunk 0 and then waits only for its own workers. No allocation per call.
  */
 #include "zk_int.h"
+#include "zs/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,7 +100,6 @@ static void zk_pool_stop(zk_pool_t *pool, unsigned joinable)
 zs_status_t zk_pool_create(unsigned threads, zk_pool_t **pool_p)
 {
     zk_pool_t *pool;
-    sigset_t all, old;
     unsigned created = 0;
     zs_status_t status;
     int ret = 0;
@@ -127,16 +126,13 @@ zs_status_t zk_pool_create(unsigned threads, zk_pool_t **pool_p)
     pthread_cond_init(&pool->work_cv, NULL);
     pthread_cond_init(&pool->done_cv, NULL);
 
-    /* workers never take signals: the daemon handles them on its own threads */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* workers never take signals: the daemon handles them on its main thread */
     for (created = 0; created + 1 < threads; created++) {
-        ret = pthread_create(&pool->workers[created], NULL, zk_pool_main, pool);
+        ret = zs_thread_start(&pool->workers[created], false, zk_pool_main, pool);
         if (ret != 0) {
             break;
         }
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (ret != 0) {
         status =
             zk_error_set(ZS_ERR_NO_MEMORY, "zk_pool_create: pthread_create: %s", strerror(ret));

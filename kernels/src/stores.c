@@ -13,6 +13,7 @@
  * (the tests cover every path so). No choice ever changes a result: all write the same bits.
  */
 #include "zk_int.h"
+#include "zs/thread.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -667,7 +668,6 @@ int zk_store_plan_start(zk_store_plan_done_fn done, void *arg)
 {
     zk_variant_t v = zk_default_variant();
     zk_plan_bg_arg_t *a;
-    pthread_attr_t attr;
     pthread_t t;
     int measured, expected = 0, rc;
 
@@ -684,10 +684,7 @@ int zk_store_plan_start(zk_store_plan_done_fn done, void *arg)
     }
     a->done = done;
     a->arg = arg;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&t, &attr, zk_plan_bg_main, a);
-    pthread_attr_destroy(&attr);
+    rc = zs_thread_start(&t, true, zk_plan_bg_main, a);
     if (rc != 0) {
         free(a);
         atomic_store(&zk_plan_bg, 0);

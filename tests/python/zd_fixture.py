@@ -119,6 +119,7 @@ class Daemon:
         if self.proc is None:
             return
         proc, self.proc = self.proc, None
+        unmasked = _threads_taking_stop_signals(proc.pid) if check else []
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         try:
@@ -143,8 +144,38 @@ class Daemon:
                             % (self.log_path, "\n  ".join(errors)))
         if os.path.exists(self.socket):
             problems.append("zerod left its socket behind")
+        if unmasked:
+            problems.append("threads other than the main one take SIGTERM/SIGINT/SIGHUP (a stop "
+                            "sent to them can be lost): %s" % ", ".join(unmasked))
         if problems:
             raise AssertionError("; ".join(problems))
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _threads_taking_stop_signals(pid):
+    """The daemon's threads, other than its main one, that leave a stop signal unblocked: the
+    daemon handles them on its loop, and one the kernel hands to another thread can stay pending
+    (zs/thread.h)."""
+    found = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return found
+    for tid in tids:
+        if int(tid) == pid:
+            continue
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+        except OSError:
+            continue  # the thread ended meanwhile
+        blocked = int(fields["SigBlk"].strip(), 16)
+        if any(not (blocked >> (int(s) - 1)) & 1 for s in _STOP_SIGNALS):
+            found.append("%s (tid %s, SigBlk %s)" % (fields["Name"].strip(), tid,
+                                                     fields["SigBlk"].strip()))
+    return found
 
 
 def _thread_stacks(pid):

@@ -14,7 +14,8 @@ Sides (each `world` processes, torch.multiprocessing spawn, RANK/WORLD_SIZE/MAST
 Every side: AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01), fp32, no clipping,
 reduce_bucket_size --bucket, batch --batch per rank, each rank its own data.
 
-Each side runs --runs times (default 3); per run, the median over --steps timed steps (after
+Each side runs --runs times (default 3), run-major (run 1 of every side, then run 2, ...: the
+sides sample the same stretches of a noisy machine); per run, the median over --steps timed steps (after
 --warmup; for zerod also after its daemon has logged its kernels' store plan, which a daemon
 measures once in its life, 3.7-4.1 s of one core on the Xeon VM at the first large attach:
 timed steps are steady-state steps) of rank 0's step, forward + backward, and optimizer step,
@@ -24,7 +25,8 @@ Printed per metric: min and median over the runs, and the ratios zerod / each De
 
 The floor of a zerod step: bare forward + backward (same run) plus the shard's Adam at the
 streaming limit (zk_bench's limit for adam_step at the shard's size, fp32 params, same
-machine, measured here); the target is zerod step <= 1.1 x floor. At world > 1 a line for
+machine, measured here); the target is zerod step <= 1.1 x floor. The ratio is printed from
+the medians and per run, each zerod run against the bare run next to it. At world > 1 a line for
 information follows: the ranks' daemons update their shards at the same time on one host, so
 it also gives every shard's Adam at the limit that min(world, cores) threads reach together
 (zk_bench --threads), the floor with that term, and the step against it. Memory target: zerod <=
@@ -268,6 +270,7 @@ def summarize(runs):
             m[k] += v
         return (sum(m.values()) if kind is None else m[kind]) / 1024.0
     out = {k: mm([rs[0][k] for rs in runs]) for k in ("step", "fwd_bwd", "opt")}
+    out["per_run"] = {k: [rs[0][k] for rs in runs] for k in ("step", "fwd_bwd")}
     # CPU seconds per step, all ranks together, against the cores' wall seconds
     for k in ("cpu_trainer", "cpu_daemon", "wall"):
         out[k] = mm([sum(r[k] for r in rs) / (len(rs) if k == "wall" else 1) for rs in runs])
@@ -433,18 +436,22 @@ def main():
                 out["not_run"][s] = "deepspeed does not import: %s" % e
         sides = [s for s in sides if not s.startswith("ds-")]
     tmp = tempfile.mkdtemp(prefix="zd-dsbench-")
-    for s in sides:
-        runs = []
-        for run in range(a.runs):
+    # run-major: run i of every side, then run i + 1, so that each side samples the same
+    # stretches of a noisy machine (bare's own step moves by 30 % within minutes on the VMs)
+    runs = {s: [] for s in sides}
+    for run in range(a.runs):
+        for s in sides:
+            if s in out["not_run"]:
+                continue
             try:
-                runs.append(run_side(s, a, tmp, run))
+                runs[s].append(run_side(s, a, tmp, run))
             except Exception as e:  # noqa: BLE001
                 out["not_run"][s] = "run %d failed: %s" % (run, str(e)[-300:])
                 traceback.print_exc()
-                break
-        if len(runs) == a.runs:
-            out["sides"][s] = summarize(runs)
-        print("%s: done" % s, file=sys.stderr)
+        print("run %d: done" % run, file=sys.stderr)
+    for s in sides:
+        if len(runs[s]) == a.runs:
+            out["sides"][s] = summarize(runs[s])
     if "ds-zero2" in out["sides"]:
         out["param_rel_diff_vs_ds_zero2"] = compare_params(tmp, out["sides"], "ds-zero2")
     if a.reference == "on" or (a.reference == "auto" and n_params <= 100e6):
@@ -533,6 +540,12 @@ def report(out):
                   % (S["bare"]["fwd_bwd"]["median"], out["adam_limit_gbps"], out["adam_floor_s"],
                      floor, out["step_over_floor"],
                      "ok" if out["step_over_floor"] <= 1.1 else "MISSED"))
+            # each zerod run against the bare run next to it (the same stretch of the machine)
+            paired = [zs / (fb + out["adam_floor_s"]) for zs, fb in
+                      zip(z["per_run"]["step"], S["bare"]["per_run"]["fwd_bwd"])]
+            out["step_over_floor_paired"] = [round(x, 3) for x in paired]
+            print("per run, zerod step / (that run's bare fwd+bwd + shard Adam): %s; median %.3f"
+                  % (", ".join("%.3f" % x for x in paired), statistics.median(paired)))
             if "host_floor_not_run" in out:
                 print("(for information) the host's floor was not measured: %s"
                       % out["host_floor_not_run"][-200:])

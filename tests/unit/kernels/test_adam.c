@@ -43,25 +43,37 @@ static float zt_fpow(float beta, uint64_t t)
     return x;
 }
 
-/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model; the coefficients
- * computed in fp32 as docs/semantics.md writes them, each carrying its distance from the
- * exact value. */
+/* The step's coefficients in fp32 as docs/semantics.md writes them (DeepSpeed's CPU Adam):
+ * -lr / bc1, 1 / sqrt(bc2) and -lr * wd (AdamW; 0 otherwise), bc from the fp32 beta^t. */
+typedef struct zt_coef32 {
+    float neg_step_size, inv_sqrt_bc2, neg_lr_wd;
+} zt_coef32_t;
+
+static zt_coef32_t zt_coef32(const zk_adam_params_t *P)
+{
+    float bc1 = P->bias_correction ? 1.0f - zt_fpow(P->beta1, P->step) : 1.0f;
+    float bc2 = P->bias_correction ? 1.0f - zt_fpow(P->beta2, P->step) : 1.0f;
+
+    return (zt_coef32_t){-P->lr / bc1, 1.0f / sqrtf(bc2),
+                         P->adam_w_mode ? -P->lr * P->weight_decay : 0.0f};
+}
+
+/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model; the fp32
+ * coefficients each carrying its distance from the exact value. */
 static void zt_adam_chain(const zk_adam_params_t *P, zt_ev_t acc, zt_ev_t *p, zt_ev_t *m,
                           zt_ev_t *v)
 {
     double bc1 = P->bias_correction ? 1.0 - pow(P->beta1, (double)P->step) : 1.0;
     double bc2 = P->bias_correction ? 1.0 - pow(P->beta2, (double)P->step) : 1.0;
     double wd = P->weight_decay;
-    float fbc1 = P->bias_correction ? 1.0f - zt_fpow(P->beta1, P->step) : 1.0f;
-    float fbc2 = P->bias_correction ? 1.0f - zt_fpow(P->beta2, P->step) : 1.0f;
+    zt_coef32_t k = zt_coef32(P);
     zt_ev_t gs = zt_ev(P->grad_scale);
     zt_ev_t wdl2 = zt_ev(P->adam_w_mode ? 0.0 : wd);
     zt_ev_t b1 = zt_ev(P->beta1), omb1 = zt_kcoef(1.0 - P->beta1, 1.0f - P->beta1);
     zt_ev_t b2 = zt_ev(P->beta2), omb2 = zt_kcoef(1.0 - P->beta2, 1.0f - P->beta2);
-    zt_ev_t isb2 = zt_kcoef(1.0 / sqrt(bc2), 1.0f / sqrtf(fbc2));
-    zt_ev_t nss = zt_kcoef(-P->lr / bc1, -P->lr / fbc1);
-    zt_ev_t nlrwd = zt_kcoef(P->adam_w_mode ? -(double)P->lr * wd : 0.0,
-                             P->adam_w_mode ? -P->lr * P->weight_decay : 0.0f);
+    zt_ev_t isb2 = zt_kcoef(1.0 / sqrt(bc2), k.inv_sqrt_bc2);
+    zt_ev_t nss = zt_kcoef(-P->lr / bc1, k.neg_step_size);
+    zt_ev_t nlrwd = zt_kcoef(P->adam_w_mode ? -(double)P->lr * wd : 0.0, k.neg_lr_wd);
     zt_ev_t g = zt_fma(*p, wdl2, zt_mul(acc, gs));
 
     *m = zt_fma(g, omb1, zt_mul(b1, *m));
@@ -635,11 +647,8 @@ static void zt_adam_ds_bits(zk_exec_t ex)
         if (draw % 11 == 4) {
             P.beta2 = 0.9999f; /* a long running product */
         }
-        float bc1 = P.bias_correction ? 1.0f - zt_fpow(P.beta1, P.step) : 1.0f;
-        float bc2 = P.bias_correction ? 1.0f - zt_fpow(P.beta2, P.step) : 1.0f;
+        zt_coef32_t k = zt_coef32(&P);
         float wd_l2 = P.adam_w_mode ? 0.0f : P.weight_decay;
-        float nlrwd = P.adam_w_mode ? -P.lr * P.weight_decay : 0.0f;
-        float nstep = -P.lr / bc1, isbc2 = 1.0f / sqrtf(bc2);
 
         for (int i = 0; i < N; i++) {
             p[i] = zt_logu(-10, 2) * ((zt_u64() & 1) ? -1.0f : 1.0f);
@@ -649,8 +658,8 @@ static void zt_adam_ds_bits(zk_exec_t ex)
             float g = fmaf(p[i], wd_l2, a[i] * P.grad_scale);
             em[i] = fmaf(g, 1.0f - P.beta1, P.beta1 * m[i]);
             ev[i] = fmaf(g * g, 1.0f - P.beta2, P.beta2 * v[i]);
-            ep[i] = fmaf(p[i], nlrwd, p[i]);
-            ep[i] = fmaf(em[i] / fmaf(sqrtf(ev[i]), isbc2, P.eps), nstep, ep[i]);
+            ep[i] = fmaf(p[i], k.neg_lr_wd, p[i]);
+            ep[i] = fmaf(em[i] / fmaf(sqrtf(ev[i]), k.inv_sqrt_bc2, P.eps), k.neg_step_size, ep[i]);
         }
         zs_status_t st = zk_adam_step(&ex, &P, p, m, v, a, NULL, ZS_DTYPE_F32, N);
         cr_assert_eq(st, ZS_OK, "%s", zk_last_error());

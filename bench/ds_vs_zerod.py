@@ -15,19 +15,19 @@ Every side: AdamW (lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01), fp32,
 reduce_bucket_size --bucket, batch --batch per rank, each rank its own data.
 
 Each side runs --runs times (default 3), run-major (run 1 of every side, then run 2, ...: the
-sides sample the same stretches of a noisy machine); per run, the median over --steps timed steps (after
---warmup; for zerod also after its daemon has logged its kernels' store plan, which a daemon
-measures once in its life, 3.7-4.1 s of one core on the Xeon VM at the first large attach:
-timed steps are steady-state steps) of rank 0's step, forward + backward, and optimizer step,
-and per rank the PSS of the trainer plus (zerod) its daemon, split by mapping kind (anonymous,
-shared memory, files).
+sides sample the same stretches of a noisy machine); per run, the median over --steps timed
+steps (after --warmup; for zerod also after its daemon has logged its kernels' store plan,
+which a daemon measures once in its life, 3.7-4.1 s of one core on the Xeon VM at the first
+large attach: timed steps are steady-state steps) of rank 0's step, forward + backward, and
+optimizer step, and per rank the PSS of the trainer plus (zerod) its daemon, split by mapping
+kind (anonymous, shared memory, files).
 Printed per metric: min and median over the runs, and the ratios zerod / each DeepSpeed side.
 
 The floor of a zerod step: bare forward + backward (same run) plus the shard's Adam at the
 streaming limit (zk_bench's limit for adam_step at the shard's size, fp32 params, same
 machine, measured here); the target is zerod step <= 1.1 x floor. The ratio is printed from
-the medians and per run, each zerod run against the bare run next to it. At world > 1 a line for
-information follows: the ranks' daemons update their shards at the same time on one host, so
+the medians and per run, each zerod run against the bare run next to it. At world > 1 a line
+for information follows: the ranks' daemons update their shards at the same time on one host, so
 it also gives every shard's Adam at the limit that min(world, cores) threads reach together
 (zk_bench --threads), the floor with that term, and the step against it. Memory target: zerod <=
 0.9 x DeepSpeed ZeRO-2. Final parameters of every side are compared with ds-zero2's (relative

@@ -3,7 +3,7 @@
  * on its libuv loop (the main thread); a signal the kernel hands to any other thread instead is
  * handled there only by luck -- under ThreadSanitizer, whose handlers run deferred, it can sit
  * pending behind a poll(2) with no timeout and the stop never comes. Every thread zerod starts
- * (and every library call that starts threads of its own: UCX, CUDA, NCCL) begins with all
+ * (and every one a library starts inside a call: UCX, libmicrohttpd, CUDA, NCCL) begins with all
  * blockable signals blocked, so the main thread is the only one the kernel can choose.
  */
 #ifndef ZS_THREAD_H

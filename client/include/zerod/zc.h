@@ -653,6 +653,25 @@ ZC_API int zc_session_trace(zc_session_t *session, const zc_trace_params_t *para
 /* Span i of the last zc_session_trace() on this session, in the order the daemon recorded. */
 ZC_API int zc_session_trace_span(zc_session_t *session, uint32_t i, zc_trace_span_t *span_p);
 
+/* ---- device regions (CUDA backend) --------------------------------------------------- */
+
+/* A daemon on the CUDA backend shares its regions as device memory: CUDA virtual-memory
+ * allocations exported as file descriptors, sent over the socket like the CPU backend's memfds.
+ * zc_device_map_import maps one such fd, of `size` bytes as the daemon created it, on CUDA
+ * device `device` in this process, read-write; the pointer is a device address for kernels on
+ * that GPU (or a framework's tensor over it). Closes fd on success; on failure the fd stays the
+ * caller's. ZC_ERR_UNSUPPORTED when libzc was built without CUDA, ZC_ERR_NO_DEVICE without a
+ * GPU, ZC_ERR_CUDA when the driver refuses (zc_last_error() names the call). */
+typedef struct zc_device_map zc_device_map_t;
+
+ZC_API int zc_device_map_import(int device, int fd, uint64_t size, zc_device_map_t **map_p);
+/* The device address of the mapping; NULL for NULL. */
+ZC_API void *zc_device_map_ptr(const zc_device_map_t *map);
+/* The bytes asked for at import (the mapping is rounded up to the driver's granularity). */
+ZC_API uint64_t zc_device_map_size(const zc_device_map_t *map);
+/* Unmap and free; NULL is a no-op. */
+ZC_API void zc_device_map_close(zc_device_map_t *map);
+
 /* ---- errors -------------------------------------------------------------------------- */
 
 ZC_API const char *zc_last_error(void);

@@ -275,6 +275,10 @@ def _bind(lib):
     fn("zc_checkpoint_load", ctypes.c_int,
        [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
     fn("zc_coordinator_from_env", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t])
+    fn("zc_device_map_import", ctypes.c_int, [ctypes.c_int, ctypes.c_int, c_u64, ctypes.POINTER(vp)])
+    fn("zc_device_map_ptr", vp, [vp])
+    fn("zc_device_map_size", c_u64, [vp])
+    fn("zc_device_map_close", None, [vp])
     fn("zc_last_error", ctypes.c_char_p, [])
     fn("zc_status_name", ctypes.c_char_p, [ctypes.c_int])
     fn("zc_version", ctypes.c_char_p, [])

@@ -1,10 +1,16 @@
 #!/bin/sh
-# Device check for the CUDA kernels: build zk_gpu_check with CUDA, compare every CUDA kernel
-# with the CPU reference on random data (odd sizes, NaN/inf injected) and time fused Adam
-# against a device-to-device copy of the same byte count.
+# The device check: everything of zerod that needs a GPU, in one run, with a summary table.
+#   1. zk_gpu_check: every CUDA kernel against the CPU reference on random data (odd sizes,
+#      NaN/inf injected), and fused Adam against a device-to-device copy of the same bytes;
+#   2. zd_nccl_check: the daemon's NCCL collectives at world 1;
+#   3. zd_share_check: device regions (VMM allocations exported as fds) and interprocess events
+#      between two processes, the hand-off latency of one bucket, and a torch trainer seeing the
+#      region as a tensor through libzc (bench/gpu/share_check.py).
+#
 #   bench/gpu/check.sh [BUILD_DIR]      (default build-gpu; run from anywhere)
-# Exit: 0 ok, 1 mismatch or build failure, 3 no GPU on this machine.
-set -eu
+# ZEROD_GPU_PREBUILT=1: BUILD_DIR already holds the binaries (bench/, client/libzc.so): no build.
+# Exit: 0 every check passed, 1 a mismatch or a build failure, 3 no GPU on this machine.
+set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-gpu}
 
@@ -14,13 +20,48 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-if ! cmake -S "$root" -B "$build" -DZEROD_WITH_CUDA=ON -DZEROD_TESTS=OFF \
-        -DCMAKE_BUILD_TYPE=Release >"$build.configure.log" 2>&1; then
-    echo "check.sh: cmake configure failed (CUDA/NCCL or build deps missing); see" \
-         "$build.configure.log" >&2
-    tail -20 "$build.configure.log" >&2
-    exit 1
+if [ "${ZEROD_GPU_PREBUILT:-0}" != 1 ]; then
+    if ! cmake -S "$root" -B "$build" -DZEROD_WITH_CUDA=ON -DZEROD_TESTS=OFF \
+            -DCMAKE_BUILD_TYPE=Release >"$build.configure.log" 2>&1; then
+        echo "check.sh: cmake configure failed (CUDA/NCCL or build deps missing); see" \
+             "$build.configure.log" >&2
+        tail -20 "$build.configure.log" >&2
+        exit 1
+    fi
+    cmake --build "$build" --target zk_gpu_check zd_nccl_check zd_share_check zc \
+        -j"$(nproc)" || exit 1
 fi
-cmake --build "$build" --target zk_gpu_check zd_nccl_check -j"$(nproc)"
-"$build/bench/zk_gpu_check"
-exec "$build/bench/zd_nccl_check"
+
+summary=""
+failed=0
+# run NAME TIMEOUT CMD...: run one check with a deadline, note its result
+run() {
+    name=$1
+    limit=$2
+    shift 2
+    echo "=== $name"
+    start=$(date +%s)
+    timeout -k 5 "$limit" "$@"
+    rc=$?
+    secs=$(($(date +%s) - start))
+    case $rc in
+    0) res=pass ;;
+    124 | 137) res="FAIL (timed out after ${limit} s)" ;;
+    *) res="FAIL (exit $rc)" ;;
+    esac
+    [ $rc -eq 0 ] || failed=1
+    summary="$summary$(printf '%-16s %-30s %5s s' "$name" "$res" "$secs")
+"
+}
+
+run kernels 240 "$build/bench/zk_gpu_check"
+run nccl 120 "$build/bench/zd_nccl_check"
+PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
+ZEROD_LIBZC="$build/client/libzc.so"
+export PYTHONPATH ZEROD_LIBZC
+run share 180 "$build/bench/zd_share_check" --python "$root/bench/gpu/share_check.py"
+
+echo
+echo "check              result                          time"
+printf '%s' "$summary"
+exit $failed

@@ -26,7 +26,7 @@ static zs_status_t zk_cuda_status(const char *fn, int err)
                         cudaGetErrorName((cudaError_t)err));
 }
 
-int zk_cuda_available(void)
+int zk_cuda_device_count(void)
 {
     int count = 0;
     sigset_t old;
@@ -34,9 +34,14 @@ int zk_cuda_available(void)
 
     /* the driver's own threads start here and inherit the mask (zs/thread.h) */
     zs_signals_block(&old);
-    ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    ok = cudaGetDeviceCount(&count) == cudaSuccess;
     zs_signals_restore(&old);
-    return ok;
+    return ok ? count : 0;
+}
+
+int zk_cuda_available(void)
+{
+    return zk_cuda_device_count() > 0;
 }
 
 zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, float *m, float *v,
@@ -129,6 +134,11 @@ zs_status_t zk_cuda_cast(void *dst, zs_dtype_t dst_dtype, const void *src, zs_dt
     zk_error_set(ZS_ERR_UNSUPPORTED, "%s: zerod was built without CUDA (nvcc not found)", fn)
 
 int zk_cuda_available(void)
+{
+    return 0;
+}
+
+int zk_cuda_device_count(void)
 {
     return 0;
 }

@@ -361,6 +361,13 @@ zs_status_t zk_cuda_memset(void *dst, int value, size_t bytes)
     return e == cudaSuccess ? ZS_OK : zk_rt_err("zk_cuda_memset", "cudaMemset", e);
 }
 
+zs_status_t zk_cuda_wait(void)
+{
+    cudaError_t e = cudaStreamSynchronize(NULL);
+
+    return e == cudaSuccess ? ZS_OK : zk_rt_err("zk_cuda_wait", "cudaStreamSynchronize", e);
+}
+
 zs_status_t zk_cuda_event_create(int device, zk_cuda_event_t *event)
 {
     const char *fn = "zk_cuda_event_create";
@@ -498,6 +505,11 @@ zs_status_t zk_cuda_memset(void *dst, int value, size_t bytes)
 {
     (void)dst, (void)value, (void)bytes;
     return ZK_NO_CUDA("zk_cuda_memset");
+}
+
+zs_status_t zk_cuda_wait(void)
+{
+    return ZK_NO_CUDA("zk_cuda_wait");
 }
 
 zs_status_t zk_cuda_event_create(int device, zk_cuda_event_t *event)

@@ -64,11 +64,16 @@ zs_status_t zk_cuda_region_import(int device, int fd, size_t size, zk_cuda_regio
 /* Unmap, release and close; safe on a cleared or never-created region. */
 void zk_cuda_region_cleanup(zk_cuda_region_t *region);
 
-/* Synchronous copy of `bytes` between any two of host and device memory (cudaMemcpyDefault:
- * the driver tells them apart), and synchronous fill of device memory. For set-up and checks;
- * the step's hot path enqueues on a stream instead. */
+/* A copy of `bytes` between any two of host and device memory (cudaMemcpyDefault: the driver
+ * tells them apart), and a fill of device memory, on the legacy default stream: the runtime
+ * does not promise either complete on return (a memset, a device-to-device copy, the DMA of a
+ * host-to-device copy after its staging), so a caller that hands the memory on calls
+ * zk_cuda_wait first. For set-up and the trainer's copies; the daemon's step enqueues on its
+ * own stream. */
 zs_status_t zk_cuda_copy(void *dst, const void *src, size_t bytes);
 zs_status_t zk_cuda_memset(void *dst, int value, size_t bytes);
+/* Wait until the work this thread's device has on the legacy default stream is done. */
+zs_status_t zk_cuda_wait(void);
 
 #define ZK_CUDA_EVENT_HANDLE_BYTES 64
 

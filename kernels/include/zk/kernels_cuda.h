@@ -20,6 +20,8 @@ typedef struct CUstream_st *zk_cuda_stream_t;
 
 /* 1 when zk was built with CUDA and a device is visible, else 0. */
 int zk_cuda_available(void);
+/* The number of visible devices (0 without CUDA in the build or without a driver). */
+int zk_cuda_device_count(void);
 
 zs_status_t zk_cuda_adam_step(const zk_adam_params_t *params, float *master, float *m, float *v,
                               float *acc, void *dst, zs_dtype_t dst_dtype, size_t n,

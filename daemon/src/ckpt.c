@@ -557,7 +557,12 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
                          size_t errlen)
 {
     uint64_t t0 = zs_time_now_ns();
-    zs_status_t st = zd_ckpt_save_run(job, req, out, err, errlen);
+    zs_status_t st = zd_job_host_only(job, "checkpoint save", err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_save_run(job, req, out, err, errlen);
 
     zd_trace_span(job->trace, ZD_TRACE_CHECKPOINT, job->step, t0, zs_time_now_ns(),
                   st != ZS_OK ? ZD_TRACE_FAILED : 0);

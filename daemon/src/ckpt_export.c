@@ -134,6 +134,10 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *pa
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %s: fp32 or bf16 only",
                        zs_dtype_name(dtype));
     }
+    st = zd_job_host_only(job, "export", err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
     dup = zs_ckpt_duplicate_name(job->pmeta, job->layout->n_params);
     if (dup != NULL) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: two parameters are named '%s'", dup);

@@ -284,7 +284,10 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
 
     memset(&src, 0, sizeof(src));
     zd_ckpt_async_wait(job); /* a save still writing finishes first */
-    st = zd_ckpt_check_dir(req->dir, err, errlen);
+    st = zd_job_host_only(job, "checkpoint load", err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_check_dir(req->dir, err, errlen);
+    }
     if (st == ZS_OK) {
         st = zs_ckpt_resolve(req->dir, req->tag, path, sizeof(path), tag, sizeof(tag), err, errlen);
     }

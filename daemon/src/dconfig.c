@@ -29,7 +29,8 @@ static const zs_config_row_t zd_config_rows[] = {
     {"socket", "auto", "Unix socket path; auto = /run/zerod/zerod-<device>.sock",
      offsetof(zd_config_t, socket), &zs_config_path, NULL, 0},
     {"device", "auto",
-     "cpu, cpu:N, cuda:N or auto (auto is cpu:0: the CUDA backend is not in this build)",
+     "cpu, cpu:N, cuda:N or auto (auto: cuda:0 when zerod has the CUDA backend and the "
+     "machine a GPU, else cpu:0)",
      offsetof(zd_config_t, device), &zs_config_string, NULL, 0},
     {"job_linger", "10min", "keep a job this long after its trainer is gone, for a re-attach",
      offsetof(zd_config_t, job_linger_ns), &zs_config_duration, &zd_linger_range, ZS_CONFIG_RELOAD},

@@ -527,6 +527,8 @@ static void zd_engine_env_init(zd_engine_t *e, const zd_engine_params_t *p)
     e->warn_rl = (zs_ratelimit_t)ZS_RATELIMIT_INIT(10ull * ZS_NSEC_PER_SEC, 20);
     e->exec.variant = ZK_VARIANT_DEFAULT;
     env->exec = &e->exec;
+    env->cuda = p->cuda;
+    env->cuda_device = p->cuda_device;
     env->token_file = e->token_file;
     env->mesh_timeout_ns = p->mesh_timeout_ns;
     env->collective_timeout_ns = p->collective_timeout_ns;

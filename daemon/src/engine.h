@@ -89,6 +89,8 @@ void zd_req_free(zd_req_t *req);
 void zd_resp_free(zd_resp_t *resp);
 
 typedef struct zd_engine_params {
+    bool cuda; /* jobs on the CUDA backend, on GPU cuda_device; false: the CPU backend */
+    int cuda_device;
     uint32_t bucket_slots;
     uint64_t max_shard_bytes;
     uint64_t job_linger_ns;

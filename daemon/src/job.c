@@ -126,27 +126,26 @@ static zs_status_t zd_job_check_limit(const zd_job_t *job, uint64_t max_bytes, c
 
 static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
 {
+    static const char *const names[3] = {"zerod-params", "zerod-slots", "zerod-grads"};
+    zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
+    const int kinds[3] = {ZD_MEM_PARAMS, ZD_MEM_SLOTS, ZD_MEM_GRADS};
     size_t bytes = (size_t)job->mem_bytes[ZD_MEM_M];
     float **arrays[4] = {&job->m, &job->v, &job->acc, &job->master};
     zs_status_t st;
 
     for (int i = 0; i < (job->master_shared ? 3 : 4); i++) {
-        st = zs_aligned_alloc(bytes, ZS_CACHE_LINE, (void **)arrays[i]);
+        st = zd_backend_alloc(job->be, bytes, arrays[i]);
         if (st != ZS_OK) {
-            return zs_errf(err, errlen, st, "attach: cannot allocate %zu bytes of shard state",
-                           bytes);
+            return zs_errf(err, errlen, st, "attach: shard state on %s: %s",
+                           zd_backend_name(job->be), zd_backend_error(job->be));
         }
     }
-    st = zs_region_create("zerod-params", (size_t)job->mem_bytes[ZD_MEM_PARAMS], &job->params);
-    if (st == ZS_OK) {
-        st = zs_region_create("zerod-slots", (size_t)job->mem_bytes[ZD_MEM_SLOTS], &job->slots);
-    }
-    if (st == ZS_OK && job->cfg.stage == 1) {
-        st = zs_region_create("zerod-grads", (size_t)job->mem_bytes[ZD_MEM_GRADS], &job->grads);
-    }
-    if (st != ZS_OK) {
-        return zs_errf(err, errlen, st, "attach: cannot create shared regions (%s): %s",
-                       zs_status_string(st), strerror(errno));
+    for (int i = 0; i < (job->cfg.stage == 1 ? 3 : 2); i++) {
+        st = zd_backend_region(job->be, names[i], (size_t)job->mem_bytes[kinds[i]], regions[i]);
+        if (st != ZS_OK) {
+            return zs_errf(err, errlen, st, "attach: cannot create shared regions on %s: %s",
+                           zd_backend_name(job->be), zd_backend_error(job->be));
+        }
     }
     job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
     job->slice_norm =
@@ -248,13 +247,16 @@ static void zd_job_destroy(zd_job_t *job)
     zd_ckpt_stage_free(job);
     zd_coll_destroy(job->coll);
     zd_mesh_destroy(job->mesh);
-    zs_region_cleanup(&job->params);
-    zs_region_cleanup(&job->slots);
-    zs_region_cleanup(&job->grads);
-    zs_aligned_free(job->master);
-    zs_aligned_free(job->m);
-    zs_aligned_free(job->v);
-    zs_aligned_free(job->acc);
+    zd_backend_region_cleanup(job->be, &job->params);
+    zd_backend_region_cleanup(job->be, &job->slots);
+    zd_backend_region_cleanup(job->be, &job->grads);
+    if (job->be != NULL) {
+        zd_backend_free(job->be, job->master);
+        zd_backend_free(job->be, job->m);
+        zd_backend_free(job->be, job->v);
+        zd_backend_free(job->be, job->acc);
+    }
+    zd_backend_destroy(job->be);
     if (job->layout != NULL) {
         zd_ckpt_meta_free(job);
     }
@@ -264,6 +266,39 @@ static void zd_job_destroy(zd_job_t *job)
     free(job->acc_clean);
     free(job->slice_norm);
     free(job);
+}
+
+zs_status_t zd_job_host_only(const zd_job_t *job, const char *what, char *err, size_t errlen)
+{
+    if (job->be == NULL || zd_backend_device(job->be) < 0) {
+        return ZS_OK;
+    }
+    return zs_errf(err, errlen, ZS_ERR_UNSUPPORTED,
+                   "%s: job '%s' runs on the CUDA backend (%s), whose shard lives in device "
+                   "memory; checkpoints and exports of it are not built yet",
+                   what, job->id, zd_backend_name(job->be));
+}
+
+/* The daemon's backend for this job. The CUDA backend runs world-1 jobs for now: its NCCL
+ * communicator is formed at world 1 (job_mesh.c); a mesh of CUDA daemons is not built yet. */
+static zs_status_t zd_job_backend(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
+{
+    int device = env->cuda ? env->cuda_device : -1;
+    zs_status_t st;
+
+    if (device >= 0 && job->world > 1) {
+        return zs_errf(err, errlen, ZS_ERR_UNSUPPORTED,
+                       "attach: world %u on device 'cuda:%d': the CUDA backend runs world-1 jobs "
+                       "in this version (a mesh of CUDA daemons is not built yet); run world > 1 "
+                       "on the CPU backend (--device cpu)",
+                       job->world, device);
+    }
+    st = zd_backend_create(device, env->exec, &job->be, err, errlen);
+    if (st != ZS_OK) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (attach)");
+    }
+    return st;
 }
 
 static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *env,
@@ -295,6 +330,9 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
     job->created_ns = zs_time_now_ns();
     job->trace = env->trace;
     st = zd_job_parse_config(job, env, spec, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_job_backend(job, env, err, errlen);
+    }
     if (st == ZS_OK) {
         st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
     }
@@ -401,6 +439,8 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     out->elem_align = job->layout->elem_align;
     out->params_are_master = job->master_shared;
     out->params_shared = job->params_shared;
+    out->memory = zd_backend_mem(job->be);
+    out->device = zd_backend_device(job->be);
     snprintf(out->ignored_keys, sizeof(out->ignored_keys), "%s", job->cfg_ignored);
     out->train_batch_size = job->cfg.train_batch_size;
     out->micro_batch_size = job->cfg.micro_batch_size;
@@ -547,7 +587,11 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                        "job '%s' already has its parameters (a resumed job keeps them)", job->id);
     }
     st = zd_step_load_params(job, env->exec, err, errlen);
-    if (st == ZS_OK && env->ckpt_dir != NULL) {
+    if (st == ZS_OK && env->ckpt_dir != NULL &&
+        zd_job_host_only(job, "checkpoint_dir", out->path, sizeof(out->path)) != ZS_OK) {
+        zs_warn(ZS_SUB_ENGINE, "%s: not resumed from it, and no automatic checkpoints", out->path);
+        out->path[0] = '\0';
+    } else if (st == ZS_OK && env->ckpt_dir != NULL) {
         bool restored = false;
         st = zd_ckpt_restore(job, env->exec, env->ckpt_dir, out, &restored);
         if (st != ZS_OK) {
@@ -637,7 +681,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
 {
     zs_status_t st = zd_job_step_checked(job, env, conn, group_lr, n_group_lr, out, err, errlen);
 
-    if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL) {
+    if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL && zd_backend_device(job->be) < 0) {
         zd_ckpt_auto(job, env);
     }
 

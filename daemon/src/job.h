@@ -13,6 +13,7 @@
 #include "zk/kernels.h"
 #include "zs/dtype.h"
 #include "zs/log.h"
+#include "zs/mem.h"
 #include "zs/status.h"
 
 #include <stdatomic.h>
@@ -36,6 +37,8 @@ typedef struct zd_job_ended {
 /* What a job needs from the daemon: settings, the kernels, and a way back to the engine. */
 typedef struct zd_job_env {
     const zk_exec_t *exec;
+    bool cuda; /* the CUDA backend on GPU cuda_device (backend.h); false: the CPU's */
+    int cuda_device;
     const char *token_file;
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
@@ -132,6 +135,8 @@ typedef struct zd_attach_out {
     uint32_t elem_align;
     bool params_are_master; /* fp32: the params region's slices are the master (read-only) */
     bool params_shared;     /* every co-located rank maps this params region */
+    zs_mem_type_t memory;   /* the regions' kind: host memfds or device VMM fds */
+    int device;             /* the CUDA ordinal of device regions; -1 for host */
     char ignored_keys[256]; /* config keys accepted and not used ("" when none) */
     uint32_t train_batch_size, micro_batch_size; /* 0: not given */
     zs_dtype_t grads_dtype;                      /* stage 1's grads region */

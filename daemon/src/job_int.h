@@ -5,6 +5,7 @@
 #ifndef ZD_JOB_INT_H
 #define ZD_JOB_INT_H
 
+#include "backend.h"
 #include "coll.h"
 #include "job.h"
 #include "scaler.h"
@@ -38,6 +39,7 @@ struct zd_job {
     uint64_t config_hash;
     zs_layout_t *layout;
     zd_group_opts_t *group_opts; /* [n_groups] */
+    zd_backend_t *be;            /* where the shard and regions live, what runs on them */
     float *master, *m, *v, *acc; /* [layout->shard_numel] each; master NULL when shared */
     bool master_shared;          /* fp32: the master is this rank's slices of the params region */
     bool own_slices_only;        /* the trainer writes only this rank's slices of fresh params */
@@ -191,5 +193,9 @@ void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step);
 void zd_step_drop_partial(zd_job_t *job);
 /* The trainer went: the next step's window (bucket wait, metrics.h) opens at its first bucket. */
 void zd_step_stats_reset_window(zd_job_t *job);
+
+/* ZS_OK for a job on the CPU backend; else ZS_ERR_UNSUPPORTED saying that `what` (a checkpoint
+ * save, load, export) is not built for the CUDA backend yet. */
+zs_status_t zd_job_host_only(const zd_job_t *job, const char *what, char *err, size_t errlen);
 
 #endif

@@ -4,6 +4,9 @@
  */
 #define _GNU_SOURCE
 #include "job_int.h"
+#if defined(ZD_HAVE_NCCL)
+#include "coll_nccl.h"
+#endif
 #include "mesh.h"
 #include "zs/error.h"
 
@@ -95,6 +98,26 @@ static zs_status_t zd_job_take_shared_params(zd_job_t *job, zd_share_params_t *s
     return zd_coll_share(job->coll, regions, 3, NULL, err, errlen); /* a collective: every rank */
 }
 
+/* World 1 on the CUDA backend: a communicator of one, so that the step's reduce-scatter,
+ * norm all-reduce and all-gather run on device memory as they will at world > 1. */
+static zs_status_t zd_job_nccl_local(zd_job_t *job, const zd_job_env_t *env, char *err,
+                                     size_t errlen)
+{
+#if defined(ZD_HAVE_NCCL)
+    uint8_t id[ZD_NCCL_ID_BYTES];
+    zs_status_t st = zd_coll_nccl_unique_id(id, err, errlen);
+
+    if (st == ZS_OK) {
+        st = zd_coll_nccl_create(0, 1, id, zd_backend_device(job->be), env->collective_timeout_ns,
+                                 &job->coll, err, errlen);
+    }
+    return st;
+#else
+    (void)job, (void)env;
+    return zs_errf(err, errlen, ZS_ERR_UNSUPPORTED, "attach: zerod was built without NCCL");
+#endif
+}
+
 /* World 1: the local collectives. World > 1: form the mesh (bounded by mesh_timeout) and, when
  * the job already has parameters, redo the all-gather from the master shards. */
 zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
@@ -105,6 +128,9 @@ zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, 
 
     if (job->coll != NULL) {
         return ZS_OK; /* world 1, or a re-attach that kept the job: the mesh is still up */
+    }
+    if (job->world == 1 && zd_backend_device(job->be) >= 0) {
+        return zd_job_nccl_local(job, env, err, errlen);
     }
     if (job->world == 1) {
         st = zd_coll_local_create(env->exec, &job->coll);

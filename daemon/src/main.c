@@ -5,6 +5,7 @@
 #include "server.h"
 #include "train_config.h"
 #include "zk/kernels.h"
+#include "zk/kernels_cuda.h"
 #include "zs/log.h"
 #include "zs/version.h"
 
@@ -76,41 +77,78 @@ static void zd_usage(FILE *out)
                  "max_shard_bytes, frame_timeout.\n");
 }
 
-/* cpu | cpu:N | cuda:N | auto -> normalized name; 0 on success. */
+/* cuda:N on this machine: 0, or why not (printed) and the exit code. */
+static int zd_check_cuda(const char *dev, long n)
+{
+    int count;
+
+#if !defined(ZD_HAVE_NCCL)
+    fprintf(stderr,
+            "zerod: device '%s': this zerod was built without CUDA (nvcc and NCCL were not "
+            "found at build time); use --device cpu\n",
+            dev);
+    return ZD_EXIT_USAGE;
+#endif
+    count = zk_cuda_device_count();
+    if (count == 0) {
+        fprintf(stderr,
+                "zerod: device '%s': this machine has no CUDA device (no GPU, or no NVIDIA "
+                "driver); use --device cpu\n",
+                dev);
+        return ZD_EXIT_USAGE;
+    }
+    if (n >= count) {
+        fprintf(stderr,
+                "zerod: device '%s': this machine has %d CUDA device(s), cuda:0 to cuda:%d\n", dev,
+                count, count - 1);
+        return ZD_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* cpu | cpu:N | cuda:N | auto -> normalized name; 0 on success. auto: cuda:0 when this zerod has
+ * the CUDA backend and the machine a GPU, else cpu:0. */
 static int zd_resolve_device(const char *dev, char *out, size_t len)
 {
-    char *end;
+    const char *num = NULL;
+    char *end = NULL;
     long n = 0;
 
-    if (strcmp(dev, "auto") == 0 || strcmp(dev, "cpu") == 0) {
-        /* the CUDA backend is not in this build: auto is the CPU */
+    if (strcmp(dev, "auto") == 0) {
+#if defined(ZD_HAVE_NCCL)
+        snprintf(out, len, zk_cuda_available() ? "cuda:0" : "cpu:0");
+#else
+        snprintf(out, len, "cpu:0");
+#endif
+        return 0;
+    }
+    if (strcmp(dev, "cpu") == 0) {
         snprintf(out, len, "cpu:0");
         return 0;
     }
     if (strncmp(dev, "cpu:", 4) == 0) {
-        n = strtol(dev + 4, &end, 10);
-        if (dev[4] == '\0' || *end != '\0' || n < 0 || n > 65535) {
-            fprintf(stderr,
-                    "zerod: config key 'device': invalid value '%s': expected cpu, "
-                    "cpu:N, cuda:N or auto\n",
-                    dev);
-            return ZD_EXIT_USAGE;
-        }
-        snprintf(out, len, "cpu:%ld", n);
-        return 0;
+        num = dev + 4;
+    } else if (strncmp(dev, "cuda:", 5) == 0) {
+        num = dev + 5;
     }
-    if (strncmp(dev, "cuda:", 5) == 0) {
+    if (num != NULL) {
+        n = strtol(num, &end, 10);
+    }
+    if (num == NULL || end == NULL || *num == '\0' || *end != '\0' || n < 0 || n > 65535) {
         fprintf(stderr,
-                "zerod: device '%s': the CUDA backend is not available in this build yet; "
-                "use --device cpu\n",
+                "zerod: config key 'device': invalid value '%s': expected cpu, cpu:N, cuda:N or "
+                "auto\n",
                 dev);
-        return 1;
+        return ZD_EXIT_USAGE;
     }
-    fprintf(stderr,
-            "zerod: config key 'device': invalid value '%s': expected cpu, cpu:N, cuda:N or "
-            "auto\n",
-            dev);
-    return ZD_EXIT_USAGE;
+    if (num == dev + 5) {
+        int rc = zd_check_cuda(dev, n);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    snprintf(out, len, "%s:%ld", num == dev + 4 ? "cpu" : "cuda", n);
+    return 0;
 }
 
 /* The command line: getopt's table (one flag per config key) and what it said. */

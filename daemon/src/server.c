@@ -335,6 +335,10 @@ static bool zd_server_start_engine(zd_server_t *srv)
     zd_engine_params_t ep;
 
     memset(&ep, 0, sizeof(ep));
+    if (strncmp(srv->params->device, "cuda:", 5) == 0) { /* main.c normalized it */
+        ep.cuda = true;
+        ep.cuda_device = atoi(srv->params->device + 5);
+    }
     ep.bucket_slots = (uint32_t)cfg->bucket_slots;
     ep.max_shard_bytes = cfg->max_shard_bytes;
     ep.job_linger_ns = cfg->job_linger_ns;

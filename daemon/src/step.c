@@ -43,10 +43,11 @@ void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *su
 {
     const zs_layout_t *l = job->layout;
 
+    (void)exec; /* the job's backend holds it */
     *sumsq_p = 0.0;
     *nonfinite_p = 0;
     if (!job->master_shared) {
-        zk_sumsq(exec, job->master, l->shard_numel, sumsq_p, nonfinite_p);
+        (void)zd_backend_sumsq(job->be, job->master, l->shard_numel, sumsq_p, nonfinite_p);
         return;
     }
     if (!job->params_loaded) {
@@ -55,7 +56,7 @@ void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *su
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         double s = 0.0;
         int nf = 0;
-        zk_sumsq(exec, zd_step_master(job, b), l->buckets[b].slice, &s, &nf);
+        (void)zd_backend_sumsq(job->be, zd_step_master(job, b), l->buckets[b].slice, &s, &nf);
         *sumsq_p += s;
         *nonfinite_p |= nf;
     }
@@ -104,15 +105,16 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
     const zs_layout_t *l = job->layout;
     zs_status_t st = ZS_OK;
 
+    (void)exec; /* the job's backend holds it */
     job->params_stale = true;
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
         if (!job->master_shared) {
-            st = zk_cast(exec, zd_step_slice_ptr(job, &job->params, b), job->dtype,
-                         zd_step_master(job, b), ZS_DTYPE_F32, bk->slice);
+            st = zd_backend_cast(job->be, zd_step_slice_ptr(job, &job->params, b), job->dtype,
+                                 zd_step_master(job, b), ZS_DTYPE_F32, bk->slice);
         }
         if (st != ZS_OK) {
-            return zs_errf(err, errlen, st, "cast: %s", zk_last_error());
+            return zs_errf(err, errlen, st, "cast: %s", zd_backend_error(job->be));
         }
         if (!job->params_shared) {
             st = zd_step_gather_bucket(job, b, ZD_TRACE_REFRESH, err, errlen);
@@ -133,11 +135,12 @@ zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err,
     zs_status_t st = ZS_OK;
 
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK && !job->master_shared; b++) {
-        st = zk_cast(exec, zd_step_master(job, b), ZS_DTYPE_F32,
-                     zd_step_slice_ptr(job, &job->params, b), job->dtype, l->buckets[b].slice);
+        st = zd_backend_cast(job->be, zd_step_master(job, b), ZS_DTYPE_F32,
+                             zd_step_slice_ptr(job, &job->params, b), job->dtype,
+                             l->buckets[b].slice);
     }
     if (st != ZS_OK) {
-        return zs_errf(err, errlen, st, "loading parameters: %s", zk_last_error());
+        return zs_errf(err, errlen, st, "loading parameters: %s", zd_backend_error(job->be));
     }
     job->params_loaded = true;
     if (job->world > 1) {
@@ -168,11 +171,14 @@ static zs_status_t zd_step_slice_norm(zd_job_t *job, const zk_exec_t *exec, uint
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     zd_slice_norm_t *sn = &job->slice_norm[b];
     int nonfinite = 0;
-    zs_status_t st = zk_sumsq(exec, job->acc + bk->shard_offset, bk->slice, &sn->sumsq, &nonfinite);
+    zs_status_t st =
+        zd_backend_sumsq(job->be, job->acc + bk->shard_offset, bk->slice, &sn->sumsq, &nonfinite);
 
+    (void)exec;
     if (st != ZS_OK) {
         return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
-                       (unsigned long long)job->step + 1, zs_status_string(st), zk_last_error());
+                       (unsigned long long)job->step + 1, zs_status_string(st),
+                       zd_backend_error(job->be));
     }
     sn->nonfinite = nonfinite != 0;
     sn->fresh = 1;
@@ -234,18 +240,23 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
 /* Adam leaves the last step's gradients in the accumulator (one write stream fewer) and marks
  * every slice clean, so that its next reduce-scatter overwrites it. A slice that got no
  * contribution since still holds them: zero it before the step reads the accumulator. */
-static void zd_step_zero_stale(zd_job_t *job)
+static zs_status_t zd_step_zero_stale(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
 
     for (uint32_t b = 0; job->acc_stale && b < l->n_buckets; b++) {
         if (job->acc_clean[b]) {
-            memset(job->acc + l->buckets[b].shard_offset, 0, l->buckets[b].slice * sizeof(float));
+            if (zd_backend_zero(job->be, job->acc + l->buckets[b].shard_offset,
+                                l->buckets[b].slice * sizeof(float)) != ZS_OK) {
+                return zs_errf(err, errlen, ZS_ERR_CUDA, "step %llu: %s",
+                               (unsigned long long)job->step + 1, zd_backend_error(job->be));
+            }
             job->slice_norm[b] =
                 (zd_slice_norm_t){.sumsq = 0.0, .nonfinite = 0, .fresh = 1, .due = 0};
         }
     }
     job->acc_stale = false;
+    return ZS_OK;
 }
 
 zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
@@ -270,12 +281,13 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, u
 
 void zd_step_drop_partial(zd_job_t *job)
 {
-    memset(job->acc, 0, (size_t)job->mem_bytes[ZD_MEM_ACC]);
+    /* a failure here (a device error) surfaces again at the next kernel on the device */
+    (void)zd_backend_zero(job->be, job->acc, (size_t)job->mem_bytes[ZD_MEM_ACC]);
     memset(job->acc_clean, 1, job->layout->n_buckets);
     memset(job->slice_norm, 0, job->layout->n_buckets * sizeof(*job->slice_norm));
     job->acc_stale = false;
     if (job->grads.addr != NULL) {
-        memset(job->grads.addr, 0, job->grads.size);
+        (void)zd_backend_zero(job->be, job->grads.addr, job->grads.size);
     }
 }
 
@@ -291,10 +303,16 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
         const zs_layout_bucket_t *bk = &l->buckets[b];
         char *src = (char *)job->grads.addr + bk->offset * gsize;
         zs_status_t st = zd_step_reduce_bucket(job, src, gtype, b, true, err, errlen);
+        if (st == ZS_OK) {
+            st = zd_backend_zero(job->be, src, (size_t)(bk->padded * gsize));
+            if (st != ZS_OK) {
+                return zs_errf(err, errlen, st, "step %llu: %s", (unsigned long long)job->step + 1,
+                               zd_backend_error(job->be));
+            }
+        }
         if (st != ZS_OK) {
             return st;
         }
-        memset(src, 0, (size_t)(bk->padded * gsize));
     }
     return ZS_OK;
 }
@@ -381,6 +399,7 @@ static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const doub
 {
     const zs_layout_t *l = job->layout;
 
+    (void)exec; /* the job's backend holds it */
     for (uint32_t g = 0; g < l->n_groups; g++) {
         const zs_layout_group_t *grp = &l->groups[g];
         zd_group_opts_t *o = &job->group_opts[g];
@@ -404,12 +423,12 @@ static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const doub
             /* shared master: Adam writes the params region itself, no cast copy */
             void *dst = job->master_shared ? NULL : zd_step_slice_ptr(job, &job->params, b);
             zs_status_t st =
-                zk_adam_step(exec, &p, zd_step_master(job, b), job->m + off, job->v + off,
-                             job->acc + off, dst, job->dtype, l->buckets[b].slice);
+                zd_backend_adam(job->be, &p, zd_step_master(job, b), job->m + off, job->v + off,
+                                job->acc + off, dst, job->dtype, l->buckets[b].slice);
             if (st != ZS_OK) {
                 return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
                                (unsigned long long)job->step + 1, zs_status_string(st),
-                               zk_last_error());
+                               zd_backend_error(job->be));
             }
         }
     }
@@ -477,8 +496,10 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
         }
     }
     t = zs_time_now_ns();
-    zd_step_zero_stale(job);
-    st = zd_step_norm(job, exec, &sumsq, &nonfinite, err, errlen);
+    st = zd_step_zero_stale(job, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_step_norm(job, exec, &sumsq, &nonfinite, err, errlen);
+    }
     if (st != ZS_OK) {
         return st;
     }

@@ -5,6 +5,7 @@
  * attach hands out. */
 #include "job.h"
 #include "zd_test.h"
+#include "zk/kernels_cuda.h"
 #include "zs/mem.h"
 #include "zs/time.h"
 
@@ -222,6 +223,8 @@ ZDT_TEST(zd_job, attach_at_world_1_uses_local_collectives_and_hands_out_regions)
     cr_assert_eq(out.bucket_size, 16);
     cr_assert_eq(out.slot_bytes, shard().max_bucket_numel * sizeof(float), "a slot holds a bucket");
     cr_assert_geq(out.params_bytes, 30 * sizeof(float));
+    cr_assert_eq(out.memory, ZS_MEM_HOST, "the CPU backend's regions are memfds");
+    cr_assert_eq(out.device, -1);
     s = status();
     cr_assert_str_eq(s.job_id, "job-1");
     cr_assert(s.trainer_attached);
@@ -256,6 +259,26 @@ ZDT_TEST(zd_job, an_unusable_attach_is_refused_and_leaves_no_job)
     spec.job_id = "job-1";
     spec.dtype = ZS_DTYPE_F16; /* the config says fp32 */
     expect_attach_refused(CONN_A, ZS_ERR_CONFIG, "does not match the config");
+    cr_assert_null(job);
+}
+
+/* A daemon on the CUDA backend (env.cuda) on a machine without a GPU, or built without CUDA:
+ * the attach is refused naming the device, and no job is left. */
+ZDT_TEST(zd_job, a_cuda_job_without_a_gpu_is_refused_naming_the_device)
+{
+    zd_attach_out_t o;
+    zs_status_t st;
+
+    if (zk_cuda_available()) {
+        cr_skip_test("a GPU is present: bench/gpu/train_check.py trains on it");
+    }
+    zdt_expect_warn("refused");
+    env.cuda = true;
+    env.cuda_device = 0;
+    st = zd_job_attach(&job, &env, CONN_A, &spec, &o, err, sizeof(err));
+    cr_assert(st == ZS_ERR_NO_DEVICE || st == ZS_ERR_UNSUPPORTED, "%s (%s)", zs_status_name(st),
+              err);
+    cr_assert(strstr(err, "cuda:0") != NULL, "%s", err);
     cr_assert_null(job);
 }
 

@@ -1,0 +1,360 @@
+/*
+ * The CPU and CUDA backends of a job (backend.h). The CUDA half is built when CMake finds CUDA
+ * (ZD_HAVE_NCCL); without it a CUDA backend is refused with a message.
+ */
+#include "backend.h"
+
+#include "zk/cuda_share.h"
+#include "zk/kernels_cuda.h"
+#include "zs/error.h"
+#include "zs/thread.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(ZD_HAVE_NCCL)
+#include <cuda_runtime.h>
+#endif
+
+#define ZD_BACKEND_REGIONS 3 /* params, slots, grads */
+
+struct zd_backend {
+    int device; /* -1: CPU */
+    const zk_exec_t *exec;
+    char name[16];
+    char why[256]; /* the message of the last failed call */
+#if defined(ZD_HAVE_NCCL)
+    cudaStream_t stream;
+    double *sumsq; /* ZK_CUDA_SUMSQ_WORDS doubles of device memory */
+    zk_cuda_region_t regions[ZD_BACKEND_REGIONS];
+#endif
+};
+
+#if defined(ZD_HAVE_NCCL)
+
+/* The end of a call that enqueued on the stream: wait for it, or keep zk's message. */
+static zs_status_t zd_cuda_done(zd_backend_t *be, zs_status_t st)
+{
+    cudaError_t e;
+
+    if (st != ZS_OK) {
+        snprintf(be->why, sizeof(be->why), "%s", zk_last_error());
+        return st;
+    }
+    e = cudaStreamSynchronize(be->stream);
+    if (e != cudaSuccess) {
+        snprintf(be->why, sizeof(be->why), "%s: %s (%s)", be->name, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return ZS_ERR_CUDA;
+    }
+    return ZS_OK;
+}
+
+static zs_status_t zd_cuda_open(zd_backend_t *be, char *err, size_t errlen)
+{
+    sigset_t old;
+    cudaError_t e;
+    int count = 0;
+
+    zs_signals_block(&old); /* the driver's threads start here (zs/thread.h) */
+    e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && be->device >= count) {
+        zs_signals_restore(&old);
+        return zs_errf(err, errlen, ZS_ERR_NO_DEVICE, "device '%s': this machine has %d GPU(s)",
+                       be->name, count);
+    }
+    if (e == cudaSuccess) {
+        e = cudaSetDevice(be->device);
+    }
+    if (e == cudaSuccess) {
+        e = cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking);
+    }
+    if (e == cudaSuccess) {
+        e = cudaMalloc((void **)&be->sumsq, ZK_CUDA_SUMSQ_WORDS * sizeof(double));
+    }
+    zs_signals_restore(&old);
+    if (e != cudaSuccess) {
+        return zs_errf(err, errlen,
+                       e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ZS_ERR_NO_DEVICE
+                                                                                  : ZS_ERR_CUDA,
+                       "device '%s': %s", be->name, cudaGetErrorString(e));
+    }
+    for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {
+        be->regions[i] = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
+    }
+    return ZS_OK;
+}
+
+static void zd_cuda_close(zd_backend_t *be)
+{
+    for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {
+        zk_cuda_region_cleanup(&be->regions[i]);
+    }
+    if (be->sumsq != NULL) {
+        cudaFree(be->sumsq);
+    }
+    if (be->stream != NULL) {
+        cudaStreamDestroy(be->stream);
+    }
+}
+
+#else /* !ZD_HAVE_NCCL */
+
+static zs_status_t zd_cuda_open(zd_backend_t *be, char *err, size_t errlen)
+{
+    return zs_errf(err, errlen, ZS_ERR_UNSUPPORTED,
+                   "device '%s': zerod was built without CUDA (nvcc and NCCL not found)", be->name);
+}
+
+static void zd_cuda_close(zd_backend_t *be)
+{
+    (void)be;
+}
+
+#endif
+
+zs_status_t zd_backend_create(int device, const zk_exec_t *exec, zd_backend_t **be_p, char *err,
+                              size_t errlen)
+{
+    zd_backend_t *be = calloc(1, sizeof(*be));
+    zs_status_t st;
+
+    *be_p = NULL;
+    if (be == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+    }
+    be->device = device < 0 ? -1 : device;
+    be->exec = exec;
+    if (be->device < 0) {
+        snprintf(be->name, sizeof(be->name), "cpu");
+    } else {
+        snprintf(be->name, sizeof(be->name), "cuda:%d", device);
+        st = zd_cuda_open(be, err, errlen);
+        if (st != ZS_OK) {
+            zd_cuda_close(be);
+            free(be);
+            return st;
+        }
+    }
+    *be_p = be;
+    return ZS_OK;
+}
+
+void zd_backend_destroy(zd_backend_t *be)
+{
+    if (be != NULL) {
+        if (be->device >= 0) {
+            zd_cuda_close(be);
+        }
+        free(be);
+    }
+}
+
+int zd_backend_device(const zd_backend_t *be)
+{
+    return be->device;
+}
+
+zs_mem_type_t zd_backend_mem(const zd_backend_t *be)
+{
+    return be->device >= 0 ? ZS_MEM_DEVICE : ZS_MEM_HOST;
+}
+
+const char *zd_backend_name(const zd_backend_t *be)
+{
+    return be->name;
+}
+
+const char *zd_backend_error(const zd_backend_t *be)
+{
+    return be->why;
+}
+
+/* The CPU's result of a zk call: its message kept for zd_backend_error. */
+static zs_status_t zd_cpu_done(zd_backend_t *be, zs_status_t st)
+{
+    if (st != ZS_OK) {
+        snprintf(be->why, sizeof(be->why), "%s", zk_last_error());
+    }
+    return st;
+}
+
+zs_status_t zd_backend_alloc(zd_backend_t *be, size_t bytes, float **ptr_p)
+{
+    zs_status_t st;
+
+    *ptr_p = NULL;
+    if (be->device < 0) {
+        st = zs_aligned_alloc(bytes, ZS_CACHE_LINE, (void **)ptr_p);
+        if (st != ZS_OK) {
+            snprintf(be->why, sizeof(be->why), "cannot allocate %zu bytes of host memory", bytes);
+        }
+        return st;
+    }
+#if defined(ZD_HAVE_NCCL)
+    {
+        cudaError_t e = cudaMalloc((void **)ptr_p, bytes > 0 ? bytes : 1);
+        if (e == cudaSuccess) {
+            e = cudaMemset(*ptr_p, 0, bytes);
+        }
+        if (e != cudaSuccess) {
+            snprintf(be->why, sizeof(be->why), "%s: cannot allocate %zu bytes: %s", be->name, bytes,
+                     cudaGetErrorString(e));
+            if (*ptr_p != NULL) {
+                cudaFree(*ptr_p);
+                *ptr_p = NULL;
+            }
+            return e == cudaErrorMemoryAllocation ? ZS_ERR_NO_MEMORY : ZS_ERR_CUDA;
+        }
+        return ZS_OK;
+    }
+#else
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+void zd_backend_free(zd_backend_t *be, float *ptr)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    if (be->device < 0) {
+        zs_aligned_free(ptr);
+        return;
+    }
+#if defined(ZD_HAVE_NCCL)
+    cudaFree(ptr);
+#endif
+}
+
+zs_status_t zd_backend_region(zd_backend_t *be, const char *name, size_t size, zs_region_t *region)
+{
+    zs_status_t st;
+
+    if (be->device < 0) {
+        st = zs_region_create(name, size, region);
+        if (st != ZS_OK) {
+            snprintf(be->why, sizeof(be->why), "cannot create the %s memfd of %zu bytes: %s", name,
+                     size, strerror(errno));
+        }
+        return st;
+    }
+#if defined(ZD_HAVE_NCCL)
+    for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {
+        zk_cuda_region_t *r = &be->regions[i];
+        if (r->handle != 0) {
+            continue;
+        }
+        st = zk_cuda_region_create(be->device, size > 0 ? size : 1, r);
+        if (st == ZS_OK) {
+            st = zk_cuda_memset((void *)r->ptr, 0, r->mapped);
+        }
+        if (st != ZS_OK) {
+            snprintf(be->why, sizeof(be->why), "%s region: %s", name, zk_last_error());
+            zk_cuda_region_cleanup(r);
+            return st;
+        }
+        /* a view: the fd and the mapping stay the backend's (zd_backend_region_cleanup) */
+        *region =
+            (zs_region_t){.fd = r->fd, .addr = (void *)r->ptr, .size = size, .mem = ZS_MEM_DEVICE};
+        return ZS_OK;
+    }
+    snprintf(be->why, sizeof(be->why), "%s region: more than %d device regions", name,
+             ZD_BACKEND_REGIONS);
+    return ZS_ERR_LIMIT;
+#else
+    (void)name, (void)size, (void)region;
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+void zd_backend_region_cleanup(zd_backend_t *be, zs_region_t *region)
+{
+    if (be == NULL || region->mem != ZS_MEM_DEVICE) {
+        zs_region_cleanup(region);
+        return;
+    }
+#if defined(ZD_HAVE_NCCL)
+    for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {
+        if (be->regions[i].handle != 0 && (void *)be->regions[i].ptr == region->addr) {
+            zk_cuda_region_cleanup(&be->regions[i]);
+        }
+    }
+#endif
+    *region = (zs_region_t)ZS_REGION_INIT;
+}
+
+zs_status_t zd_backend_sumsq(zd_backend_t *be, const float *x, size_t n, double *sumsq_p,
+                             int *nonfinite_p)
+{
+    if (be->device < 0) {
+        return zd_cpu_done(be, zk_sumsq(be->exec, x, n, sumsq_p, nonfinite_p));
+    }
+#if defined(ZD_HAVE_NCCL)
+    {
+        zs_status_t st = zd_cuda_done(be, zk_cuda_sumsq(x, n, be->sumsq, be->stream));
+        if (st == ZS_OK) {
+            cudaError_t e = cudaMemcpy(sumsq_p, be->sumsq, sizeof(double), cudaMemcpyDeviceToHost);
+            if (e != cudaSuccess) {
+                snprintf(be->why, sizeof(be->why), "%s: sumsq: %s", be->name,
+                         cudaGetErrorString(e));
+                return ZS_ERR_CUDA;
+            }
+            *nonfinite_p = !isfinite(*sumsq_p); /* zk/kernels_cuda.h: inf or NaN exactly then */
+        }
+        return st;
+    }
+#else
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+zs_status_t zd_backend_adam(zd_backend_t *be, const zk_adam_params_t *p, float *master, float *m,
+                            float *v, float *acc, void *dst, zs_dtype_t dst_dtype, size_t n)
+{
+    if (be->device < 0) {
+        return zd_cpu_done(be, zk_adam_step(be->exec, p, master, m, v, acc, dst, dst_dtype, n));
+    }
+#if defined(ZD_HAVE_NCCL)
+    return zd_cuda_done(be, zk_cuda_adam_step(p, master, m, v, acc, dst, dst_dtype, n, be->stream));
+#else
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+zs_status_t zd_backend_cast(zd_backend_t *be, void *dst, zs_dtype_t dst_dtype, const void *src,
+                            zs_dtype_t src_dtype, size_t n)
+{
+    if (be->device < 0) {
+        return zd_cpu_done(be, zk_cast(be->exec, dst, dst_dtype, src, src_dtype, n));
+    }
+#if defined(ZD_HAVE_NCCL)
+    return zd_cuda_done(be, zk_cuda_cast(dst, dst_dtype, src, src_dtype, n, be->stream));
+#else
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+zs_status_t zd_backend_zero(zd_backend_t *be, void *ptr, size_t bytes)
+{
+    if (be->device < 0) {
+        memset(ptr, 0, bytes);
+        return ZS_OK;
+    }
+#if defined(ZD_HAVE_NCCL)
+    if (bytes == 0) {
+        return ZS_OK;
+    }
+    if (cudaMemsetAsync(ptr, 0, bytes, be->stream) != cudaSuccess) {
+        snprintf(be->why, sizeof(be->why), "%s: cudaMemsetAsync of %zu bytes failed", be->name,
+                 bytes);
+        return ZS_ERR_CUDA;
+    }
+    return zd_cuda_done(be, ZS_OK);
+#else
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}

@@ -209,13 +209,72 @@ out:
 }
 
 /* Where the params region is the daemon's fp32 master, the trainer only reads it once the
- * daemon holds it: a stray write faults here instead of changing the optimizer's state. */
+ * daemon holds it: a stray write faults here instead of changing the optimizer's state. Device
+ * memory has no such protection (no mprotect; CUDA's access flags are per device, not per
+ * process): a device session's region stays writable, and the trainer must not write it. */
 int zc_params_protect(zc_session_t *s)
 {
-    if (!s->params_are_master || zs_region_protect_read(&s->params) == ZS_OK) {
+    if (!s->params_are_master || s->mem == ZS_MEM_DEVICE ||
+        zs_region_protect_read(&s->params) == ZS_OK) {
         return ZC_OK;
     }
     return zc_fail(ZC_ERR_IO, "cannot make the params region read-only: %s", strerror(errno));
+}
+
+/* Where the reply says the regions live (AttachReply.memory, .device). */
+static int zc_attach_memory(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar)
+{
+    switch (ar->memory) {
+    case ZEROD__IPC__V1__MEMORY_KIND__MEMORY_HOST:
+        s->mem = ZS_MEM_HOST;
+        s->device = -1;
+        return ZC_OK;
+    case ZEROD__IPC__V1__MEMORY_KIND__MEMORY_DEVICE:
+        if (ar->device < 0) {
+            return zc_fail(ZC_ERR_PROTOCOL, "attach: device regions on CUDA device %d",
+                           (int)ar->device);
+        }
+        s->mem = ZS_MEM_DEVICE;
+        s->device = (int)ar->device;
+        return ZC_OK;
+    default:
+        return zc_fail(ZC_ERR_PROTOCOL,
+                       "attach: the reply's memory kind %d is neither MEMORY_HOST (0) nor "
+                       "MEMORY_DEVICE (2)",
+                       (int)ar->memory);
+    }
+}
+
+/* One region of the reply, of `size` bytes: a memfd mapped (host), or a CUDA allocation
+ * imported and mapped on the session's device, which *r then describes (device address, fd
+ * -1). Takes *fd (sets it to -1) on success. */
+static int zc_attach_region(zc_session_t *s, int *fd, size_t size, zs_region_t *r,
+                            zk_cuda_region_t *dev)
+{
+    zs_status_t st;
+
+    if (s->mem != ZS_MEM_DEVICE) {
+        st = zs_region_map_fd(*fd, size, r);
+        if (st != ZS_OK) {
+            return zc_fail((int)st, "cannot map %zu bytes of fd %d", size, *fd);
+        }
+        *fd = -1;
+        return ZC_OK;
+    }
+    r->mem = ZS_MEM_DEVICE;
+    if (size == 0) {
+        return ZC_OK; /* nothing to map (the attach closes the fd) */
+    }
+    st = zk_cuda_region_import(s->device, *fd, size, dev);
+    if (st != ZS_OK) {
+        return zc_fail((int)st, "cannot import %zu bytes of device memory on cuda:%d: %s", size,
+                       s->device, zk_last_error());
+    }
+    *fd = -1; /* the import closed it */
+    r->fd = -1;
+    r->addr = (void *)dev->ptr;
+    r->size = size;
+    return ZC_OK;
 }
 
 /* Check the reply's sizes against the layout and map the regions (takes the fds). */
@@ -257,25 +316,20 @@ static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
         return zc_fail(ZC_ERR_PROTOCOL, "attach: %u slots of %llu bytes overflow", ar->n_slots,
                        (unsigned long long)ar->slot_bytes);
     }
-    status = zs_region_map_fd(fds[0], (size_t)ar->params_bytes, &s->params);
-    if (status != ZS_OK) {
-        return zc_fail(status, "attach: cannot map the params region (%llu bytes)",
-                       (unsigned long long)ar->params_bytes);
+    status = zc_attach_region(s, &fds[0], (size_t)ar->params_bytes, &s->params, &s->dev_params);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "attach: the params region");
     }
-    fds[0] = -1;
-    status = zs_region_map_fd(fds[1], (size_t)(ar->n_slots * ar->slot_bytes), &s->slots);
-    if (status != ZS_OK) {
-        return zc_fail(status, "attach: cannot map the slot region (%u x %llu bytes)", ar->n_slots,
-                       (unsigned long long)ar->slot_bytes);
+    status = zc_attach_region(s, &fds[1], (size_t)(ar->n_slots * ar->slot_bytes), &s->slots,
+                              &s->dev_slots);
+    if (status != ZC_OK) {
+        return zc_fail_prefix(status, "attach: the slot region");
     }
-    fds[1] = -1;
     if (s->stage == 1) {
-        status = zs_region_map_fd(fds[2], (size_t)ar->grads_bytes, &s->grads);
-        if (status != ZS_OK) {
-            return zc_fail(status, "attach: cannot map the grads region (%llu bytes)",
-                           (unsigned long long)ar->grads_bytes);
+        status = zc_attach_region(s, &fds[2], (size_t)ar->grads_bytes, &s->grads, &s->dev_grads);
+        if (status != ZC_OK) {
+            return zc_fail_prefix(status, "attach: the grads region");
         }
-        fds[2] = -1;
     }
     s->n_slots = ar->n_slots;
     s->slot_bytes = ar->slot_bytes;
@@ -357,7 +411,10 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     if (s->stage != 1 && s->stage != 2) {
         return zc_fail(ZC_ERR_PROTOCOL, "attach: the daemon replied stage %u", s->stage);
     }
-    status = zc_attach_layout(s, p, zc_attach_world(p), ar);
+    status = zc_attach_memory(s, ar);
+    if (status == ZC_OK) {
+        status = zc_attach_layout(s, p, zc_attach_world(p), ar);
+    }
     if (status != ZC_OK) {
         return status;
     }

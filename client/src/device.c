@@ -1,5 +1,6 @@
-/* Device regions of a daemon on the CUDA backend, mapped in the trainer (zc.h). */
-#include "zc_int.h"
+/* Device regions of a daemon on the CUDA backend, mapped in the trainer (zc.h), and a device
+ * session's writes into its regions (session_int.h). */
+#include "session_int.h"
 
 #include "zk/cuda_share.h"
 #include "zk/kernels.h"
@@ -53,4 +54,41 @@ void zc_device_map_close(zc_device_map_t *map)
         zk_cuda_region_cleanup(&map->region);
         free(map);
     }
+}
+
+/* ---- a device session's writes (session_int.h) --------------------------------------- */
+
+int zc_dev_copy(const zc_session_t *s, void *dst, const void *src, size_t bytes, const char *what)
+{
+    zs_status_t st = zk_cuda_copy(dst, src, bytes);
+
+    if (st != ZS_OK) {
+        return zc_fail((int)st, "%s: device session (cuda:%d): %s", what, s->device,
+                       zk_last_error());
+    }
+    return ZC_OK;
+}
+
+int zc_dev_zero(const zc_session_t *s, void *dst, size_t bytes, const char *what)
+{
+    zs_status_t st = zk_cuda_memset(dst, 0, bytes);
+
+    if (st != ZS_OK) {
+        return zc_fail((int)st, "%s: device session (cuda:%d): %s", what, s->device,
+                       zk_last_error());
+    }
+    return ZC_OK;
+}
+
+/* zk_cuda_copy and zk_cuda_memset enqueue on the legacy default stream and need not be complete
+ * on return; every libzc call that writes a region waits here before it returns. */
+int zc_dev_fence(const zc_session_t *s, const char *what)
+{
+    zs_status_t st = zk_cuda_wait();
+
+    if (st != ZS_OK) {
+        return zc_fail((int)st, "%s: device session (cuda:%d): %s", what, s->device,
+                       zk_last_error());
+    }
+    return ZC_OK;
 }

@@ -41,11 +41,25 @@ int zc_session_check_conn(const zc_session_t *s)
     return ZC_OK;
 }
 
+/* A device region's zs_region_t only describes the CUDA mapping: zk unmaps that, munmap never
+ * sees its address. */
+static void zc_region_release(zs_region_t *r, zk_cuda_region_t *dev)
+{
+    if (r->mem == ZS_MEM_DEVICE) {
+        *r = (zs_region_t)ZS_REGION_INIT;
+    } else {
+        zs_region_cleanup(r);
+    }
+    zk_cuda_region_cleanup(dev); /* a no-op on one never imported */
+}
+
 void zc_session_unmap(zc_session_t *s)
 {
-    zs_region_cleanup(&s->params);
-    zs_region_cleanup(&s->slots);
-    zs_region_cleanup(&s->grads);
+    zc_region_release(&s->params, &s->dev_params);
+    zc_region_release(&s->slots, &s->dev_slots);
+    zc_region_release(&s->grads, &s->dev_grads);
+    s->mem = ZS_MEM_HOST;
+    s->device = -1;
     zs_layout_destroy(s->layout);
     s->layout = NULL;
     free(s->slot_rec);
@@ -287,6 +301,11 @@ ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **sessio
     s->params = (zs_region_t)ZS_REGION_INIT;
     s->slots = (zs_region_t)ZS_REGION_INIT;
     s->grads = (zs_region_t)ZS_REGION_INIT;
+    s->mem = ZS_MEM_HOST;
+    s->device = -1;
+    s->dev_params = (zk_cuda_region_t)ZK_CUDA_REGION_INIT; /* fd -1: calloc's 0 is stdin */
+    s->dev_slots = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
+    s->dev_grads = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
     s->timeout_ms = ZC_DEFAULT_TIMEOUT_MS;
     if (mask & ZC_OPEN_FIELD_TIMEOUT_MS) {
         if (params->timeout_ms <= 0) {
@@ -497,6 +516,19 @@ ZC_API int zc_session_params_shared(zc_session_t *session)
     return zc_session_check_attached(session, "params_shared") == ZC_OK && session->params_shared;
 }
 
+ZC_API int zc_session_memory(zc_session_t *session, int *device_p)
+{
+    int status = zc_session_check_attached(session, "memory");
+
+    if (device_p != NULL) {
+        *device_p = status == ZC_OK ? session->device : -1;
+    }
+    if (status != ZC_OK) {
+        return status;
+    }
+    return session->mem == ZS_MEM_DEVICE ? ZC_MEMORY_DEVICE : ZC_MEMORY_HOST;
+}
+
 ZC_API int zc_session_init_param(zc_session_t *session, uint32_t id, const void *src)
 {
     const zs_layout_param_t *p;
@@ -521,12 +553,19 @@ ZC_API int zc_session_init_param(zc_session_t *session, uint32_t id, const void 
         lo = lo > p->offset ? lo : p->offset;
         hi = hi < p->offset + p->numel ? hi : p->offset + p->numel;
         if (lo < hi) {
-            memcpy((uint8_t *)session->params.addr + lo * session->dsize,
-                   (const uint8_t *)src + (lo - p->offset) * session->dsize,
-                   (size_t)(hi - lo) * session->dsize);
+            uint8_t *dst = (uint8_t *)session->params.addr + lo * session->dsize;
+            const uint8_t *from = (const uint8_t *)src + (lo - p->offset) * session->dsize;
+            size_t bytes = (size_t)(hi - lo) * session->dsize;
+
+            if (session->mem != ZS_MEM_DEVICE) {
+                memcpy(dst, from, bytes);
+            } else if ((status = zc_dev_copy(session, dst, from, bytes, "init_param")) != ZC_OK) {
+                return status;
+            }
         }
     }
-    return ZC_OK;
+    /* a device session's copies are complete before ParamsReady can follow */
+    return session->mem == ZS_MEM_DEVICE ? zc_dev_fence(session, "init_param") : ZC_OK;
 }
 
 ZC_API uint64_t zc_session_param_numel(zc_session_t *session, uint32_t id)

@@ -8,6 +8,7 @@
 
 #include "zc_int.h"
 
+#include "zk/cuda_share.h"
 #include "zs/layout.h"
 #include "zs/mem.h"
 
@@ -58,12 +59,18 @@ struct zc_session {
     uint32_t accum_steps;
     uint32_t n_slots;
     uint64_t slot_bytes;
+    /* The regions as this process sees them. A device session's (mem ZS_MEM_DEVICE) describe
+     * the CUDA mappings below (addr: a device address, fd -1): the same offsets work, but only
+     * CUDA may read or write there (zc_dev_*). */
     zs_region_t params;
     zs_region_t slots;
     zs_region_t grads;
-    zc_slot_rec_t *slot_rec; /* [n_slots] */
-    uint32_t n_outstanding;  /* slots in ZC_SLOT_SUBMITTED */
-    zc_copy_plan_t copy;     /* how zc_session_slot_fill copies (the daemon's plan) */
+    zs_mem_type_t mem; /* ZS_MEM_HOST: memfds mapped; ZS_MEM_DEVICE: CUDA regions imported */
+    int device;        /* the CUDA ordinal of device regions; -1 for host */
+    zk_cuda_region_t dev_params, dev_slots, dev_grads; /* what a device session releases */
+    zc_slot_rec_t *slot_rec;                           /* [n_slots] */
+    uint32_t n_outstanding;                            /* slots in ZC_SLOT_SUBMITTED */
+    zc_copy_plan_t copy; /* how zc_session_slot_fill copies (the daemon's plan) */
 
     zc_frame_t *kept[ZC_KEPT_COUNT]; /* the latest control replies (zc_session_keep) */
 };
@@ -74,8 +81,16 @@ zs_deadline_t zc_deadline(const zc_session_t *s, int timeout_ms);
 int zc_session_broken(zc_session_t *s, int status);
 /* ZC_ERR_CLOSED (with the reason) once the connection is closed. */
 int zc_session_check_conn(const zc_session_t *s);
-/* Unmap the regions and forget the job (the session stays connected). */
+/* Unmap the regions (device ones through zk, never munmap) and forget the job (the session
+ * stays connected). */
 void zc_session_unmap(zc_session_t *s);
+/* Device sessions (device.c): bytes from src (host or device memory) to dst in a region, and
+ * zeros into one. CUDA may still be writing when they return: a libzc call that writes calls
+ * zc_dev_fence before it returns. Errors name `what` and the device. */
+int zc_dev_copy(const zc_session_t *s, void *dst, const void *src, size_t bytes, const char *what);
+int zc_dev_zero(const zc_session_t *s, void *dst, size_t bytes, const char *what);
+/* Wait until every CUDA write libzc made into the session's regions is complete. */
+int zc_dev_fence(const zc_session_t *s, const char *what);
 /* Read one frame and dispatch SlotFree and ErrorReply; *frame_p is set (and owned by the
  * caller) only for any other frame. */
 int zc_session_read(zc_session_t *s, zs_deadline_t deadline, zc_frame_t **frame_p);

@@ -16,23 +16,40 @@
 
 /* ---- slots ------------------------------------------------------------------------- */
 
-/* Zero the alignment gaps between the bucket's params and its tail padding. */
-static void zc_slot_zero_gaps(const zc_session_t *s, uint32_t bucket, uint8_t *data)
+/* Zero elements [from, to) of a slot image: memset, or CUDA's for a device session. */
+static int zc_slot_zero(const zc_session_t *s, uint8_t *data, uint64_t from, uint64_t to)
+{
+    if (s->mem == ZS_MEM_DEVICE) {
+        return zc_dev_zero(s, data + from * s->dsize, (size_t)(to - from) * s->dsize,
+                           "slot_acquire");
+    }
+    memset(data + from * s->dsize, 0, (size_t)(to - from) * s->dsize);
+    return ZC_OK;
+}
+
+/* Zero the alignment gaps between the bucket's params and its tail padding; a device
+ * session's zeros are in place when this returns. */
+static int zc_slot_zero_gaps(const zc_session_t *s, uint32_t bucket, uint8_t *data)
 {
     const zs_layout_bucket_t *b = &s->layout->buckets[bucket];
     uint64_t pos = 0;
+    int status = ZC_OK;
 
-    for (uint32_t i = 0; i < b->n_params; i++) {
+    for (uint32_t i = 0; i < b->n_params && status == ZC_OK; i++) {
         zs_layout_piece_t pc; /* the first and last may be parts of split parameters */
         zs_layout_bucket_piece(s->layout, bucket, i, &pc);
         if (pc.bucket_offset > pos) {
-            memset(data + pos * s->dsize, 0, (pc.bucket_offset - pos) * s->dsize);
+            status = zc_slot_zero(s, data, pos, pc.bucket_offset);
         }
         pos = pc.bucket_offset + pc.numel > pos ? pc.bucket_offset + pc.numel : pos;
     }
-    if (b->padded > pos) {
-        memset(data + pos * s->dsize, 0, (b->padded - pos) * s->dsize);
+    if (status == ZC_OK && b->padded > pos) {
+        status = zc_slot_zero(s, data, pos, b->padded);
     }
+    if (status == ZC_OK && s->mem == ZS_MEM_DEVICE) {
+        status = zc_dev_fence(s, "slot_acquire");
+    }
+    return status;
 }
 
 static int zc_slot_find_free(const zc_session_t *s)
@@ -74,6 +91,7 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
 {
     zc_session_t *s = session;
     zs_deadline_t deadline;
+    uint8_t *data;
     int status;
     int idx;
 
@@ -113,14 +131,18 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
             return status;
         }
     }
+    data = (uint8_t *)s->slots.addr + (size_t)idx * s->slot_bytes;
+    status = zc_slot_zero_gaps(s, bucket, data);
+    if (status != ZC_OK) {
+        return status; /* the slot stays free */
+    }
     s->slot_rec[idx].state = ZC_SLOT_ACQUIRED;
     s->slot_rec[idx].bucket = bucket;
     s->slot_rec[idx].seq = 0;
     slot_p->index = (uint32_t)idx;
     slot_p->bucket = bucket;
-    slot_p->data = (uint8_t *)s->slots.addr + (size_t)idx * s->slot_bytes;
+    slot_p->data = data;
     slot_p->bytes = (size_t)(s->layout->buckets[bucket].padded * s->dsize);
-    zc_slot_zero_gaps(s, bucket, slot_p->data);
     return ZC_OK;
 }
 
@@ -170,6 +192,10 @@ ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, ui
     }
     dst =
         (uint8_t *)s->slots.addr + (size_t)slot->index * s->slot_bytes + (size_t)offset * s->dsize;
+    if (s->mem == ZS_MEM_DEVICE) { /* src on the host or the device; in place on return */
+        status = zc_dev_copy(s, dst, src, (size_t)(numel * s->dsize), "slot_fill");
+        return status == ZC_OK ? zc_dev_fence(s, "slot_fill") : status;
+    }
     ex = zc_copy_exec(&s->copy, numel * s->dsize);
     if (zk_cast(&ex, dst, (zs_dtype_t)s->dtype, src, (zs_dtype_t)s->dtype, (size_t)numel) !=
         ZS_OK) {
@@ -188,6 +214,12 @@ ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt
     status = zc_session_check_attached(session, "fill_stores");
     if (status != ZC_OK) {
         return status;
+    }
+    if (session->mem == ZS_MEM_DEVICE) {
+        return zc_fail(ZC_ERR_UNSUPPORTED,
+                       "fill_stores: a device session (cuda:%d) has no store plan: its "
+                       "slot_fill copies with CUDA",
+                       session->device);
     }
     ex = zc_copy_exec(&session->copy,
                       numel > UINT64_MAX / session->dsize ? UINT64_MAX : numel * session->dsize);

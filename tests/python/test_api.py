@@ -14,7 +14,9 @@
     the parameter values come from the daemon, not from the new model;
   - errors from the daemon raise zerod.ZerodError with the status name (bad config, busy
     daemon) and an unreachable socket raises ERR_UNREACHABLE;
-  - close() leaves the model with private tensors holding the last values.
+  - close() leaves the model with private tensors holding the last values;
+  - a CPU-backend session's regions are host memory (Session.memory, .device) and a model
+    away from the daemon's regions is refused, naming both places.
 """
 import os
 import sys
@@ -260,6 +262,81 @@ def test_deepspeed_surface(sock, tmp):
           "no_sync refused at stage 2, save_16bit_model, add_config_arguments, zero.Init refused")
 
 
+def test_memory(sock):
+    """A CPU-backend daemon's regions are host memory: the Session says so after its attach
+    (zc_session_memory: MEMORY_HOST, device -1) and forgets it at detach; the engine's
+    parameters stay CPU tensors. The device checks of zerod.torch, without a GPU: the model
+    must be where the daemon keeps its regions, naming both places."""
+    import types
+    sess = zerod.Session(sock)
+    assert sess.memory is None and sess.device == -1
+    info = sess.attach("api-memory", [([4, 16], None)])
+    assert sess.memory == zerod.MEMORY_HOST == 0 and sess.device == -1
+    assert info["memory"] == zerod.MEMORY_HOST and info["device"] == -1
+    sess.fill_stores(16)  # host sessions keep the store plan
+    sess.detach()
+    assert sess.memory is None and sess.device == -1
+    sess.close()
+
+    model = zr.MLP(1)
+    engine, _, _, _ = zt.initialize(model=model, config=zr.config(), job="api-memory",
+                                    socket_path=sock)
+    assert engine._sess.memory == zerod.MEMORY_HOST and engine._dev is None
+    assert engine.device == torch.device("cpu")
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    engine.close()
+
+    def check(memory, device, where, says):
+        stub = types.SimpleNamespace(_sess=types.SimpleNamespace(memory=memory, device=device),
+                                     socket_path="/run/zerod/x.sock")
+        try:
+            got = zt.ZerodEngine._check_daemon_device(stub, torch.device(where))
+        except ValueError as e:
+            assert all(w in str(e) for w in says), (str(e), says)
+            return None
+        assert not says, "%s accepted on memory %d device %d" % (where, memory, device)
+        return got
+    assert check(zerod.MEMORY_HOST, -1, "cpu", []) is None
+    assert check(zerod.MEMORY_DEVICE, 1, "cuda:1", []) == torch.device("cuda:1")
+    check(zerod.MEMORY_DEVICE, 1, "cpu", ["on cpu", "on cuda:1", "x.sock", "model.to('cuda:1')"])
+    check(zerod.MEMORY_DEVICE, 1, "cuda:0", ["on cuda:0", "on cuda:1"])
+    check(zerod.MEMORY_HOST, -1, "cuda:0", ["on cuda:0", "host memory", "must be on cpu"])
+    # a refusal after the attach leaves the model as it was and ends the job it created
+    real = zt.ZerodEngine._check_daemon_device
+
+    def refuse(self, where):
+        raise ValueError("zerod: refused for the test (%s)" % where)
+    zt.ZerodEngine._check_daemon_device = refuse
+    model = zr.MLP(1)
+    before, ptrs = zr.params_of(model), [p.data_ptr() for p in model.parameters()]
+    try:
+        zt.initialize(model=model, config=zr.config(), job="api-refused", socket_path=sock)
+    except ValueError as e:
+        assert "refused for the test (cpu)" in str(e), e
+    else:
+        raise AssertionError("the refusal did not reach the caller")
+    finally:
+        zt.ZerodEngine._check_daemon_device = real
+    assert [p.data_ptr() for p in model.parameters()] == ptrs
+    assert all(torch.equal(a, b) for a, b in zip(before, zr.params_of(model)))
+    try:
+        zt.initialize(model=model, config=zr.config(), job="api-refused", socket_path=sock,
+                      resume="must")
+    except zerod.ZerodError as e:
+        assert e.name == "ERR_NOT_FOUND", e
+    else:
+        raise AssertionError("the refused attach left its job on the daemon")
+    meta = torch.nn.Parameter(torch.empty(3, device="meta"))
+    try:
+        zt.ZerodEngine._params_device([{"params": [meta]}])
+    except ValueError as e:
+        assert "meta" in str(e), e
+    else:
+        raise AssertionError("a parameter on meta was accepted")
+    print("memory: host session (MEMORY_HOST, device -1); parameters refused away from the "
+          "daemon's regions")
+
+
 def test_errors(sock):
     model = zr.MLP(1)
     try:
@@ -305,6 +382,7 @@ def main():
         test_ignored_keys(sock)
         test_optimizer_without_torch_add_param_group(sock)
         test_deepspeed_surface(sock, c.tmp)
+        test_memory(sock)
         test_errors(sock)
     print("PASS")
     return 0

@@ -9,6 +9,8 @@
  *     (zero-copy: the slot is shared memory) and submits it;
  *   - stage 1: accumulates gradients into the full-gradient region (zc_session_grads_ptr);
  *   - at the accumulation boundary, steps; the params region then holds the new values.
+ * A daemon on the CUDA backend shares its regions as device memory instead of host memory:
+ * the same calls and offsets, with device addresses (zc_session_memory).
  *
  * Errors: every function returns ZC_OK (0) or a negative status whose name zc_status_name()
  * gives (the values are zerod's wire status codes); zc_last_error() returns a message for the
@@ -202,7 +204,10 @@ typedef struct zc_attach_info {
  * zc_session_init_param()) and be confirmed with
  * zc_session_params_ready(). With fp32 parameters the params region is the daemon's fp32
  * master itself (no second copy): from zc_session_params_ready() on (at once for a resumed
- * job) it is mapped read-only, and a write into it faults. */
+ * job) it is mapped read-only, and a write into it faults (host memory; device memory has no
+ * such protection: zc_session_memory). A daemon on the CUDA backend sends device regions,
+ * imported here on its GPU: ZC_ERR_UNSUPPORTED when libzc was built without CUDA,
+ * ZC_ERR_NO_DEVICE when this process sees no GPU, ZC_ERR_CUDA when the driver refuses. */
 ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
                              zc_attach_info_t *info_p);
 ZC_API int zc_session_params_ready(zc_session_t *session);
@@ -228,11 +233,32 @@ ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *
  * own_slices_only on every rank and the daemons read each other's memory): each daemon writes
  * its rank's slices there, so no all-gather copies them; 0 otherwise. */
 ZC_API int zc_session_params_shared(zc_session_t *session);
+
+/* Where an attached session's regions live (zc_session_memory's values; ipc.proto MemoryKind,
+ * zerod's memory types). */
+#define ZC_MEMORY_HOST   0 /* shared host memory (a CPU-backend daemon): the CPU reads and writes */
+#define ZC_MEMORY_DEVICE 2 /* CUDA device memory (`zerod --device cuda:N`): see below */
+
+/* ZC_MEMORY_HOST or ZC_MEMORY_DEVICE, and the CUDA ordinal of device regions in *device_p (-1
+ * for host; device_p may be NULL); ZC_ERR_STATE when the session is not attached, ZC_ERR_INVALID
+ * for NULL (*device_p -1). On a device session every region pointer libzc gives
+ * (zc_session_param_ptr, a slot's data, zc_session_grads_ptr, zc_session_param_grad_ptr) is a
+ * device address on that GPU, for CUDA kernels and copies only, never for the CPU. libzc's own
+ * writes there (init_param, slot_fill, the zeroed gaps of an acquired slot) go through CUDA on the
+ * calling thread's current device (the attach makes the session's current on its thread) and are
+ * complete when the call returns. The trainer's own writes must be complete (its stream
+ * synchronized) before it calls zc_session_params_ready, zc_session_slot_submit (the slot's bucket)
+ * or zc_session_step (stage 1's grads region); after the step reply the params region holds the new
+ * values. fp32 params are still the daemon's master, but device memory cannot be made read-only:
+ * the trainer must not write the params region after zc_session_params_ready. */
+ZC_API int zc_session_memory(zc_session_t *session, int *device_p);
+
 /* A fresh job, before zc_session_params_ready(): parameter `id`'s initial values (numel
  * elements of the session dtype at src) into the params region; the whole parameter, or, when
  * the region is shared, only its elements in this rank's slices (the other ranks write theirs,
  * as an all-gather of each rank's own values would give). ZC_ERR_STATE once the parameters are
- * there. */
+ * there. On a device session src may be host or device memory (CUDA tells them apart); device
+ * memory must hold its values already (its stream synchronized). */
 ZC_API int zc_session_init_param(zc_session_t *session, uint32_t id, const void *src);
 
 /* Parameter `id` (registration index, group-major) inside the params region. */
@@ -290,17 +316,19 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
 /* Copy numel elements (session dtype) from src into an acquired slot, from element `offset`
  * of it (a parameter's piece: zc_session_bucket_piece's slot_offset). Large copies stream
  * past the caches where the daemon measured that to be faster (its kernels' plan, received
- * with each step reply; regular stores before the first). ZC_ERR_INVALID when the range is
+ * with each step reply; regular stores before the first). On a device session it is a CUDA
+ * copy from host or device memory, complete on return. ZC_ERR_INVALID when the range is
  * outside the bucket, ZC_ERR_STATE when the slot is not acquired. */
 ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,
                                 const void *src, uint64_t numel);
 /* How zc_session_slot_fill copies numel elements now: *nt_p 1 for non-temporal stores,
  * *prefetch_p the software prefetch distance in elements (0: none), *planned_p 1 when that
  * is the daemon's plan (0: regular stores, the daemon sent none or one for another kernel
- * variant). Any pointer may be NULL. */
+ * variant). Any pointer may be NULL. ZC_ERR_UNSUPPORTED on a device session (CUDA copies). */
 ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt_p,
                                   unsigned *prefetch_p, int *planned_p);
-/* Hand the filled slot to the daemon; returns without waiting for it to be consumed. */
+/* Hand the filled slot to the daemon; returns without waiting for it to be consumed. On a
+ * device session the trainer's writes into it must be complete first (zc_session_memory). */
 ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot,
                                   uint32_t micro_step);
 

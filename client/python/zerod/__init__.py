@@ -11,6 +11,8 @@ from ._libzc import (  # noqa: F401
     DTYPE_BF16,
     DTYPE_F16,
     DTYPE_F32,
+    MEMORY_DEVICE,
+    MEMORY_HOST,
     Session,
     ZerodError,
     libzc_path,
@@ -21,4 +23,4 @@ from ._libzc import (  # noqa: F401
 __version__ = "0.1.0"
 
 __all__ = ["ZerodError", "Session", "libzc_path", "load_libzc", "version", "__version__",
-           "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16"]
+           "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "MEMORY_HOST", "MEMORY_DEVICE"]

@@ -85,6 +85,7 @@ def load(engine, load_dir, tag=None, load_module_strict=True, load_optimizer_sta
         load_lr_scheduler_states = False
     with engine._lock:
         engine._ckpt_pending = False  # the load waits for a pending save first
+        engine._sync_device()  # a device session: nothing queued still reads the parameters
         info = engine._sess.checkpoint_load(load_dir, None if tag is None else str(tag),
                                             load_optimizer_states, timeout_ms=timeout_ms)
     engine.global_steps = info["step"]

@@ -11,12 +11,14 @@ import torch
 
 class DeepSpeedSurface:
     """Mixed into ZerodEngine: expects rank, world_size, stage, micro_steps, global_steps,
-    config, module, _gas, _train_batch, _micro_batch and _step_applied."""
+    config, module, _gas, _train_batch, _micro_batch, _step_applied and _dev."""
 
     @property
     def device(self):
-        """Where the parameters live: the daemon's regions are host memory."""
-        return torch.device("cpu")
+        """Where the parameters live, as the daemon's regions: the CPU (host memory), or the
+        daemon's GPU, cuda:N, for a daemon on the CUDA backend."""
+        dev = getattr(self, "_dev", None)
+        return dev if dev is not None else torch.device("cpu")
 
     @property
     def global_rank(self):

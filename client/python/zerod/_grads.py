@@ -4,7 +4,9 @@ A stage-2 engine copies each parameter's gradient, as its hook sees it, into the
 bucket holding a piece of it, and submits a bucket's slot once every piece is in; stage 1 adds
 gradients into the full-gradient region. GradientStream is the engine's part that does it
 (ZerodEngine mixes it in): it uses the engine's _sess, _params, _lock, dtype, stage,
-micro_steps, _gas, _in_backward, _hook_error, _handles and _grad_accs.
+micro_steps, _gas, _in_backward, _hook_error, _handles, _grad_accs and _dev (the CUDA device
+of a device session's regions, None for host memory: the slots and the grads region are then
+device memory, written by torch on the GPU).
 """
 import ctypes
 import functools
@@ -13,8 +15,12 @@ import os
 import torch
 
 from ._codes import DTYPE_BF16, DTYPE_F16, DTYPE_F32
+from ._cuda import _CudaArray
 
 _TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
+# __cuda_array_interface__ typestrs; bf16 has none, so its views are made as int16 and
+# reinterpreted (as zerod._cuda does)
+_CUDA_TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}
 
 
 def _libc_malloc_trim():
@@ -43,11 +49,18 @@ def _trim_heap():
         _MALLOC_TRIM(0)
 
 
-def _tensor_at(addr, numel, dtype):
-    """A tensor over `numel` elements of `dtype` at address `addr` (no copy). The ctypes array
-    the tensor keeps alive does not own the memory: the mapping must outlive the tensor."""
+def _tensor_at(addr, numel, dtype, device=None):
+    """A tensor over `numel` elements of `dtype` at address `addr` (no copy): host memory, or,
+    with `device` (torch.device("cuda", N)), a device address on that GPU, as libzc gives them
+    for a device session. Neither the ctypes array nor the __cuda_array_interface__ holder the
+    tensor keeps alive owns the memory: libzc's mapping must outlive the tensor."""
     if numel == 0:
-        return torch.empty(0, dtype=dtype)
+        return torch.empty(0, dtype=dtype, device=device)
+    if device is not None:
+        # "stream": None: making the view synchronises nothing (the engine syncs where the
+        # daemon is about to read: _sync_device)
+        t = torch.as_tensor(_CudaArray(None, addr, numel, _CUDA_TYPESTR[dtype]), device=device)
+        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
     esize = torch.empty((), dtype=dtype).element_size()
     buf = (ctypes.c_uint8 * (numel * esize)).from_address(addr)
     return torch.frombuffer(buf, dtype=dtype)
@@ -81,7 +94,7 @@ class GradientStream:
         if self.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
             gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]
             self._grad_views = [
-                _tensor_at(s.param_grad_ptr(pid), p.numel(), gdtype).view(p.shape)
+                _tensor_at(s.param_grad_ptr(pid), p.numel(), gdtype, self._dev).view(p.shape)
                 for pid, p in enumerate(self._params)]
         self._reset_micro()
 
@@ -171,7 +184,7 @@ class GradientStream:
         key = (slot.index, b)
         views = self._slot_views.get(key)
         if views is None:
-            flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype)
+            flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype, self._dev)
             views = [flat[soff:soff + n] for _, _, soff, n in self._bucket_pieces[b]]
             self._slot_views[key] = views
         return views
@@ -185,8 +198,9 @@ class GradientStream:
         if g is None:
             self._views(slot, b)[i].zero_()
             return
-        if g.dtype == self.dtype and g.is_contiguous() and n > 0:
+        if self._dev is None and g.dtype == self.dtype and g.is_contiguous() and n > 0:
             # zerod's copy: large pieces stream past the caches where that is faster here
+            # (host memory only: a device session's slot is written by torch on the GPU)
             self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
         else:
             self._views(slot, b)[i].copy_(g.reshape(-1)[poff:poff + n])
@@ -204,8 +218,26 @@ class GradientStream:
         for i in range(len(self._bucket_pieces[b])):
             if i not in self._filled[b]:
                 self._put_piece(b, slot, i)
+        self._sync_device()
         self._sess.slot_submit(slot, self.micro_steps % self._gas)
         self._sent[b] = True
+
+    def _sync_device(self):
+        """A device session: wait, on the CPU, until the work queued so far on this thread's
+        current stream of the device is done -- the copies into a slot before it is submitted,
+        stage 1's additions into the grads region before the step, the initial values before
+        ParamsReady -- since the daemon reads the region from another process, which orders
+        nothing with our streams. This is the first version of the contract, CPU-synchronous;
+        interprocess CUDA events (the daemon's stream waiting on ours) come later.
+
+        The current stream is the one the copies went to: a hook runs on the stream of its
+        parameter's AccumulateGrad node, which is the one it then syncs when it completes a
+        bucket, and after backward() the caller's current stream has waited for those streams
+        (torch's stream semantics of backward). A forward on several streams could leave a
+        piece copied early on another stream than the one synced; torch.cuda.synchronize
+        would cover that too, at the cost of waiting for every stream. Host sessions: nothing."""
+        if self._dev is not None:
+            torch.cuda.current_stream(self._dev).synchronize()
 
 
 def _post_accumulate_hook(engine, pid, param):

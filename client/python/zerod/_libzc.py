@@ -16,6 +16,8 @@ __all__ = [
     "DTYPE_F32",
     "DTYPE_F16",
     "DTYPE_BF16",
+    "MEMORY_HOST",
+    "MEMORY_DEVICE",
 ]
 
 # The codes are generated from common's tables and checked at build time (_codes.py).
@@ -42,6 +44,10 @@ _ATTACH_FIELD_CONFIG_JSON = 1 << 6
 _ATTACH_FIELD_PARAM_INFO = 1 << 7
 _ATTACH_FIELD_RESUME = 1 << 8
 _ATTACH_FIELD_OWN_SLICES = 1 << 9
+
+# zc_session_memory: where an attached session's regions live (zc.h ZC_MEMORY_*)
+MEMORY_HOST = 0
+MEMORY_DEVICE = 2
 
 # zc_resume_t: what an attach does with a job the daemon keeps for a re-attach
 RESUME = {"if_kept": 0, "auto": 1, "never": 2, "must": 3}
@@ -250,6 +256,7 @@ def _bind(lib):
     fn("zc_session_param_ptr", vp, [vp, c_u32])
     fn("zc_session_param_numel", c_u64, [vp, c_u32])
     fn("zc_session_params_shared", ctypes.c_int, [vp])
+    fn("zc_session_memory", ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int)])
     fn("zc_session_init_param", ctypes.c_int, [vp, c_u32, vp])
     fn("zc_session_dtype", ctypes.c_int, [vp])
     fn("zc_dtype_size", ctypes.c_size_t, [ctypes.c_int])
@@ -337,7 +344,10 @@ class Session:
     """One libzc session (zc_session_t). Not thread-safe, like the C handle: callers serialize.
 
     The attached regions stay mapped until detach() or close(); memory views made from
-    param_ptr()/slot data must not be used after that."""
+    param_ptr()/slot data must not be used after that. After attach(), `memory` says where
+    they live: MEMORY_HOST (a CPU-backend daemon: host addresses) or MEMORY_DEVICE (a daemon
+    on CUDA device `device`: every address is a device address there, zc_session_memory in
+    zc.h); `device` is -1 for host memory. Both are None and -1 while not attached."""
 
     def __init__(self, socket_path=None, timeout_ms=None):
         self._lib = load_libzc()
@@ -352,6 +362,8 @@ class Session:
         _check(self._lib, self._lib.zc_session_open(ctypes.byref(p), ctypes.byref(h)), "open")
         self._h = h
         self.info = None
+        self.memory = None  # MEMORY_HOST or MEMORY_DEVICE once attached
+        self.device = -1  # the CUDA ordinal of device regions
         # [{group, n_params, numel, padded, pieces: [(id, param_offset, slot_offset, numel)]}]
         self.buckets = []
 
@@ -428,6 +440,12 @@ class Session:
         self.info["ignored_keys"] = ign.decode() if ign else ""
         self.info["grads_dtype"] = lib.zc_session_grads_dtype(self._h)
         self.info["params_shared"] = bool(lib.zc_session_params_shared(self._h))
+        dev = ctypes.c_int(-1)
+        mem = lib.zc_session_memory(self._h, ctypes.byref(dev))
+        if mem < 0:
+            _raise(lib, mem, "memory")
+        self.memory, self.device = mem, dev.value
+        self.info["memory"], self.info["device"] = mem, dev.value
         tb, mb = c_u32(0), c_u32(0)
         _check(lib, lib.zc_session_batch(self._h, ctypes.byref(tb), ctypes.byref(mb)), "batch")
         self.info["train_batch_size"] = tb.value
@@ -494,13 +512,15 @@ class Session:
 
     def slot_fill(self, slot, offset, addr, numel):
         """Copy numel elements at address addr into the slot from element offset, streaming
-        the way the daemon measured copies stream best."""
+        the way the daemon measured copies stream best (a device session: a CUDA copy from
+        host or device memory, complete on return)."""
         _check(self._lib, self._lib.zc_session_slot_fill(self._h, ctypes.byref(slot), int(offset),
                                                          addr, int(numel)), "slot_fill")
 
     def fill_stores(self, numel):
         """(non-temporal, prefetch elements, the daemon's plan) of a slot_fill of numel elements
-        now; without the daemon's plan: regular stores, no prefetch."""
+        now; without the daemon's plan: regular stores, no prefetch. ERR_UNSUPPORTED on a
+        device session."""
         nt, pf, planned = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
         _check(self._lib, self._lib.zc_session_fill_stores(self._h, int(numel), ctypes.byref(nt),
                                                            ctypes.byref(pf), ctypes.byref(planned)),
@@ -576,11 +596,13 @@ class Session:
 
     def detach(self, end_job=True):
         _check(self._lib, self._lib.zc_session_detach(self._h, 1 if end_job else 0), "detach")
+        self.memory, self.device = None, -1
 
     def close(self):
         if self._h is not None:
             self._lib.zc_session_close(self._h)
             self._h = None
+        self.memory, self.device = None, -1
 
     @property
     def closed(self):

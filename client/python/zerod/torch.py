@@ -10,7 +10,9 @@
 
 The daemon owns the fp32 master weights and the Adam state; the model's parameters become
 views of the shared params region, so after a step the model already holds the new values.
-Works with torch 1.13 and newer (CPU parameters: the daemon's regions are host memory).
+Works with torch 1.13 and newer. The parameters live where the daemon's regions do: on the
+CPU for a CPU-backend daemon (host memory), on cuda:N for `zerod --device cuda:N` (device
+memory; docs/design-notes.md, "Device regions (trainer side)").
 """
 import json
 import os
@@ -34,7 +36,7 @@ from ._codes import (
 from . import _checkpoint, _setup
 from ._compat import DeepSpeedSurface, add_config_arguments, init_distributed, zero  # noqa: F401
 from ._grads import _TORCH_DTYPE, GradientStream, _tensor_at, _trim_heap
-from ._libzc import Session, ZerodError, coordinator_from_env
+from ._libzc import MEMORY_DEVICE, Session, ZerodError, coordinator_from_env
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_distributed",
            "add_config_arguments", "zero"]
@@ -289,10 +291,11 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         self._hook_error = None
         self._handles = []
         self._grad_accs = []
+        self._dev = None  # the CUDA device of a device session's regions; None: host memory
 
         zdtype = _config_dtype(cfg)
         self.dtype = _TORCH_DTYPE[zdtype]
-        self._check_cpu(groups)
+        where = self._params_device(groups)
 
         # Registration: per group, reverse parameters() order; ids are group-major.
         reg_groups = [_registration_order(model, g["params"]) for g in groups]
@@ -311,6 +314,11 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         if self._sess.info.get("ignored_keys"):
             warnings.warn("zerod: config keys accepted but not used (they change nothing here): "
                           "%s" % self._sess.info["ignored_keys"], stacklevel=3)
+        try:
+            self._dev = self._check_daemon_device(where)
+        except BaseException:
+            self._leave_refused_job()
+            raise
         try:
             # the daemon accepted the config: only now does the model change dtype (a refused
             # one leaves the caller's model as it was)
@@ -342,14 +350,51 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
     # ---- attach -------------------------------------------------------------------------
 
     @staticmethod
-    def _check_cpu(groups):
-        """The regions are host memory: every parameter must be on the CPU."""
+    def _params_device(groups):
+        """Where the parameters are: one device, the CPU or one GPU, for all of them (the
+        daemon's regions are in one place). Checked again against the daemon's at attach."""
+        where = None
         for g in groups:
             for p in g["params"]:
-                if p.device.type != "cpu":
-                    raise ValueError("zerod: parameter on %s; the Python binding maps the "
-                                     "daemon's host-memory regions, so parameters must be on "
-                                     "the CPU" % p.device)
+                if p.device.type not in ("cpu", "cuda"):
+                    raise ValueError("zerod: a parameter is on %s; zerod's regions are host "
+                                     "memory or CUDA device memory" % p.device)
+                if where is None:
+                    where = p.device
+                elif p.device != where:
+                    raise ValueError("zerod: parameters on %s and on %s; they must all be where "
+                                     "the daemon's regions are, on one device" % (where, p.device))
+        return where
+
+    def _check_daemon_device(self, where):
+        """The parameters must be where the daemon keeps its regions: on the CPU for a
+        CPU-backend daemon, on its GPU for one on the CUDA backend. Returns that torch.device
+        for a device session, None for host memory."""
+        s = self._sess
+        if s.memory == MEMORY_DEVICE:
+            want = torch.device("cuda", s.device)
+            if where != want:
+                raise ValueError("zerod: the parameters are on %s, but the daemon (%s) keeps its "
+                                 "regions on %s: move the model there first (model.to(%r))"
+                                 % (where, self.socket_path, want, str(want)))
+            return want
+        if where.type != "cpu":
+            raise ValueError("zerod: the parameters are on %s, but the daemon (%s) runs on the "
+                             "CPU and its regions are host memory: the parameters must be on "
+                             "cpu (or start zerod --device %s)" % (where, self.socket_path, where))
+        return None
+
+    def _leave_refused_job(self):
+        """initialize() refuses what it attached before touching the model (the parameters
+        are not where the daemon's regions are): a job this attach created ends, a job it
+        re-attached stays kept for job_linger, as it was."""
+        self._closed = True
+        try:
+            self._sess.detach(end_job=not self._sess.info["resumed"])
+        except ZerodError:
+            pass  # the refusal is what the caller needs to see
+        finally:
+            self._sess.close()
 
     def _convert(self, groups):
         """The model in the config's dtype (after the daemon accepted the config)."""
@@ -383,7 +428,8 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             time.sleep(0.1)
 
     def _bind_params(self):
-        """Every parameter becomes a view of its place in the params region."""
+        """Every parameter becomes a view of its place in the params region (host memory, or
+        device memory on the parameters' GPU for a device session)."""
         s = self._sess
         fresh = not self.resumed
         # one params region for the host's ranks: each writes only its own slices
@@ -395,14 +441,19 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
                     raise ZerodError(ZC_ERR_LAYOUT_MISMATCH, STATUS[ZC_ERR_LAYOUT_MISMATCH][0],
                                      "parameter %d has %d elements, the layout %d"
                                      % (pid, p.numel(), n))
-                view = _tensor_at(s.param_ptr(pid), n, self.dtype).view(p.shape)
+                view = _tensor_at(s.param_ptr(pid), n, self.dtype, self._dev).view(p.shape)
                 if own_only:
-                    src = p.data.detach().to(device="cpu", dtype=self.dtype).contiguous()
+                    # libzc copies from src (with CUDA on a device session, from the GPU's
+                    # memory): torch's stream must have made it first
+                    src = p.data.detach().to(device=self._dev if self._dev is not None
+                                             else "cpu", dtype=self.dtype).contiguous()
+                    self._sync_device()
                     s.init_param(pid, src.data_ptr())
                 elif fresh:
                     view.copy_(p.data)
                 p.data = view
         if fresh:
+            self._sync_device()  # the initial values are in the region before the daemon reads
             restored = s.params_ready()
             if restored is not None:  # the daemons resumed the job from their checkpoint_dir
                 self.resumed = True
@@ -483,6 +534,9 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         self._check_open("step")
         lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
         with self._lock:
+            # a device session: stage 1's gradients added into the grads region are there,
+            # and nothing queued still reads the parameters the daemon is about to overwrite
+            self._sync_device()
             res = self._sess.step(group_lr=lrs)
         self.global_steps = res["step"]
         self.skipped_steps = res["skipped_steps"]
@@ -575,6 +629,7 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             with torch.no_grad():
                 for p in self._params:
                     p.data = p.data.clone()
+            self._sync_device()  # the clones have read the device region before it is unmapped
             for h in self._handles:
                 h.remove()
             self._handles = []

@@ -7,6 +7,7 @@
 #include "zs/mem.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,8 @@ typedef struct fake {
     int refuse_version;
     int fail_bucket;           /* SlotFree for this bucket carries ZS_ERR_PEER_LOST; -1 none */
     uint64_t peer_deadline_ms; /* told in HelloReply */
+    int memory;                /* AttachReply.memory (ipc.proto MemoryKind; 0: host) */
+    int32_t device;            /* AttachReply.device */
     /* StepReply.copy_stores of step k + 1 (k < 4; NULL: none) */
     Zerod__Ipc__V1__CopyStores *copy_stores[4];
     /* state and observations (read by the test after zc_session_close + fake_stop) */
@@ -158,6 +161,8 @@ static void fake_attach(fake_t *fk, int fd, const Zerod__Ipc__V1__Frame *req)
     ar.gradient_accumulation_steps = 2;
     ar.bucket_size = 512;
     ar.elem_align = 16;
+    ar.memory = (Zerod__Ipc__V1__MemoryKind)fk->memory;
+    ar.device = fk->device;
     f.seq = req->seq;
     f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY;
     f.attach_reply = &ar;
@@ -735,4 +740,106 @@ Test(zc_session, fills_slots_with_the_daemons_copy_plan)
     zc_session_close(s);
     fake_stop(&fk);
     cr_assert_eq(fk.gaps_dirty, 0);
+}
+
+/* A CPU-backend daemon's regions are host memory: zc_session_memory says so, with no device
+ * whatever AttachReply.device holds, and answers ZC_ERR_STATE before the attach and after the
+ * detach. */
+Test(zc_session, reports_host_memory)
+{
+    fake_t fk = {.fail_bucket = -1, .device = 3};
+    zc_attach_info_t info;
+    zc_session_t *s;
+    int dev = 7;
+
+    fake_start(&fk);
+    s = open_session(&fk, 0);
+    cr_assert_eq(zc_session_memory(s, &dev), ZC_ERR_STATE);
+    cr_assert_eq(dev, -1);
+    cr_assert_eq(attach(s, &info), ZC_OK, "%s", zc_last_error());
+    dev = 7;
+    cr_assert_eq(zc_session_memory(s, &dev), ZC_MEMORY_HOST, "%s", zc_last_error());
+    cr_assert_eq(dev, -1);
+    cr_assert_eq(zc_session_memory(s, NULL), ZC_MEMORY_HOST);
+    cr_assert_eq(zc_session_fill_stores(s, 1, NULL, NULL, NULL), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_session_params_ready(s), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_session_detach(s, 1), ZC_OK, "%s", zc_last_error());
+    dev = 7;
+    cr_assert_eq(zc_session_memory(s, &dev), ZC_ERR_STATE);
+    cr_assert_eq(dev, -1);
+    cr_assert_eq(zc_session_memory(NULL, &dev), ZC_ERR_INVALID);
+    zc_session_close(s);
+    fake_stop(&fk);
+}
+
+/* A memory kind libzc does not know, or device regions on no device, end the attach with
+ * ZC_ERR_PROTOCOL naming the value. */
+Test(zc_session, refuses_an_unknown_memory_kind)
+{
+    static const struct {
+        int memory;
+        int32_t device;
+        const char *says;
+    } cases[] = {
+        {1, 0, "memory kind 1 is neither MEMORY_HOST (0) nor MEMORY_DEVICE (2)"},
+        {7, 0, "memory kind 7"},
+        {2, -1, "device regions on CUDA device -1"},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_t fk = {.fail_bucket = -1, .memory = cases[i].memory, .device = cases[i].device};
+        zc_attach_info_t info;
+        zc_session_t *s;
+
+        fake_start(&fk);
+        s = open_session(&fk, 0);
+        cr_assert_eq(attach(s, &info), ZC_ERR_PROTOCOL, "case %zu: %s", i, zc_last_error());
+        cr_assert(strstr(zc_last_error(), cases[i].says) != NULL, "case %zu: %s", i,
+                  zc_last_error());
+        cr_assert_null(zc_session_param_ptr(s, 0));
+        cr_assert_eq(zc_session_memory(s, NULL), ZC_ERR_STATE);
+        zc_session_close(s);
+        fake_stop(&fk);
+    }
+}
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while (readdir(d) != NULL) {
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Device regions this process cannot import -- no GPU here, a libzc built without CUDA, or on
+ * a GPU the fake's memfds, which are no CUDA allocations -- fail the attach with zk's status
+ * and message, naming the region and the device, and leave no region mapped and no fd open. */
+Test(zc_session, reports_device_regions_it_cannot_import)
+{
+    fake_t fk = {.fail_bucket = -1, .memory = 2, .device = 0};
+    zc_attach_info_t info;
+    zc_session_t *s;
+    int fds_before = count_fds();
+    int status;
+
+    fake_start(&fk);
+    s = open_session(&fk, 0);
+    status = attach(s, &info);
+    cr_assert(status == ZC_ERR_NO_DEVICE || status == ZC_ERR_UNSUPPORTED || status == ZC_ERR_CUDA,
+              "%s: %s", zc_status_name(status), zc_last_error());
+    cr_assert(strstr(zc_last_error(), "attach: the params region: cannot import") != NULL, "%s",
+              zc_last_error());
+    cr_assert(strstr(zc_last_error(), "on cuda:0") != NULL, "%s", zc_last_error());
+    cr_assert(strstr(zc_last_error(), "zk_cuda_region_") != NULL, "zk's message: %s",
+              zc_last_error());
+    cr_assert_null(zc_session_param_ptr(s, 0));
+    cr_assert_eq(zc_session_memory(s, NULL), ZC_ERR_STATE);
+    zc_session_close(s);
+    fake_stop(&fk);
+    cr_assert_eq(count_fds(), fds_before);
 }

@@ -145,8 +145,8 @@ bool aligned(const void *ptr, uintptr_t bytes)
 }
 
 template <int DT, bool DST>
-void launch_adam(const zk_adam_k_t &k, float *p, float *m, float *v, float *a, void *dst,
-                 size_t n, cudaStream_t s)
+void launch_adam(const zk_adam_k_t &k, float *p, float *m, float *v, float *a, void *dst, size_t n,
+                 cudaStream_t s)
 {
     bool vec = aligned(p, 16) && aligned(m, 16) && aligned(v, 16) && aligned(a, 16) &&
                (!DST || aligned(dst, DT == kF32 ? 16 : 8));

@@ -183,15 +183,17 @@ static int trainer(int sock)
 static int check_region(const zk_cuda_region_t *r, cudaStream_t s, const zk_cuda_event_t *et,
                         float add, const char *who)
 {
-    float *h = malloc(N_ELEMS * sizeof(float));
     size_t bad = 0, first = 0;
+    float *h;
 
     if (zk_cuda_stream_wait_event(s, et) != ZS_OK) {
         return fail("daemon: wait for the trainer's event");
     }
+    h = malloc(N_ELEMS * sizeof(float));
     cudaMemcpyAsync(h, (const void *)r->ptr, N_ELEMS * sizeof(float), cudaMemcpyDeviceToHost, s);
     if (cudaStreamSynchronize(s) != cudaSuccess) {
         printf("share_check: FAIL copy back: %s\n", cudaGetErrorString(cudaGetLastError()));
+        free(h);
         return 1;
     }
     for (size_t i = 0; i < N_ELEMS; i++) {

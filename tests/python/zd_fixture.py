@@ -72,9 +72,10 @@ def free_port():
 
 
 class Daemon:
-    """One zerod (--device cpu) in its own directory; its log is dir/zerod.log."""
+    """One zerod (--device cpu, or `device`) in its own directory; its log is dir/zerod.log."""
 
-    def __init__(self, rundir, flags=(), allowed_errors=None, env=None):
+    def __init__(self, rundir, flags=(), allowed_errors=None, env=None, device="cpu"):
+        self.device = device
         self.extra_env = dict(env or {})
         self.rundir = rundir
         self.socket = os.path.join(rundir, "zerod.sock")
@@ -91,7 +92,7 @@ class Daemon:
         log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(
-                [zerod_bin(), "--socket", self.socket, "--device", "cpu"] + self.flags,
+                [zerod_bin(), "--socket", self.socket, "--device", self.device] + self.flags,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
         finally:
@@ -195,7 +196,7 @@ class Cluster:
     launching. Use as a context manager; the temp dir is removed unless ZD_KEEP_TMP is set."""
 
     def __init__(self, world=1, flags=("--job-linger", "60s"), job="pytest-job",
-                 allowed_errors=None, env=None):
+                 allowed_errors=None, env=None, device="cpu"):
         self.world = world
         self.job = job
         self.tmp = tempfile.mkdtemp(prefix="zd-py-")
@@ -209,7 +210,8 @@ class Cluster:
             with os.fdopen(fd, "w") as f:
                 f.write(os.urandom(32).hex() + "\n")
             flags += ["--token-file", token]
-        self.daemons = [Daemon(os.path.join(self.tmp, "rank%d" % r), flags, allowed_errors, env)
+        self.daemons = [Daemon(os.path.join(self.tmp, "rank%d" % r), flags, allowed_errors, env,
+                               device)
                         for r in range(world)]
 
     def __enter__(self):

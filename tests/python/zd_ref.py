@@ -97,12 +97,16 @@ def params_of(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def zerod_train(cfg, steps, seed=1, lr_lambda=None, compute_dtype=None, record=None):
+def zerod_train(cfg, steps, seed=1, lr_lambda=None, compute_dtype=None, record=None,
+                device=None):
     """Train MLP(seed) through zerod.torch until the daemon has done `steps` optimizer steps
-    (a resumed job continues where it was). Runs on the rank given by the environment.
-    Returns {"params": [...], "steps": [per-boundary dict]}."""
+    (a resumed job continues where it was). Runs on the rank given by the environment; device:
+    where the model and its batches are (None: the CPU). Returns {"params": [...] (on the CPU),
+    "steps": [per-boundary dict]}."""
     import zerod.torch
     model = MLP(seed, compute_dtype)
+    if device is not None:
+        model.to(device)
     engine, opt, _, _ = zerod.torch.initialize(model=model, model_parameters=param_groups(model),
                                                config=cfg)
     sched = None
@@ -117,6 +121,8 @@ def zerod_train(cfg, steps, seed=1, lr_lambda=None, compute_dtype=None, record=N
         s = engine.global_steps
         for k in range(gas):
             x, t = batch(s, k, rank)
+            if device is not None:
+                x, t = x.to(device), t.to(device)
             loss = loss_fn(engine(x), t)
             engine.backward(loss)
             engine.step()
@@ -126,16 +132,20 @@ def zerod_train(cfg, steps, seed=1, lr_lambda=None, compute_dtype=None, record=N
                     "grad_norm": engine.get_global_grad_norm()})
         if record is not None:
             record(engine)
-    out = {"params": params_of(model), "steps": log, "resumed": engine.resumed}
+    out = {"params": [p.cpu() for p in params_of(model)], "steps": log,
+           "resumed": engine.resumed}
     engine.close()
     return out
 
 
-def reference_train(steps, world=1, gas=1, seed=1, l2=False, lr_lambda=None, clip=0.0):
+def reference_train(steps, world=1, gas=1, seed=1, l2=False, lr_lambda=None, clip=0.0,
+                    device=None):
     """Single-process torch AdamW (Adam with weight_decay when l2) over the same groups, on the
     gradient averaged over `world` ranks and `gas` micro-steps; clip > 0: clip_grad_norm_ to
     it first (the rule of docs/semantics.md §4 step 5: g × max_norm / (norm + 1e-6) when that is < 1)."""
     model = MLP(seed)
+    if device is not None:
+        model.to(device)
     groups = param_groups(model)
     for g in groups:
         g["betas"], g["eps"] = BETAS, EPS
@@ -146,13 +156,15 @@ def reference_train(steps, world=1, gas=1, seed=1, l2=False, lr_lambda=None, cli
         for r in range(world):
             for k in range(gas):
                 x, t = batch(s, k, r)
+                if device is not None:
+                    x, t = x.to(device), t.to(device)
                 (loss_fn(model(x), t) / (world * gas)).backward()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         if sched is not None:
             sched.step()
-    return params_of(model)
+    return [p.cpu() for p in params_of(model)]
 
 
 def max_rel_diff(a_list, b_list):

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Training on the CUDA backend: a trainer on cuda:0 attached to `zerod --device cuda:0`.
+
+    train_check.py          (bench/gpu/check.sh runs it; needs a GPU, torch with CUDA, and
+                             ZEROD_TEST_DAEMON / ZEROD_LIBZC naming the CUDA build)
+
+Cases, each 20 optimizer steps of the two-group MLP of tests/python/zd_ref.py on cuda:0:
+  fp32         stage 2                  == torch.optim.AdamW on the same GPU (rel. error <= 1e-5)
+  fp32-accum   stage 2, gradient_accumulation_steps 2 == AdamW on the averaged gradients
+  fp32-stage1  stage 1 (gradients summed in the device grads region) == AdamW
+  bf16         bf16 parameters == torch AdamW on an fp32 master of the same bf16 model, cast
+               back after each step (rel. error <= 1e-2, two bf16 ulps)
+  fp16         fp16 with dynamic loss scaling: the same, with the daemon's scale
+  kill9        a trainer killed with SIGKILL after 10 steps; a new one re-attaches to the job
+               the daemon kept, resumes at step 10 and ends at the same values as an
+               uninterrupted run (rel. error <= 1e-5 to AdamW)
+  step1b       a benchmark, not a check: one iteration of a 1 B-parameter bf16 model (60
+               Linear 4096x4096) with zerod against torch.optim.AdamW(fused=True) on fp32
+               parameters with bf16 autocast, on the same GPU
+Prints one line per case and a summary; exit 0 when all pass, 1 otherwise, 77 without a GPU.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
+
+import zd_fixture as zf  # noqa: E402
+
+torch = zf.require_torch()
+import zd_ref as zr  # noqa: E402
+
+DEV = "cuda:0"
+STEPS = 20
+TOL = 1e-5
+# bf16/fp16 against torch's AdamW on an fp32 master of the same half model: both round the same
+# fp32 values to half after each step, but a few ulps of difference in the fp32 update flip
+# some roundings, and the forward then sees them; two half ulps (2^-7 relative for bf16) bound
+# that here (tests/python/test_bf16.py argues the exact bound on the CPU backend)
+HALF_TOL = 1e-2
+
+
+def _train(cfg, steps, kill_after=None):
+    def record(engine):
+        if kill_after is not None and engine.global_steps >= kill_after:
+            torch.cuda.synchronize()
+            os.kill(os.getpid(), signal.SIGKILL)  # no detach, no close: as a crash
+    return zr.zerod_train(cfg, steps, device=DEV, record=record)
+
+
+def _check_params(res, ref, tol, what):
+    d = zr.max_rel_diff([p.float() for p in res["params"]], ref)
+    ok = d <= tol and all(torch.isfinite(p.float()).all() for p in res["params"])
+    return ok, "%s: max relative difference to torch AdamW on %s %.3g (tolerance %g)" % (
+        what, DEV, d, tol)
+
+
+def case_fp32(stage=2, gas=1):
+    cfg = zr.config(stage=stage, gas=gas)
+    with zf.Cluster(1, device=DEV) as c:
+        res = c.run(_train, (cfg, STEPS))[0]
+    assert [s["step"] for s in res["steps"]] == list(range(1, STEPS + 1)), res["steps"]
+    return _check_params(res, zr.reference_train(STEPS, gas=gas, device=DEV), TOL,
+                         "stage %d, gas %d" % (stage, gas))
+
+
+def reference_half(dtype, steps, scale):
+    """What the daemon does for half parameters, in torch on the same GPU: the model in
+    `dtype` runs forward and backward (loss times the static `scale`), an fp32 master takes
+    the unscaled gradients, torch.optim.AdamW steps the master, and the model gets it back in
+    `dtype` (round to nearest even)."""
+    model = zr.MLP(1).to(DEV)
+    master = zr.param_groups(model)
+    for g in master:  # fp32 copies of the half values the daemon starts from
+        g["params"] = [p.detach().to(dtype).float().clone().requires_grad_(True)
+                       for p in g["params"]]
+        g["betas"], g["eps"] = zr.BETAS, zr.EPS
+    half = [p for g in zr.param_groups(model) for p in g["params"]]
+    with torch.no_grad():
+        for p, m in zip(half, [m for g in master for m in g["params"]]):
+            p.data = m.detach().to(dtype)
+    opt = torch.optim.AdamW(master)
+    flat = [m for g in master for m in g["params"]]
+    for s in range(steps):
+        model.zero_grad(set_to_none=True)
+        x, t = zr.batch(s, 0, 0)
+        (zr.loss_fn(model(x.to(DEV)), t.to(DEV)) * scale).backward()
+        for p, m in zip(half, flat):
+            m.grad = p.grad.float() / scale
+        opt.step()
+        with torch.no_grad():
+            for p, m in zip(half, flat):
+                p.copy_(m.to(dtype))
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+def case_half(dtype):
+    # fp16: an initial scale of 2^8, so that no step of this small model overflows and the
+    # reference (a static scale) stays comparable; the daemon's scaler is still dynamic
+    extra = {"fp16": {"initial_scale_power": 8}} if dtype == "fp16" else None
+    cfg = zr.config(dtype=dtype, extra=extra)
+    tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    with zf.Cluster(1, device=DEV) as c:
+        res = c.run(_train, (cfg, STEPS))[0]
+    scales = sorted(set(s["loss_scale"] for s in res["steps"]))
+    ref = reference_half(tdtype, STEPS, scales[0] if dtype == "fp16" else 1.0)
+    ok, msg = _check_params(res, [p.float() for p in ref], HALF_TOL, dtype)
+    return ok, "%s; loss scales %s" % (msg.replace("torch AdamW", "torch AdamW (fp32 master)"),
+                                       scales)
+
+
+def case_kill9():
+    cfg = zr.config()
+    with zf.Cluster(1, device=DEV) as c:
+        env = dict(os.environ, **c.env(0))
+        child = subprocess.run([sys.executable, __file__, "--child-kill", "10"], env=env,
+                               timeout=120)
+        if child.returncode != -signal.SIGKILL:
+            return False, "the trainer to kill exited with %s, not SIGKILL" % child.returncode
+        # a launcher's restart (zerorun, torchrun) says so; without it the new trainer would
+        # start the job afresh (resume "auto", docs/design-notes.md "A job's life")
+        os.environ["TORCHELASTIC_RESTART_COUNT"] = "1"
+        try:
+            res = c.run(_train, (cfg, STEPS))[0]
+        finally:
+            del os.environ["TORCHELASTIC_RESTART_COUNT"]
+    if not res["resumed"]:
+        return False, "the second trainer did not resume the kept job"
+    if [s["step"] for s in res["steps"]] != list(range(11, STEPS + 1)):
+        return False, "resumed steps %s, want 11..%d" % ([s["step"] for s in res["steps"]], STEPS)
+    return _check_params(res, zr.reference_train(STEPS, device=DEV), TOL,
+                         "killed at step 10, re-attached")
+
+
+# bench: a 1 B-parameter stack of bf16 Linear layers (60 x 4096 x 4096, no bias)
+BENCH_LAYERS, BENCH_WIDTH, BENCH_BATCH = 60, 4096, 16
+
+
+def _bench_model(dtype):
+    layers = [torch.nn.Linear(BENCH_WIDTH, BENCH_WIDTH, bias=False, device=DEV, dtype=dtype)
+              for _ in range(BENCH_LAYERS)]
+    return torch.nn.Sequential(*layers)
+
+
+def _timed(fwd_bwd, step, reps=5, warm=2):
+    """Median wall times in ms of fwd_bwd() and of the step() after it (the GPU idle before
+    each part starts and waited for when it ends)."""
+    fb, st = [], []
+    for i in range(warm + reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fwd_bwd()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        if i >= warm:
+            fb.append((t1 - t0) * 1e3)
+            st.append((time.perf_counter() - t1) * 1e3)
+    return sorted(fb)[len(fb) // 2], sorted(st)[len(st) // 2]
+
+
+def _bench_zerod():
+    import zerod.torch
+    model = _bench_model(torch.bfloat16)
+    cfg = {"train_micro_batch_size_per_gpu": BENCH_BATCH,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
+           "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+    engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
+                                             config=cfg)
+    x = torch.randn(BENCH_BATCH, BENCH_WIDTH, device=DEV, dtype=torch.bfloat16)
+
+    def fwd_bwd():
+        engine.backward(engine(x).float().pow(2).mean())
+    fb, st = _timed(fwd_bwd, engine.step)
+    out = {"fwd_bwd_ms": fb, "step_ms": st,
+           "numel": sum(p.numel() for p in model.parameters())}
+    engine.close()
+    return out
+
+
+def case_step1b():
+    """One training iteration of the 1 B-parameter bf16 model with zerod (stage 2: the
+    gradients to the daemon, the fused update, bf16 parameters back) against the same model
+    with fp32 parameters, bf16 autocast and torch.optim.AdamW(fused=True) on the same GPU."""
+    with zf.Cluster(1, device=DEV) as c:
+        z = c.run(_bench_zerod, ())[0]
+    model = _bench_model(torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+    x = torch.randn(BENCH_BATCH, BENCH_WIDTH, device=DEV)
+
+    def fwd_bwd():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = model(x)
+        y.float().pow(2).mean().backward()
+
+    def step():
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    t_fb, t_st = _timed(fwd_bwd, step)
+    del model, opt
+    torch.cuda.empty_cache()
+    z_it, t_it = z["fwd_bwd_ms"] + z["step_ms"], t_fb + t_st
+    msg = ("%.2f B params: zerod fwd+bwd with the bucket hand-off %.1f ms + step %.1f ms = %.1f "
+           "ms; torch AdamW(fused) fwd+bwd %.1f ms + step %.1f ms = %.1f ms; iteration zerod / "
+           "torch %.2f" % (z["numel"] / 1e9, z["fwd_bwd_ms"], z["step_ms"], z_it, t_fb, t_st,
+                           t_it, z_it / t_it))
+    return True, msg
+
+
+CASES = [
+    ("fp32", lambda: case_fp32()),
+    ("fp32-accum", lambda: case_fp32(gas=2)),
+    ("fp32-stage1", lambda: case_fp32(stage=1)),
+    ("bf16", lambda: case_half("bf16")),
+    ("fp16", lambda: case_half("fp16")),
+    ("kill9", case_kill9),
+    ("step1b", case_step1b),
+]
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--child-kill":
+        _train(zr.config(), STEPS, kill_after=int(sys.argv[2]))
+        return 1  # not reached: the trainer kills itself
+    if not torch.cuda.is_available():
+        print("train_check: no CUDA device for torch; nothing to check")
+        return 77
+    want = sys.argv[1:] or [n for n, _ in CASES]
+    failed = 0
+    rows = []
+    for name, fn in CASES:
+        if name not in want:
+            continue
+        t0 = time.monotonic()
+        try:
+            ok, msg = fn()
+        except Exception:
+            ok, msg = False, traceback.format_exc().strip().splitlines()[-1]
+            traceback.print_exc()
+        failed += not ok
+        rows.append("%-12s %-5s %5.1f s  %s" % (name, "pass" if ok else "FAIL",
+                                              time.monotonic() - t0, msg))
+        print("train_check: " + rows[-1], flush=True)
+    print("\ntrain_check summary\n" + "\n".join(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,9 +8,11 @@
 #include "zk/kernels_cuda.h"
 #include "zs/error.h"
 #include "zs/thread.h"
+#include "zs/time.h"
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,12 @@ struct zd_backend {
     cudaStream_t stream;
     double *sumsq; /* ZK_CUDA_SUMSQ_WORDS doubles of device memory */
     zk_cuda_region_t regions[ZD_BACKEND_REGIONS];
+    struct zd_slot_event {
+        bool open;
+        uint8_t handle[ZD_EVENT_HANDLE_BYTES];
+        zk_cuda_event_t ev;
+    } * events; /* [n_events]: the trainer's event of each slot, opened once */
+    uint32_t n_events;
 #endif
 };
 
@@ -90,6 +98,10 @@ static zs_status_t zd_cuda_open(zd_backend_t *be, char *err, size_t errlen)
 
 static void zd_cuda_close(zd_backend_t *be)
 {
+    for (uint32_t i = 0; i < be->n_events; i++) {
+        zk_cuda_event_cleanup(&be->events[i].ev);
+    }
+    free(be->events);
     for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {
         zk_cuda_region_cleanup(&be->regions[i]);
     }
@@ -355,6 +367,111 @@ zs_status_t zd_backend_zero(zd_backend_t *be, void *ptr, size_t bytes)
     }
     return zd_cuda_done(be, ZS_OK);
 #else
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+zs_status_t zd_backend_copy(zd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    if (be->device < 0) {
+        memcpy(dst, src, bytes);
+        return ZS_OK;
+    }
+#if defined(ZD_HAVE_NCCL)
+    if (bytes == 0) {
+        return ZS_OK;
+    }
+    /* the default stream, then a wait for it: a host-to-device copy from pageable memory can
+     * return before its DMA is done, and the kernels run on the backend's own stream */
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(NULL);
+    }
+    if (e != cudaSuccess) {
+        snprintf(be->why, sizeof(be->why), "%s: copy of %zu bytes: %s", be->name, bytes,
+                 cudaGetErrorString(e));
+        return ZS_ERR_CUDA;
+    }
+    return ZS_OK;
+#else
+    (void)dst, (void)src;
+    return ZS_ERR_UNSUPPORTED;
+#endif
+}
+
+#if defined(ZD_HAVE_NCCL)
+/* Slot `slot`'s opened event for `handle` (a new handle replaces the old event). */
+static zs_status_t zd_cuda_slot_event(zd_backend_t *be, uint32_t slot, const uint8_t *handle,
+                                      zk_cuda_event_t **ev_p)
+{
+    struct zd_slot_event *e;
+
+    if (slot >= be->n_events) {
+        struct zd_slot_event *grown = realloc(be->events, (slot + 1) * sizeof(*grown));
+        if (grown == NULL) {
+            snprintf(be->why, sizeof(be->why), "out of memory");
+            return ZS_ERR_NO_MEMORY;
+        }
+        memset(grown + be->n_events, 0, (slot + 1 - be->n_events) * sizeof(*grown));
+        be->events = grown;
+        be->n_events = slot + 1;
+    }
+    e = &be->events[slot];
+    if (e->open && memcmp(e->handle, handle, ZD_EVENT_HANDLE_BYTES) != 0) {
+        zk_cuda_event_cleanup(&e->ev);
+        e->open = false;
+    }
+    if (!e->open) {
+        zs_status_t st = zk_cuda_event_open(be->device, handle, &e->ev);
+        if (st != ZS_OK) {
+            snprintf(be->why, sizeof(be->why), "the trainer's event: %s", zk_last_error());
+            return st;
+        }
+        memcpy(e->handle, handle, ZD_EVENT_HANDLE_BYTES);
+        e->open = true;
+    }
+    *ev_p = &e->ev;
+    return ZS_OK;
+}
+#endif
+
+zs_status_t zd_backend_wait_event(zd_backend_t *be, uint32_t slot, const uint8_t *handle,
+                                  uint64_t timeout_ns)
+{
+#if defined(ZD_HAVE_NCCL)
+    uint64_t deadline = zs_time_now_ns() + timeout_ns;
+    zk_cuda_event_t *ev = NULL;
+    zs_status_t st;
+
+    if (be->device < 0) {
+        snprintf(be->why, sizeof(be->why), "no CUDA events on the CPU backend");
+        return ZS_ERR_INVALID;
+    }
+    st = zd_cuda_slot_event(be, slot, handle, &ev);
+    if (st != ZS_OK) {
+        return st;
+    }
+    for (;;) { /* the engine polls: a trainer's stuck stream cannot hold it past the deadline */
+        cudaError_t e = cudaEventQuery((cudaEvent_t)ev->event);
+        if (e == cudaSuccess) {
+            return ZS_OK;
+        }
+        if (e != cudaErrorNotReady) {
+            snprintf(be->why, sizeof(be->why), "the trainer's event: %s", cudaGetErrorString(e));
+            return ZS_ERR_CUDA;
+        }
+        if (zs_time_now_ns() > deadline) {
+            snprintf(be->why, sizeof(be->why),
+                     "the trainer's copy into the slot did not complete within %.1f s "
+                     "(collective_timeout)",
+                     (double)timeout_ns * 1e-9);
+            return ZS_ERR_TIMEOUT;
+        }
+        sched_yield();
+    }
+#else
+    (void)slot, (void)handle, (void)timeout_ns;
+    snprintf(be->why, sizeof(be->why), "zerod was built without CUDA");
     return ZS_ERR_UNSUPPORTED;
 #endif
 }

@@ -50,5 +50,13 @@ zs_status_t zd_backend_adam(zd_backend_t *be, const zk_adam_params_t *p, float *
 zs_status_t zd_backend_cast(zd_backend_t *be, void *dst, zs_dtype_t dst_dtype, const void *src,
                             zs_dtype_t src_dtype, size_t n);
 zs_status_t zd_backend_zero(zd_backend_t *be, void *ptr, size_t bytes);
+/* The CUDA backend waits (polling, at most timeout_ns) until the trainer's interprocess event
+ * for slot `slot` (its handle, ZD_EVENT_HANDLE_BYTES) has completed its latest record. The
+ * event is opened once per slot and handle and kept. ZS_ERR_TIMEOUT past the deadline. */
+#define ZD_EVENT_HANDLE_BYTES 64
+zs_status_t zd_backend_wait_event(zd_backend_t *be, uint32_t slot, const uint8_t *handle,
+                                  uint64_t timeout_ns);
+/* bytes between job memory and the host (either way; checkpoints, exports), done on return. */
+zs_status_t zd_backend_copy(zd_backend_t *be, void *dst, const void *src, size_t bytes);
 
 #endif

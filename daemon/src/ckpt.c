@@ -470,6 +470,34 @@ static void zd_ckpt_save_out(const zd_job_t *job, const char *dir, const char *t
     out->has_trainer_state = has_state;
 }
 
+/* This rank's file, written before the save replies: from the shard itself on the CPU, from a
+ * host copy of it on the GPU. */
+static zs_status_t zd_ckpt_write_synced(zd_job_t *job, const char *tmp, uint64_t *bytes_p,
+                                        uint64_t *xxh3_p, char *err, size_t errlen)
+{
+    size_t n = (size_t)job->layout->shard_numel;
+    float *stage;
+    zs_status_t st;
+
+    if (zd_backend_device(job->be) < 0) {
+        return zd_ckpt_write_rank(job, NULL, job->step, tmp, bytes_p, xxh3_p, err, errlen);
+    }
+    stage = malloc((3 * n + 1) * sizeof(float));
+    if (stage == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY,
+                       "checkpoint save: no host memory to copy %zu bytes of device shard state",
+                       3 * n * sizeof(float));
+    }
+    st = zd_ckpt_stage_copy(job, stage);
+    if (st != ZS_OK) {
+        st = zs_errf(err, errlen, st, "checkpoint save: %s", zd_backend_error(job->be));
+    } else {
+        st = zd_ckpt_write_rank(job, stage, job->step, tmp, bytes_p, xxh3_p, err, errlen);
+    }
+    free(stage);
+    return st;
+}
+
 static zs_status_t zd_ckpt_save_run(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out,
                                     char *err, size_t errlen)
 {
@@ -507,7 +535,7 @@ static zs_status_t zd_ckpt_save_run(zd_job_t *job, const zd_ckpt_req_t *req, zd_
         }
         zs_warn(ZS_SUB_ENGINE, "checkpoint: no staging copy (%s); writing it before replying", err);
     }
-    st = zd_ckpt_write_rank(job, NULL, job->step, tmp, &bytes, &xxh3, err, errlen);
+    st = zd_ckpt_write_synced(job, tmp, &bytes, &xxh3, err, errlen);
     if (st == ZS_OK) {
         st = zd_ckpt_write_sum(job->rank, tmp, bytes, xxh3, err, errlen);
     }
@@ -557,12 +585,7 @@ zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
                          size_t errlen)
 {
     uint64_t t0 = zs_time_now_ns();
-    zs_status_t st = zd_job_host_only(job, "checkpoint save", err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    st = zd_ckpt_save_run(job, req, out, err, errlen);
+    zs_status_t st = zd_ckpt_save_run(job, req, out, err, errlen);
 
     zd_trace_span(job->trace, ZD_TRACE_CHECKPOINT, job->step, t0, zs_time_now_ns(),
                   st != ZS_OK ? ZD_TRACE_FAILED : 0);

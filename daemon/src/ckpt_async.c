@@ -205,13 +205,26 @@ static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_job_t *job)
         (void)madvise(p, a->stage_bytes, MADV_HUGEPAGE); /* fewer faults while copying */
         a->stage = p;
     }
-    for (uint32_t b = 0; b < l->n_buckets; b++) {
-        memcpy(a->stage + l->buckets[b].shard_offset, zd_step_master(job, b),
-               l->buckets[b].slice * sizeof(float));
+    return zd_ckpt_stage_copy(job, a->stage);
+}
+
+zs_status_t zd_ckpt_stage_copy(zd_job_t *job, float *stage)
+{
+    const zs_layout_t *l = job->layout;
+    size_t n = (size_t)l->shard_numel;
+    zs_status_t st = ZS_OK;
+
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+        st = zd_backend_copy(job->be, stage + l->buckets[b].shard_offset, zd_step_master(job, b),
+                             l->buckets[b].slice * sizeof(float));
     }
-    memcpy(a->stage + n, job->m, n * sizeof(float));
-    memcpy(a->stage + 2 * n, job->v, n * sizeof(float));
-    return ZS_OK;
+    if (st == ZS_OK) {
+        st = zd_backend_copy(job->be, stage + n, job->m, n * sizeof(float));
+    }
+    if (st == ZS_OK) {
+        st = zd_backend_copy(job->be, stage + 2 * n, job->v, n * sizeof(float));
+    }
+    return st;
 }
 
 zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const char *tag,

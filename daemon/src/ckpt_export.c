@@ -56,20 +56,34 @@ static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs
     const zs_layout_t *l = job->layout;
     size_t dsize = zs_dtype_size(dtype), psize = zs_dtype_size(job->dtype);
     uint64_t cap = 0;
-    void *buf;
+    bool on_device = zd_backend_device(job->be) >= 0;
+    void *buf, *raw = NULL;
     zs_status_t st = ZS_OK;
 
     for (uint32_t i = 0; i < l->n_params; i++) {
         cap = l->params[i].numel > cap ? l->params[i].numel : cap;
     }
     buf = malloc((size_t)(cap ? cap : 1) * dsize);
-    if (buf == NULL) {
+    if (buf != NULL && on_device) { /* the device's values come to the host first */
+        raw = malloc((size_t)(cap ? cap : 1) * psize);
+    }
+    if (buf == NULL || (on_device && raw == NULL)) {
+        free(buf);
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "export: out of memory");
     }
     for (uint32_t id = 0; id < l->n_params && st == ZS_OK; id++) {
         const zs_layout_param_t *p = zs_layout_param_by_id(l, id);
         const char *src = (const char *)job->params.addr + p->offset * psize;
-        const void *out = src;
+        const void *out;
+        if (on_device) {
+            st = zd_backend_copy(job->be, raw, src, (size_t)p->numel * psize);
+            if (st != ZS_OK) {
+                st = zs_errf(err, errlen, st, "export: %s", zd_backend_error(job->be));
+                break;
+            }
+            src = raw;
+        }
+        out = src;
         if (dtype != job->dtype) {
             st = zk_cast(exec, buf, dtype, src, job->dtype, p->numel);
             if (st != ZS_OK) {
@@ -81,6 +95,7 @@ static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs
         st = zs_st_put(w, out, (size_t)p->numel * dsize, err, errlen);
     }
     free(buf);
+    free(raw);
     return st;
 }
 
@@ -133,10 +148,6 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *pa
     if (dtype != ZS_DTYPE_F32 && dtype != ZS_DTYPE_BF16) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %s: fp32 or bf16 only",
                        zs_dtype_name(dtype));
-    }
-    st = zd_job_host_only(job, "export", err, errlen);
-    if (st != ZS_OK) {
-        return st;
     }
     dup = zs_ckpt_duplicate_name(job->pmeta, job->layout->n_params);
     if (dup != NULL) {

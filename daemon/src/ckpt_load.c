@@ -213,14 +213,45 @@ static zs_status_t zd_ckpt_stage(const zd_job_t *job, zd_ckpt_src_t *src, char *
     return ZS_OK;
 }
 
+/* zd_ckpt_take_stage on the GPU: the staging copy is copied into the device shard (the host
+ * buffers go with src). A failure leaves the shard part old, part new: the load fails and the
+ * job with it, as a failed read does. */
+static zs_status_t zd_ckpt_copy_stage(zd_job_t *job, const zd_ckpt_src_t *src)
+{
+    const zs_layout_t *l = job->layout;
+    size_t bytes = (size_t)l->shard_numel * sizeof(float);
+    zs_status_t st = ZS_OK;
+
+    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
+        st = zd_backend_copy(job->be, zd_step_master(job, b),
+                             src->stage[0] + l->buckets[b].shard_offset,
+                             (size_t)l->buckets[b].slice * sizeof(float));
+    }
+    if (st == ZS_OK && src->moments) {
+        st = zd_backend_copy(job->be, job->m, src->stage[1], bytes);
+        if (st == ZS_OK) {
+            st = zd_backend_copy(job->be, job->v, src->stage[2], bytes);
+        }
+    } else if (st == ZS_OK) {
+        st = zd_backend_zero(job->be, job->m, bytes);
+        if (st == ZS_OK) {
+            st = zd_backend_zero(job->be, job->v, bytes);
+        }
+    }
+    return st;
+}
+
 /* Every rank read everything: the staging copy becomes the job's state. The master is moved
  * (or copied into the params region's slices, where they are the master); m and v are moved,
  * or zeroed when the moments were not read. The job's old arrays go with src. */
-static void zd_ckpt_take_stage(zd_job_t *job, zd_ckpt_src_t *src)
+static zs_status_t zd_ckpt_take_stage(zd_job_t *job, zd_ckpt_src_t *src)
 {
     const zs_layout_t *l = job->layout;
     float *t;
 
+    if (zd_backend_device(job->be) >= 0) {
+        return zd_ckpt_copy_stage(job, src);
+    }
     if (job->master_shared) {
         for (uint32_t b = 0; b < l->n_buckets; b++) {
             memcpy(zd_step_master(job, b), src->stage[0] + l->buckets[b].shard_offset,
@@ -242,6 +273,7 @@ static void zd_ckpt_take_stage(zd_job_t *job, zd_ckpt_src_t *src)
         memset(job->m, 0, (size_t)l->shard_numel * sizeof(float));
         memset(job->v, 0, (size_t)l->shard_numel * sizeof(float));
     }
+    return ZS_OK;
 }
 
 /* Manifest, layout and the files this rank needs, all checked. */
@@ -284,10 +316,7 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
 
     memset(&src, 0, sizeof(src));
     zd_ckpt_async_wait(job); /* a save still writing finishes first */
-    st = zd_job_host_only(job, "checkpoint load", err, errlen);
-    if (st == ZS_OK) {
-        st = zd_ckpt_check_dir(req->dir, err, errlen);
-    }
+    st = zd_ckpt_check_dir(req->dir, err, errlen);
     if (st == ZS_OK) {
         st = zs_ckpt_resolve(req->dir, req->tag, path, sizeof(path), tag, sizeof(tag), err, errlen);
     }
@@ -305,7 +334,12 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
         st = zd_ckpt_agree(job, st, "checkpoint load (reading)", err, errlen);
     }
     if (st == ZS_OK) { /* from here the job's state changes */
-        zd_ckpt_take_stage(job, &src);
+        st = zd_ckpt_take_stage(job, &src);
+        if (st != ZS_OK) {
+            st = zs_errf(err, errlen, st, "checkpoint load: %s", zd_backend_error(job->be));
+        }
+    }
+    if (st == ZS_OK) {
         zd_step_drop_partial(job);
         zd_ckpt_apply_scalars(job, m, req->load_optimizer_states);
         job->params_loaded = true;

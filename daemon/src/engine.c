@@ -276,9 +276,10 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
     case ZD_REQ_BUCKET_READY:
         r->u.slot_free.slot = req->u.bucket_ready.slot;
         r->u.slot_free.bucket = req->u.bucket_ready.bucket;
-        r->status = zd_job_bucket_ready(e->job, &e->env, req->conn_id, req->u.bucket_ready.slot,
-                                        req->u.bucket_ready.bucket, req->u.bucket_ready.micro_step,
-                                        r->msg, sizeof(r->msg));
+        r->status = zd_job_bucket_ready_event(
+            e->job, &e->env, req->conn_id, req->u.bucket_ready.slot, req->u.bucket_ready.bucket,
+            req->u.bucket_ready.micro_step, req->u.bucket_ready.event,
+            req->u.bucket_ready.event_len, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_STEP:
         r->status = zd_job_step(e->job, &e->env, req->conn_id, req->u.step.group_lr,

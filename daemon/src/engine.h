@@ -43,6 +43,8 @@ typedef struct zd_req {
         zd_job_spec_t attach;
         struct {
             uint32_t slot, bucket, micro_step;
+            uint32_t event_len; /* BucketReady.event's length (0: none) */
+            uint8_t event[64];  /* its bytes when event_len is 64 */
         } bucket_ready;
         struct {
             const double *group_lr;

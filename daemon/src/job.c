@@ -268,17 +268,6 @@ static void zd_job_destroy(zd_job_t *job)
     free(job);
 }
 
-zs_status_t zd_job_host_only(const zd_job_t *job, const char *what, char *err, size_t errlen)
-{
-    if (job->be == NULL || zd_backend_device(job->be) < 0) {
-        return ZS_OK;
-    }
-    return zs_errf(err, errlen, ZS_ERR_UNSUPPORTED,
-                   "%s: job '%s' runs on the CUDA backend (%s), whose shard lives in device "
-                   "memory; checkpoints and exports of it are not built yet",
-                   what, job->id, zd_backend_name(job->be));
-}
-
 /* The daemon's backend for this job. The CUDA backend runs world-1 jobs for now: its NCCL
  * communicator is formed at world 1 (job_mesh.c); a mesh of CUDA daemons is not built yet. */
 static zs_status_t zd_job_backend(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
@@ -587,11 +576,7 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                        "job '%s' already has its parameters (a resumed job keeps them)", job->id);
     }
     st = zd_step_load_params(job, env->exec, err, errlen);
-    if (st == ZS_OK && env->ckpt_dir != NULL &&
-        zd_job_host_only(job, "checkpoint_dir", out->path, sizeof(out->path)) != ZS_OK) {
-        zs_warn(ZS_SUB_ENGINE, "%s: not resumed from it, and no automatic checkpoints", out->path);
-        out->path[0] = '\0';
-    } else if (st == ZS_OK && env->ckpt_dir != NULL) {
+    if (st == ZS_OK && env->ckpt_dir != NULL) {
         bool restored = false;
         st = zd_ckpt_restore(job, env->exec, env->ckpt_dir, out, &restored);
         if (st != ZS_OK) {
@@ -611,6 +596,42 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
 zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                                 uint32_t slot, uint32_t bucket, uint32_t micro_step, char *err,
                                 size_t errlen)
+{
+    return zd_job_bucket_ready_event(job, env, conn, slot, bucket, micro_step, NULL, 0, err,
+                                     errlen);
+}
+
+/* BucketReady.event: nothing, or the trainer's event to wait for (device jobs only). */
+static zs_status_t zd_job_slot_event(zd_job_t *job, const zd_job_env_t *env, uint32_t slot,
+                                     const uint8_t *event, uint32_t event_len, char *err,
+                                     size_t errlen)
+{
+    if (event_len == 0) {
+        return ZS_OK;
+    }
+    if (event_len != ZD_EVENT_HANDLE_BYTES) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.event: %u bytes, not an interprocess CUDA event handle (%d)",
+                       event_len, ZD_EVENT_HANDLE_BYTES);
+    }
+    if (zd_backend_device(job->be) < 0) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.event: job '%s' is on the CPU backend, whose slots are host "
+                       "memory (no CUDA event to wait for)",
+                       job->id);
+    }
+    zs_status_t st = zd_backend_wait_event(job->be, slot, event, env->collective_timeout_ns);
+
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "slot %u: %s", slot, zd_backend_error(job->be));
+    }
+    return ZS_OK;
+}
+
+zs_status_t zd_job_bucket_ready_event(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                      uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                      const uint8_t *event, uint32_t event_len, char *err,
+                                      size_t errlen)
 {
     zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
     char why[ZD_MAX_MSG];
@@ -636,6 +657,10 @@ zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                        "BucketReady.micro_step %u is out of range (gradient_accumulation_steps "
                        "%u)",
                        micro_step, job->cfg.gradient_accumulation_steps);
+    }
+    st = zd_job_slot_event(job, env, slot, event, event_len, err, errlen);
+    if (st != ZS_OK) {
+        return st;
     }
     st = zd_step_reduce_slot(job, slot, bucket, micro_step, env->req_arrived_ns, why, sizeof(why));
     return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
@@ -681,7 +706,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
 {
     zs_status_t st = zd_job_step_checked(job, env, conn, group_lr, n_group_lr, out, err, errlen);
 
-    if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL && zd_backend_device(job->be) < 0) {
+    if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL) {
         zd_ckpt_auto(job, env);
     }
 

@@ -226,6 +226,12 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
 zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                                 uint32_t slot, uint32_t bucket, uint32_t micro_step, char *err,
                                 size_t errlen);
+/* The same with BucketReady.event (event_len bytes; 0: none): on the CUDA backend the daemon
+ * first waits, within collective_timeout, for the trainer's interprocess event (64 bytes). */
+zs_status_t zd_job_bucket_ready_event(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                      uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                      const uint8_t *event, uint32_t event_len, char *err,
+                                      size_t errlen);
 /* The optimizer step of docs/semantics.md §4 (group_lr: NULL or n_groups learning rates). */
 zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                         const double *group_lr, size_t n_group_lr, zd_step_out_t *out, char *err,

@@ -150,6 +150,9 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
 void zd_ckpt_async_release(zd_job_t *job);
 void zd_ckpt_async_cancel(zd_job_t *job);
 void zd_ckpt_async_wait(zd_job_t *job);
+/* This rank's master, m and v one after another into stage (3 x shard_numel floats of host
+ * memory), from the host or the device. */
+zs_status_t zd_ckpt_stage_copy(zd_job_t *job, float *stage);
 /* The kept staging copy's memory goes (the job's end). */
 void zd_ckpt_stage_free(zd_job_t *job);
 /* CheckpointWait, a collective: the background save's outcome on every rank. */
@@ -193,9 +196,5 @@ void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step);
 void zd_step_drop_partial(zd_job_t *job);
 /* The trainer went: the next step's window (bucket wait, metrics.h) opens at its first bucket. */
 void zd_step_stats_reset_window(zd_job_t *job);
-
-/* ZS_OK for a job on the CPU backend; else ZS_ERR_UNSUPPORTED saying that `what` (a checkpoint
- * save, load, export) is not built for the CUDA backend yet. */
-zs_status_t zd_job_host_only(const zd_job_t *job, const char *what, char *err, size_t errlen);
 
 #endif

@@ -507,6 +507,13 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
         req->u.bucket_ready.slot = f->bucket_ready->slot;
         req->u.bucket_ready.bucket = f->bucket_ready->bucket;
         req->u.bucket_ready.micro_step = f->bucket_ready->micro_step;
+        req->u.bucket_ready.event_len =
+            (uint32_t)(f->bucket_ready->event.len > UINT32_MAX ? UINT32_MAX
+                                                               : f->bucket_ready->event.len);
+        if (f->bucket_ready->event.len == sizeof(req->u.bucket_ready.event)) {
+            memcpy(req->u.bucket_ready.event, f->bucket_ready->event.data,
+                   sizeof(req->u.bucket_ready.event));
+        }
         break;
     case ZEROD__IPC__V1__FRAME__BODY_STEP:
         req->kind = ZD_REQ_STEP;

@@ -3,6 +3,7 @@
  * buckets, steps, detach or disconnect, linger, re-attach, end; and the refusals of each state.
  * The trainer's side is played here: the params and slots regions are mapped from the fds an
  * attach hands out. */
+#include "backend.h"
 #include "job.h"
 #include "zd_test.h"
 #include "zk/kernels_cuda.h"
@@ -359,6 +360,23 @@ ZDT_TEST(zd_job, bucket_ready_out_of_range_is_refused_naming_the_range)
                   ZS_ERR_INVALID, "layout has 3");
     expect_status(zd_job_bucket_ready(job, &env, CONN_A, 0, 0, 1, err, sizeof(err)), ZS_ERR_INVALID,
                   "gradient_accumulation_steps");
+}
+
+/* BucketReady.event is a device session's: a CPU job refuses one, and a handle of the wrong
+ * size is refused naming it, before anything is reduced. */
+ZDT_TEST(zd_job, bucket_ready_refuses_an_event_on_the_cpu_and_a_bad_handle)
+{
+    uint8_t ev[ZD_EVENT_HANDLE_BYTES + 1];
+
+    memset(ev, 7, sizeof(ev));
+    attach(CONN_A);
+    params_ready(CONN_A);
+    expect_status(zd_job_bucket_ready_event(job, &env, CONN_A, 0, 0, 0, ev, ZD_EVENT_HANDLE_BYTES,
+                                            err, sizeof(err)),
+                  ZS_ERR_INVALID, "CPU backend");
+    expect_status(zd_job_bucket_ready_event(job, &env, CONN_A, 0, 0, 0, ev, 5, err, sizeof(err)),
+                  ZS_ERR_INVALID, "5 bytes");
+    cr_assert(status().trainer_attached, "the job goes on");
 }
 
 ZDT_TEST(zd_job, step_with_unusable_learning_rates_is_refused)

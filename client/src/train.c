@@ -237,6 +237,12 @@ ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt
 
 ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot, uint32_t micro_step)
 {
+    return zc_session_slot_submit_event(session, slot, micro_step, NULL, 0);
+}
+
+ZC_API int zc_session_slot_submit_event(zc_session_t *session, const zc_slot_t *slot,
+                                        uint32_t micro_step, const void *event, size_t event_len)
+{
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__BucketReady br = ZEROD__IPC__V1__BUCKET_READY__INIT;
     zc_session_t *s = session;
@@ -254,9 +260,19 @@ ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot, 
                        "gradient_accumulation_steps %u",
                        micro_step, s->accum_steps);
     }
+    if (event_len != 0 &&
+        (event == NULL || event_len != ZC_EVENT_HANDLE_BYTES || s->mem != ZS_MEM_DEVICE)) {
+        return zc_fail(ZC_ERR_INVALID,
+                       "slot_submit: an event of %zu bytes%s (a device session's interprocess "
+                       "CUDA event handle has %d)",
+                       event_len, s->mem != ZS_MEM_DEVICE ? " on a host session" : "",
+                       ZC_EVENT_HANDLE_BYTES);
+    }
     br.slot = slot->index;
     br.bucket = slot->bucket;
     br.micro_step = micro_step;
+    br.event.data = (uint8_t *)event;
+    br.event.len = event_len;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY;
     req.bucket_ready = &br;
     req.seq = zc_conn_next_seq(&s->conn);

@@ -247,10 +247,11 @@ ZC_API int zc_session_params_shared(zc_session_t *session);
  * writes there (init_param, slot_fill, the zeroed gaps of an acquired slot) go through CUDA on the
  * calling thread's current device (the attach makes the session's current on its thread) and are
  * complete when the call returns. The trainer's own writes must be complete (its stream
- * synchronized) before it calls zc_session_params_ready, zc_session_slot_submit (the slot's bucket)
- * or zc_session_step (stage 1's grads region); after the step reply the params region holds the new
- * values. fp32 params are still the daemon's master, but device memory cannot be made read-only:
- * the trainer must not write the params region after zc_session_params_ready. */
+ * synchronized) before it calls zc_session_params_ready, zc_session_slot_submit (the slot's bucket;
+ * or use zc_session_slot_submit_event) or zc_session_step (stage 1's grads region); after the step
+ * reply the params region holds the new values. fp32 params are still the daemon's master, but
+ * device memory cannot be made read-only: the trainer must not write the params region after
+ * zc_session_params_ready. */
 ZC_API int zc_session_memory(zc_session_t *session, int *device_p);
 
 /* A fresh job, before zc_session_params_ready(): parameter `id`'s initial values (numel
@@ -328,9 +329,18 @@ ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, ui
 ZC_API int zc_session_fill_stores(zc_session_t *session, uint64_t numel, int *nt_p,
                                   unsigned *prefetch_p, int *planned_p);
 /* Hand the filled slot to the daemon; returns without waiting for it to be consumed. On a
- * device session the trainer's writes into it must be complete first (zc_session_memory). */
+ * device session the trainer's writes into it must be complete first (zc_session_memory), or
+ * use zc_session_slot_submit_event. */
 ZC_API int zc_session_slot_submit(zc_session_t *session, const zc_slot_t *slot,
                                   uint32_t micro_step);
+/* Device sessions: submit with the handle (cudaIpcEventHandle_t, ZC_EVENT_HANDLE_BYTES) of an
+ * interprocess CUDA event recorded on the trainer's stream after its writes into the slot; the
+ * daemon waits for the event before it reads the slot, so the trainer's CPU goes on at once.
+ * Use one event per slot: the slot's SlotFree comes after the daemon's wait, so the event may
+ * be recorded again for the slot's next bucket. event NULL and event_len 0: as slot_submit. */
+#define ZC_EVENT_HANDLE_BYTES 64
+ZC_API int zc_session_slot_submit_event(zc_session_t *session, const zc_slot_t *slot,
+                                        uint32_t micro_step, const void *event, size_t event_len);
 
 /* Stage 1: the full-gradient region (total_numel elements of zc_session_grads_dtype(), the
  * same layout as the params region). The trainer adds each micro-step's gradients; the daemon

@@ -37,6 +37,10 @@ def _libc_malloc_trim():
 
 _MALLOC_TRIM = _libc_malloc_trim()
 
+# device sessions: hand each slot over with an interprocess CUDA event (the default), or with
+# a CPU wait for the copies (0)
+_SLOT_EVENTS = os.environ.get("ZEROD_SLOT_EVENTS", "1") != "0"
+
 
 def _trim_heap():
     """With ZEROD_TRIM_HEAP=1, hand the heap's free pages back to the system after a stage-2
@@ -83,6 +87,7 @@ class GradientStream:
             for pid, _, _, _ in bk["pieces"]:
                 self._buckets_of[pid].append(b)
         self._slot_views = {}     # (slot index, bucket) -> [views, in bucket order]
+        self._slot_events = {}    # device sessions: slot index -> [its event, its handle]
         # bucket -> slot acquired before the bucket is complete, so that each gradient is
         # copied when it arrives and freed at once: the trainer's heap then holds one
         # gradient at a time, not the few that would wait for their buckets. At most all
@@ -218,9 +223,29 @@ class GradientStream:
         for i in range(len(self._bucket_pieces[b])):
             if i not in self._filled[b]:
                 self._put_piece(b, slot, i)
-        self._sync_device()
-        self._sess.slot_submit(slot, self.micro_steps % self._gas)
+        self._sess.slot_submit(slot, self.micro_steps % self._gas, self._slot_event(slot))
         self._sent[b] = True
+
+    def _slot_event(self, slot):
+        """A device session: record the slot's interprocess CUDA event on the current stream,
+        after the copies into the slot, and return its handle for BucketReady; the daemon
+        waits for it before it reads the slot, and the backward goes on at once. One event per
+        slot: the slot's SlotFree comes after the daemon's wait, so recording it again for the
+        slot's next bucket cannot overtake that wait. (ZEROD_SLOT_EVENTS=0: wait on the CPU
+        instead, the first version's contract, for comparison.) Host sessions: None."""
+        if self._dev is None:
+            return None
+        if not _SLOT_EVENTS:
+            self._sync_device()
+            return None
+        ev = self._slot_events.get(slot.index)
+        if ev is None:
+            ev = [torch.cuda.Event(interprocess=True), None]
+            self._slot_events[slot.index] = ev
+        ev[0].record(torch.cuda.current_stream(self._dev))
+        if ev[1] is None:  # the handle stays the event's across records
+            ev[1] = bytes(ev[0].ipc_handle())
+        return ev[1]
 
     def _sync_device(self):
         """A device session: wait, on the CPU, until the work queued so far on this thread's

@@ -267,6 +267,8 @@ def _bind(lib):
     fn("zc_session_bucket_piece", ctypes.c_int, [vp, c_u32, c_u32, ctypes.POINTER(_BucketPiece)])
     fn("zc_session_slot_acquire", ctypes.c_int, [vp, c_u32, ctypes.c_int, ctypes.POINTER(Slot)])
     fn("zc_session_slot_submit", ctypes.c_int, [vp, ctypes.POINTER(Slot), c_u32])
+    fn("zc_session_slot_submit_event", ctypes.c_int,
+       [vp, ctypes.POINTER(Slot), c_u32, ctypes.c_char_p, ctypes.c_size_t])
     fn("zc_session_slot_fill", ctypes.c_int, [vp, ctypes.POINTER(Slot), c_u64, vp, c_u64])
     fn("zc_session_fill_stores", ctypes.c_int,
        [vp, c_u64, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint),
@@ -527,9 +529,16 @@ class Session:
                "fill_stores")
         return bool(nt.value), pf.value, bool(planned.value)
 
-    def slot_submit(self, slot, micro_step):
-        _check(self._lib, self._lib.zc_session_slot_submit(self._h, ctypes.byref(slot),
-                                                           int(micro_step)), "slot_submit")
+    def slot_submit(self, slot, micro_step, event=None):
+        """event: a device session's interprocess CUDA event handle (bytes), recorded after the
+        writes into the slot; the daemon waits for it. None: the writes are complete."""
+        if event is None:
+            _check(self._lib, self._lib.zc_session_slot_submit(self._h, ctypes.byref(slot),
+                                                               int(micro_step)), "slot_submit")
+            return
+        event = bytes(event)
+        _check(self._lib, self._lib.zc_session_slot_submit_event(
+            self._h, ctypes.byref(slot), int(micro_step), event, len(event)), "slot_submit")
 
     # ---- step / detach ------------------------------------------------------------------
 

@@ -478,6 +478,12 @@ Test(zc_session, waits_for_a_free_slot)
     cr_assert_eq(b.index, 0);
     fill_slot(s, &b);
     cr_assert_eq(zc_session_slot_submit(s, &b, 2), ZC_ERR_INVALID); /* micro_step >= 2 */
+    {
+        /* an event handle is a device session's: refused on this host one, naming it */
+        unsigned char ev[ZC_EVENT_HANDLE_BYTES] = {0};
+        cr_assert_eq(zc_session_slot_submit_event(s, &b, 1, ev, sizeof(ev)), ZC_ERR_INVALID);
+        cr_assert(strstr(zc_last_error(), "host session") != NULL, "%s", zc_last_error());
+    }
     cr_assert_eq(zc_session_slot_submit(s, &b, 1), ZC_OK);
     cr_assert_eq(zc_session_step(s, NULL, &res), ZC_OK, "%s", zc_last_error());
     cr_assert_float_eq(res.grad_norm, 676.0, 1e-9);

@@ -14,6 +14,8 @@ Cases, each 20 optimizer steps of the two-group MLP of tests/python/zd_ref.py on
   kill9        a trainer killed with SIGKILL after 10 steps; a new one re-attaches to the job
                the daemon kept, resumes at step 10 and ends at the same values as an
                uninterrupted run (rel. error <= 1e-5 to AdamW)
+  ckpt         a device job saved at step 10, loaded by a new job, 10 more steps: bit-identical
+               to the continuous run; the live export equals the trainer's parameters
   step1b       a benchmark, not a check: one iteration of a 1 B-parameter bf16 model (60
                Linear 4096x4096) with zerod against torch.optim.AdamW(fused=True) on fp32
                parameters with bf16 autocast, on the same GPU
@@ -136,6 +138,67 @@ def case_kill9():
                          "killed at step 10, re-attached")
 
 
+def _ckpt_engine():
+    import zerod.torch
+    model = zr.MLP(1).to(DEV)
+    engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=zr.param_groups(model),
+                                             config=zr.config())
+    return model, engine
+
+
+def _ckpt_train(engine, n):
+    for _ in range(n):
+        x, t = zr.batch(engine.global_steps, 0, 0)
+        engine.backward(zr.loss_fn(engine(x.to(DEV)), t.to(DEV)))
+        engine.step()
+
+
+def _ckpt_save_and_continue(ckpt, exported):
+    import test_checkpoint as tc
+    model, engine = _ckpt_engine()
+    _ckpt_train(engine, 10)
+    engine.save_checkpoint(ckpt)
+    _ckpt_train(engine, 10)
+    # the live job's export: the device params region through the daemon
+    subprocess.run([tc.zeroctl(), "-s", os.environ["ZEROD_SOCKET"], "export", "--dtype", "fp32",
+                    exported], check=True, stdout=subprocess.DEVNULL)
+    out = [p.detach().cpu() for p in model.parameters()]
+    names = [n for n, _ in model.named_parameters()]
+    engine.close()
+    return out, names
+
+
+def _ckpt_load_and_train(ckpt):
+    model, engine = _ckpt_engine()
+    path, _ = engine.load_checkpoint(ckpt)
+    at = engine.global_steps
+    _ckpt_train(engine, 10)
+    out = [p.detach().cpu() for p in model.parameters()]
+    engine.close()
+    return path, at, out
+
+
+def case_ckpt():
+    """A device job saved at step 10 (its shard copied off the GPU), loaded by a new job (copied
+    back), trained 10 more steps: bit-identical to the run that went on; the live export of the
+    device params region equals the trainer's parameters."""
+    import test_checkpoint as tc
+    with zf.Cluster(1, device=DEV) as c:
+        ckpt, exported = os.path.join(c.tmp, "ckpt"), os.path.join(c.tmp, "live.safetensors")
+        straight, names = c.run(_ckpt_save_and_continue, (ckpt, exported), job="straight")[0]
+        path, at, loaded = c.run(_ckpt_load_and_train, (ckpt,), job="loaded")[0]
+        live = tc.read_safetensors(exported)
+    if at != 10 or not path.endswith("global_step10"):
+        return False, "loaded %s at step %d, want global_step10 at 10" % (path, at)
+    same = all(torch.equal(a, b) for a, b in zip(straight, loaded))
+    exp_ok = all(torch.equal(live[n], p.float()) for n, p in zip(names, straight))
+    ok, msg = _check_params({"params": loaded}, zr.reference_train(STEPS, device=DEV), TOL,
+                            "saved at 10, loaded, 10 more")
+    return ok and same and exp_ok, "%s; loaded run %s the continuous one; live export %s" % (
+        msg, "bit-identical to" if same else "DIFFERS from",
+        "equals the parameters" if exp_ok else "DIFFERS from the parameters")
+
+
 # bench: a 1 B-parameter stack of bf16 Linear layers (60 x 4096 x 4096, no bias)
 BENCH_LAYERS, BENCH_WIDTH, BENCH_BATCH = 60, 4096, 16
 
@@ -219,6 +282,7 @@ CASES = [
     ("bf16", lambda: case_half("bf16")),
     ("fp16", lambda: case_half("fp16")),
     ("kill9", case_kill9),
+    ("ckpt", case_ckpt),
     ("step1b", case_step1b),
 ]
 

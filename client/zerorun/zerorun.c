@@ -45,6 +45,7 @@ enum {
     OPT_DAEMON,
     OPT_TIMEOUT,
     OPT_KEEP_LOGS,
+    OPT_DEVICE,
     OPT_VERSION,
 };
 
@@ -57,6 +58,7 @@ typedef struct zr_opts {
     const char *job;         /* NULL: zerorun-<pid>-<time> */
     const char *socket_dir;
     const char *daemon;
+    const char *device; /* cpu, cuda or auto */
     double timeout_s;
     char **cmd;
 } zr_opts_t;
@@ -71,8 +73,12 @@ static void zr_usage(FILE *out)
         "\n"
         "Options:\n"
         "  -n, --nproc N          number of ranks (1..%d)\n"
-        "      --spawn-daemons    start one zerod per rank (--device cpu:<rank>) in a private\n"
-        "                         directory, wait for each to be ready, stop them at the end\n"
+        "      --spawn-daemons    start one zerod per rank (--device cpu:<rank> or\n"
+        "                         cuda:<rank>) in a private directory, wait for each to be\n"
+        "                         ready, stop them at the end\n"
+        "      --device KIND      the daemons' devices: cpu (cpu:<rank>), cuda (cuda:<rank>:\n"
+        "                         one GPU per rank) or auto (default: cuda when this host has\n"
+        "                         a GPU per rank, /dev/nvidia<N>, else cpu)\n"
         "      --master-addr A    MASTER_ADDR (default 127.0.0.1)\n"
         "      --master-port P    MASTER_PORT (default: a free TCP port on MASTER_ADDR)\n"
         "      --job ID           ZEROD_JOB (default: zerorun-<pid>-<unix time>)\n"
@@ -93,8 +99,9 @@ static void zr_usage(FILE *out)
         "TORCHELASTIC_RESTART_COUNT=0, TORCHELASTIC_MAX_RESTARTS=0, TORCHELASTIC_RUN_ID=<job>,\n"
         "TORCHELASTIC_USE_AGENT_STORE=False, and OMP_NUM_THREADS=1 when N > 1 and it is not\n"
         "set (a notice says so); and zerod's: ZEROD_JOB=<job> and ZEROD_SOCKET, the socket of\n"
-        "daemon i with --spawn-daemons, else DIR/zerod-cpu<i>.sock (DIR as for --socket-dir),\n"
-        "the name zerod gives itself with --device cpu:<i> --socket auto.\n"
+        "daemon i with --spawn-daemons, else DIR/zerod-cpu<i>.sock (or zerod-cuda<i>.sock; DIR\n"
+        "as for --socket-dir), the name zerod gives itself with --device cpu:<i> (cuda:<i>)\n"
+        "--socket auto. A trainer on a GPU uses cuda:$LOCAL_RANK, its daemon's.\n"
         "zerorun never restarts a trainer (TORCHELASTIC_RESTART_COUNT stays 0): a job whose\n"
         "trainer died, run again, starts afresh with zerod.torch's resume=\"auto\".\n"
         "\n"
@@ -139,6 +146,7 @@ static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
         {"daemon", required_argument, NULL, OPT_DAEMON},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"keep-logs", no_argument, NULL, OPT_KEEP_LOGS},
+        {"device", required_argument, NULL, OPT_DEVICE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -149,6 +157,7 @@ static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
 
     memset(o, 0, sizeof(*o));
     o->master_addr = "127.0.0.1";
+    o->device = "auto";
     o->timeout_s = ZR_DEFAULT_TIMEOUT_S;
     /* '+': stop at CMD, so that its own options are not ours even without "--" */
     while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
@@ -213,6 +222,14 @@ static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
             break;
         case OPT_KEEP_LOGS:
             o->keep_logs = true;
+            break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0 &&
+                strcmp(optarg, "auto") != 0) {
+                fprintf(stderr, "zerorun: --device '%s' is not cpu, cuda or auto\n", optarg);
+                return zr_usage_error();
+            }
+            o->device = optarg;
             break;
         case 'h':
             zr_usage(stdout);
@@ -417,6 +434,41 @@ static void zr_find_daemon(const char *opt, char *buf, size_t len)
     snprintf(buf, len, "zerod"); /* $PATH */
 }
 
+/* The GPUs of this host, as the NVIDIA driver's device nodes /dev/nvidia<N> (no CUDA needed). */
+static int zr_gpu_count(void)
+{
+    int n = 0;
+
+    for (int i = 0; i < 64; i++) {
+        char path[32];
+        snprintf(path, sizeof(path), "/dev/nvidia%d", i);
+        if (access(path, F_OK) == 0) {
+            n++;
+        }
+    }
+    return n;
+}
+
+/* The daemons' device kind (r->device): --device, with auto resolved. */
+static int zr_device(zr_run_t *r, const zr_opts_t *o)
+{
+    int gpus = zr_gpu_count();
+
+    if (strcmp(o->device, "cpu") == 0 || (strcmp(o->device, "auto") == 0 && gpus < o->nproc)) {
+        r->device = "cpu";
+        return 0;
+    }
+    if (gpus < o->nproc) {
+        fprintf(stderr,
+                "zerorun: --device cuda: %d ranks need a GPU each, this host has %d "
+                "(/dev/nvidia<N>); use --device cpu\n",
+                o->nproc, gpus);
+        return -1;
+    }
+    r->device = "cuda";
+    return 0;
+}
+
 /* Per-rank socket paths, checked against the sockaddr_un limit. */
 static int zr_socket_paths(zr_run_t *r, const zr_opts_t *o, const char *dir)
 {
@@ -431,7 +483,7 @@ static int zr_socket_paths(zr_run_t *r, const zr_opts_t *o, const char *dir)
     }
     for (int i = 0; i < r->nproc; i++) {
         char *path;
-        if (asprintf(&path, "%s/zerod-cpu%d.sock", base, i) < 0) {
+        if (asprintf(&path, "%s/zerod-%s%d.sock", base, r->device, i) < 0) {
             fprintf(stderr, "zerorun: out of memory\n");
             return -1;
         }
@@ -649,6 +701,9 @@ int main(int argc, char **argv)
         snprintf(port, sizeof(port), "%s", o.master_port);
     } else if (zr_free_port(o.master_addr, port, sizeof(port)) != 0) {
         return ZR_EXIT_FAIL;
+    }
+    if (zr_device(&r, &o) != 0) {
+        return ZR_EXIT_USAGE;
     }
     if (zr_signals_init(&r) != 0) {
         return ZR_EXIT_FAIL;

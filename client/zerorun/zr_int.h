@@ -53,11 +53,12 @@ typedef struct zr_child {
 
 typedef struct zr_run {
     int nproc;
-    int sfd;           /* signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP */
-    sigset_t old_mask; /* restored in the children */
-    int stop_signal;   /* first SIGINT/SIGTERM/SIGHUP received; 0 if none */
-    bool force;        /* a second signal: SIGKILL at once */
-    double timeout_s;  /* daemon readiness deadline */
+    const char *device; /* "cpu" or "cuda": rank i's daemon runs on <device>:<i> */
+    int sfd;            /* signalfd for SIGCHLD, SIGINT, SIGTERM, SIGHUP */
+    sigset_t old_mask;  /* restored in the children */
+    int stop_signal;    /* first SIGINT/SIGTERM/SIGHUP received; 0 if none */
+    bool force;         /* a second signal: SIGKILL at once */
+    double timeout_s;   /* daemon readiness deadline */
     zr_child_t *trainers;
     zr_child_t *daemons; /* NULL without --spawn-daemons */
     struct pollfd *pfd;  /* 1 + 2 * nproc entries for the supervision loop */

@@ -206,7 +206,7 @@ int zr_daemon_start(zr_run_t *r, int i, const char *zerod, const char *token_pat
                     "--token-file", (char *)token_path, NULL};
     int fd;
 
-    snprintf(device, sizeof(device), "cpu:%d", i);
+    snprintf(device, sizeof(device), "%s:%d", r->device, i);
     fd = open(d->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0) {
         fprintf(stderr, "zerorun: cannot create '%s': %s\n", d->log_path, strerror(errno));

@@ -58,6 +58,14 @@ usage)
     zd_expect_rc 2 "$zerorun" --nproc 1 --timeout -1 -- true
     zd_expect_rc 2 "$zerorun" --nproc 1 --master-port 70000 -- true
     zd_expect_rc 2 "$zerorun" --nproc 1 --daemon "$tmp/no-such-zerod" -- true
+    zd_expect_rc 2 "$zerorun" --nproc 1 --device gpu -- true
+    grep -q "not cpu, cuda or auto" "$tmp/err" || fail "bad --device value not named"
+    if ! ls /dev/nvidia[0-9]* >/dev/null 2>&1; then # no GPU: cuda is refused, auto is the CPU
+        zd_expect_rc 2 "$zerorun" --nproc 1 --device cuda -- true
+        grep -q "need a GPU each" "$tmp/err" || fail "--device cuda without a GPU not explained"
+        zd_expect_rc 0 "$zerorun" --nproc 1 -- sh -c 'echo "$ZEROD_SOCKET"'
+        grep -q "zerod-cpu0.sock" "$tmp/out" || fail "--device auto without a GPU is not the CPU"
+    fi
     ;;
 train)
     # (1) a real job on a private daemon, then (5) no daemon left and the directory removed

@@ -104,10 +104,12 @@ def _default_job():
     return "torch-" + stem
 
 
-def _read_env(job=None, socket_path=None):
+def _read_env(job=None, socket_path=None, device_kind="cpu"):
     """The torchrun / zerorun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
     MASTER_PORT, ZEROD_SOCKET, ZEROD_JOB, and TORCHELASTIC_RESTART_COUNT (> 0: the launcher
-    restarted this process, so resume="auto" continues the job the daemon kept)."""
+    restarted this process, so resume="auto" continues the job the daemon kept). Without
+    ZEROD_SOCKET the socket is zerod-<device_kind><LOCAL_RANK>.sock in ZEROD_SOCKET_DIR or
+    /run/zerod, the name zerod gives itself for --device cpu:N or cuda:N."""
     rank = _env_int("RANK", 0)
     world = _env_int("WORLD_SIZE", 1)
     local_rank = _env_int("LOCAL_RANK", rank if world > 1 else 0)
@@ -123,7 +125,8 @@ def _read_env(job=None, socket_path=None):
     # torchrun gives every local rank the same environment: ZEROD_SOCKET_DIR (as zerorun
     # sets it) finds each rank's own daemon there
     sock = socket_path or os.environ.get("ZEROD_SOCKET") or os.path.join(
-        os.environ.get("ZEROD_SOCKET_DIR") or "/run/zerod", "zerod-cpu%d.sock" % local_rank)
+        os.environ.get("ZEROD_SOCKET_DIR") or "/run/zerod",
+        "zerod-%s%d.sock" % (device_kind, local_rank))
     job = job or os.environ.get("ZEROD_JOB") or _default_job()
     return {"rank": rank, "world": world, "local_rank": local_rank,
             "coordinator": coordinator if world > 1 else None, "socket": sock, "job": job,
@@ -710,8 +713,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         client_opt, cfg, model_parameters = _setup.client_optimizer(optimizer, model,
                                                                     model_parameters, cfg)
     sched_cfg = _setup.check_scheduler(cfg) if lr_scheduler is None else None
-    env = _read_env(job, socket_path)
     groups = _collect_groups(model, model_parameters)
+    # a model on a GPU looks for its local rank's CUDA daemon, as zerorun names its socket
+    on_gpu = any(p.device.type == "cuda" for g in groups for p in g["params"])
+    env = _read_env(job, socket_path, "cuda" if on_gpu else "cpu")
     engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s, resume)
     defaults = _config_defaults(cfg)
     opt_groups = []

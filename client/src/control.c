@@ -13,7 +13,8 @@
 
 #define ZC_STATUS_FIELDS                                                                           \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
-     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE)
+     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE |    \
+     ZC_DAEMON_STATUS_FIELD_DEVICE)
 #define ZC_MEMORY_TERM_FIELDS (ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA)
 #define ZC_SHARD_INFO_FIELDS                                                                       \
     (ZC_SHARD_INFO_FIELD_LAYOUT | ZC_SHARD_INFO_FIELD_MASTER | ZC_SHARD_INFO_FIELD_GROUPS)
@@ -72,6 +73,11 @@ static void zc_status_fill(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_statu
         st->train_batch_size = r->train_batch_size;
         st->busbw_reduce_scatter = r->busbw_reduce_scatter;
         st->busbw_all_gather = r->busbw_all_gather;
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_DEVICE) {
+        st->device_free_bytes = r->device_free_bytes;
+        st->device_total_bytes = r->device_total_bytes;
+        st->mps = r->mps;
     }
     st->field_mask = want;
 }

@@ -73,7 +73,7 @@ static int zst_fetch(zst_daemon_t *d, uint64_t deadline_ms)
 
     d->st.field_mask = ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |
                        ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY |
-                       ZC_DAEMON_STATUS_FIELD_RATE;
+                       ZC_DAEMON_STATUS_FIELD_RATE | ZC_DAEMON_STATUS_FIELD_DEVICE;
     status = zc_session_daemon_status(d->s, zst_left_ms(deadline_ms), &d->st);
     if (status != ZC_OK) {
         return status;
@@ -272,6 +272,11 @@ static void zst_json_fill(cJSON *o, const zst_daemon_t *d, int with_socket)
     }
     cJSON_AddNumberToObject(o, "uptime_s", r->uptime_s);
     cJSON_AddNumberToObject(o, "heap_in_use_bytes", (double)r->heap_in_use);
+    if (strncmp(r->device, "cuda:", 5) == 0) {
+        cJSON_AddNumberToObject(o, "device_free_bytes", (double)r->device_free_bytes);
+        cJSON_AddNumberToObject(o, "device_total_bytes", (double)r->device_total_bytes);
+        cJSON_AddBoolToObject(o, "mps", r->mps);
+    }
     if (r->activity[0] != '\0') {
         cJSON_AddStringToObject(o, "activity", r->activity);
         cJSON_AddNumberToObject(o, "activity_s", r->activity_s);
@@ -374,6 +379,16 @@ static void zst_table(const zst_daemon_t *d)
     printf("%-20s %s\n", "socket", r->socket);
     printf("%-20s %.1f\n", "uptime (s)", r->uptime_s);
     printf("%-20s %" PRIu64 "\n", "heap in use (B)", r->heap_in_use);
+    if (strncmp(r->device, "cuda:", 5) == 0) {
+        if (r->device_total_bytes > 0) {
+            printf("%-20s %.2f GiB free of %.2f GiB\n", "device memory",
+                   (double)r->device_free_bytes / (1024.0 * ZST_MIB),
+                   (double)r->device_total_bytes / (1024.0 * ZST_MIB));
+        }
+        printf("%-20s %s\n", "MPS",
+               r->mps ? "running"
+                      : "not running: the trainer's and zerod's kernels time-slice the GPU");
+    }
     if (r->activity[0] != '\0') {
         printf("%-20s %s (%.1f s)\n", "busy with", r->activity, r->activity_s);
     } else {

@@ -475,3 +475,18 @@ zs_status_t zd_backend_wait_event(zd_backend_t *be, uint32_t slot, const uint8_t
     return ZS_ERR_UNSUPPORTED;
 #endif
 }
+
+void zd_backend_mem_info(zd_backend_t *be, uint64_t *free_p, uint64_t *total_p)
+{
+    *free_p = *total_p = 0;
+    if (be == NULL || be->device < 0) {
+        return;
+    }
+#if defined(ZD_HAVE_NCCL)
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) == cudaSuccess) {
+        *free_p = f;
+        *total_p = t;
+    }
+#endif
+}

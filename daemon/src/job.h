@@ -188,7 +188,8 @@ typedef struct zd_job_status {
     bool mesh_lost, mesh_up;
     int32_t trainer_pid;
     char coordinator[256];
-    uint32_t train_batch_size; /* samples per step, every rank's; 0: not given */
+    uint32_t train_batch_size;          /* samples per step, every rank's; 0: not given */
+    uint64_t device_free, device_total; /* the CUDA backend's GPU memory; 0 on the CPU */
 } zd_job_status_t;
 
 /* ShardInfo. */

@@ -44,6 +44,7 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
     s->trainer_pid = job->attached_conn != 0 ? job->trainer_pid : 0;
     snprintf(s->coordinator, sizeof(s->coordinator), "%s", job->coordinator);
     s->train_batch_size = job->cfg.train_batch_size;
+    zd_backend_mem_info(job->be, &s->device_free, &s->device_total);
 }
 
 void zd_shard_out_free(zd_shard_out_t *out)

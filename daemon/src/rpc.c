@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 _Static_assert(ZD_MAX_SLOTS <= 64, "a session's slots are the bits of a uint64_t");
@@ -172,6 +173,19 @@ static void zd_rpc_memory(const zd_job_status_t *j, Zerod__Ipc__V1__MemoryTerm *
 
 /* What the daemon's malloc holds (every arena and the mmapped chunks), so that a test or an
  * operator can watch for a leak without attaching a debugger; 0 where libc cannot say. */
+/* An NVIDIA MPS control daemon serves this process: its control pipe is in the pipe directory
+ * ($CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps), where a CUDA client finds it. */
+static bool zd_rpc_mps_running(void)
+{
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char path[4096];
+    struct stat sb;
+
+    snprintf(path, sizeof(path), "%s/control",
+             dir != NULL && dir[0] != '\0' ? dir : "/tmp/nvidia-mps");
+    return stat(path, &sb) == 0;
+}
+
 static uint64_t zd_rpc_heap_in_use(void)
 {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -206,6 +220,7 @@ static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
     s.heap_in_use = zd_rpc_heap_in_use();
     s.activity = st.activity;
     s.activity_s = st.activity[0] != '\0' ? (double)(now - st.activity_since_ns) * 1e-9 : 0;
+    s.mps = rpc->device != NULL && strncmp(rpc->device, "cuda:", 5) == 0 && zd_rpc_mps_running();
     if (st.has_job) {
         const zd_job_status_t *j = &st.job;
         s.has_job = true;
@@ -226,6 +241,8 @@ static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
         s.train_batch_size = j->train_batch_size;
         s.busbw_reduce_scatter = j->stats.busbw[ZD_XFER_REDUCE_SCATTER];
         s.busbw_all_gather = j->stats.busbw[ZD_XFER_ALL_GATHER];
+        s.device_free_bytes = j->device_free;
+        s.device_total_bytes = j->device_total;
         zd_rpc_memory(j, terms, term_ptrs, formulas);
         s.n_memory = ZD_MEM_COUNT;
         s.memory = term_ptrs;

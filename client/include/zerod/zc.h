@@ -437,6 +437,7 @@ enum {
     ZC_DAEMON_STATUS_FIELD_JOB = 1u << 2,      /* has_job, job_id .. collectives */
     ZC_DAEMON_STATUS_FIELD_MEMORY = 1u << 3,   /* n_memory */
     ZC_DAEMON_STATUS_FIELD_RATE = 1u << 4,     /* steps_per_s .. busbw_all_gather */
+    ZC_DAEMON_STATUS_FIELD_DEVICE = 1u << 5,   /* device_free_bytes .. mps */
 };
 
 typedef struct zc_daemon_status {
@@ -469,6 +470,10 @@ typedef struct zc_daemon_status {
     uint32_t train_batch_size;   /* samples per step, every rank's; 0: the config gave none */
     double busbw_reduce_scatter; /* bytes/s of the last step's collectives; 0 at world 1 and */
     double busbw_all_gather;     /* before a step (nccl-tests' bus bandwidth) */
+    uint64_t device_free_bytes;  /* the CUDA backend's GPU memory, as its driver reported it at */
+    uint64_t device_total_bytes; /* the job's last status; 0 and 0 on the CPU or before a job */
+    int mps; /* 1: an NVIDIA MPS control daemon serves the CUDA daemon (else the trainer's and the
+                daemon's kernels time-slice the GPU) */
 } zc_daemon_status_t;
 
 enum {

@@ -16,9 +16,10 @@ Cases, each 20 optimizer steps of the two-group MLP of tests/python/zd_ref.py on
                uninterrupted run (rel. error <= 1e-5 to AdamW)
   ckpt         a device job saved at step 10, loaded by a new job, 10 more steps: bit-identical
                to the continuous run; the live export equals the trainer's parameters
-  step1b       a benchmark, not a check: one iteration of a 1 B-parameter bf16 model (60
-               Linear 4096x4096) with zerod against torch.optim.AdamW(fused=True) on fp32
-               parameters with bf16 autocast, on the same GPU
+  step1b       one iteration of a 1 B-parameter bf16 model (60 Linear 4096x4096) with zerod
+               against torch.optim.AdamW(fused=True) on fp32 parameters with bf16 autocast on
+               the same GPU (a benchmark: printed, not checked), and the daemon's device memory
+               per term against the formula, and against what the GPU lost (within 5%)
 Prints one line per case and a summary; exit 0 when all pass, 1 otherwise, 77 without a GPU.
 """
 import os
@@ -227,23 +228,64 @@ def _timed(fwd_bwd, step, reps=5, warm=2):
     return sorted(fb)[len(fb) // 2], sorted(st)[len(st) // 2]
 
 
+def _daemon_status():
+    import json
+    import test_checkpoint as tc
+    out = subprocess.run([tc.zeroctl(), "-s", os.environ["ZEROD_SOCKET"], "--json", "status"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
 def _bench_zerod():
     import zerod.torch
     model = _bench_model(torch.bfloat16)
     cfg = {"train_micro_batch_size_per_gpu": BENCH_BATCH,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.01}},
            "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    torch.cuda.synchronize()
+    free0 = torch.cuda.mem_get_info(DEV)[0]
     engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
                                              config=cfg)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the model's own storage, now a view of the region, goes back
+    # what the daemon took from the GPU: the drop in free memory, plus what the trainer gave back
+    taken = free0 - torch.cuda.mem_get_info(DEV)[0] + model_bytes
     x = torch.randn(BENCH_BATCH, BENCH_WIDTH, device=DEV, dtype=torch.bfloat16)
 
     def fwd_bwd():
         engine.backward(engine(x).float().pow(2).mean())
     fb, st = _timed(fwd_bwd, engine.step)
-    out = {"fwd_bwd_ms": fb, "step_ms": st,
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    # after steps: NCCL's landing buffer for a bucket's reduce, allocated at the first one
+    later = free0 - torch.cuda.mem_get_info(DEV)[0] + model_bytes
+    out = {"fwd_bwd_ms": fb, "step_ms": st, "taken": taken, "later": later,
+           "status": _daemon_status(),
            "numel": sum(p.numel() for p in model.parameters())}
     engine.close()
     return out
+
+
+def _memory_check(z):
+    """The daemon's device memory against the formula of its terms (docs/semantics.md), within
+    5%: the terms it reports, and what the GPU lost when it attached (which adds its CUDA
+    context and NCCL's buffers)."""
+    st = z["status"]
+    terms = st.get("memory", [])
+    formula = sum(t["formula_bytes"] for t in terms)
+    alloc = sum(t["bytes"] for t in terms)
+    rows = ", ".join("%s %.2f GiB (%s)" % (t["name"], t["bytes"] / 2**30, t["formula"])
+                     for t in terms if t["bytes"] or t["formula_bytes"])
+    ok = formula > 0 and abs(alloc - formula) <= 0.05 * formula and \
+        abs(z["taken"] - formula) <= 0.05 * formula
+    return ok, ("memory: terms %.2f GiB, formula %.2f GiB, the GPU lost %.2f GiB at attach "
+                "(tolerance 5%%) and %.2f GiB after the steps; %s; device %.1f of %.1f GiB "
+                "free, MPS %s" % (
+                    alloc / 2**30, formula / 2**30, z["taken"] / 2**30, z["later"] / 2**30, rows,
+                    st.get("device_free_bytes", 0) / 2**30,
+                    st.get("device_total_bytes", 0) / 2**30,
+                    "running" if st.get("mps") else "not running"))
 
 
 def case_step1b():
@@ -272,7 +314,8 @@ def case_step1b():
            "ms; torch AdamW(fused) fwd+bwd %.1f ms + step %.1f ms = %.1f ms; iteration zerod / "
            "torch %.2f" % (z["numel"] / 1e9, z["fwd_bwd_ms"], z["step_ms"], z_it, t_fb, t_st,
                            t_it, z_it / t_it))
-    return True, msg
+    ok, mem = _memory_check(z)
+    return ok, msg + "; " + mem
 
 
 CASES = [

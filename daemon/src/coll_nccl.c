@@ -94,6 +94,31 @@ static zs_status_t zd_nccl_check(zd_coll_nccl_t *c, ncclResult_t r, const char *
     return ZS_OK;
 }
 
+/* World 1: acc = src (overwrite) or acc += src, on the communicator's stream. */
+static zs_status_t zd_nccl_reduce_one(zd_coll_nccl_t *c, const void *src, zs_dtype_t dtype,
+                                      uint64_t slice, float *acc, unsigned flags, char *err,
+                                      size_t errlen)
+{
+    zs_status_t st = ZS_OK;
+
+    if ((flags & ZD_COLL_OVERWRITE) && dtype == ZS_DTYPE_F32) {
+        if (cudaMemcpyAsync(acc, src, slice * sizeof(float), cudaMemcpyDeviceToDevice,
+                            c->stream) != cudaSuccess) {
+            snprintf(err, errlen, "reduce_scatter: cudaMemcpyAsync failed");
+            return ZS_ERR_CUDA;
+        }
+    } else if (flags & ZD_COLL_OVERWRITE) {
+        st = zk_cuda_cast(acc, ZS_DTYPE_F32, src, dtype, slice, c->stream);
+    } else {
+        st = zk_cuda_accumulate(acc, src, dtype, 1.0f, slice, c->stream);
+    }
+    if (st != ZS_OK) {
+        snprintf(err, errlen, "reduce_scatter: %s", zk_last_error());
+        return st;
+    }
+    return zd_nccl_wait(c, "reduce_scatter", err, errlen);
+}
+
 static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zs_dtype_t dtype,
                                           uint64_t slice, float *acc, unsigned flags,
                                           zd_coll_norm_t *norm, char *err, size_t errlen)
@@ -105,6 +130,9 @@ static zs_status_t zd_nccl_reduce_scatter(zd_coll_t *coll, const void *src, zs_d
 
     if (slice == 0) {
         return ZS_OK;
+    }
+    if (coll->world == 1) { /* the sum over one rank is src: no landing buffer, no NCCL call */
+        return zd_nccl_reduce_one(c, src, dtype, slice, acc, flags, err, errlen);
     }
     if ((flags & ZD_COLL_OVERWRITE) && dtype == ZS_DTYPE_F32) {
         /* the sum lands straight in the accumulator */

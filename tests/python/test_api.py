@@ -300,7 +300,22 @@ def test_memory(sock):
     assert check(zerod.MEMORY_DEVICE, 1, "cuda:1", []) == torch.device("cuda:1")
     check(zerod.MEMORY_DEVICE, 1, "cpu", ["on cpu", "on cuda:1", "x.sock", "model.to('cuda:1')"])
     check(zerod.MEMORY_DEVICE, 1, "cuda:0", ["on cuda:0", "on cuda:1"])
-    check(zerod.MEMORY_HOST, -1, "cuda:0", ["on cuda:0", "host memory", "must be on cpu"])
+    check(zerod.MEMORY_HOST, -1, "cuda:0", ["on cuda:0", "host memory", "must be on cpu",
+                                            "offload_optimizer.device"])
+    # ZeRO-Offload: a GPU model with a CPU daemon when the config says offload_optimizer cpu
+    offload = {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}
+    stub = types.SimpleNamespace(_sess=types.SimpleNamespace(memory=zerod.MEMORY_HOST, device=-1),
+                                 socket_path="/run/zerod/x.sock", config=offload, _offload=None)
+    assert zt.ZerodEngine._check_daemon_device(stub, torch.device("cuda:0")) is None
+    assert stub._offload == torch.device("cuda:0")
+    offload["zero_optimization"]["offload_optimizer"]["device"] = "none"
+    stub._offload = None
+    try:
+        zt.ZerodEngine._check_daemon_device(stub, torch.device("cuda:0"))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("offload_optimizer none accepted a GPU model with a CPU daemon")
     # a refusal after the attach leaves the model as it was and ends the job it created
     real = zt.ZerodEngine._check_daemon_device
 

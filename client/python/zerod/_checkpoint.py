@@ -91,6 +91,7 @@ def load(engine, load_dir, tag=None, load_module_strict=True, load_optimizer_sta
     engine.global_steps = info["step"]
     if info["loss_scale"] > 0:
         engine._loss_scale = info["loss_scale"]
+    engine._offload_fetch()  # ZeRO-Offload: the loaded values onto the GPU
     client_state = {}
     path = os.path.join(info["path"], "trainer_state.pt")
     if info["has_trainer_state"] and os.path.exists(path):

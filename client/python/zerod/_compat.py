@@ -18,6 +18,8 @@ class DeepSpeedSurface:
         """Where the parameters live, as the daemon's regions: the CPU (host memory), or the
         daemon's GPU, cuda:N, for a daemon on the CUDA backend."""
         dev = getattr(self, "_dev", None)
+        if dev is None:  # ZeRO-Offload: the parameters' own GPU
+            dev = getattr(self, "_offload", None)
         return dev if dev is not None else torch.device("cpu")
 
     @property

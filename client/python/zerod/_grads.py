@@ -141,7 +141,7 @@ class GradientStream:
                 if g.is_sparse:
                     g = g.to_dense()
                 if self.stage == 1:
-                    self._grad_views[pid].add_(g)
+                    self._grad_views[pid].add_(g.to(self._grad_views[pid].device))
                     return
                 sent = [b for b in self._buckets_of[pid] if self._sent[b]]
                 if sent:
@@ -170,7 +170,8 @@ class GradientStream:
             i = self._piece_at[b][pid]
             if i in self._filled[b]:
                 _, poff, _, n = self._bucket_pieces[b][i]
-                self._views(self._open[b], b)[i].add_(g.reshape(-1)[poff:poff + n])
+                view = self._views(self._open[b], b)[i]
+                view.add_(g.reshape(-1)[poff:poff + n].to(view.device))
         if pid in self._pending:
             self._pending[pid] = self._pending[pid] + g
 
@@ -203,7 +204,8 @@ class GradientStream:
         if g is None:
             self._views(slot, b)[i].zero_()
             return
-        if self._dev is None and g.dtype == self.dtype and g.is_contiguous() and n > 0:
+        if (self._dev is None and g.device.type == "cpu" and g.dtype == self.dtype
+                and g.is_contiguous() and n > 0):
             # zerod's copy: large pieces stream past the caches where that is faster here
             # (host memory only: a device session's slot is written by torch on the GPU)
             self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)

@@ -98,6 +98,14 @@ def _env_int(name, default):
         raise ValueError("zerod: %s=%r is not an integer" % (name, v)) from None
 
 
+def _offload_cpu(cfg):
+    """zero_optimization.offload_optimizer.device is "cpu" in the DeepSpeed config."""
+    try:
+        return cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    except (KeyError, TypeError):
+        return False
+
+
 def _default_job():
     stem = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else ""))[0]
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "python"
@@ -295,6 +303,10 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         self._handles = []
         self._grad_accs = []
         self._dev = None  # the CUDA device of a device session's regions; None: host memory
+        # ZeRO-Offload: the parameters stay the trainer's own tensors on this GPU, the daemon
+        # (CPU backend) keeps the optimizer in host memory; None otherwise
+        self._offload = None
+        self._host_views = None  # offload: each parameter's place in the host params region
 
         zdtype = _config_dtype(cfg)
         self.dtype = _TORCH_DTYPE[zdtype]
@@ -372,8 +384,14 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
     def _check_daemon_device(self, where):
         """The parameters must be where the daemon keeps its regions: on the CPU for a
         CPU-backend daemon, on its GPU for one on the CUDA backend. Returns that torch.device
-        for a device session, None for host memory."""
+        for a device session, None for host memory. One exception, ZeRO-Offload: parameters
+        on a GPU with a CPU-backend daemon when the config says
+        zero_optimization.offload_optimizer.device "cpu" (self._offload is then their GPU)."""
         s = self._sess
+        if s.memory != MEMORY_DEVICE and where.type == "cuda" and _offload_cpu(
+                getattr(self, "config", None)):
+            self._offload = where
+            return None
         if s.memory == MEMORY_DEVICE:
             want = torch.device("cuda", s.device)
             if where != want:
@@ -384,7 +402,9 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         if where.type != "cpu":
             raise ValueError("zerod: the parameters are on %s, but the daemon (%s) runs on the "
                              "CPU and its regions are host memory: the parameters must be on "
-                             "cpu (or start zerod --device %s)" % (where, self.socket_path, where))
+                             "cpu (or start zerod --device %s, or set zero_optimization."
+                             "offload_optimizer.device \"cpu\" to keep them on the GPU with "
+                             "the optimizer in this daemon)" % (where, self.socket_path, where))
         return None
 
     def _leave_refused_job(self):
@@ -432,7 +452,11 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
 
     def _bind_params(self):
         """Every parameter becomes a view of its place in the params region (host memory, or
-        device memory on the parameters' GPU for a device session)."""
+        device memory on the parameters' GPU for a device session). ZeRO-Offload: the
+        parameters stay on their GPU, and the host region is copied from them (a fresh job)
+        or into them (a resumed one)."""
+        if self._offload is not None:
+            return self._bind_offload()
         s = self._sess
         fresh = not self.resumed
         # one params region for the host's ranks: each writes only its own slices
@@ -463,6 +487,44 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
                 self.global_steps = restored[0]
                 if restored[1] > 0:
                     self._loss_scale = restored[1]
+
+    def _bind_offload(self):
+        s = self._sess
+        fresh = not self.resumed
+        own_only = fresh and s.info.get("params_shared", False)
+        self._host_views = []
+        with torch.no_grad():
+            for pid, p in enumerate(self._params):
+                n = s.param_numel(pid)
+                if n != p.numel():
+                    raise ZerodError(ZC_ERR_LAYOUT_MISMATCH, STATUS[ZC_ERR_LAYOUT_MISMATCH][0],
+                                     "parameter %d has %d elements, the layout %d"
+                                     % (pid, p.numel(), n))
+                view = _tensor_at(s.param_ptr(pid), n, self.dtype).view(p.shape)
+                self._host_views.append(view)
+                if own_only:
+                    src = p.data.detach().to(device="cpu", dtype=self.dtype).contiguous()
+                    s.init_param(pid, src.data_ptr())
+                elif fresh:
+                    view.copy_(p.data)  # from the GPU; complete on return (pageable memory)
+        if fresh:
+            restored = s.params_ready()
+            if restored is not None:
+                self.resumed = True
+                self.global_steps = restored[0]
+                if restored[1] > 0:
+                    self._loss_scale = restored[1]
+        if self.resumed:
+            self._offload_fetch()
+
+    def _offload_fetch(self):
+        """ZeRO-Offload: the parameters on the GPU take the host params region's values (after
+        a step, a checkpoint load, a resume)."""
+        if self._offload is None:
+            return
+        with torch.no_grad():
+            for p, view in zip(self._params, self._host_views):
+                p.data.copy_(view)
 
     def _check_open(self, what):
         if self._closed:
@@ -544,6 +606,8 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         self.global_steps = res["step"]
         self.skipped_steps = res["skipped_steps"]
         self._step_applied = not res["skipped"]
+        if self._step_applied:
+            self._offload_fetch()
         if res["loss_scale"] > 0:
             self._loss_scale = res["loss_scale"]
         self._grad_norm = res["grad_norm"]
@@ -631,7 +695,9 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             self._closed = True
             with torch.no_grad():
                 for p in self._params:
-                    p.data = p.data.clone()
+                    if self._offload is None:  # offload: they are the trainer's own already
+                        p.data = p.data.clone()
+            self._host_views = None
             self._sync_device()  # the clones have read the device region before it is unmapped
             for h in self._handles:
                 h.remove()
@@ -715,8 +781,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     sched_cfg = _setup.check_scheduler(cfg) if lr_scheduler is None else None
     groups = _collect_groups(model, model_parameters)
     # a model on a GPU looks for its local rank's CUDA daemon, as zerorun names its socket
+    # (with offload_optimizer, for its CPU daemon)
     on_gpu = any(p.device.type == "cuda" for g in groups for p in g["params"])
-    env = _read_env(job, socket_path, "cuda" if on_gpu else "cpu")
+    env = _read_env(job, socket_path, "cuda" if on_gpu and not _offload_cpu(cfg) else "cpu")
     engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s, resume)
     defaults = _config_defaults(cfg)
     opt_groups = []

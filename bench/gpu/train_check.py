@@ -14,6 +14,9 @@ Cases, each 20 optimizer steps of the two-group MLP of tests/python/zd_ref.py on
   kill9        a trainer killed with SIGKILL after 10 steps; a new one re-attaches to the job
                the daemon kept, resumes at step 10 and ends at the same values as an
                uninterrupted run (rel. error <= 1e-5 to AdamW)
+  offload      ZeRO-Offload: the model on cuda:0, the optimizer in zerod --device cpu
+               (offload_optimizer.device "cpu"): fp32 stage 2, stage 1 with accumulation
+               (1e-5 to AdamW on the GPU) and bf16 (offload-s1, offload-bf16)
   ckpt         a device job saved at step 10, loaded by a new job, 10 more steps: bit-identical
                to the continuous run; the live export equals the trainer's parameters
   step1b       one iteration of a 1 B-parameter bf16 model (60 Linear 4096x4096) with zerod
@@ -62,13 +65,17 @@ def _check_params(res, ref, tol, what):
         what, DEV, d, tol)
 
 
-def case_fp32(stage=2, gas=1):
-    cfg = zr.config(stage=stage, gas=gas)
-    with zf.Cluster(1, device=DEV) as c:
+# ZeRO-Offload: the model on the GPU, the optimizer in a CPU daemon (zerod --device cpu)
+OFFLOAD = {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}}
+
+
+def case_fp32(stage=2, gas=1, offload=False):
+    cfg = zr.config(stage=stage, gas=gas, extra=OFFLOAD if offload else None)
+    with zf.Cluster(1, device="cpu" if offload else DEV) as c:
         res = c.run(_train, (cfg, STEPS))[0]
     assert [s["step"] for s in res["steps"]] == list(range(1, STEPS + 1)), res["steps"]
     return _check_params(res, zr.reference_train(STEPS, gas=gas, device=DEV), TOL,
-                         "stage %d, gas %d" % (stage, gas))
+                         "%sstage %d, gas %d" % ("offload, " if offload else "", stage, gas))
 
 
 def reference_half(dtype, steps, scale):
@@ -101,13 +108,15 @@ def reference_half(dtype, steps, scale):
     return [p.detach().cpu() for p in model.parameters()]
 
 
-def case_half(dtype):
+def case_half(dtype, offload=False):
     # fp16: an initial scale of 2^8, so that no step of this small model overflows and the
     # reference (a static scale) stays comparable; the daemon's scaler is still dynamic
-    extra = {"fp16": {"initial_scale_power": 8}} if dtype == "fp16" else None
+    extra = dict(OFFLOAD) if offload else {}
+    if dtype == "fp16":
+        extra["fp16"] = {"initial_scale_power": 8}
     cfg = zr.config(dtype=dtype, extra=extra)
     tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-    with zf.Cluster(1, device=DEV) as c:
+    with zf.Cluster(1, device="cpu" if offload else DEV) as c:
         res = c.run(_train, (cfg, STEPS))[0]
     scales = sorted(set(s["loss_scale"] for s in res["steps"]))
     ref = reference_half(tdtype, STEPS, scales[0] if dtype == "fp16" else 1.0)
@@ -349,6 +358,9 @@ CASES = [
     ("fp16", lambda: case_half("fp16")),
     ("kill9", case_kill9),
     ("ckpt", case_ckpt),
+    ("offload", lambda: case_fp32(offload=True)),
+    ("offload-s1", lambda: case_fp32(stage=1, gas=2, offload=True)),
+    ("offload-bf16", lambda: case_half("bf16", offload=True)),
     ("step1b", case_step1b),
 ]
 

@@ -102,8 +102,8 @@ static zs_status_t zd_nccl_reduce_one(zd_coll_nccl_t *c, const void *src, zs_dty
     zs_status_t st = ZS_OK;
 
     if ((flags & ZD_COLL_OVERWRITE) && dtype == ZS_DTYPE_F32) {
-        if (cudaMemcpyAsync(acc, src, slice * sizeof(float), cudaMemcpyDeviceToDevice,
-                            c->stream) != cudaSuccess) {
+        if (cudaMemcpyAsync(acc, src, slice * sizeof(float), cudaMemcpyDeviceToDevice, c->stream) !=
+            cudaSuccess) {
             snprintf(err, errlen, "reduce_scatter: cudaMemcpyAsync failed");
             return ZS_ERR_CUDA;
         }

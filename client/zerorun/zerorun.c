@@ -678,6 +678,9 @@ int main(int argc, char **argv)
     }
     zr_std_fds_open();
     memset(&r, 0, sizeof(r));
+    if (zr_device(&r, &o) != 0) { /* before anything is allocated */
+        return ZR_EXIT_USAGE;
+    }
     r.nproc = o.nproc;
     r.timeout_s = o.timeout_s;
     r.sfd = -1;
@@ -701,9 +704,6 @@ int main(int argc, char **argv)
         snprintf(port, sizeof(port), "%s", o.master_port);
     } else if (zr_free_port(o.master_addr, port, sizeof(port)) != 0) {
         return ZR_EXIT_FAIL;
-    }
-    if (zr_device(&r, &o) != 0) {
-        return ZR_EXIT_USAGE;
     }
     if (zr_signals_init(&r) != 0) {
         return ZR_EXIT_FAIL;

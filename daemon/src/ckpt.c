@@ -655,8 +655,7 @@ void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env)
     }
 }
 
-zs_status_t zd_ckpt_restore(zd_job_t *job, const zk_exec_t *exec, const char *dir,
-                            zd_ckpt_out_t *out, bool *restored_p)
+zs_status_t zd_ckpt_restore(zd_job_t *job, const char *dir, zd_ckpt_out_t *out, bool *restored_p)
 {
     char path[4096], tag[ZS_CKPT_TAG_MAX], err[ZD_MAX_MSG] = "", jdir[4096];
     zs_ckpt_manifest_t *m = NULL;
@@ -682,7 +681,7 @@ zs_status_t zd_ckpt_restore(zd_job_t *job, const zk_exec_t *exec, const char *di
         zs_info(ZS_SUB_ENGINE, "job '%s' starts from its trainer's parameters: %s", job->id, err);
         return st == ZS_ERR_PEER_LOST ? st : ZS_OK;
     }
-    st = zd_ckpt_load(job, exec, &req, out, err, sizeof(err));
+    st = zd_ckpt_load(job, &req, out, err, sizeof(err));
     if (st != ZS_OK) {
         zs_warn(ZS_SUB_ENGINE, "job '%s': resuming from %s failed: %s", job->id, path, err);
         return st;
@@ -718,7 +717,7 @@ zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t co
     if (st != ZS_OK) {
         return st;
     }
-    st = zd_ckpt_load(job, env->exec, req, out, err, errlen);
+    st = zd_ckpt_load(job, req, out, err, errlen);
     if (st != ZS_OK) {
         zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
     }

@@ -305,8 +305,8 @@ static void zd_ckpt_apply_scalars(zd_job_t *job, const zs_ckpt_manifest_t *m, bo
     }
 }
 
-zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
-                         zd_ckpt_out_t *out, char *err, size_t errlen)
+zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                         size_t errlen)
 {
     char path[4096], tag[ZS_CKPT_TAG_MAX];
     zs_ckpt_manifest_t *m = NULL;
@@ -343,7 +343,7 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req
         zd_step_drop_partial(job);
         zd_ckpt_apply_scalars(job, m, req->load_optimizer_states);
         job->params_loaded = true;
-        st = zd_step_refresh_params(job, exec, err, errlen);
+        st = zd_step_refresh_params(job, err, errlen);
     }
     if (st == ZS_OK) {
         zs_ckpt_pathf(out->path, sizeof(out->path), "%s", path);

@@ -290,7 +290,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
                                   sizeof(r->msg));
         break;
     case ZD_REQ_SHARD_INFO:
-        r->status = zd_job_shard_info(e->job, &e->env, &r->u.shard, r->msg, sizeof(r->msg));
+        r->status = zd_job_shard_info(e->job, &r->u.shard, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_SAVE:
         req->u.ckpt.keep_last = e->env.ckpt_keep_last;
@@ -439,7 +439,7 @@ static void *zd_engine_main(void *arg)
             zd_engine_phase(e, ZD_ENGINE_PHASE_IDLE);
             zd_engine_busy(e, NULL);
             /* after the reply (a SlotFree is on its way): what the next step will need */
-            while (zd_engine_queue_empty(e) && zd_job_idle_work(e->job, &e->env)) {
+            while (zd_engine_queue_empty(e) && zd_job_idle_work(e->job)) {
             }
         } else if (!shutdown) {
             zd_engine_idle(e);

@@ -575,10 +575,10 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
         return zs_errf(err, errlen, ZS_ERR_STATE,
                        "job '%s' already has its parameters (a resumed job keeps them)", job->id);
     }
-    st = zd_step_load_params(job, env->exec, err, errlen);
+    st = zd_step_load_params(job, err, errlen);
     if (st == ZS_OK && env->ckpt_dir != NULL) {
         bool restored = false;
-        st = zd_ckpt_restore(job, env->exec, env->ckpt_dir, out, &restored);
+        st = zd_ckpt_restore(job, env->ckpt_dir, out, &restored);
         if (st != ZS_OK) {
             st = zs_errf(err, errlen, st,
                          "job '%s': resuming from checkpoint_dir %s failed (the "
@@ -666,9 +666,9 @@ zs_status_t zd_job_bucket_ready_event(zd_job_t *job, const zd_job_env_t *env, ui
     return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
 }
 
-bool zd_job_idle_work(zd_job_t *job, const zd_job_env_t *env)
+bool zd_job_idle_work(zd_job_t *job)
 {
-    return job != NULL && zd_step_idle_norm(job, env->exec);
+    return job != NULL && zd_step_idle_norm(job);
 }
 
 static zs_status_t zd_job_step_checked(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
@@ -691,7 +691,7 @@ static zs_status_t zd_job_step_checked(zd_job_t *job, const zd_job_env_t *env, u
                            "Step.group_lr[%zu] = %g is not a finite lr >= 0", g, group_lr[g]);
         }
     }
-    st = zd_step_run(job, env->exec, n_group_lr != 0 ? group_lr : NULL, out, err, errlen);
+    st = zd_step_run(job, n_group_lr != 0 ? group_lr : NULL, out, err, errlen);
     if (st != ZS_OK) {
         zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
     }

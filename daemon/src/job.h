@@ -246,7 +246,7 @@ zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
 void zd_job_disconnect(zd_job_t *job, const zd_job_env_t *env, uint64_t conn);
 /* Work the engine does while no request waits: one slice's sum of squares that is due (the
  * step's norm then has it). False when there was none (or no job). */
-bool zd_job_idle_work(zd_job_t *job, const zd_job_env_t *env);
+bool zd_job_idle_work(zd_job_t *job);
 /* Between requests: take in a lost mesh, and drop the job when its linger ran out. Returns the
  * nanoseconds until the linger deadline (UINT64_MAX: none). */
 uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env);
@@ -272,7 +272,6 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *pa
                           size_t errlen);
 
 void zd_job_status(const zd_job_t *job, zd_job_status_t *status_p);
-zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,
-                              char *err, size_t errlen);
+zs_status_t zd_job_shard_info(const zd_job_t *job, zd_shard_out_t *out, char *err, size_t errlen);
 
 #endif

@@ -55,8 +55,7 @@ void zd_shard_out_free(zd_shard_out_t *out)
     out->training_config = NULL;
 }
 
-zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_shard_out_t *out,
-                              char *err, size_t errlen)
+zs_status_t zd_job_shard_info(const zd_job_t *job, zd_shard_out_t *out, char *err, size_t errlen)
 {
     const zs_layout_t *l;
     double sumsq = 0;
@@ -88,7 +87,7 @@ zs_status_t zd_job_shard_info(const zd_job_t *job, const zd_job_env_t *env, zd_s
             l->groups[g].flat_numel, l->groups[g].shard_offset,      l->groups[g].shard_numel,
             job->group_opts[g].lr,   job->group_opts[g].weight_decay};
     }
-    zd_step_master_sumsq(job, env->exec, &sumsq, &nonfinite);
+    zd_step_master_sumsq(job, &sumsq, &nonfinite);
     out->master_sumsq = nonfinite ? NAN : sumsq;
     out->training_config = job->cfg_explained != NULL ? strdup(job->cfg_explained) : NULL;
     return ZS_OK;

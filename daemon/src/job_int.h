@@ -122,8 +122,8 @@ zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, cha
 /* A collective of every rank (docs/checkpoints.md). */
 zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                          size_t errlen);
-zs_status_t zd_ckpt_load(zd_job_t *job, const zk_exec_t *exec, const zd_ckpt_req_t *req,
-                         zd_ckpt_out_t *out, char *err, size_t errlen);
+zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                         size_t errlen);
 /* dir is absolute (the daemon's working directory is not the trainer's) and not too long. */
 zs_status_t zd_ckpt_check_dir(const char *dir, char *err, size_t errlen);
 /* The pieces of a save both ways share (ckpt.c). */
@@ -160,23 +160,21 @@ zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t er
 /* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */
 void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
 /* A fresh job at ParamsReady: load DIR/latest when every rank finds it is this job's. */
-zs_status_t zd_ckpt_restore(zd_job_t *job, const zk_exec_t *exec, const char *dir,
-                            zd_ckpt_out_t *out, bool *restored_p);
+zs_status_t zd_ckpt_restore(zd_job_t *job, const char *dir, zd_ckpt_out_t *out, bool *restored_p);
 
 /* ---- step.c ----------------------------------------------------------------------------- */
 
 /* Fresh job: load the fp32 master from this rank's slices of the params region, then
  * all-gather so every rank starts from the owners' values. */
-zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen);
 /* Recast this rank's slices from the master and all-gather every bucket (a re-formed mesh, or
  * an interrupted all-gather). */
 /* Sum of squares of this rank's fp32 master (0 before a shared master is loaded). */
-void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
-                          int *nonfinite_p);
+void zd_step_master_sumsq(const zd_job_t *job, double *sumsq_p, int *nonfinite_p);
 
 /* Bucket b's slice of the fp32 master: in the params region itself when shared. */
 float *zd_step_master(const zd_job_t *job, uint32_t b);
-zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen);
+zs_status_t zd_step_refresh_params(zd_job_t *job, char *err, size_t errlen);
 /* Stage 2: reduce-scatter the slot into the accumulator slice (at the last micro-step, its sum of
  * squares becomes due). arrived_ns: when its BucketReady arrived (monotonic; 0: unknown), for
  * the trace. */
@@ -184,11 +182,11 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, u
                                 uint64_t arrived_ns, char *err, size_t errlen);
 /* The sum of squares of one slice that is due (zd_slice_norm_t), for the engine to call while
  * no request waits; false when none is due. */
-bool zd_step_idle_norm(zd_job_t *job, const zk_exec_t *exec);
+bool zd_step_idle_norm(zd_job_t *job);
 /* docs/semantics.md §4 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the
  * accumulators are zeroed and nothing else changes. */
-zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                        zd_step_out_t *out, char *err, size_t errlen);
+zs_status_t zd_step_run(zd_job_t *job, const double *group_lr, zd_step_out_t *out, char *err,
+                        size_t errlen);
 /* Fault injection for tests, never set in production: ZEROD_TEST_PAUSE=<phase>:<ms> sleeps at
  * every point of that phase ("step", "allgather", "ckpt": each stage of a checkpoint save). */
 void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step);

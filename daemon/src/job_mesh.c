@@ -157,7 +157,7 @@ zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, 
     }
     zs_region_cleanup(&sp.region);
     if (st == ZS_OK && job->params_loaded) {
-        st = zd_step_refresh_params(job, env->exec, err, errlen);
+        st = zd_step_refresh_params(job, err, errlen);
     }
     if (st != ZS_OK) {
         zd_job_mesh_failed(job, env);

@@ -38,12 +38,10 @@ float *zd_step_master(const zd_job_t *job, uint32_t b)
     return job->master + job->layout->buckets[b].shard_offset;
 }
 
-void zd_step_master_sumsq(const zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
-                          int *nonfinite_p)
+void zd_step_master_sumsq(const zd_job_t *job, double *sumsq_p, int *nonfinite_p)
 {
     const zs_layout_t *l = job->layout;
 
-    (void)exec; /* the job's backend holds it */
     *sumsq_p = 0.0;
     *nonfinite_p = 0;
     if (!job->master_shared) {
@@ -100,12 +98,11 @@ static zs_status_t zd_step_gather_shared(zd_job_t *job, uint16_t flags, char *er
     return st;
 }
 
-zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
+zs_status_t zd_step_refresh_params(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     zs_status_t st = ZS_OK;
 
-    (void)exec; /* the job's backend holds it */
     job->params_stale = true;
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
@@ -129,7 +126,7 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, const zk_exec_t *exec, char *e
     return st;
 }
 
-zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err, size_t errlen)
+zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     zs_status_t st = ZS_OK;
@@ -144,7 +141,7 @@ zs_status_t zd_step_load_params(zd_job_t *job, const zk_exec_t *exec, char *err,
     }
     job->params_loaded = true;
     if (job->world > 1) {
-        st = zd_step_refresh_params(job, exec, err, errlen);
+        st = zd_step_refresh_params(job, err, errlen);
     }
     return st;
 }
@@ -165,8 +162,7 @@ static void zd_step_trace_bucket(const zd_job_t *job, zd_trace_kind_t kind, uint
 }
 
 /* Slice b's sum of squares and non-finite flag into job->slice_norm[b]. */
-static zs_status_t zd_step_slice_norm(zd_job_t *job, const zk_exec_t *exec, uint32_t b, char *err,
-                                      size_t errlen)
+static zs_status_t zd_step_slice_norm(zd_job_t *job, uint32_t b, char *err, size_t errlen)
 {
     const zs_layout_bucket_t *bk = &job->layout->buckets[b];
     zd_slice_norm_t *sn = &job->slice_norm[b];
@@ -174,7 +170,6 @@ static zs_status_t zd_step_slice_norm(zd_job_t *job, const zk_exec_t *exec, uint
     zs_status_t st =
         zd_backend_sumsq(job->be, job->acc + bk->shard_offset, bk->slice, &sn->sumsq, &nonfinite);
 
-    (void)exec;
     if (st != ZS_OK) {
         return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
                        (unsigned long long)job->step + 1, zs_status_string(st),
@@ -185,14 +180,14 @@ static zs_status_t zd_step_slice_norm(zd_job_t *job, const zk_exec_t *exec, uint
     return ZS_OK;
 }
 
-bool zd_step_idle_norm(zd_job_t *job, const zk_exec_t *exec)
+bool zd_step_idle_norm(zd_job_t *job)
 {
     char err[ZD_MAX_MSG];
 
     for (uint32_t b = 0; job->slice_norm != NULL && b < job->layout->n_buckets; b++) {
         if (job->slice_norm[b].due) {
             job->slice_norm[b].due = 0;
-            (void)zd_step_slice_norm(job, exec, b, err, sizeof(err)); /* else: at the step */
+            (void)zd_step_slice_norm(job, b, err, sizeof(err)); /* else: at the step */
             return true;
         }
     }
@@ -246,10 +241,11 @@ static zs_status_t zd_step_zero_stale(zd_job_t *job, char *err, size_t errlen)
 
     for (uint32_t b = 0; job->acc_stale && b < l->n_buckets; b++) {
         if (job->acc_clean[b]) {
-            if (zd_backend_zero(job->be, job->acc + l->buckets[b].shard_offset,
-                                l->buckets[b].slice * sizeof(float)) != ZS_OK) {
-                return zs_errf(err, errlen, ZS_ERR_CUDA, "step %llu: %s",
-                               (unsigned long long)job->step + 1, zd_backend_error(job->be));
+            zs_status_t st = zd_backend_zero(job->be, job->acc + l->buckets[b].shard_offset,
+                                             l->buckets[b].slice * sizeof(float));
+            if (st != ZS_OK) {
+                return zs_errf(err, errlen, st, "step %llu: %s", (unsigned long long)job->step + 1,
+                               zd_backend_error(job->be));
             }
             job->slice_norm[b] =
                 (zd_slice_norm_t){.sumsq = 0.0, .nonfinite = 0, .fresh = 1, .due = 0};
@@ -303,15 +299,13 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
         const zs_layout_bucket_t *bk = &l->buckets[b];
         char *src = (char *)job->grads.addr + bk->offset * gsize;
         zs_status_t st = zd_step_reduce_bucket(job, src, gtype, b, true, err, errlen);
-        if (st == ZS_OK) {
-            st = zd_backend_zero(job->be, src, (size_t)(bk->padded * gsize));
-            if (st != ZS_OK) {
-                return zs_errf(err, errlen, st, "step %llu: %s", (unsigned long long)job->step + 1,
-                               zd_backend_error(job->be));
-            }
-        }
         if (st != ZS_OK) {
             return st;
+        }
+        st = zd_backend_zero(job->be, src, (size_t)(bk->padded * gsize));
+        if (st != ZS_OK) {
+            return zs_errf(err, errlen, st, "step %llu: %s", (unsigned long long)job->step + 1,
+                           zd_backend_error(job->be));
         }
     }
     return ZS_OK;
@@ -347,8 +341,8 @@ void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
 /* 1. The sum of squares and the overflow flag of the accumulator, global over the ranks
  * (SUM and MAX, in rank order so every rank gets the same bits). This rank's sum is its slices'
  * sums added in bucket order, each taken while the engine was idle or, if not yet, here. */
-static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *sumsq_p,
-                                bool *nonfinite_p, char *err, size_t errlen)
+static zs_status_t zd_step_norm(zd_job_t *job, double *sumsq_p, bool *nonfinite_p, char *err,
+                                size_t errlen)
 {
     static const zd_reduce_op_t ops[2] = {ZD_REDUCE_SUM, ZD_REDUCE_MAX};
     double vals[2] = {0.0, 0.0};
@@ -357,7 +351,7 @@ static zs_status_t zd_step_norm(zd_job_t *job, const zk_exec_t *exec, double *su
 
     for (uint32_t b = 0; b < job->layout->n_buckets; b++) {
         if (!job->slice_norm[b].fresh) {
-            st = zd_step_slice_norm(job, exec, b, err, errlen);
+            st = zd_step_slice_norm(job, b, err, errlen);
             if (st != ZS_OK) {
                 return st;
             }
@@ -394,12 +388,11 @@ static float zd_step_grad_scale(const zd_job_t *job, double sumsq, double S, dou
 }
 
 /* 6-7. Adam per group over this rank's slices, cast into the params region. */
-static zs_status_t zd_step_adam(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                                float grad_scale, char *err, size_t errlen)
+static zs_status_t zd_step_adam(zd_job_t *job, const double *group_lr, float grad_scale, char *err,
+                                size_t errlen)
 {
     const zs_layout_t *l = job->layout;
 
-    (void)exec; /* the job's backend holds it */
     for (uint32_t g = 0; g < l->n_groups; g++) {
         const zs_layout_group_t *grp = &l->groups[g];
         zd_group_opts_t *o = &job->group_opts[g];
@@ -479,8 +472,8 @@ static uint64_t zd_step_lap_trace(const zd_job_t *job, uint64_t *t, zd_trace_kin
 }
 
 /* The phases of docs/semantics.md §4; ns[phase] gets the duration of each phase that ran. */
-static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                                    zd_step_out_t *out, uint64_t *ns, char *err, size_t errlen)
+static zs_status_t zd_step_pipeline(zd_job_t *job, const double *group_lr, zd_step_out_t *out,
+                                    uint64_t *ns, char *err, size_t errlen)
 {
     double sumsq = 0, S, grad_norm;
     bool nonfinite = false, overflow;
@@ -498,7 +491,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
     t = zs_time_now_ns();
     st = zd_step_zero_stale(job, err, errlen);
     if (st == ZS_OK) {
-        st = zd_step_norm(job, exec, &sumsq, &nonfinite, err, errlen);
+        st = zd_step_norm(job, &sumsq, &nonfinite, err, errlen);
     }
     if (st != ZS_OK) {
         return st;
@@ -525,7 +518,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const zk_exec_t *exec, const 
         return ZS_OK;
     }
     grad_scale = zd_step_grad_scale(job, sumsq, S, &grad_norm);
-    st = zd_step_adam(job, exec, group_lr, grad_scale, err, errlen);
+    st = zd_step_adam(job, group_lr, grad_scale, err, errlen);
     ns[ZD_PHASE_ADAM] = zd_step_lap_trace(job, &t, ZD_TRACE_ADAM, job->step + 1);
     if (st != ZS_OK) {
         return st;
@@ -581,8 +574,8 @@ static void zd_step_stats_end(zd_job_t *job, zs_status_t st, uint64_t *ns)
     }
 }
 
-zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *group_lr,
-                        zd_step_out_t *out, char *err, size_t errlen)
+zs_status_t zd_step_run(zd_job_t *job, const double *group_lr, zd_step_out_t *out, char *err,
+                        size_t errlen)
 {
     zd_step_stats_t *s = &job->stats;
     uint64_t ns[ZD_PHASE_COUNT], start = zs_time_now_ns(), step = job->step + 1;
@@ -596,7 +589,7 @@ zs_status_t zd_step_run(zd_job_t *job, const zk_exec_t *exec, const double *grou
         uint64_t busy = s->window_ns + s->win_rs_ns;
         ns[ZD_PHASE_BUCKET_WAIT] = start > busy ? start - busy : 0;
     }
-    st = zd_step_pipeline(job, exec, group_lr, out, ns, err, errlen);
+    st = zd_step_pipeline(job, group_lr, out, ns, err, errlen);
     flags = st != ZS_OK ? ZD_TRACE_FAILED : (out->skipped ? ZD_TRACE_SKIPPED : 0);
     zd_trace_span(job->trace, ZD_TRACE_STEP, step, start, zs_time_now_ns(), flags);
     zd_step_stats_end(job, st, ns);

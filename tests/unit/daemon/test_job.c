@@ -144,7 +144,7 @@ static zd_shard_out_t shard(void)
 {
     zd_shard_out_t s;
 
-    expect_status(zd_job_shard_info(job, &env, &s, err, sizeof(err)), ZS_OK, NULL);
+    expect_status(zd_job_shard_info(job, &s, err, sizeof(err)), ZS_OK, NULL);
     zd_shard_out_free(&s);
     return s;
 }
@@ -306,7 +306,7 @@ ZDT_TEST(zd_job, requests_without_a_job_are_refused_naming_attach)
                   "send Attach first");
     expect_status(zd_job_detach(&job, &env, CONN_A, false, err, sizeof(err)), ZS_ERR_STATE,
                   "send Attach first");
-    expect_status(zd_job_shard_info(NULL, &env, &s, err, sizeof(err)), ZS_ERR_NOT_FOUND, "no job");
+    expect_status(zd_job_shard_info(NULL, &s, err, sizeof(err)), ZS_ERR_NOT_FOUND, "no job");
 }
 
 ZDT_TEST(zd_job, requests_from_another_connection_are_refused)
@@ -462,13 +462,13 @@ ZDT_TEST(zd_job, the_norm_sees_a_contribution_after_the_last_micro_step)
     cr_assert_gt(in_order, 0.0);
     backward_micro_f32(CONN_A, 0.25f, 0);
     backward_micro_f32(CONN_A, 0.5f, 1);
-    while (zd_job_idle_work(job, &env)) { /* taken before it */
+    while (zd_job_idle_work(job)) { /* taken before it */
     }
     o = step(CONN_A);
     cr_assert_eq(o.grad_norm, in_order, "%.17g with the sums taken before the step, %.17g at it",
                  o.grad_norm, in_order);
     backward_micro_f32(CONN_A, 0.5f, 1);
-    while (zd_job_idle_work(job, &env)) {
+    while (zd_job_idle_work(job)) {
     }
     backward_micro_f32(CONN_A, 0.25f, 0);
     o = step(CONN_A);

@@ -38,6 +38,7 @@ struct zd_backend {
         zk_cuda_event_t ev;
     } * events; /* [n_events]: the trainer's event of each slot, opened once */
     uint32_t n_events;
+    uint64_t mem_free, mem_total, mem_at_ns; /* the driver's last answer, and when */
 #endif
 };
 
@@ -67,6 +68,9 @@ static zs_status_t zd_cuda_open(zd_backend_t *be, char *err, size_t errlen)
     cudaError_t e;
     int count = 0;
 
+    for (int i = 0; i < ZD_BACKEND_REGIONS; i++) { /* zd_cuda_close may follow a failure */
+        be->regions[i] = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
+    }
     zs_signals_block(&old); /* the driver's threads start here (zs/thread.h) */
     e = cudaGetDeviceCount(&count);
     if (e == cudaSuccess && be->device >= count) {
@@ -89,9 +93,6 @@ static zs_status_t zd_cuda_open(zd_backend_t *be, char *err, size_t errlen)
                        e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ? ZS_ERR_NO_DEVICE
                                                                                   : ZS_ERR_CUDA,
                        "device '%s': %s", be->name, cudaGetErrorString(e));
-    }
-    for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {
-        be->regions[i] = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
     }
     return ZS_OK;
 }
@@ -483,10 +484,18 @@ void zd_backend_mem_info(zd_backend_t *be, uint64_t *free_p, uint64_t *total_p)
         return;
     }
 #if defined(ZD_HAVE_NCCL)
-    size_t f = 0, t = 0;
-    if (cudaMemGetInfo(&f, &t) == cudaSuccess) {
-        *free_p = f;
-        *total_p = t;
+    /* asked for at every published status, which is twice per request: the driver is asked
+     * at most once a second */
+    uint64_t now = zs_time_now_ns();
+    if (be->mem_at_ns == 0 || now - be->mem_at_ns >= 1000000000ull) {
+        size_t f = 0, t = 0;
+        if (cudaMemGetInfo(&f, &t) == cudaSuccess) {
+            be->mem_free = f;
+            be->mem_total = t;
+        }
+        be->mem_at_ns = now;
     }
+    *free_p = be->mem_free;
+    *total_p = be->mem_total;
 #endif
 }

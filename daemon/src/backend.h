@@ -27,8 +27,8 @@ void zd_backend_destroy(zd_backend_t *be);
 int zd_backend_device(const zd_backend_t *be);
 zs_mem_type_t zd_backend_mem(const zd_backend_t *be);
 const char *zd_backend_name(const zd_backend_t *be); /* "cpu" or "cuda:N" */
-/* The GPU's free and total memory as its driver reports them now; 0 and 0 on the CPU (or when
- * the driver cannot say). */
+/* The GPU's free and total memory as its driver reported them at most a second ago; 0 and 0 on
+ * the CPU (or when the driver cannot say). */
 void zd_backend_mem_info(zd_backend_t *be, uint64_t *free_p, uint64_t *total_p);
 /* The message of the last call that failed. */
 const char *zd_backend_error(const zd_backend_t *be);

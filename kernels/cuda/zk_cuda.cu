@@ -59,23 +59,31 @@ unsigned blocks_for(size_t n, unsigned max_blocks)
     return b < max_blocks ? static_cast<unsigned>(b) : max_blocks;
 }
 
+/* Element i: Adam on the master, its moments and the accumulator, the result cast into dst. */
+template <int DT, bool DST>
+__device__ __forceinline__ void adam_one(const zk_adam_k_t &k, float *p, float *m, float *v,
+                                         float *a, void *dst, size_t i)
+{
+    float mi = m[i];
+    float vi = v[i];
+    float x = zk_adam_elem(&k, a[i], p[i], &mi, &vi);
+    p[i] = x;
+    m[i] = mi;
+    v[i] = vi;
+    if (!k.keep_acc) {
+        a[i] = 0.0f;
+    }
+    if (DST) {
+        st<DT>(dst, i, x);
+    }
+}
+
 template <int DT, bool DST>
 __global__ void adam_kernel(zk_adam_k_t k, float *p, float *m, float *v, float *a, void *dst,
                             size_t n)
 {
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        float mi = m[i];
-        float vi = v[i];
-        float x = zk_adam_elem(&k, a[i], p[i], &mi, &vi);
-        p[i] = x;
-        m[i] = mi;
-        v[i] = vi;
-        if (!k.keep_acc) {
-            a[i] = 0.0f;
-        }
-        if (DST) {
-            st<DT>(dst, i, x);
-        }
+        adam_one<DT, DST>(k, p, m, v, a, dst, i);
     }
 }
 
@@ -123,19 +131,8 @@ __global__ void adam_vec_kernel(zk_adam_k_t k, float4 *p, float4 *m, float4 *v, 
     }
     size_t i = 4 * n4 + first_index();
     if (i < n) {
-        float *pf = reinterpret_cast<float *>(p), *mf = reinterpret_cast<float *>(m);
-        float *vf = reinterpret_cast<float *>(v), *af = reinterpret_cast<float *>(a);
-        float mi = mf[i], vi = vf[i];
-        float x = zk_adam_elem(&k, af[i], pf[i], &mi, &vi);
-        pf[i] = x;
-        mf[i] = mi;
-        vf[i] = vi;
-        if (!k.keep_acc) {
-            af[i] = 0.0f;
-        }
-        if (DST) {
-            st<DT>(dst, i, x);
-        }
+        adam_one<DT, DST>(k, reinterpret_cast<float *>(p), reinterpret_cast<float *>(m),
+                          reinterpret_cast<float *>(v), reinterpret_cast<float *>(a), dst, i);
     }
 }
 

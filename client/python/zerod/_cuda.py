@@ -12,7 +12,7 @@ import ctypes
 from ._codes import DTYPE_BF16, DTYPE_F16, DTYPE_F32
 from ._libzc import _check, load_libzc
 
-__all__ = ["DeviceRegion"]
+__all__ = ["DeviceRegion", "tensor_at"]
 
 # zerod dtype -> (the interface's typestr, element size); bf16 has no typestr, so its views are
 # made as int16 and reinterpreted
@@ -20,7 +20,8 @@ _TYPESTR = {DTYPE_F32: ("<f4", 4), DTYPE_F16: ("<f2", 2), DTYPE_BF16: ("<i2", 2)
 
 
 class _CudaArray:
-    """What torch.as_tensor reads; it holds the region so the mapping outlives the tensor."""
+    """What torch.as_tensor reads; it holds `region` (when not None) so that the mapping
+    outlives the tensor."""
 
     def __init__(self, region, ptr, numel, typestr):
         self._region = region
@@ -32,6 +33,17 @@ class _CudaArray:
             "strides": None,
             "stream": None,
         }
+
+
+def tensor_at(ptr, numel, dtype, device, owner=None):
+    """A 1-D tensor on ``device`` (cuda:N) over ``numel`` elements of zerod dtype ``dtype`` at
+    device address ``ptr``, no copy; it keeps ``owner`` alive (None: the caller keeps the
+    mapping alive longer than the tensor)."""
+    import torch
+
+    typestr = _TYPESTR[dtype][0]
+    t = torch.as_tensor(_CudaArray(owner, ptr, numel, typestr), device=device)
+    return t.view(torch.bfloat16) if dtype == DTYPE_BF16 else t
 
 
 class DeviceRegion:
@@ -53,19 +65,15 @@ class DeviceRegion:
 
     def tensor(self, dtype, numel, offset=0):
         """A 1-D tensor of ``numel`` elements of zerod dtype ``dtype`` at byte ``offset``."""
-        import torch
-
         if self._handle is None:
             raise ValueError("device region: closed")
         if dtype not in _TYPESTR:
             raise ValueError("device region: dtype %r is not one of zerod's" % (dtype,))
-        typestr, esize = _TYPESTR[dtype]
+        esize = _TYPESTR[dtype][1]
         if offset < 0 or numel < 0 or offset % esize != 0 or offset + numel * esize > self.size:
             raise ValueError("device region: %d elements of %d bytes at offset %d do not fit in "
                              "its %d bytes" % (numel, esize, offset, self.size))
-        t = torch.as_tensor(_CudaArray(self, self.ptr + offset, numel, typestr),
-                            device="cuda:%d" % self.device)
-        return t.view(torch.bfloat16) if dtype == DTYPE_BF16 else t
+        return tensor_at(self.ptr + offset, numel, dtype, "cuda:%d" % self.device, owner=self)
 
     def close(self):
         if self._handle is not None:

@@ -15,12 +15,10 @@ import os
 import torch
 
 from ._codes import DTYPE_BF16, DTYPE_F16, DTYPE_F32
-from ._cuda import _CudaArray
+from ._cuda import tensor_at as _device_tensor_at
 
 _TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
-# __cuda_array_interface__ typestrs; bf16 has none, so its views are made as int16 and
-# reinterpreted (as zerod._cuda does)
-_CUDA_TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.bfloat16: "<i2"}
+_ZEROD_DTYPE = {t: z for z, t in _TORCH_DTYPE.items()}
 
 
 def _libc_malloc_trim():
@@ -63,8 +61,7 @@ def _tensor_at(addr, numel, dtype, device=None):
     if device is not None:
         # "stream": None: making the view synchronises nothing (the engine syncs where the
         # daemon is about to read: _sync_device)
-        t = torch.as_tensor(_CudaArray(None, addr, numel, _CUDA_TYPESTR[dtype]), device=device)
-        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+        return _device_tensor_at(addr, numel, _ZEROD_DTYPE[dtype], device)
     esize = torch.empty((), dtype=dtype).element_size()
     buf = (ctypes.c_uint8 * (numel * esize)).from_address(addr)
     return torch.frombuffer(buf, dtype=dtype)

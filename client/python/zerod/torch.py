@@ -455,12 +455,12 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         device memory on the parameters' GPU for a device session). ZeRO-Offload: the
         parameters stay on their GPU, and the host region is copied from them (a fresh job)
         or into them (a resumed one)."""
-        if self._offload is not None:
-            return self._bind_offload()
         s = self._sess
         fresh = not self.resumed
+        offload = self._offload is not None
         # one params region for the host's ranks: each writes only its own slices
         own_only = fresh and s.info.get("params_shared", False)
+        self._host_views = [] if offload else None
         with torch.no_grad():
             for pid, p in enumerate(self._params):
                 n = s.param_numel(pid)
@@ -477,39 +477,15 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
                     self._sync_device()
                     s.init_param(pid, src.data_ptr())
                 elif fresh:
-                    view.copy_(p.data)
-                p.data = view
+                    view.copy_(p.data)  # offload: from the GPU, complete on return
+                if offload:
+                    self._host_views.append(view)
+                else:
+                    p.data = view
         if fresh:
             self._sync_device()  # the initial values are in the region before the daemon reads
             restored = s.params_ready()
             if restored is not None:  # the daemons resumed the job from their checkpoint_dir
-                self.resumed = True
-                self.global_steps = restored[0]
-                if restored[1] > 0:
-                    self._loss_scale = restored[1]
-
-    def _bind_offload(self):
-        s = self._sess
-        fresh = not self.resumed
-        own_only = fresh and s.info.get("params_shared", False)
-        self._host_views = []
-        with torch.no_grad():
-            for pid, p in enumerate(self._params):
-                n = s.param_numel(pid)
-                if n != p.numel():
-                    raise ZerodError(ZC_ERR_LAYOUT_MISMATCH, STATUS[ZC_ERR_LAYOUT_MISMATCH][0],
-                                     "parameter %d has %d elements, the layout %d"
-                                     % (pid, p.numel(), n))
-                view = _tensor_at(s.param_ptr(pid), n, self.dtype).view(p.shape)
-                self._host_views.append(view)
-                if own_only:
-                    src = p.data.detach().to(device="cpu", dtype=self.dtype).contiguous()
-                    s.init_param(pid, src.data_ptr())
-                elif fresh:
-                    view.copy_(p.data)  # from the GPU; complete on return (pageable memory)
-        if fresh:
-            restored = s.params_ready()
-            if restored is not None:
                 self.resumed = True
                 self.global_steps = restored[0]
                 if restored[1] > 0:

@@ -15,6 +15,7 @@ import os
 import torch
 
 from ._codes import DTYPE_BF16, DTYPE_F16, DTYPE_F32
+from . import _linear
 from ._cuda import tensor_at as _device_tensor_at
 
 _TORCH_DTYPE = {DTYPE_F32: torch.float32, DTYPE_F16: torch.float16, DTYPE_BF16: torch.bfloat16}
@@ -107,6 +108,8 @@ class GradientStream:
         self._done = [0] * len(self._bucket_pieces)  # [bucket] -> pieces whose gradient came
         self._filled = [set() for _ in self._bucket_pieces]  # piece indices in the open slot
         self._sent = [False] * len(self._bucket_pieces)
+        self._landed = set()  # pids whose weight gradient LandingLinear put in their slots
+        self._piece_grads = {}  # (bucket, piece) -> a landed gradient's piece with no slot yet
 
     def _install_hooks(self):
         post = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")  # torch >= 2.1
@@ -122,6 +125,24 @@ class GradientStream:
                 h = acc.register_hook(functools.partial(_accumulate_node_hook, self, pid))
                 self._grad_accs.append(acc)
             self._handles.append(h)
+        self._landing = _linear.install(self)
+        # weight gradient pieces LandingLinear computed [into their slot, into a buffer]
+        self.landed_pieces = [0, 0]
+        for _, pid in self._landing:
+            if not post:
+                continue  # the node hook above finishes landed gradients too
+            # a weight whose gradient landed gets none through AccumulateGrad (unless it has
+            # other users), so its tensor hook does not run: the node's hook does, always
+            p = self._params[pid]
+            with torch.enable_grad():
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._handles.append(acc.register_hook(
+                functools.partial(_accumulate_node_hook, self, pid)))
+            self._grad_accs.append(acc)
+
+    def _uninstall_landing(self):
+        _linear.uninstall(getattr(self, "_landing", []))
+        self._landing = []
 
     # ---- gradients ----------------------------------------------------------------------
 
@@ -131,6 +152,9 @@ class GradientStream:
         p = self._params[pid]
         g = p.grad
         p.grad = None  # the gradient now lives in a slot / the grads region
+        if pid in self._landed:
+            self._finish_landed(pid, g)
+            return
         if g is None:
             return
         try:
@@ -156,19 +180,89 @@ class GradientStream:
                         self._send_bucket(b)
                     else:
                         self._fill_early(b, pid)
-        except BaseException as e:
+        except Exception as e:
+            self._hook_failed(e)
+
+    def _hook_failed(self, e):
+        """A hook's error: kept for engine.backward to raise once autograd returns, and every
+        later hook of this backward does nothing. Raised inside the hook, it would stop autograd
+        with the graph's pending nodes left in torch's thread-local ready queue, which frees
+        them only when the thread ends: at exit, after Python is gone, where freeing a node's
+        saved tensors waits for the GIL for good (torch 1.13 and 2.x)."""
+        if self._hook_error is None:
             self._hook_error = e
-            raise
+
+    def _land_weight_grad(self, pid, g2, x2):
+        """LandingLinear's backward: pid's gradient, g2^T @ x2, straight into the slot piece
+        of each bucket of it that holds a slot or can get one (as _fill_early does: at most
+        _max_open held); a piece in a bucket that cannot yet is computed into a buffer of its
+        own size that the slot takes when the bucket gets one. False: no piece could land,
+        or pid has a gradient already this micro-step, or a bucket of it was sent; the caller
+        computes the gradient itself."""
+        with self._lock:
+            if (not self._in_backward or self._hook_error is not None or self.stage != 2
+                    or pid in self._arrived or pid in self._landed):
+                return False
+            bs = self._buckets_of[pid]
+            if any(self._sent[b] for b in bs):
+                return False
+            if all(b not in self._open for b in bs) and len(self._open) >= self._max_open:
+                return False
+            try:
+                with torch.no_grad():
+                    for b in bs:
+                        i = self._piece_at[b][pid]
+                        _, poff, _, n = self._bucket_pieces[b][i]
+                        slot = self._open.get(b)
+                        if slot is None and len(self._open) < self._max_open:
+                            slot = self._sess.slot_acquire(b)
+                            self._open[b] = slot
+                        self.landed_pieces[slot is None] += 1
+                        if slot is not None:
+                            dest = self._views(slot, b)[i]
+                        else:
+                            dest = torch.empty(n, dtype=g2.dtype)
+                            self._piece_grads[(b, i)] = dest
+                        _linear.mm_rows_into(dest, g2, x2, poff)
+            except Exception as e:
+                self._hook_failed(e)
+                return False
+            self._landed.add(pid)
+            return True
+
+    def _finish_landed(self, pid, g):
+        """pid's AccumulateGrad ran after its gradient landed: count its pieces in, add what
+        other users of the weight gave (g, or None) and submit the buckets now complete."""
+        try:
+            with self._lock, torch.no_grad():
+                self._landed.discard(pid)
+                self._arrived.add(pid)
+                bs = self._buckets_of[pid]
+                for b in bs:
+                    i = self._piece_at[b][pid]
+                    if (b, i) not in self._piece_grads:
+                        self._filled[b].add(i)
+                if g is not None:
+                    self._add_again(pid, g.to_dense() if g.is_sparse else g)
+                for b in bs:
+                    self._done[b] += 1
+                    if self._done[b] == len(self._bucket_pieces[b]):
+                        self._send_bucket(b)
+        except Exception as e:
+            self._hook_failed(e)
 
     def _add_again(self, pid, g):
         """A second gradient for pid in one micro-step: added to its pieces already in open
-        slots and to the part still waiting."""
+        slots or in buffers of their own, and to the part still waiting."""
         for b in self._buckets_of[pid]:
             i = self._piece_at[b][pid]
+            _, poff, _, n = self._bucket_pieces[b][i]
+            part = g.reshape(-1)[poff:poff + n]
             if i in self._filled[b]:
-                _, poff, _, n = self._bucket_pieces[b][i]
                 view = self._views(self._open[b], b)[i]
-                view.add_(g.reshape(-1)[poff:poff + n].to(view.device))
+                view.add_(part.to(view.device))
+            elif (b, i) in self._piece_grads:
+                self._piece_grads[(b, i)].add_(part)
         if pid in self._pending:
             self._pending[pid] = self._pending[pid] + g
 
@@ -197,6 +291,11 @@ class GradientStream:
         got none); the gradient goes once its last piece is in."""
         pid, poff, soff, n = self._bucket_pieces[b][i]
         self._filled[b].add(i)
+        own = self._piece_grads.pop((b, i), None)
+        if own is not None:  # a landed gradient's piece (_land_weight_grad)
+            if n > 0:
+                self._sess.slot_fill(slot, soff, own.data_ptr(), n)
+            return
         g = self._pending.get(pid)
         if g is None:
             self._views(slot, b)[i].zero_()

@@ -535,6 +535,10 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             if self._hook_error is not None:
                 raise self._hook_error
             if self.stage == 2:
+                for pid in sorted(self._landed):  # (their AccumulateGrad hooks always run)
+                    self._finish_landed(pid, None)
+                if self._hook_error is not None:
+                    raise self._hook_error
                 with self._lock, torch.no_grad():
                     for b in range(len(self._bucket_pieces)):
                         if not self._sent[b]:
@@ -542,6 +546,8 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         finally:
             self._in_backward = False
             self._pending = {}
+            self._piece_grads = {}
+            self._hook_error = None  # (its traceback holds the backward's frames)
         if self.stage == 2:
             _trim_heap()
         return loss
@@ -678,6 +684,7 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             for h in self._handles:
                 h.remove()
             self._handles = []
+            self._uninstall_landing()
             self._grad_accs = []
             self._slot_views = {}
             self._grad_views = None

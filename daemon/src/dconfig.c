@@ -12,7 +12,7 @@
 #define ZD_D   (24 * ZD_H)
 
 /* Bounds: zero and nonsensical values are refused at start-up (zerod -t) naming the key. */
-static const zs_config_range_t zd_slots_range = {1, ZD_MAX_SLOTS};
+static const zs_config_range_t zd_slots_range = {0, ZD_MAX_SLOTS};
 static const zs_config_range_t zd_threads_range = {1, 256};
 static const zs_config_range_t zd_linger_range = {0, 30 * ZD_D};
 static const zs_config_range_t zd_shard_range = {1 << 20, 1125899906842624.0}; /* 1MiB..1PiB */
@@ -36,7 +36,9 @@ static const zs_config_row_t zd_config_rows[] = {
      offsetof(zd_config_t, job_linger_ns), &zs_config_duration, &zd_linger_range, ZS_CONFIG_RELOAD},
     {"max_shard_bytes", "64GiB", "largest model state one job may allocate on this daemon",
      offsetof(zd_config_t, max_shard_bytes), &zs_config_size, &zd_shard_range, ZS_CONFIG_RELOAD},
-    {"bucket_slots", "2", "gradient slots a trainer can fill ahead of the daemon",
+    {"bucket_slots", "0",
+     "gradient slots a trainer can fill ahead of the daemon; 0: per job, one more than the most "
+     "buckets one parameter spans, 2 to 4",
      offsetof(zd_config_t, bucket_slots), &zs_config_int, &zd_slots_range, 0},
     {"allowed_group", "", "group whose members may connect besides root and the daemon's user",
      offsetof(zd_config_t, allowed_group), &zs_config_string, NULL, 0},

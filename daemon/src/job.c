@@ -205,6 +205,21 @@ static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_env_t *env,
     return ZS_OK;
 }
 
+/* bucket_slots = 0: one slot more than the most buckets one parameter spans, 2 to 4. The
+ * trainer holds all slots but one open while it fills them, and computes a linear layer's
+ * weight gradient straight into the slots of every bucket of it when they are open at once
+ * (docs/design-notes.md, "Trainer memory"). */
+static uint32_t zd_job_auto_slots(const zs_layout_t *l)
+{
+    uint32_t span = 1;
+
+    for (uint32_t i = 0; i < l->n_params; i++) {
+        uint32_t s = l->params[i].last_bucket - l->params[i].bucket + 1;
+        span = s > span ? s : span;
+    }
+    return span + 1 > 4 ? 4 : span + 1;
+}
+
 /* The layout of the spec's parameters, its sizes within max_shard_bytes, and the memory. */
 static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_spec_t *spec, uint64_t max_bytes,
                                  char *err, size_t errlen)
@@ -229,6 +244,9 @@ static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_spec_t *spec, uint6
     }
     if (st != ZS_OK) {
         return st;
+    }
+    if (job->n_slots == 0) {
+        job->n_slots = zd_job_auto_slots(job->layout);
     }
     if (zd_job_sizes(job) != ZS_OK) {
         return zs_errf(err, errlen, ZS_ERR_OVERFLOW,

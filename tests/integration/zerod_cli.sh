@@ -38,7 +38,7 @@ refused heartbeat_interval --heartbeat-interval 0
 refused heartbeat_timeout --heartbeat-timeout 0
 refused heartbeat_timeout --heartbeat-interval 2s --heartbeat-timeout 3s
 refused job_linger --job-linger -5s
-refused bucket_slots --bucket-slots 0
+refused bucket_slots --bucket-slots 65
 refused threads --threads 0
 refused socket --socket ""
 ZEROD_FRAME_TIMEOUT=0 refused frame_timeout

@@ -402,6 +402,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per trainer and zerod --threads (default 1)")
     ap.add_argument("--bucket", type=int, default=4 << 20, help="reduce_bucket_size, elements")
+    ap.add_argument("--bucket-slots", type=int,
+                    help="the daemons' bucket_slots (default: zerod's own default)")
     ap.add_argument("--sides", default=",".join(SIDES), help="comma list of " + ",".join(SIDES))
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--reference", choices=("auto", "on", "off"), default="auto",

@@ -138,6 +138,8 @@ def start_daemons(a, tmp):
     zerod_bin = a.zerod or os.environ.get("ZEROD_TEST_DAEMON") or os.path.join(
         REPO, "build", "daemon", "zerod")
     flags = ["--device", "cpu", "--threads", str(a.threads), "--job-linger", "10s"]
+    if getattr(a, "bucket_slots", None):
+        flags += ["--bucket-slots", str(a.bucket_slots)]
     if a.world > 1:
         token = os.path.join(tmp, "token")
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

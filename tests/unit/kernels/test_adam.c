@@ -58,36 +58,53 @@ static zt_coef32_t zt_coef32(const zk_adam_params_t *P)
                          P->adam_w_mode ? -P->lr * P->weight_decay : 0.0f};
 }
 
-/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model; the fp32
- * coefficients each carrying its distance from the exact value. */
-static void zt_adam_chain(const zk_adam_params_t *P, zt_ev_t acc, zt_ev_t *p, zt_ev_t *m,
-                          zt_ev_t *v)
+/* One step's coefficients, computed once per step and shared by every element: the exact
+ * (fp64) values, and the fp32 ones the kernel uses, each carrying its distance from the exact
+ * value in the error model. zt_fpow loops `step` times, so it must never run per element. */
+typedef struct zt_adam_ref {
+    double bc1, bc2; /* exact bias corrections */
+    zt_ev_t gs, wdl2, b1, omb1, b2, omb2, isb2, nss, nlrwd, eps;
+} zt_adam_ref_t;
+
+static zt_adam_ref_t zt_adam_ref(const zk_adam_params_t *P)
 {
     double bc1 = P->bias_correction ? 1.0 - pow(P->beta1, (double)P->step) : 1.0;
     double bc2 = P->bias_correction ? 1.0 - pow(P->beta2, (double)P->step) : 1.0;
     double wd = P->weight_decay;
     zt_coef32_t k = zt_coef32(P);
-    zt_ev_t gs = zt_ev(P->grad_scale);
-    zt_ev_t wdl2 = zt_ev(P->adam_w_mode ? 0.0 : wd);
-    zt_ev_t b1 = zt_ev(P->beta1), omb1 = zt_kcoef(1.0 - P->beta1, 1.0f - P->beta1);
-    zt_ev_t b2 = zt_ev(P->beta2), omb2 = zt_kcoef(1.0 - P->beta2, 1.0f - P->beta2);
-    zt_ev_t isb2 = zt_kcoef(1.0 / sqrt(bc2), k.inv_sqrt_bc2);
-    zt_ev_t nss = zt_kcoef(-P->lr / bc1, k.neg_step_size);
-    zt_ev_t nlrwd = zt_kcoef(P->adam_w_mode ? -(double)P->lr * wd : 0.0, k.neg_lr_wd);
-    zt_ev_t g = zt_fma(*p, wdl2, zt_mul(acc, gs));
 
-    *m = zt_fma(g, omb1, zt_mul(b1, *m));
-    *v = zt_fma(zt_mul(g, g), omb2, zt_mul(b2, *v));
-    *p = zt_fma(*p, nlrwd, *p);
-    *p = zt_fma(zt_div(*m, zt_fma(zt_sqrt(*v), isb2, zt_ev(P->eps))), nss, *p);
+    return (zt_adam_ref_t){
+        .bc1 = bc1,
+        .bc2 = bc2,
+        .gs = zt_ev(P->grad_scale),
+        .wdl2 = zt_ev(P->adam_w_mode ? 0.0 : wd),
+        .b1 = zt_ev(P->beta1),
+        .omb1 = zt_kcoef(1.0 - P->beta1, 1.0f - P->beta1),
+        .b2 = zt_ev(P->beta2),
+        .omb2 = zt_kcoef(1.0 - P->beta2, 1.0f - P->beta2),
+        .isb2 = zt_kcoef(1.0 / sqrt(bc2), k.inv_sqrt_bc2),
+        .nss = zt_kcoef(-P->lr / bc1, k.neg_step_size),
+        .nlrwd = zt_kcoef(P->adam_w_mode ? -(double)P->lr * wd : 0.0, k.neg_lr_wd),
+        .eps = zt_ev(P->eps),
+    };
 }
 
-/* docs/semantics.md §4 step 6 verbatim in fp64 */
-static void zt_adam_semantics(const zk_adam_params_t *P, double acc, double *p, double *m,
-                              double *v)
+/* The kernel's operation order (zk/elem.h ZK_ADAM_LANE) in the error model, with the step's
+ * coefficients R = zt_adam_ref(P). */
+static void zt_adam_chain(const zt_adam_ref_t *R, zt_ev_t acc, zt_ev_t *p, zt_ev_t *m, zt_ev_t *v)
 {
-    double bc1 = P->bias_correction ? 1.0 - pow(P->beta1, (double)P->step) : 1.0;
-    double bc2 = P->bias_correction ? 1.0 - pow(P->beta2, (double)P->step) : 1.0;
+    zt_ev_t g = zt_fma(*p, R->wdl2, zt_mul(acc, R->gs));
+
+    *m = zt_fma(g, R->omb1, zt_mul(R->b1, *m));
+    *v = zt_fma(zt_mul(g, g), R->omb2, zt_mul(R->b2, *v));
+    *p = zt_fma(*p, R->nlrwd, *p);
+    *p = zt_fma(zt_div(*m, zt_fma(zt_sqrt(*v), R->isb2, R->eps)), R->nss, *p);
+}
+
+/* docs/semantics.md §4 step 6 verbatim in fp64 (bias corrections from R) */
+static void zt_adam_semantics(const zk_adam_params_t *P, const zt_adam_ref_t *R, double acc,
+                              double *p, double *m, double *v)
+{
     double wd = P->weight_decay;
     double g = acc * P->grad_scale;
 
@@ -96,7 +113,8 @@ static void zt_adam_semantics(const zk_adam_params_t *P, double acc, double *p, 
     }
     *m = P->beta1 * *m + (1.0 - P->beta1) * g;
     *v = P->beta2 * *v + (1.0 - P->beta2) * g * g;
-    *p = *p - P->lr * ((*m / bc1) / (sqrt(*v / bc2) + P->eps) + (P->adam_w_mode ? wd * *p : 0.0));
+    *p = *p -
+         P->lr * ((*m / R->bc1) / (sqrt(*v / R->bc2) + P->eps) + (P->adam_w_mode ? wd * *p : 0.0));
 }
 
 /* ZT_GUARD * 4 bytes of 0xa5 after the n elements of a buffer; the kernels must not touch them */
@@ -119,6 +137,7 @@ static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int 
                          int bias_correction)
 {
     zk_adam_params_t P = zt_random_params(adam_w_mode, bias_correction);
+    zt_adam_ref_t R = zt_adam_ref(&P);
     size_t dsize = dst_dtype == ZT_NONE ? 4 : zs_dtype_size((zs_dtype_t)dst_dtype);
     zt_buf_t bp, bm, bv, ba, bd;
     float *p = zt_alloc(&bp, 4 * (n + ZT_GUARD), 4 * off);
@@ -152,8 +171,8 @@ static void zt_adam_case(zk_exec_t ex, size_t n, size_t off, int dst_dtype, int 
     for (size_t i = 0; i < n; i++) {
         zt_ev_t ep = zt_ev(p0[i]), em = zt_ev(m0[i]), ev = zt_ev(v0[i]);
         double rp = p0[i], rm = m0[i], rv = v0[i];
-        zt_adam_chain(&P, zt_ev(a0[i]), &ep, &em, &ev);
-        zt_adam_semantics(&P, a0[i], &rp, &rm, &rv);
+        zt_adam_chain(&R, zt_ev(a0[i]), &ep, &em, &ev);
+        zt_adam_semantics(&P, &R, a0[i], &rp, &rm, &rv);
         cr_assert_leq(fabs(p[i] - rp), ep.e,
                       "%s n=%zu off=%zu dst=%d adamw=%d bc=%d: master[%zu] = %a, fp64 %a, "
                       "|diff| %g > bound %g (seed %llu)",
@@ -245,8 +264,10 @@ static void zt_adam_ten_steps(zk_exec_t ex)
         zs_status_t st;
         double bc1 = 1.0 - pow(P.beta1, (double)t);
         double bc2 = 1.0 - pow(P.beta2, (double)t);
+        zt_adam_ref_t R;
 
         P.step = t;
+        R = zt_adam_ref(&P);
         for (size_t i = 0; i < n; i++) {
             a[i] = zt_logu(-10, 6);
         }
@@ -254,7 +275,7 @@ static void zt_adam_ten_steps(zk_exec_t ex)
             double g = (double)a[i] * P.grad_scale;
             double denom;
 
-            zt_adam_chain(&P, zt_ev(a[i]), &cp[i], &cm[i], &cv[i]);
+            zt_adam_chain(&R, zt_ev(a[i]), &cp[i], &cm[i], &cv[i]);
             tp[i] *= 1.0 - (double)P.lr * P.weight_decay;
             tm[i] += (1.0 - P.beta1) * (g - tm[i]);
             tv[i] = tv[i] * P.beta2 + (1.0 - P.beta2) * g * g;

@@ -3,7 +3,7 @@
 # (zeroctl status) turns healthy; zeroctl in the container talks to the daemon; SIGTERM (podman
 # stop) ends it with exit 0. With ZEROD_TEST_CUDA_IMAGE=1, deploy/Containerfile.cuda is built
 # too (not run: that needs a GPU and the NVIDIA Container Toolkit).
-# Needs a working podman (and network for the image's apt-get); without one it skips (77).
+# Runs with ZEROD_LONG_TESTS=1 only. Needs a working podman (and network for the image's apt-get); without one it skips (77).
 #   container.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -11,6 +11,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$here/lib.sh"
 
+if [ "${ZEROD_LONG_TESTS:-}" != 1 ]; then
+    echo "SKIP: the container build is a soak; it runs with ZEROD_LONG_TESTS=1"
+    exit 77
+fi
 if ! command -v podman >/dev/null; then
     echo "SKIP: podman not available"
     exit 77

@@ -266,6 +266,8 @@ static const zd_man_extra_t zd_man_extras[] = {
      ".SH FILES\n"
      ".TP\n/etc/zerod/zerod.conf\nThe configuration file, see \\fBzerod.conf\\fR(5).\n"
      ".TP\n/run/zerod/zerod\\-\\fIdevice\\fR.sock\nThe socket (socket = auto).\n"
+     ".TP\n/run/zerod/zerod\\-\\fIdevice\\fR.metrics.sock\n/metrics, /healthz and /readyz "
+     "(metrics_listen = auto): beside the socket, mode 0660 and the socket's group.\n"
      ".TP\n/var/lib/zerod\nState: the daemons' own checkpoints (checkpoint_dir).\n"
      ".SH SEE ALSO\n.BR zerod.conf (5),\n.BR zeroctl (1),\n.BR zerorun (1),\n"
      ".BR systemd.service (5),\n.BR sd_notify (3)\n"},

@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -179,6 +180,16 @@ static int zctl_by_name(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
+/* A daemon's metrics socket (HTTP, not the daemon protocol): the name metrics_listen = auto
+ * gives it beside the daemon socket (daemon/src/metrics.h, ZD_METRICS_SOCK_SUFFIX). */
+static bool zctl_is_metrics_sock(const char *name)
+{
+    static const char suffix[] = ".metrics.sock";
+    size_t n = strlen(name), k = sizeof(suffix) - 1;
+
+    return n > k && strcmp(name + n - k, suffix) == 0;
+}
+
 int zctl_scan_dir(const char *dir, char (*sockets)[ZCTL_SOCKET_MAX], int max)
 {
     DIR *dp = opendir(dir);
@@ -192,8 +203,8 @@ int zctl_scan_dir(const char *dir, char (*sockets)[ZCTL_SOCKET_MAX], int max)
     while ((e = readdir(dp)) != NULL && n < max) {
         char path[4096];
         int len = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (len < 0 || (size_t)len >= ZCTL_SOCKET_MAX || stat(path, &sb) != 0 ||
-            !S_ISSOCK(sb.st_mode)) {
+        if (len < 0 || (size_t)len >= ZCTL_SOCKET_MAX || zctl_is_metrics_sock(e->d_name) ||
+            stat(path, &sb) != 0 || !S_ISSOCK(sb.st_mode)) {
             continue;
         }
         memcpy(sockets[n++], path, (size_t)len + 1); /* it fits: checked above */

@@ -65,9 +65,9 @@ cJSON *zctl_json_error(int status, const char *msg);
  * object. Returns rc. */
 int zctl_finish(int rc);
 
-/* The sockets of the daemons of a directory: every socket file in dir, sorted by name, at most
- * max, into sockets (each ZCTL_SOCKET_MAX bytes). The count, or -1 with errno when dir cannot be
- * read. */
+/* The sockets of the daemons of a directory: every socket file in dir but the daemons' metrics
+ * sockets (`*.metrics.sock`, metrics_listen = auto), sorted by name, at most max, into sockets
+ * (each ZCTL_SOCKET_MAX bytes). The count, or -1 with errno when dir cannot be read. */
 int zctl_scan_dir(const char *dir, char (*sockets)[ZCTL_SOCKET_MAX], int max);
 /* The directory zeroctl asks by default: that of $ZEROD_SOCKET when use_env and it is set, else
  * /run/zerod; into buf. */

@@ -85,9 +85,11 @@ static const zs_config_row_t zd_config_rows[] = {
      "keep the staging copy's memory from one save to the next: the trainer's stall becomes a "
      "memcpy, at 12 bytes per shard element for the job's life",
      offsetof(zd_config_t, checkpoint_staging_keep), &zs_config_bool, NULL, 0},
-    {"metrics_listen", "",
-     "serve /metrics (Prometheus), /healthz and /readyz over HTTP on HOST:PORT (127.0.0.1:9400) "
-     "or an absolute unix socket path (mode 0660); empty: off (docs/metrics.md)",
+    {"metrics_listen", "auto",
+     "serve /metrics (Prometheus), /healthz and /readyz over HTTP; auto: on a unix socket beside "
+     "the daemon socket (zerod-cpu0.metrics.sock), mode 0660 and the daemon socket's group, so "
+     "only who may use the daemon may read it; an absolute unix socket path (the same access); "
+     "HOST:PORT (127.0.0.1:9400): TCP, readable by every local user; off (docs/metrics.md)",
      offsetof(zd_config_t, metrics_listen), &zs_config_string, NULL, 0},
     {"trace_buffer", "8192",
      "spans the step trace keeps for zeroctl trace, recorded always (48 bytes each; a step takes "

@@ -32,7 +32,8 @@ typedef struct zd_config {
     int64_t checkpoint_keep_last;
     int checkpoint_async;
     int checkpoint_staging_keep;
-    char *metrics_listen; /* "": off; HOST:PORT or a unix socket path (docs/metrics.md) */
+    char *metrics_listen; /* auto, off, HOST:PORT or a unix socket path (docs/metrics.md); main.c
+                           * resolves auto to a path and off to "" */
     int64_t trace_buffer; /* spans of the step trace's ring; 0: off (docs/trace.md) */
 } zd_config_t;
 

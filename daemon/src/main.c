@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "dconfig.h"
 #include "mesh.h"
+#include "metrics.h"
+#include "metrics_http.h"
 #include "server.h"
 #include "train_config.h"
 #include "zk/kernels.h"
@@ -332,6 +334,44 @@ static void zd_socket_path(const zd_config_t *cfg, const char *device, char *out
     snprintf(out, len, "/run/zerod/zerod-%s.sock", compact);
 }
 
+/* metrics_listen = auto becomes the unix socket beside the daemon socket (metrics.h), so that
+ * exactly who may talk to the daemon may read its metrics; in a zerod built without
+ * libmicrohttpd it becomes off (an explicit value there still refuses to start, saying so);
+ * off and none become "". `shown` says what -t reports. 0 or the exit code. */
+static int zd_metrics_resolve(zd_config_t *cfg, const char *socket_path, char *shown,
+                              size_t shown_len)
+{
+    char err[ZS_CONFIG_ERRLEN], path[sizeof(((zd_listen_t *)NULL)->path)];
+    const char *value = "";
+    zd_listen_t l;
+
+    if (zd_listen_parse(cfg->metrics_listen, &l, err, sizeof(err)) != ZS_OK) {
+        fprintf(stderr, "zerod: %s\n", err); /* zd_config_check passed it: not reached */
+        return ZD_EXIT_USAGE;
+    }
+    if (l.kind == ZD_LISTEN_TCP || l.kind == ZD_LISTEN_UNIX) {
+        snprintf(shown, shown_len, "%s", cfg->metrics_listen);
+        return 0;
+    }
+    if (l.kind == ZD_LISTEN_OFF) { /* "off" and "none" become "": the server makes no snapshot */
+        snprintf(shown, shown_len, "off");
+    } else if (!zd_metrics_http_available()) {
+        snprintf(shown, shown_len, "off (auto; built without libmicrohttpd)");
+    } else if (zd_listen_auto_path(socket_path, path, sizeof(path), err, sizeof(err)) != ZS_OK) {
+        fprintf(stderr, "zerod: %s\n", err);
+        return ZD_EXIT_USAGE;
+    } else {
+        value = path;
+        snprintf(shown, shown_len, "%s", path);
+    }
+    if (zs_config_set(&zd_config_table, cfg, "metrics_listen", value, ZS_CONFIG_SRC_DEFAULT, err,
+                      sizeof(err)) != ZS_OK) {
+        fprintf(stderr, "zerod: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
 /* Rules between keys, and a token_file that is set must be usable now: a job of world > 1 may
  * be attached any time, and it should not fail only then. 0 or the exit code. */
 static int zd_config_validate(const zd_config_t *cfg)
@@ -375,7 +415,7 @@ static void zd_ignore_sigpipe(void)
 /* Load, check, then print (--print-config), check only (-t) or serve. */
 static int zd_main_config(const zd_args_t *a)
 {
-    char err[ZS_CONFIG_ERRLEN], device[64], socket_path[256];
+    char err[ZS_CONFIG_ERRLEN], device[64], socket_path[256], metrics[160];
     zd_server_params_t sp;
     zd_config_t cfg;
     int rc;
@@ -402,9 +442,13 @@ static int zd_main_config(const zd_args_t *a)
         goto out;
     }
     zd_socket_path(&cfg, device, socket_path, sizeof(socket_path));
+    rc = zd_metrics_resolve(&cfg, socket_path, metrics, sizeof(metrics));
+    if (rc != 0) {
+        goto out;
+    }
     if (a->test) {
-        printf("zerod: config OK (device %s, socket %s, kernels %s)\n", device, socket_path,
-               zk_variant_name(zk_default_variant()));
+        printf("zerod: config OK (device %s, socket %s, metrics %s, kernels %s)\n", device,
+               socket_path, metrics, zk_variant_name(zk_default_variant()));
         goto out;
     }
     zs_info(ZS_SUB_MAIN, "kernels: %s", zk_variant_name(zk_default_variant()));

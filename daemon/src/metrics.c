@@ -499,7 +499,12 @@ zs_status_t zd_listen_parse(const char *value, zd_listen_t *out, char *err, size
     size_t hlen;
 
     memset(out, 0, sizeof(*out));
-    if (value == NULL || value[0] == '\0') {
+    if (value == NULL || value[0] == '\0' || strcmp(value, "off") == 0 ||
+        strcmp(value, "none") == 0) {
+        return ZS_OK;
+    }
+    if (strcmp(value, "auto") == 0) {
+        out->kind = ZD_LISTEN_AUTO;
         return ZS_OK;
     }
     if (value[0] == '/') {
@@ -541,5 +546,29 @@ zs_status_t zd_listen_parse(const char *value, zd_listen_t *out, char *err, size
         return ZS_ERR_CONFIG;
     }
     out->kind = ZD_LISTEN_TCP;
+    return ZS_OK;
+}
+
+zs_status_t zd_listen_auto_path(const char *socket_path, char *out, size_t len, char *err,
+                                size_t errlen)
+{
+    static const char sock[] = ".sock";
+    size_t n = strlen(socket_path), k = sizeof(sock) - 1;
+    char path[sizeof(((zd_listen_t *)NULL)->path)];
+    int w;
+
+    if (n > k && strcmp(socket_path + n - k, sock) == 0) {
+        n -= k;
+    }
+    w = snprintf(path, sizeof(path), "%.*s%s", (int)n, socket_path, ZD_METRICS_SOCK_SUFFIX);
+    if (w < 0 || (size_t)w >= sizeof(path) || (size_t)w >= len) {
+        snprintf(err, errlen,
+                 "config key 'metrics_listen' (auto): the socket beside '%s' would be %zu bytes "
+                 "long, over the 107 a unix socket path may have; set metrics_listen to a "
+                 "shorter path, HOST:PORT or off",
+                 socket_path, n + sizeof(ZD_METRICS_SOCK_SUFFIX) - 1);
+        return ZS_ERR_INVALID;
+    }
+    memcpy(out, path, (size_t)w + 1);
     return ZS_OK;
 }

@@ -111,6 +111,7 @@ typedef enum zd_listen_kind {
     ZD_LISTEN_OFF = 0,
     ZD_LISTEN_TCP,
     ZD_LISTEN_UNIX,
+    ZD_LISTEN_AUTO, /* a unix socket beside the daemon socket: zd_listen_auto_path */
 } zd_listen_kind_t;
 
 typedef struct zd_listen {
@@ -120,8 +121,15 @@ typedef struct zd_listen {
     char path[108]; /* unix: absolute */
 } zd_listen_t;
 
-/* "" (off), HOST:PORT ([V6]:PORT) with PORT 1..65535, or an absolute unix socket path. err
- * names the key and the value. */
+/* "auto" (the default), "off", "none" or "" (off), HOST:PORT ([V6]:PORT) with PORT 1..65535, or
+ * an absolute unix socket path. err names the key and the value. */
 zs_status_t zd_listen_parse(const char *value, zd_listen_t *out, char *err, size_t errlen);
+
+/* metrics_listen = auto: the unix socket beside the daemon socket `socket_path`, its ".sock"
+ * replaced by ".metrics.sock" (zerod-cpu0.sock: zerod-cpu0.metrics.sock; a path without
+ * ".sock" gets it appended). ZS_ERR_INVALID (err says why) when that is 108 bytes or longer. */
+#define ZD_METRICS_SOCK_SUFFIX ".metrics.sock"
+zs_status_t zd_listen_auto_path(const char *socket_path, char *out, size_t len, char *err,
+                                size_t errlen);
 
 #endif

@@ -22,9 +22,14 @@ typedef struct zd_metrics_http zd_metrics_http_t;
 #define ZD_HTTP_TIMEOUT_S   5u
 #define ZD_HTTP_CONN_MEMORY (32u << 10)
 
-/* Serve m on `listen` (a metrics_listen value; NULL or "": nothing, *http_p = NULL), once the
- * daemon socket listens (it is marked listening). A unix socket is born 0660 and given group gid
- * when has_gid. Starts the loop's heartbeat on `loop`. Errors are logged naming the key. */
+/* Whether this zerod can serve HTTP at all (built with libmicrohttpd). */
+bool zd_metrics_http_available(void);
+
+/* Serve m on `listen` (a metrics_listen value, "auto" already resolved by main.c; NULL, "",
+ * "off" or "none": nothing, *http_p = NULL), once the daemon socket listens (it is marked
+ * listening). A unix socket is born 0660 and given group gid when has_gid (the daemon socket's
+ * access); TCP is logged once as readable by every local user. Starts the loop's heartbeat on
+ * `loop`. Errors are logged naming the key. */
 zs_status_t zd_metrics_http_start(uv_loop_t *loop, zd_metrics_t *m, const char *listen,
                                   bool has_gid, gid_t gid, zd_metrics_http_t **http_p);
 /* Stop serving (joins the HTTP thread; a request in progress only formats), remove the unix

@@ -8,7 +8,8 @@
 #                       that says where RssAnon went: [heap], a thread's arena or stack, ...)
 #   zd_wait_idle PID ZEROCTL SOCK
 #                       wait (up to 15 s) until the daemon has no job and no connection
-#                       open but its listening socket; status 1 if it never gets there
+#                       open but its listening sockets (SOCK, and the metrics socket beside it
+#                       when metrics_listen = auto made one); status 1 if it never gets there
 #   zd_heap_in_use ZEROCTL SOCK
 #                       bytes malloc has handed out and not had back, every arena and mmapped
 #                       chunk (`zeroctl status`'s heap_in_use_bytes, the daemon's mallinfo2);
@@ -58,13 +59,15 @@ zd_kib() {
 }
 
 zd_wait_idle() {
-    local pid=$1 zeroctl=$2 sock=$3 s
+    local pid=$1 zeroctl=$2 sock=$3 s listening=1
+    # metrics_listen = auto: ${sock%.sock}.metrics.sock (docs/metrics.md)
+    [ -S "${sock%.sock}.metrics.sock" ] && listening=2
     for _ in $(seq 1 150); do
         kill -0 "$pid" 2>/dev/null || return 1
         s=$("$zeroctl" -s "$sock" --json status 2>/dev/null || true)
         sleep 0.1 # zeroctl's own connection closes
         if [[ $s =~ \"has_job\":[[:space:]]*false ]] &&
-            [ "$(find "/proc/$pid/fd" -lname 'socket:*' | wc -l)" = 1 ]; then
+            [ "$(find "/proc/$pid/fd" -lname 'socket:*' | wc -l)" = "$listening" ]; then
             return 0
         fi
     done

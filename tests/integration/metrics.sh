@@ -125,6 +125,12 @@ say "three daemons: metrics on 127.0.0.1:${mwhere[0]}, 127.0.0.1:${mwhere[1]} an
 for i in 0 1 2; do start_daemon $i; done
 mode=$(stat -c %a "${mwhere[2]}") || fail "no unix metrics socket at ${mwhere[2]}"
 [ "$mode" = 660 ] || fail "the metrics socket has mode $mode, expected 660"
+# TCP only when asked for, and then said once: any local user can read it
+for i in 0 1; do
+    n=$(grep -c "metrics_listen 127.0.0.1:${mwhere[$i]} (TCP): .*any local user" "$work/d$i.log")
+    [ "$n" = 1 ] || fail "daemon $i logged the TCP exposure $n times, expected once"
+done
+grep -q "any local user" "$work/d2.log" && fail "daemon 2 (unix socket) logged TCP exposure"
 for i in 0 1 2; do
     expect_http $i /healthz 200
     expect_http $i /readyz 200

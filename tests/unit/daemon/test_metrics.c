@@ -28,6 +28,33 @@ Test(zd_listen, parses_each_form)
     cr_assert_eq(zd_listen_parse("/run/zerod/metrics-cpu0.sock", &l, err, sizeof(err)), ZS_OK);
     cr_assert_eq(l.kind, ZD_LISTEN_UNIX);
     cr_assert_str_eq(l.path, "/run/zerod/metrics-cpu0.sock");
+    cr_assert_eq(zd_listen_parse("auto", &l, err, sizeof(err)), ZS_OK);
+    cr_assert_eq(l.kind, ZD_LISTEN_AUTO);
+    cr_assert_eq(zd_listen_parse("off", &l, err, sizeof(err)), ZS_OK);
+    cr_assert_eq(l.kind, ZD_LISTEN_OFF);
+    cr_assert_eq(zd_listen_parse("none", &l, err, sizeof(err)), ZS_OK);
+    cr_assert_eq(l.kind, ZD_LISTEN_OFF);
+}
+
+/* auto: beside the daemon socket, so that daemons of one directory never share it */
+Test(zd_listen, derives_the_auto_path_from_the_daemon_socket)
+{
+    char out[108], err[512], longsock[104];
+
+    cr_assert_eq(
+        zd_listen_auto_path("/run/zerod/zerod-cpu0.sock", out, sizeof(out), err, sizeof(err)),
+        ZS_OK);
+    cr_assert_str_eq(out, "/run/zerod/zerod-cpu0.metrics.sock");
+    cr_assert_eq(zd_listen_auto_path("/tmp/x/zerod", out, sizeof(out), err, sizeof(err)), ZS_OK);
+    cr_assert_str_eq(out, "/tmp/x/zerod.metrics.sock");
+    cr_assert_eq(zd_listen_auto_path("/tmp/.sock", out, sizeof(out), err, sizeof(err)), ZS_OK);
+    cr_assert_str_eq(out, "/tmp/.metrics.sock");
+    /* a daemon socket of 103 bytes fits sun_path; its metrics socket would not */
+    memset(longsock, 'a', sizeof(longsock) - 1);
+    longsock[0] = '/';
+    longsock[sizeof(longsock) - 1] = '\0';
+    cr_assert_eq(zd_listen_auto_path(longsock, out, sizeof(out), err, sizeof(err)), ZS_ERR_INVALID);
+    cr_assert_not_null(strstr(err, "config key 'metrics_listen' (auto)"), "%s", err);
 }
 
 Test(zd_listen, refuses_naming_key_and_value)

@@ -27,6 +27,7 @@ typedef struct zd_boot_conn {
     bool failed;
     bool joined;
     uint32_t rank;
+    char from[64]; /* the peer's address:port as rank 0 saw it connect, for messages */
     uint8_t nonce[ZD_NONCE_LEN];
     uint8_t *address;
     size_t address_len;
@@ -46,6 +47,12 @@ typedef struct zd_boot {
     size_t n_conns, cap_conns;
     bool client_failed; /* rank > 0: the coordinator endpoint failed */
     ucs_status_t client_status;
+    /* rank 0: a hello refused for its token that claimed a rank of this job not yet joined;
+     * formation fails with it unless that rank joins by auth_deadline (mesh_boot_rank0.c) */
+    bool auth_pending;
+    uint32_t auth_rank;
+    zs_deadline_t auth_deadline;
+    char auth_why[512];
 } zd_boot_t;
 
 /* mesh_boot.c: a roster for `world` ranks (ZS_ERR_NO_MEMORY when it cannot be had). */

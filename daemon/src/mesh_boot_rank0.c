@@ -10,6 +10,8 @@
 #include "zs/log.h"
 #include "zs/version.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,8 +66,9 @@ static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_b
     zd_hmac(p->token, p->token_len, c->nonce, h->job_id, h->rank, mac);
     if (CRYPTO_memcmp(mac, h->hmac.data, ZD_HMAC_LEN) != 0) {
         return zs_errf(why, wlen, ZS_ERR_AUTH,
-                       "mesh hello claiming rank %u of job '%s' has a wrong token (HMAC mismatch)",
-                       h->rank, h->job_id);
+                       "mesh hello claiming rank %u of job '%s' from %s has a wrong token (HMAC "
+                       "mismatch: every daemon of a job needs the same token_file)",
+                       h->rank, h->job_id, c->from);
     }
     *fatal_p = true;
     if (h->protocol != ZD_MESH_PROTOCOL) {
@@ -223,6 +226,23 @@ static zd_boot_conn_t *zd_boot_conn_add(zd_boot_t *b)
     return c;
 }
 
+/* Where a connection request came from, "address:port" (or "an unknown address"). */
+static void zd_boot_peer_name(ucp_conn_request_h req, char *out, size_t len)
+{
+    ucp_conn_request_attr_t attr;
+    char host[INET6_ADDRSTRLEN], port[8];
+
+    snprintf(out, len, "an unknown address");
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(req, &attr) != UCS_OK ||
+        getnameinfo((const struct sockaddr *)&attr.client_address, sizeof(attr.client_address),
+                    host, sizeof(host), port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        return;
+    }
+    snprintf(out, len, strchr(host, ':') != NULL ? "[%s]:%s" : "%s:%s", host, port);
+}
+
 /* New connections: each gets an endpoint and a challenge (a fresh nonce). */
 static void zd_boot_challenge(const zd_mesh_t *mesh, zd_boot_t *b)
 {
@@ -237,6 +257,7 @@ static void zd_boot_challenge(const zd_mesh_t *mesh, zd_boot_t *b)
             ucp_listener_reject(b->listener, req);
             continue;
         }
+        zd_boot_peer_name(req, c->from, sizeof(c->from));
         memset(&ep, 0, sizeof(ep));
         ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -282,8 +303,66 @@ static zs_status_t zd_boot_join(const zd_mesh_t *mesh, zd_boot_conn_t *c,
     return ZS_OK;
 }
 
+static bool zd_boot_rank_joined(const zd_boot_t *b, uint32_t rank)
+{
+    for (size_t i = 0; i < b->n_conns; i++) {
+        if (b->conns[i].joined && b->conns[i].rank == rank) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A hello refused for its token claimed `rank` of this job: unless that rank joins within one
+ * heartbeat_interval, formation fails with ZS_ERR_AUTH naming it (zd_boot_auth_check) instead
+ * of waiting out mesh_timeout for a rank whose daemon was just told no and stopped trying.
+ *
+ * Why a grace and not at once: a hello is unauthenticated until it passes, so anyone who can
+ * reach the coordinator's port can claim any rank of a job whose id they know (a daemon of an
+ * earlier job, a stray zerod with another token). Failing at once would let that stranger kill
+ * every formation it races. With the grace, the real rank -- whose daemon retries the
+ * coordinator every 200 ms from the moment its trainer attached -- has a heartbeat_interval to
+ * join and cancel the charge; a job only fails when the claimed rank really did not come,
+ * which is then almost surely the one that was refused. The earliest refusal is kept: a stream
+ * of them cannot push the deadline back. */
+static void zd_boot_auth_note(const zd_mesh_t *mesh, zd_boot_t *b,
+                              const Zerod__Mesh__V1__MeshHello *h, const char *why)
+{
+    const zd_mesh_params_t *p = &mesh->p;
+
+    if (b->auth_pending || h->rank == 0 || h->rank >= p->world || h->job_id == NULL ||
+        strcmp(h->job_id, p->job_id) != 0 || zd_boot_rank_joined(b, h->rank)) {
+        return;
+    }
+    b->auth_pending = true;
+    b->auth_rank = h->rank;
+    b->auth_deadline = zs_deadline_in_ns(p->heartbeat_interval_ns);
+    snprintf(b->auth_why, sizeof(b->auth_why), "%s", why);
+}
+
+/* The refusal noted by zd_boot_auth_note: forgotten once its rank joined, ZS_ERR_AUTH once its
+ * grace is over. */
+static zs_status_t zd_boot_auth_check(const zd_mesh_t *mesh, zd_boot_t *b, char *err, size_t errlen)
+{
+    if (!b->auth_pending) {
+        return ZS_OK;
+    }
+    if (zd_boot_rank_joined(b, b->auth_rank)) {
+        b->auth_pending = false;
+        return ZS_OK;
+    }
+    if (!zs_deadline_expired(b->auth_deadline)) {
+        return ZS_OK;
+    }
+    return zs_errf(err, errlen, ZS_ERR_AUTH,
+                   "mesh formation failed: rank %u did not join within %.1f s "
+                   "(heartbeat_interval) of rank 0 refusing its hello: %s",
+                   b->auth_rank, (double)mesh->p.heartbeat_interval_ns * 1e-9, b->auth_why);
+}
+
 /* One message on rank 0's side: a hello from a connection that has not joined yet. A bad
- * token only refuses that connection; any other mismatch refuses it and fails formation. */
+ * token refuses that connection (and may fail formation a heartbeat_interval later:
+ * zd_boot_auth_note); any other mismatch refuses it and fails formation. */
 static zs_status_t zd_boot_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_boot_msg_t *m,
                                  uint32_t *joined_p, char *err, size_t errlen)
 {
@@ -307,6 +386,9 @@ static zs_status_t zd_boot_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_b
         st = zd_boot_join(mesh, c, msg->hello, ++*joined_p, err, errlen);
         zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
         return st;
+    }
+    if (st == ZS_ERR_AUTH) {
+        zd_boot_auth_note(mesh, b, msg->hello, why);
     }
     zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
     zs_warn(ZS_SUB_MESH, "refused: %s", why);
@@ -392,6 +474,9 @@ zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *roster, c
                 st = zs_errf(err, errlen, ZS_ERR_PEER_LOST,
                              "rank %u disconnected during mesh formation", b->conns[i].rank);
             }
+        }
+        if (st == ZS_OK && joined < mesh->p.world - 1) {
+            st = zd_boot_auth_check(mesh, b, err, errlen);
         }
     }
     return st == ZS_OK ? zd_boot_welcome(mesh, b, roster, err, errlen) : st;

@@ -247,13 +247,36 @@ kill-trainer)
     grep -h "attached\|verify" "$work"/t*.out | grep -v first
     stop_daemons
     ;;
+stray-token)
+    # A daemon with another token claims rank 1 before the real rank 1 comes: rank 0 refuses
+    # it (ERR_AUTH to the stray), and the job forms all the same, because a refused claim fails
+    # formation only if its rank has not joined within heartbeat_interval (2 s here: the real
+    # rank 1 is started once the refusal is logged, with room for a slow machine)
+    for i in 0 1; do start_daemon $i "" --heartbeat-interval 2s; done
+    start_daemon 2 "" --heartbeat-interval 2s --token-file "$work/badtoken"
+    start_trainer 2 1 2 "" --steps 2
+    start_trainer 0 0 2 "" --verify --steps 4
+    zd_wait_for_line "$work/d0.log" "refused: mesh hello claiming rank 1 .* wrong token" 10
+    start_trainer 1 1 2 "" --verify --steps 4
+    wait_trainer 2 20
+    [ "$rc" = 4 ] || fail "the stray rank 1 exited $rc, expected a refused attach"
+    grep -q "ERR_AUTH: .*wrong token" "$work/t2.out" || fail "the stray was not told ERR_AUTH"
+    for i in 0 1; do
+        wait_trainer $i 30
+        [ "$rc" = 0 ] || fail "rank $i exited $rc"
+        grep -q "verify ok" "$work/t$i.out" || fail "rank $i did not verify"
+    done
+    grep -h "ERR_\\|verify ok" "$work"/t*.out
+    stop_daemons
+    ;;
 wrong-token | wrong-layout | duplicate-rank | unreachable | stranger)
     world=2
     [ "$mode" = duplicate-rank ] && world=3
     case "$mode" in
-    wrong-token)
-        start_daemon 0 "" --mesh-timeout 3s
-        start_daemon 1 "" --mesh-timeout 3s --token-file "$work/badtoken"
+    wrong-token) # mesh_timeout 30 s: rank 0 must not wait it out (heartbeat_interval 500 ms)
+        start_daemon 0 "" --mesh-timeout 30s
+        start_daemon 1 "" --mesh-timeout 30s --token-file "$work/badtoken"
+        t_start=$(date +%s.%N)
         start_trainer 0 0 2 "" --steps 2
         start_trainer 1 1 2 "" --steps 2
         ;;
@@ -294,14 +317,21 @@ while time.time() < end:
         ;;
     esac
     for i in "${!tpids[@]}"; do wait_trainer "$i" 20; codes[i]=$rc; done
+    elapsed=$(echo "$(date +%s.%N) - ${t_start:-0}" | bc)
     for i in "${!tpids[@]}"; do
         [ "${codes[$i]}" = 4 ] || fail "trainer $i exited ${codes[$i]}, expected a refused attach"
     done
     case "$mode" in
-    wrong-token)
-        grep -q "wrong token" "$work/t1.out" || fail "rank 1 not told about the token"
-        grep -q "did not join" "$work/t0.out" || fail "rank 0 did not name the missing rank"
+    wrong-token) # both ranks: ERR_AUTH naming rank 1 and where its hello came from, at once
+        for i in 0 1; do
+            grep -q "ERR_AUTH: .*claiming rank 1 of job '$ZEROD_JOB' from 127\.0\.0\.1:[0-9]* has a wrong token" \
+                "$work/t$i.out" || fail "rank $i not told ERR_AUTH naming rank 1 and its address"
+        done
+        grep -q "rank 1 did not join within 0.5 s (heartbeat_interval)" "$work/t0.out" ||
+            fail "rank 0 did not name the missing rank"
         grep -q "wrong token" "$work/d0.log" || fail "rank 0's daemon did not log the refusal"
+        echo "both trainers had ERR_AUTH ${elapsed} s after they started (mesh_timeout 30 s)"
+        (($(echo "$elapsed < 10" | bc))) || fail "took ${elapsed} s, expected under 10 s"
         ;;
     wrong-layout)
         for i in 0 1; do grep -q "layout hash" "$work/t$i.out" || fail "rank $i: no layout message"; done

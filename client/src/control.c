@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define ZC_STATUS_FIELDS                                                                           \
@@ -253,8 +254,8 @@ ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
     Zerod__Ipc__V1__ExportRequest er = ZEROD__IPC__V1__EXPORT_REQUEST__INIT;
     zc_frame_t *reply = NULL;
-    char abs[4096];
-    int status;
+    char abs[4096], dir[4096], dabs[4096], *slash;
+    int status, fd = -1;
 
     zc_error_clear();
     if (session == NULL) {
@@ -264,12 +265,21 @@ ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t
     if (status != ZC_OK) {
         return status;
     }
+    /* the file's directory, opened here: the daemon creates the file in it with our rights */
+    snprintf(dir, sizeof(dir), "%s", abs);
+    slash = strrchr(dir, '/');
+    slash[slash == dir ? 1 : 0] = '\0';
+    status = zc_dir_open("export", dir, false, dabs, sizeof(dabs), &fd);
+    if (status != ZC_OK) {
+        return status;
+    }
     er.path = abs;
     er.dtype = (Zerod__Ipc__V1__DType)dtype;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST;
     req.export_request = &er;
-    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY, timeout_ms,
-                                &reply);
+    status = zc_session_request_fd(session, &req, fd, ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY,
+                                   timeout_ms, &reply);
+    close(fd);
     if (status != ZC_OK) {
         return status;
     }

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ZC_JOB_INFO_FIELDS (ZC_JOB_INFO_FIELD_JOB | ZC_JOB_INFO_FIELD_LIFE)
 
@@ -114,14 +115,15 @@ ZC_API int zc_session_job_end(zc_session_t *session, const char *job_id,
     uint64_t mask = params != NULL ? params->field_mask : 0;
     zc_frame_t *reply = NULL;
     char abs[4096];
-    int status;
+    int status, fd = -1;
 
     zc_error_clear();
     if (session == NULL) {
         return zc_fail(ZC_ERR_INVALID, "job end: session is NULL");
     }
-    if ((mask & ZC_JOB_END_FIELD_CHECKPOINT_DIR) && params->checkpoint_dir != NULL) {
-        status = zc_abs_path("job end", params->checkpoint_dir, abs, sizeof(abs));
+    if ((mask & ZC_JOB_END_FIELD_CHECKPOINT_DIR) && params->checkpoint_dir != NULL &&
+        params->checkpoint_dir[0] != '\0') { /* the daemon saves into it with our rights */
+        status = zc_dir_open("job end", params->checkpoint_dir, true, abs, sizeof(abs), &fd);
         if (status != ZC_OK) {
             return status;
         }
@@ -131,9 +133,12 @@ ZC_API int zc_session_job_end(zc_session_t *session, const char *job_id,
     je.job_id = (char *)(job_id != NULL ? job_id : "");
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_JOB_END;
     req.job_end = &je;
-    status =
-        zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_JOB_END_REPLY,
-                           (mask & ZC_JOB_END_FIELD_TIMEOUT_MS) ? params->timeout_ms : -1, &reply);
+    status = zc_session_request_fd(session, &req, fd, ZEROD__IPC__V1__FRAME__BODY_JOB_END_REPLY,
+                                   (mask & ZC_JOB_END_FIELD_TIMEOUT_MS) ? params->timeout_ms : -1,
+                                   &reply);
+    if (fd >= 0) {
+        close(fd);
+    }
     if (status != ZC_OK) {
         return status;
     }

@@ -178,6 +178,12 @@ int zc_session_wait_reply(zc_session_t *s, uint64_t seq, zc_body_case_t reply_ca
 int zc_session_request(zc_session_t *s, zc_frame_t *request, zc_body_case_t reply_case,
                        int timeout_ms, zc_frame_t **reply_p)
 {
+    return zc_session_request_fd(s, request, -1, reply_case, timeout_ms, reply_p);
+}
+
+int zc_session_request_fd(zc_session_t *s, zc_frame_t *request, int fd, zc_body_case_t reply_case,
+                          int timeout_ms, zc_frame_t **reply_p)
+{
     zs_deadline_t deadline = zc_deadline(s, timeout_ms);
     int status;
 
@@ -186,7 +192,7 @@ int zc_session_request(zc_session_t *s, zc_frame_t *request, zc_body_case_t repl
         return status;
     }
     request->seq = zc_conn_next_seq(&s->conn);
-    status = zc_conn_send(&s->conn, request, deadline);
+    status = zc_conn_send(&s->conn, request, fd, deadline);
     if (status == ZC_ERR_CLOSED) {
         /* The daemon may have said why before it closed (an ErrorReply, e.g. permission
          * denied): report that rather than the broken pipe. */

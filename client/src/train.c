@@ -276,7 +276,7 @@ ZC_API int zc_session_slot_submit_event(zc_session_t *session, const zc_slot_t *
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY;
     req.bucket_ready = &br;
     req.seq = zc_conn_next_seq(&s->conn);
-    status = zc_conn_send(&s->conn, &req, zc_deadline(s, -1));
+    status = zc_conn_send(&s->conn, &req, -1, zc_deadline(s, -1));
     if (status != ZC_OK) {
         return zc_session_broken(s, status);
     }
@@ -355,7 +355,7 @@ ZC_API int zc_session_step(zc_session_t *session, const zc_step_params_t *params
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_STEP;
     req.step = &st;
     req.seq = zc_conn_next_seq(&s->conn);
-    status = zc_conn_send(&s->conn, &req, deadline);
+    status = zc_conn_send(&s->conn, &req, -1, deadline);
     if (status != ZC_OK) {
         return zc_session_broken(s, status);
     }

@@ -166,7 +166,30 @@ static int zc_conn_wait(zc_conn_t *conn, short events, zs_deadline_t deadline, c
     }
 }
 
-int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadline)
+/* The first bytes of a frame with fd (SCM_RIGHTS): the kernel delivers the descriptor with
+ * them, before the frame is whole at the daemon. */
+static ssize_t zc_conn_send_fd(int sock, const uint8_t *buf, size_t n, int fd)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {(void *)buf, n};
+    struct msghdr msg;
+    struct cmsghdr *cm;
+
+    memset(&msg, 0, sizeof(msg));
+    memset(cbuf, 0, sizeof(cbuf));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    return sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+int zc_conn_send(zc_conn_t *conn, zc_frame_t *frame, int fd, zs_deadline_t deadline)
 {
     uint8_t hdr[ZS_FRAME_HEADER];
     size_t n, sent = 0;
@@ -176,6 +199,7 @@ int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadlin
     if (conn->fd < 0) {
         return zc_fail(ZC_ERR_CLOSED, "the connection to the daemon is closed");
     }
+    frame->fds = fd >= 0 ? 1 : 0;
     n = zerod__ipc__v1__frame__get_packed_size(frame);
     if (zs_frame_header(n, hdr, NULL, 0) != ZS_OK) { /* 0 or over the limit: our message */
         return zc_fail(ZC_ERR_INVALID, "a %s frame of %zu bytes is over the limit of %u bytes",
@@ -190,7 +214,9 @@ int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadlin
     n += ZS_FRAME_HEADER;
 
     while (sent < n) {
-        ssize_t rc = send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t rc = sent == 0 && fd >= 0
+                         ? zc_conn_send_fd(conn->fd, buf, n, fd)
+                         : send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (rc >= 0) {
             sent += (size_t)rc;
             continue;

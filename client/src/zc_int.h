@@ -66,8 +66,9 @@ int zc_conn_connect(zc_conn_t *conn, const char *path, zs_deadline_t deadline);
 
 /* A new request sequence number (never 0). */
 uint64_t zc_conn_next_seq(zc_conn_t *conn);
-/* Pack and send one frame, waiting for socket space until the deadline. */
-int zc_conn_send(zc_conn_t *conn, const zc_frame_t *frame, zs_deadline_t deadline);
+/* Pack and send one frame, waiting for socket space until the deadline. fd >= 0: a descriptor
+ * to pass with the frame's first bytes (SCM_RIGHTS; the frame's `fds` says 1). */
+int zc_conn_send(zc_conn_t *conn, zc_frame_t *frame, int fd, zs_deadline_t deadline);
 /* Receive and decode one frame (caller frees with zerod__ipc__v1__frame__free_unpacked).
  * File descriptors that arrive on the way are kept in conn->fds. Errors: ZC_ERR_TIMEOUT,
  * ZC_ERR_CLOSED (EOF, also in the middle of a frame), ZC_ERR_PROTOCOL (length 0 or over
@@ -102,6 +103,10 @@ int zc_session_timeout_ms(const zc_session_t *session);
  * Result is not interpreted: the caller checks it (zc_result_status). */
 int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_t reply_case,
                        int timeout_ms, zc_frame_t **reply_p);
+/* The same, with a directory descriptor passed along (ipc.proto: the daemon works in it with
+ * this process's rights). fd stays the caller's. */
+int zc_session_request_fd(zc_session_t *session, zc_frame_t *request, int fd,
+                          zc_body_case_t reply_case, int timeout_ms, zc_frame_t **reply_p);
 
 /* A trainer call that needs the job's parameters: the session is attached, ParamsReady was
  * sent, and every submitted slot came back. */
@@ -110,6 +115,10 @@ int zc_session_prepare_call(zc_session_t *session, int timeout_ms, const char *w
 /* path made absolute against this process's working directory (a daemon's is not ours), into
  * buf; ZC_ERR_INVALID / ZC_ERR_IO named after `what` otherwise. */
 int zc_abs_path(const char *what, const char *path, char *buf, size_t len);
+/* The directory `path` (made absolute into abs) opened with this process's rights, for the
+ * daemon to work in (*fd_p: close it after the request); create: made first when missing, as
+ * `mkdir -p` would (mode 0777 less the umask). Errors name `what` and the path. */
+int zc_dir_open(const char *what, const char *path, bool create, char *abs, size_t len, int *fd_p);
 
 /* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message". */
 int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);

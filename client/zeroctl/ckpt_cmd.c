@@ -52,26 +52,26 @@ static void ckpt_usage(FILE *out)
             "Exit status: 0 ok, 1 missing, unreadable or corrupt checkpoint, 2 usage error.\n");
 }
 
-/* CKPT (+ tag) to the checkpoint's directory and its manifest. */
-static int ckpt_open(const char *arg, const char *tag, char *path, size_t len,
-                     zs_ckpt_manifest_t **m_p)
+/* CKPT (+ tag): the checkpoint's directory (*ckpt, to close) and its verified manifest. */
+static int ckpt_open(const char *arg, const char *tag, zs_dir_t *ckpt, zs_ckpt_manifest_t **m_p)
 {
-    char probe[4096], tagbuf[ZS_CKPT_TAG_MAX], err[1024];
-    struct stat sb;
-    zs_status_t st;
+    char err[1024];
+    zs_dir_t d = ZS_DIR_INIT;
+    zs_status_t st = zs_dir_open(&d, arg, err, sizeof(err));
 
-    zs_ckpt_pathf(probe, sizeof(probe), "%s/%s", arg, ZS_CKPT_MANIFEST);
-    if (tag == NULL && stat(probe, &sb) == 0) {
-        zs_ckpt_pathf(path, len, "%s", arg);
-    } else {
-        st = zs_ckpt_resolve(arg, tag, path, len, tagbuf, sizeof(tagbuf), err, sizeof(err));
-        if (st != ZS_OK) {
-            zctl_error(st, "%s", err);
-            return ZC_EXIT_BAD;
-        }
+    *ckpt = (zs_dir_t)ZS_DIR_INIT;
+    if (st == ZS_OK && tag == NULL && zs_dir_has(&d, ZS_CKPT_MANIFEST, NULL)) {
+        *ckpt = d; /* CKPT is a checkpoint */
+        d = (zs_dir_t)ZS_DIR_INIT;
+    } else if (st == ZS_OK) {
+        st = zs_ckpt_open(&d, tag, ckpt, NULL, 0, err, sizeof(err));
     }
-    st = zs_ckpt_manifest_read(path, m_p, err, sizeof(err));
+    zs_dir_close(&d);
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_read(ckpt, m_p, err, sizeof(err));
+    }
     if (st != ZS_OK) {
+        zs_dir_close(ckpt);
         zctl_error(st, "%s", err);
         return ZC_EXIT_BAD;
     }
@@ -91,20 +91,22 @@ static uint64_t ckpt_bytes(const zs_ckpt_manifest_t *m)
 
 static int ckpt_ls(const char *dir, int json)
 {
-    char latest[ZS_CKPT_TAG_MAX] = "", path[4096], err[1024];
-    DIR *d = opendir(dir);
+    char latest[ZS_CKPT_TAG_MAX] = "", err[1024];
+    zs_dir_t top = ZS_DIR_INIT;
+    DIR *d = zs_dir_open(&top, dir, err, sizeof(err)) == ZS_OK ? opendir(dir) : NULL;
     struct dirent *e;
     cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "checkpoints");
     cJSON *left = cJSON_AddArrayToObject(root, "leftovers");
+    cJSON *bad = cJSON_AddArrayToObject(root, "unverified");
 
     if (d == NULL) {
         zctl_error(errno == ENOENT ? ZC_ERR_NOT_FOUND : ZC_ERR_IO, "checkpoint dir %s: %s", dir,
                    strerror(errno));
+        zs_dir_close(&top);
         cJSON_Delete(root);
         return ZC_EXIT_BAD;
     }
-    if (zs_ckpt_resolve(dir, NULL, path, sizeof(path), latest, sizeof(latest), err, sizeof(err)) !=
-        ZS_OK) {
+    if (zs_ckpt_resolve(&top, NULL, latest, sizeof(latest), err, sizeof(err)) != ZS_OK) {
         latest[0] = '\0';
     }
     if (!json) {
@@ -112,10 +114,11 @@ static int ckpt_ls(const char *dir, int json)
     }
     while ((e = readdir(d)) != NULL) {
         zs_ckpt_manifest_t *m = NULL;
+        zs_dir_t sub = ZS_DIR_INIT;
+        zs_status_t st;
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
             continue;
         }
-        zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, e->d_name);
         if (strncmp(e->d_name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) == 0 ||
             strncmp(e->d_name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) == 0) {
             cJSON_AddItemToArray(left, cJSON_CreateString(e->d_name));
@@ -124,7 +127,22 @@ static int ckpt_ls(const char *dir, int json)
             }
             continue;
         }
-        if (zs_ckpt_manifest_read(path, &m, err, sizeof(err)) != ZS_OK) {
+        if (zs_dir_sub(&top, e->d_name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, err, sizeof(err)) !=
+                ZS_OK ||
+            !zs_dir_has(&sub, ZS_CKPT_MANIFEST, NULL)) {
+            zs_dir_close(&sub);
+            continue; /* not a checkpoint */
+        }
+        st = zs_ckpt_manifest_read(&sub, &m, err, sizeof(err));
+        zs_dir_close(&sub);
+        if (st != ZS_OK) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "tag", e->d_name);
+            cJSON_AddStringToObject(o, "error", err);
+            cJSON_AddItemToArray(bad, o);
+            if (!json) {
+                printf("%-24s (not trusted: %s)\n", e->d_name, err);
+            }
             continue;
         }
         cJSON *o = cJSON_CreateObject();
@@ -143,6 +161,7 @@ static int ckpt_ls(const char *dir, int json)
         zs_ckpt_manifest_free(m);
     }
     closedir(d);
+    zs_dir_close(&top);
     if (json) {
         cJSON_AddNumberToObject(root, "schema_version", 1);
         cJSON_AddStringToObject(root, "command", "checkpoint ls");
@@ -158,15 +177,18 @@ static int ckpt_ls(const char *dir, int json)
 
 static int ckpt_verify(const char *arg, const char *tag, int json)
 {
-    char path[4096], err[1024];
+    char err[1024];
+    const char *path;
     zs_ckpt_manifest_t *m = NULL;
-    int rc = ckpt_open(arg, tag, path, sizeof(path), &m);
+    zs_dir_t ckpt;
+    int rc = ckpt_open(arg, tag, &ckpt, &m);
     zs_status_t st;
 
     if (rc != ZC_EXIT_OK) {
         return rc;
     }
-    st = zs_ckpt_verify(path, m, err, sizeof(err));
+    path = ckpt.shown;
+    st = zs_ckpt_verify(&ckpt, m, NULL, err, sizeof(err));
     if (json) {
         cJSON *root = cJSON_CreateObject();
         cJSON_AddNumberToObject(root, "schema_version", 1);
@@ -187,27 +209,42 @@ static int ckpt_verify(const char *arg, const char *tag, int json)
         zctl_error(st, "%s", err);
     }
     zs_ckpt_manifest_free(m);
+    zs_dir_close(&ckpt);
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
 }
 
 /* ---- seal ------------------------------------------------------------------------------ */
 
-/* Sizes and checksums of every file the manifest lists, into the manifest (for checkpoints
- * written by other tools: zerod.import_deepspeed). */
+/* Sizes and checksums of every file the manifest lists, the layout hash its fields give and
+ * this format's version, into the manifest, and the manifest's own checksum beside it: for
+ * checkpoints written by other tools (zerod.import_deepspeed) or by an older zerod. What the
+ * manifest says is trusted as it is: seal only what you made. */
 static int ckpt_seal(const char *path)
 {
-    char err[1024], file[4096];
+    char err[1024];
     zs_ckpt_manifest_t *m = NULL;
-    zs_status_t st = zs_ckpt_manifest_read(path, &m, err, sizeof(err));
+    zs_layout_t *layout = NULL;
+    zs_dir_t d = ZS_DIR_INIT;
+    zs_status_t st = zs_dir_open(&d, path, err, sizeof(err));
 
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_read_unsealed(&d, &m, err, sizeof(err));
+    }
     for (uint32_t i = 0; st == ZS_OK && i < m->n_files; i++) {
-        zs_ckpt_pathf(file, sizeof(file), "%s/%s", path, m->files[i].name);
-        st = zs_ckpt_hash_file(file, &m->files[i].bytes, &m->files[i].xxh3, err, sizeof(err));
+        st = zs_ckpt_hash_file(&d, m->files[i].name, UINT64_MAX >> 11, NULL, &m->files[i].bytes,
+                               &m->files[i].xxh3, err, sizeof(err));
     }
     if (st == ZS_OK) {
-        st = zs_ckpt_manifest_write(path, m, err, sizeof(err));
+        st = zs_ckpt_layout(m, &layout, err, sizeof(err));
     }
+    if (st == ZS_OK) {
+        m->layout_hash = layout->hash;
+        m->version = ZS_CKPT_VERSION;
+        st = zs_ckpt_manifest_write(&d, m, err, sizeof(err));
+    }
+    zs_layout_destroy(layout);
     zs_ckpt_manifest_free(m);
+    zs_dir_close(&d);
     if (st != ZS_OK) {
         zctl_error(st, "checkpoint seal: %s", err);
         return ZC_EXIT_BAD;
@@ -284,10 +321,12 @@ static int ckpt_export_data(const zs_ckpt_manifest_t *m, const zs_layout_t *layo
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
 }
 
-static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ckpt_manifest_t *m,
-                           unsigned tensor, bool bf16)
+static int ckpt_export_run(const ckpt_export_t *x, const zs_dir_t *ckpt,
+                           const zs_ckpt_manifest_t *m, unsigned tensor, bool bf16)
 {
-    char err[1024], tmp[4096], step_s[32];
+    char err[1024], tmp[4096], step_s[32], outdir[4096];
+    const char *path = ckpt->shown, *slash = strrchr(x->out, '/'), *name;
+    zs_dir_t od = ZS_DIR_INIT;
     zs_layout_t *layout = NULL;
     zs_ckpt_reader_t *rd = NULL;
     zs_st_writer_t *w = NULL;
@@ -298,17 +337,30 @@ static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ck
     zs_status_t st;
 
     snprintf(step_s, sizeof(step_s), "%" PRIu64, m->step);
-    zs_ckpt_pathf(tmp, sizeof(tmp), "%s.tmp", x->out);
+    /* OUT's directory, and OUT.tmp in it until the file is whole */
+    zs_ckpt_pathf(outdir, sizeof(outdir), "%.*s",
+                  slash == NULL     ? 1
+                  : slash == x->out ? 1
+                                    : (int)(slash - x->out),
+                  slash == NULL ? "." : x->out);
+    name = slash == NULL ? x->out : slash + 1;
+    zs_ckpt_pathf(tmp, sizeof(tmp), "%s.tmp", name);
     for (uint32_t i = 0; meta != NULL && i < m->n_params; i++) {
         meta[i] = (zs_st_meta_t){m->params[i].name, bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32,
                                  m->params[i].ndim, m->params[i].dims};
     }
     st = meta != NULL ? zs_ckpt_layout(m, &layout, err, sizeof(err)) : ZS_ERR_NO_MEMORY;
     if (st == ZS_OK) {
-        st = zs_ckpt_reader_open(path, m, &rd, err, sizeof(err));
+        st = zs_ckpt_reader_open(ckpt, m, &rd, err, sizeof(err));
     }
     if (st == ZS_OK) {
-        st = zs_st_create(tmp, meta, m->n_params, kv, 3, &w, err, sizeof(err));
+        st = zs_dir_open(&od, outdir, err, sizeof(err));
+    }
+    if (st == ZS_OK) {
+        st = zs_dir_unlink(&od, tmp, err, sizeof(err)); /* an export that died */
+    }
+    if (st == ZS_OK) {
+        st = zs_st_create(&od, tmp, meta, m->n_params, kv, 3, &w, err, sizeof(err));
     }
     if (st == ZS_OK) {
         rc = ckpt_export_data(m, layout, rd, w, tensor, bf16, err, sizeof(err));
@@ -317,12 +369,14 @@ static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ck
             zs_st_abort(w);
         }
     }
-    if (st == ZS_OK && rename(tmp, x->out) != 0) {
-        zs_ckpt_pathf(err, sizeof(err), "renaming %s to %s: %s", tmp, x->out, strerror(errno));
-        st = ZS_ERR_IO;
+    if (st == ZS_OK) {
+        st = zs_dir_rename(&od, tmp, name, 0, err, sizeof(err));
     }
     if (st != ZS_OK) {
-        unlink(tmp);
+        char why[256];
+        if (od.fd >= 0) {
+            (void)zs_dir_unlink(&od, tmp, why, sizeof(why));
+        }
         zctl_error(st, "export of %s: %s", path, err);
         rc = ZC_EXIT_BAD;
     } else {
@@ -332,13 +386,14 @@ static int ckpt_export_run(const ckpt_export_t *x, const char *path, const zs_ck
     }
     zs_ckpt_reader_close(rd);
     zs_layout_destroy(layout);
+    zs_dir_close(&od);
     free(meta);
     return rc;
 }
 
 static int ckpt_export(const ckpt_export_t *x)
 {
-    char path[4096];
+    zs_dir_t ckpt;
     zs_ckpt_manifest_t *m = NULL;
     unsigned tensor = ZS_CKPT_N_TENSORS;
     const char *dup;
@@ -358,18 +413,19 @@ static int ckpt_export(const ckpt_export_t *x)
                    x->state, x->dtype, x->format, x->out != NULL ? x->out : "missing");
         return ZC_EXIT_USAGE;
     }
-    rc = ckpt_open(x->ckpt, x->tag, path, sizeof(path), &m);
+    rc = ckpt_open(x->ckpt, x->tag, &ckpt, &m);
     if (rc != ZC_EXIT_OK) {
         return rc;
     }
     dup = zs_ckpt_duplicate_name(m->params, m->n_params);
     if (dup != NULL) {
-        zctl_error(ZC_ERR_INVALID, "export: %s names two parameters '%s'", path, dup);
-        zs_ckpt_manifest_free(m);
-        return ZC_EXIT_BAD;
+        zctl_error(ZC_ERR_INVALID, "export: %s names two parameters '%s'", ckpt.shown, dup);
+        rc = ZC_EXIT_BAD;
+    } else {
+        rc = ckpt_export_run(x, &ckpt, m, tensor, strcmp(x->dtype, "bf16") == 0);
     }
-    rc = ckpt_export_run(x, path, m, tensor, strcmp(x->dtype, "bf16") == 0);
     zs_ckpt_manifest_free(m);
+    zs_dir_close(&ckpt);
     return rc;
 }
 

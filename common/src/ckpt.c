@@ -3,12 +3,12 @@
  */
 #define _GNU_SOURCE
 #include "zs/ckpt.h"
+#include "zs/dir.h"
 #include "zs/error.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -149,57 +149,31 @@ static cJSON *zs_ckpt_manifest_json(const zs_ckpt_manifest_t *m)
     return root;
 }
 
-zs_status_t zs_ckpt_write_file(const char *path, const void *data, size_t len, uint64_t *xxh3_p,
-                               char *err, size_t errlen)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const char *p = data;
-    size_t left = len;
-    zs_status_t st = ZS_OK;
-
-    if (fd < 0) {
-        return zs_errf(err, errlen, errno == EACCES ? ZS_ERR_PERMISSION : ZS_ERR_IO,
-                       "cannot create %s: %s", path, strerror(errno));
-    }
-    while (left > 0 && st == ZS_OK) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            st = zs_errf(err, errlen, ZS_ERR_IO, "writing %s: %s", path,
-                         n < 0 ? strerror(errno) : "no progress");
-            break;
-        }
-        p += n;
-        left -= (size_t)n;
-    }
-    if (st == ZS_OK && fsync(fd) != 0) {
-        st = zs_errf(err, errlen, ZS_ERR_IO, "fsync of %s: %s", path, strerror(errno));
-    }
-    if (close(fd) != 0 && st == ZS_OK) {
-        st = zs_errf(err, errlen, ZS_ERR_IO, "closing %s: %s", path, strerror(errno));
-    }
-    if (xxh3_p != NULL) {
-        *xxh3_p = XXH3_64bits(data, len);
-    }
-    return st;
-}
-
-zs_status_t zs_ckpt_manifest_write(const char *dir, const zs_ckpt_manifest_t *m, char *err,
+zs_status_t zs_ckpt_manifest_write(const zs_dir_t *d, const zs_ckpt_manifest_t *m, char *err,
                                    size_t errlen)
 {
-    char path[4096];
     cJSON *root = zs_ckpt_manifest_json(m);
     char *text = root != NULL ? cJSON_Print(root) : NULL;
+    char sum[64];
+    uint64_t xxh3 = 0;
     zs_status_t st;
 
     cJSON_Delete(root);
     if (text == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory writing the manifest");
     }
-    zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, ZS_CKPT_MANIFEST);
-    st = zs_ckpt_write_file(path, text, strlen(text), NULL, err, errlen);
+    /* a manifest written again (seal) replaces the old one */
+    st = zs_dir_unlink(d, ZS_CKPT_MANIFEST_SUM, err, errlen);
+    if (st == ZS_OK) {
+        st = zs_dir_unlink(d, ZS_CKPT_MANIFEST, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zs_dir_write_file(d, ZS_CKPT_MANIFEST, text, strlen(text), &xxh3, err, errlen);
+    }
+    if (st == ZS_OK) {
+        snprintf(sum, sizeof(sum), "%016" PRIx64 " %zu\n", xxh3, strlen(text));
+        st = zs_dir_write_file(d, ZS_CKPT_MANIFEST_SUM, sum, strlen(sum), NULL, err, errlen);
+    }
     free(text);
     return st;
 }
@@ -384,61 +358,16 @@ static void zs_ckpt_read_scalars(zs_ckpt_rd_t *rd, const cJSON *root, zs_ckpt_ma
     }
 }
 
-static char *zs_ckpt_slurp(const char *path, size_t max, size_t *len_p, char *err, size_t errlen,
-                           zs_status_t *st_p)
+/* The manifest's text as parsed into m (path: for messages). */
+static zs_status_t zs_ckpt_manifest_parse(const char *text, size_t len, const char *path,
+                                          zs_ckpt_manifest_t **m_p, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0;
-
-    if (f == NULL) {
-        *st_p = zs_errf(err, errlen,
-                        errno == ENOENT   ? ZS_ERR_NOT_FOUND
-                        : errno == EACCES ? ZS_ERR_PERMISSION
-                                          : ZS_ERR_IO,
-                        "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    buf = malloc(max + 1);
-    if (buf != NULL) {
-        n = fread(buf, 1, max + 1, f);
-    }
-    if (buf == NULL || ferror(f) || n > max) {
-        *st_p = zs_errf(err, errlen, ZS_ERR_IO, "%s: %s", path,
-                        buf == NULL ? "out of memory"
-                        : n > max   ? "larger than a manifest can be"
-                                    : strerror(errno));
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len_p = n;
-    *st_p = ZS_OK;
-    return buf;
-}
-
-zs_status_t zs_ckpt_manifest_read(const char *dir, zs_ckpt_manifest_t **m_p, char *err,
-                                  size_t errlen)
-{
-    char path[4096];
-    size_t len = 0;
-    zs_status_t st;
-    char *text;
-    cJSON *root;
-    const cJSON *fmt;
     zs_ckpt_rd_t rd = {path, err, errlen, ZS_OK};
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    const cJSON *fmt;
     zs_ckpt_manifest_t *m;
 
     *m_p = NULL;
-    zs_ckpt_pathf(path, sizeof(path), "%s/%s", dir, ZS_CKPT_MANIFEST);
-    text = zs_ckpt_slurp(path, 1u << 30, &len, err, errlen, &st);
-    if (text == NULL) {
-        return st;
-    }
-    root = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return zs_errf(err, errlen, ZS_ERR_IO, "%s: not a JSON object", path);
@@ -472,6 +401,116 @@ zs_status_t zs_ckpt_manifest_read(const char *dir, zs_ckpt_manifest_t **m_p, cha
     }
     *m_p = m;
     return ZS_OK;
+}
+
+zs_status_t zs_ckpt_manifest_read_unsealed(const zs_dir_t *d, zs_ckpt_manifest_t **m_p, char *err,
+                                           size_t errlen)
+{
+    char path[ZS_DIR_SHOWN_MAX + 32], *text = NULL;
+    size_t len = 0;
+    zs_status_t st;
+
+    *m_p = NULL;
+    zs_ckpt_pathf(path, sizeof(path), "%s/%s", d->shown, ZS_CKPT_MANIFEST);
+    st = zs_dir_read_file(d, ZS_CKPT_MANIFEST, ZS_CKPT_MANIFEST_MAX, &text, &len, err, errlen);
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_parse(text, len, path, m_p, err, errlen);
+    }
+    free(text);
+    return st;
+}
+
+/* manifest.xxh3: "<16 hex digits> <bytes>" of manifest.json. */
+static zs_status_t zs_ckpt_manifest_sum(const zs_dir_t *d, uint64_t *xxh3_p, uint64_t *bytes_p,
+                                        char *err, size_t errlen)
+{
+    char *text = NULL, *end = NULL;
+    size_t len = 0;
+    zs_status_t st = zs_dir_read_file(d, ZS_CKPT_MANIFEST_SUM, 64, &text, &len, err, errlen);
+
+    if (st == ZS_ERR_NOT_FOUND) {
+        zs_ckpt_manifest_t *m = NULL;
+        /* say which zerod wrote it, when the manifest says */
+        if (zs_ckpt_manifest_read_unsealed(d, &m, NULL, 0) == ZS_OK && m->version < 2) {
+            st = zs_errf(err, errlen, ZS_ERR_IO,
+                         "%s/%s: format_version %u has no manifest checksum (an older zerod "
+                         "wrote it); `zeroctl checkpoint seal %s` trusts it as it is now",
+                         d->shown, ZS_CKPT_MANIFEST, m->version, d->shown);
+        } else {
+            st = zs_errf(err, errlen, ZS_ERR_IO,
+                         "%s/%s is missing: the manifest cannot be verified, so the checkpoint "
+                         "is not trusted",
+                         d->shown, ZS_CKPT_MANIFEST_SUM);
+        }
+        zs_ckpt_manifest_free(m);
+        return st;
+    }
+    if (st != ZS_OK) {
+        return st;
+    }
+    *xxh3_p = strtoull(text, &end, 16);
+    if (end != text + 16 || *end != ' ') {
+        st = ZS_ERR_IO;
+    } else {
+        char *e2 = NULL;
+        *bytes_p = strtoull(end + 1, &e2, 10);
+        st = e2 == end + 1 || (*e2 != '\n' && *e2 != '\0') ? ZS_ERR_IO : ZS_OK;
+    }
+    if (st != ZS_OK) {
+        st = zs_errf(err, errlen, ZS_ERR_IO, "%s/%s: '%.40s' is not '<xxh3 hex> <bytes>'", d->shown,
+                     ZS_CKPT_MANIFEST_SUM, text);
+    }
+    free(text);
+    return st;
+}
+
+zs_status_t zs_ckpt_manifest_read(const zs_dir_t *d, zs_ckpt_manifest_t **m_p, char *err,
+                                  size_t errlen)
+{
+    char path[ZS_DIR_SHOWN_MAX + 32], *text = NULL, perr[1024] = "";
+    uint64_t want_xxh3 = 0, want_bytes = 0;
+    size_t len = 0;
+    zs_layout_t *layout = NULL;
+    zs_status_t st, pst = ZS_OK;
+
+    *m_p = NULL;
+    zs_ckpt_pathf(path, sizeof(path), "%s/%s", d->shown, ZS_CKPT_MANIFEST);
+    st = zs_ckpt_manifest_sum(d, &want_xxh3, &want_bytes, err, errlen);
+    if (st == ZS_OK) {
+        st = zs_dir_read_file(d, ZS_CKPT_MANIFEST, ZS_CKPT_MANIFEST_MAX, &text, &len, err, errlen);
+    }
+    if (st == ZS_OK) { /* a newer format says so first: it may check itself differently */
+        pst = zs_ckpt_manifest_parse(text, len, path, m_p, perr, sizeof(perr));
+        if (pst == ZS_ERR_VERSION) {
+            st = zs_errf(err, errlen, pst, "%s", perr);
+        }
+    }
+    if (st == ZS_OK && (len != want_bytes || XXH3_64bits(text, len) != want_xxh3)) {
+        st =
+            zs_errf(err, errlen, ZS_ERR_IO,
+                    "%s was changed or is corrupt: it is not what %s says (xxh3 %016" PRIx64
+                    " of %zu bytes; expected %016" PRIx64 " of %" PRIu64 ")",
+                    path, ZS_CKPT_MANIFEST_SUM, XXH3_64bits(text, len), len, want_xxh3, want_bytes);
+    }
+    if (st == ZS_OK && pst != ZS_OK) {
+        st = zs_errf(err, errlen, pst, "%s", perr);
+    }
+    free(text);
+    if (st == ZS_OK) {
+        st = zs_ckpt_layout(*m_p, &layout, err, errlen);
+    }
+    if (st == ZS_OK && layout->hash != (*m_p)->layout_hash) {
+        st = zs_errf(err, errlen, ZS_ERR_IO,
+                     "%s: layout_hash %016" PRIx64 " is not the hash of the layout its fields "
+                     "give (%016" PRIx64 "): the manifest is inconsistent",
+                     path, (*m_p)->layout_hash, layout->hash);
+    }
+    zs_layout_destroy(layout);
+    if (st != ZS_OK) {
+        zs_ckpt_manifest_free(*m_p);
+        *m_p = NULL;
+    }
+    return st;
 }
 
 zs_status_t zs_ckpt_layout(const zs_ckpt_manifest_t *m, zs_layout_t **layout_p, char *err,
@@ -531,22 +570,22 @@ zs_status_t zs_ckpt_tag_check(const char *tag, char *err, size_t errlen)
     return ZS_OK;
 }
 
-zs_status_t zs_ckpt_resolve(const char *dir, const char *tag, char *path, size_t pathlen,
-                            char *tag_out, size_t taglen, char *err, size_t errlen)
+zs_status_t zs_ckpt_resolve(const zs_dir_t *dir, const char *tag, char *tag_out, size_t taglen,
+                            char *err, size_t errlen)
 {
-    char latest[4096], buf[ZS_CKPT_TAG_MAX + 2];
+    char buf[ZS_CKPT_TAG_MAX + 2];
     zs_status_t st;
 
     if (tag == NULL || tag[0] == '\0') {
         size_t len = 0;
-        char *text;
-        zs_ckpt_pathf(latest, sizeof(latest), "%s/%s", dir, ZS_CKPT_LATEST);
-        text = zs_ckpt_slurp(latest, ZS_CKPT_TAG_MAX + 1, &len, err, errlen, &st);
-        if (text == NULL) {
-            return st == ZS_ERR_NOT_FOUND
-                       ? zs_errf(err, errlen, st, "no checkpoint in %s: %s does not exist", dir,
-                                 latest)
-                       : st;
+        char *text = NULL;
+        st = zs_dir_read_file(dir, ZS_CKPT_LATEST, ZS_CKPT_TAG_MAX + 1, &text, &len, err, errlen);
+        if (st == ZS_ERR_NOT_FOUND) {
+            return zs_errf(err, errlen, st, "no checkpoint in %s: %s/%s does not exist", dir->shown,
+                           dir->shown, ZS_CKPT_LATEST);
+        }
+        if (st != ZS_OK) {
+            return st;
         }
         while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ')) {
             text[--len] = '\0';
@@ -559,83 +598,113 @@ zs_status_t zs_ckpt_resolve(const char *dir, const char *tag, char *path, size_t
     if (st != ZS_OK) {
         return st;
     }
-    zs_ckpt_pathf(path, pathlen, "%s/%s", dir, tag);
     zs_ckpt_pathf(tag_out, taglen, "%s", tag);
     return ZS_OK;
 }
 
-zs_status_t zs_ckpt_hash_file(const char *path, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
-                              size_t errlen)
+zs_status_t zs_ckpt_open(const zs_dir_t *dir, const char *tag, zs_dir_t *ckpt, char *tag_out,
+                         size_t taglen, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char t[ZS_CKPT_TAG_MAX];
+    zs_status_t st = zs_ckpt_resolve(dir, tag, t, sizeof(t), err, errlen);
+
+    if (st == ZS_OK) {
+        st = zs_dir_sub(dir, t, ZS_MAY_READ | ZS_MAY_EXEC, ckpt, err, errlen);
+        if (st == ZS_ERR_NOT_FOUND && (tag == NULL || tag[0] == '\0')) {
+            st = zs_errf(err, errlen, st, "%s/%s names '%s', which is not there", dir->shown,
+                         ZS_CKPT_LATEST, t);
+        }
+    }
+    if (st == ZS_OK && tag_out != NULL) {
+        zs_ckpt_pathf(tag_out, taglen, "%s", t);
+    }
+    return st;
+}
+
+zs_status_t zs_ckpt_hash_fd(int fd, uint64_t bytes, const zs_cancel_t *cancel, const char *shown,
+                            uint64_t *xxh3_p, char *err, size_t errlen)
+{
     XXH3_state_t *h = XXH3_createState();
     size_t cap = 4u << 20;
     char *buf = malloc(cap);
-    uint64_t total = 0;
+    uint64_t done = 0;
     zs_status_t st = ZS_OK;
 
-    if (fd < 0 || h == NULL || buf == NULL) {
-        st = fd < 0 ? zs_errf(err, errlen,
-                              errno == ENOENT   ? ZS_ERR_NOT_FOUND
-                              : errno == EACCES ? ZS_ERR_PERMISSION
-                                                : ZS_ERR_IO,
-                              "cannot open %s: %s", path, strerror(errno))
-                    : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory hashing %s", path);
+    if (h == NULL || buf == NULL) {
+        st = zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory hashing %s", shown);
         goto out;
     }
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     XXH3_64bits_reset(h);
-    for (;;) {
-        ssize_t n = read(fd, buf, cap);
+    while (done < bytes) { /* never past the size the manifest gives */
+        size_t want = bytes - done < cap ? (size_t)(bytes - done) : cap;
+        ssize_t n = pread(fd, buf, want, (off_t)done);
         if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (n < 0) {
-            st = zs_errf(err, errlen, ZS_ERR_IO, "reading %s: %s", path, strerror(errno));
+        if (n <= 0) {
+            st = n < 0 ? zs_errf(err, errlen, ZS_ERR_IO, "reading %s: %s", shown, strerror(errno))
+                       : zs_errf(err, errlen, ZS_ERR_IO,
+                                 "%s ended after %" PRIu64 " of %" PRIu64 " bytes (truncated)",
+                                 shown, done, bytes);
             goto out;
         }
-        if (n == 0) {
-            break;
-        }
         XXH3_64bits_update(h, buf, (size_t)n);
-        total += (uint64_t)n;
+        done += (uint64_t)n;
+        st = zs_cancel_check(cancel, shown, err, errlen);
+        if (st != ZS_OK) {
+            goto out;
+        }
     }
-    *bytes_p = total;
     *xxh3_p = XXH3_64bits_digest(h);
 out:
-    if (fd >= 0) {
-        close(fd);
-    }
     XXH3_freeState(h);
     free(buf);
     return st;
 }
 
-zs_status_t zs_ckpt_verify_file(const char *path, const zs_ckpt_file_t *fe, char *err,
-                                size_t errlen)
+zs_status_t zs_ckpt_hash_file(const zs_dir_t *d, const char *name, uint64_t max,
+                              const zs_cancel_t *cancel, uint64_t *bytes_p, uint64_t *xxh3_p,
+                              char *err, size_t errlen)
 {
-    char file[4096];
-    uint64_t bytes = 0, h = 0;
-    zs_status_t st;
+    char shown[ZS_DIR_SHOWN_MAX + 80];
+    uint64_t size = 0;
+    int fd = -1;
+    zs_status_t st = zs_dir_open_file(d, name, max, false, &fd, &size, err, errlen);
 
-    zs_ckpt_pathf(file, sizeof(file), "%s/%s", path, fe->name);
-    st = zs_ckpt_hash_file(file, &bytes, &h, err, errlen);
     if (st != ZS_OK) {
         return st;
     }
-    if (bytes != fe->bytes) {
-        return zs_errf(err, errlen, ZS_ERR_IO,
-                       "%s: %" PRIu64 " bytes, the manifest says %" PRIu64 " (truncated or "
-                       "replaced)",
-                       file, bytes, fe->bytes);
+    zs_ckpt_pathf(shown, sizeof(shown), "%s/%s", d->shown, name);
+    st = zs_ckpt_hash_fd(fd, size, cancel, shown, xxh3_p, err, errlen);
+    close(fd);
+    if (st == ZS_OK) {
+        *bytes_p = size;
     }
-    if (h != fe->xxh3) {
-        return zs_errf(err, errlen, ZS_ERR_IO,
-                       "%s: checksum xxh3 %016" PRIx64 ", the manifest says %016" PRIx64
-                       " (the file is corrupt)",
-                       file, h, fe->xxh3);
+    return st;
+}
+
+zs_status_t zs_ckpt_verify_file(const zs_dir_t *ckpt, const zs_ckpt_file_t *fe,
+                                const zs_cancel_t *cancel, char *err, size_t errlen)
+{
+    char shown[ZS_DIR_SHOWN_MAX + 80];
+    uint64_t size = 0, h = 0;
+    int fd = -1;
+    zs_status_t st = zs_dir_open_file(ckpt, fe->name, fe->bytes, true, &fd, &size, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
     }
-    return ZS_OK;
+    zs_ckpt_pathf(shown, sizeof(shown), "%s/%s", ckpt->shown, fe->name);
+    st = zs_ckpt_hash_fd(fd, fe->bytes, cancel, shown, &h, err, errlen);
+    close(fd);
+    if (st == ZS_OK && h != fe->xxh3) {
+        st = zs_errf(err, errlen, ZS_ERR_IO,
+                     "%s: checksum xxh3 %016" PRIx64 ", the manifest says %016" PRIx64
+                     " (the file is corrupt)",
+                     shown, h, fe->xxh3);
+    }
+    return st;
 }
 
 static int zs_ckpt_name_cmp(const void *a, const void *b)
@@ -664,18 +733,19 @@ const char *zs_ckpt_duplicate_name(const zs_ckpt_param_t *params, uint32_t n)
     return dup;
 }
 
-zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *err, size_t errlen)
+zs_status_t zs_ckpt_verify(const zs_dir_t *ckpt, const zs_ckpt_manifest_t *m,
+                           const zs_cancel_t *cancel, char *err, size_t errlen)
 {
     for (uint32_t r = 0; r < m->world; r++) {
         char name[64];
         zs_ckpt_rank_file(r, name, sizeof(name));
         if (zs_ckpt_find_file(m, name) == NULL) {
             return zs_errf(err, errlen, ZS_ERR_IO, "%s/%s: the manifest lists no %s for rank %u",
-                           path, ZS_CKPT_MANIFEST, name, r);
+                           ckpt->shown, ZS_CKPT_MANIFEST, name, r);
         }
     }
     for (uint32_t i = 0; i < m->n_files; i++) {
-        zs_status_t st = zs_ckpt_verify_file(path, &m->files[i], err, errlen);
+        zs_status_t st = zs_ckpt_verify_file(ckpt, &m->files[i], cancel, err, errlen);
         if (st != ZS_OK) {
             return st;
         }
@@ -683,34 +753,39 @@ zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *
     return ZS_OK;
 }
 
-zs_status_t zs_ckpt_fsync_dir(const char *dir, char *err, size_t errlen)
+bool zs_ckpt_own_file(const char *name)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    zs_status_t st = ZS_OK;
+    unsigned r;
+    char rest[32];
 
-    if (fd < 0) {
-        return zs_errf(err, errlen, ZS_ERR_IO, "cannot open directory %s: %s", dir,
-                       strerror(errno));
+    if (strcmp(name, ZS_CKPT_MANIFEST) == 0 || strcmp(name, ZS_CKPT_MANIFEST_SUM) == 0 ||
+        strcmp(name, ZS_CKPT_TRAINER_STATE) == 0) {
+        return true;
     }
-    if (fsync(fd) != 0) {
-        st = zs_errf(err, errlen, ZS_ERR_IO, "fsync of directory %s: %s", dir, strerror(errno));
-    }
-    close(fd);
-    return st;
+    /* rank_NNNNN.safetensors; the reports older zerods left beside them (.rank_NNNNN.sum, .err,
+     * and their .part) */
+    return (sscanf(name, "rank_%5u%31s", &r, rest) == 2 && strcmp(rest, ".safetensors") == 0) ||
+           (sscanf(name, ".rank_%5u%31s", &r, rest) == 2 &&
+            (strcmp(rest, ".sum") == 0 || strcmp(rest, ".err") == 0 ||
+             strcmp(rest, ".sum.part") == 0 || strcmp(rest, ".err.part") == 0));
 }
 
-static int zs_ckpt_rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+bool zs_ckpt_is_checkpoint(const zs_dir_t *dir, const char *name)
 {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
+    zs_dir_t sub = ZS_DIR_INIT;
+    zs_ckpt_manifest_t *m = NULL;
+    bool ours;
+
+    if (zs_dir_sub(dir, name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, NULL, 0) != ZS_OK) {
+        return false;
+    }
+    ours = zs_ckpt_manifest_read_unsealed(&sub, &m, NULL, 0) == ZS_OK;
+    zs_ckpt_manifest_free(m);
+    zs_dir_close(&sub);
+    return ours;
 }
 
-zs_status_t zs_ckpt_remove_tree(const char *path, char *err, size_t errlen)
+zs_status_t zs_ckpt_remove(const zs_dir_t *dir, const char *name, char *err, size_t errlen)
 {
-    if (nftw(path, zs_ckpt_rm_cb, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) {
-        return zs_errf(err, errlen, ZS_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
-    }
-    return ZS_OK;
+    return zs_dir_remove_flat(dir, name, zs_ckpt_own_file, err, errlen);
 }

@@ -120,10 +120,11 @@ out:
     return text;
 }
 
-zs_status_t zs_st_create(const char *path, const zs_st_meta_t *tensors, unsigned n,
-                         const char *const *metadata, unsigned n_kv, zs_st_writer_t **w_p,
-                         char *err, size_t errlen)
+zs_status_t zs_st_create(const zs_dir_t *d, const char *name, const zs_st_meta_t *tensors,
+                         unsigned n, const char *const *metadata, unsigned n_kv,
+                         zs_st_writer_t **w_p, char *err, size_t errlen)
 {
+    char path[4096];
     zs_st_writer_t *w = calloc(1, sizeof(*w));
     uint64_t data_bytes = 0, hlen;
     char *json = zs_st_header_json(tensors, n, metadata, n_kv, &data_bytes);
@@ -131,6 +132,7 @@ zs_status_t zs_st_create(const char *path, const zs_st_meta_t *tensors, unsigned
     zs_status_t st;
 
     *w_p = NULL;
+    zs_ckpt_pathf(path, sizeof(path), "%s/%s", d->shown, name);
     if (w == NULL || json == NULL || (w->hash = XXH3_createState()) == NULL) {
         free(json);
         if (w != NULL) {
@@ -141,10 +143,8 @@ zs_status_t zs_st_create(const char *path, const zs_st_meta_t *tensors, unsigned
     }
     XXH3_64bits_reset(w->hash);
     zs_ckpt_pathf(w->path, sizeof(w->path), "%s", path);
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (w->fd < 0) {
-        st = zs_errf(err, errlen, errno == EACCES ? ZS_ERR_PERMISSION : ZS_ERR_IO,
-                     "cannot create %s: %s", path, strerror(errno));
+    st = zs_dir_create(d, name, &w->fd, err, errlen);
+    if (st != ZS_OK) {
         free(json);
         XXH3_freeState(w->hash);
         free(w);
@@ -265,28 +265,24 @@ static zs_status_t zs_st_read_header(zs_st_file_t *f, char *err, size_t errlen)
     return ZS_OK;
 }
 
-zs_status_t zs_st_open(const char *path, zs_st_file_t **f_p, char *err, size_t errlen)
+zs_status_t zs_st_open(const zs_dir_t *d, const char *name, uint64_t bytes, zs_st_file_t **f_p,
+                       char *err, size_t errlen)
 {
     zs_st_file_t *f = calloc(1, sizeof(*f));
-    struct stat sb;
     zs_status_t st;
 
     *f_p = NULL;
     if (f == NULL) {
-        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory opening %s", path);
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory opening %s/%s", d->shown,
+                       name);
     }
-    zs_ckpt_pathf(f->path, sizeof(f->path), "%s", path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0 || fstat(f->fd, &sb) != 0) {
-        st = zs_errf(err, errlen,
-                     errno == ENOENT   ? ZS_ERR_NOT_FOUND
-                     : errno == EACCES ? ZS_ERR_PERMISSION
-                                       : ZS_ERR_IO,
-                     "cannot open %s: %s", path, strerror(errno));
+    f->fd = -1;
+    zs_ckpt_pathf(f->path, sizeof(f->path), "%s/%s", d->shown, name);
+    st = zs_dir_open_file(d, name, bytes, true, &f->fd, &f->size, err, errlen);
+    if (st != ZS_OK) {
         zs_st_close(f);
         return st;
     }
-    f->size = (uint64_t)sb.st_size;
     st = zs_st_read_header(f, err, errlen);
     if (st != ZS_OK) {
         zs_st_close(f);
@@ -371,25 +367,35 @@ void zs_st_close(zs_st_file_t *f)
 /* ---- a checkpoint's rank files -------------------------------------------------------- */
 
 struct zs_ckpt_reader {
-    char path[4096];
+    zs_dir_t dir;
     const zs_ckpt_manifest_t *m;
     zs_st_file_t **files;                   /* [world] */
     uint64_t (*offsets)[ZS_CKPT_N_TENSORS]; /* [world] */
 };
 
-zs_status_t zs_ckpt_reader_open(const char *path, const zs_ckpt_manifest_t *m,
+zs_status_t zs_ckpt_reader_open(const zs_dir_t *ckpt, const zs_ckpt_manifest_t *m,
                                 zs_ckpt_reader_t **rd_p, char *err, size_t errlen)
 {
     zs_ckpt_reader_t *rd = calloc(1, sizeof(*rd));
+    zs_status_t st;
 
     *rd_p = NULL;
     if (rd == NULL || (rd->files = calloc(m->world, sizeof(*rd->files))) == NULL ||
         (rd->offsets = calloc(m->world, sizeof(*rd->offsets))) == NULL) {
+        if (rd != NULL) {
+            rd->dir = (zs_dir_t)ZS_DIR_INIT;
+            rd->m = m;
+        }
         zs_ckpt_reader_close(rd);
-        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory reading %s", path);
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory reading %s", ckpt->shown);
     }
-    zs_ckpt_pathf(rd->path, sizeof(rd->path), "%s", path);
     rd->m = m;
+    st = zs_dir_dup(ckpt, &rd->dir, err, errlen);
+    if (st != ZS_OK) {
+        rd->dir = (zs_dir_t)ZS_DIR_INIT;
+        zs_ckpt_reader_close(rd);
+        return st;
+    }
     *rd_p = rd;
     return ZS_OK;
 }
@@ -397,14 +403,20 @@ zs_status_t zs_ckpt_reader_open(const char *path, const zs_ckpt_manifest_t *m,
 zs_status_t zs_ckpt_reader_open_rank(zs_ckpt_reader_t *rd, uint32_t r, char *err, size_t errlen)
 {
     char name[64], file[4096];
+    const zs_ckpt_file_t *fe;
     zs_status_t st;
 
     if (rd->files[r] != NULL) {
         return ZS_OK;
     }
     zs_ckpt_rank_file(r, name, sizeof(name));
-    zs_ckpt_pathf(file, sizeof(file), "%s/%s", rd->path, name);
-    st = zs_st_open(file, &rd->files[r], err, errlen);
+    zs_ckpt_pathf(file, sizeof(file), "%s/%s", rd->dir.shown, name);
+    fe = zs_ckpt_find_file(rd->m, name);
+    if (fe == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_IO, "%s/%s lists no %s", rd->dir.shown, ZS_CKPT_MANIFEST,
+                       name);
+    }
+    st = zs_st_open(&rd->dir, name, fe->bytes, &rd->files[r], err, errlen);
     for (unsigned t = 0; t < ZS_CKPT_N_TENSORS && st == ZS_OK; t++) {
         zs_dtype_t dt;
         uint64_t numel;
@@ -433,7 +445,7 @@ zs_status_t zs_ckpt_reader_read(zs_ckpt_reader_t *rd, unsigned t, uint32_t rank,
         return zs_errf(err, errlen, ZS_ERR_INVALID,
                        "%s: rank %u tensor %u [%" PRIu64 ", +%" PRIu64
                        ") is outside the checkpoint",
-                       rd->path, rank, t, shard_off, n);
+                       rd->dir.shown, rank, t, shard_off, n);
     }
     st = zs_ckpt_reader_open_rank(rd, rank, err, errlen);
     if (st != ZS_OK) {
@@ -451,6 +463,7 @@ void zs_ckpt_reader_close(zs_ckpt_reader_t *rd)
     for (uint32_t r = 0; rd->files != NULL && r < rd->m->world; r++) {
         zs_st_close(rd->files[r]);
     }
+    zs_dir_close(&rd->dir);
     free(rd->files);
     free(rd->offsets);
     free(rd);

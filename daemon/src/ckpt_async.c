@@ -1,13 +1,16 @@
 /*
  * Asynchronous checkpoint saves (docs/checkpoints.md): the engine thread copies this rank's
  * shard (master, m, v) into a staging buffer and replies; a writer thread writes the copy and
- * reports it next to the file; rank 0's writer waits for every rank's report, then writes the
- * manifest and commits by rename, exactly as a synchronous save does. The writer touches
+ * reports how it went to every rank at once over the mesh's watch (watch.h); rank 0's writer
+ * waits for every rank's report (or the first failure), then writes the manifest and commits
+ * by rename, exactly as a synchronous save does. The writer touches
  * nothing of the job that changes (the layout, names and id are fixed while the job lives), and
  * the job does not go before its writer is done.
  */
 #define _GNU_SOURCE
 #include "job_int.h"
+#include "mesh.h"
+#include "watch.h"
 #include "zs/error.h"
 #include "zs/thread.h"
 #include "zs/time.h"
@@ -22,15 +25,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* How long rank 0's writer waits for the other ranks' files after its own. */
+/* How long rank 0's writer waits for the other ranks' reports after its own file. */
 #define ZD_CKPT_ASYNC_WAIT_NS (300ull * 1000000000ull)
 
 struct zd_ckpt_async {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool go, cancel;     /* under lock */
+    bool go;             /* under lock */
+    atomic_bool cancel;  /* the save is called off (before go), or the job ends */
     const zd_job_t *job; /* layout, id: fixed while the job lives */
+    zd_watch_t *watch;   /* the reports of the ranks (world > 1) */
     float *stage;        /* master, m, v: 3 x shard_numel (mmap'd) */
     size_t stage_bytes;
     bool keep;   /* checkpoint_staging_keep: the copy's memory goes back to the job, not away */
@@ -38,103 +43,117 @@ struct zd_ckpt_async {
     size_t state_len;
     bool has_state;
     zs_ckpt_manifest_t head; /* rank 0: the manifest as of the save */
-    char dir[4096], tag[ZS_CKPT_TAG_MAX], tmp[4096];
+    zs_cred_t cred;          /* whose rights dir and tmp use (the requester's) */
+    bool has_cred;
+    zs_dir_t dir, tmp; /* the checkpoint directory and the save's temporary one */
+    char tag[ZS_CKPT_TAG_MAX];
     uint32_t rank, world, keep_last;
-    uint64_t step, t0;
+    uint64_t step, seq, t0;
     zs_status_t result; /* the writer's, read after the join */
     char err[ZD_MAX_MSG];
 };
 
-static bool zd_ckpt_async_cancelled(zd_ckpt_async_t *a)
+/* Rank 0: every rank's report (files: their sizes and checksums), or the first failure. */
+static zs_status_t zd_ckpt_async_gather(zd_ckpt_async_t *a, const zd_ckpt_report_t *mine,
+                                        zs_ckpt_file_t *files, char *err, size_t errlen)
 {
-    bool c;
-    pthread_mutex_lock(&a->lock);
-    c = a->cancel;
-    pthread_mutex_unlock(&a->lock);
-    return c;
-}
+    zd_ckpt_report_t *reps = calloc(a->world, sizeof(*reps));
+    uint32_t failed = 0;
+    zs_status_t st;
 
-/* A rank that failed says so next to its file, so that rank 0 stops waiting for it. */
-static void zd_ckpt_async_report_error(const zd_ckpt_async_t *a, const char *why)
-{
-    char path[4096], e[ZD_MAX_MSG];
-    zs_ckpt_pathf(path, sizeof(path), "%s/.rank_%05u.err", a->tmp, a->rank);
-    (void)zd_ckpt_write_report(path, why, e, sizeof(e));
-}
-
-/* Rank 0: every rank's report is there (or one failed, or the wait ran out). settle: wait
- * for every rank to be done either way (a failed save's directory goes only then). */
-static zs_status_t zd_ckpt_async_gather(zd_ckpt_async_t *a, bool settle, char *err, size_t errlen)
-{
-    zs_deadline_t deadline = zs_deadline_in_ns(ZD_CKPT_ASYNC_WAIT_NS);
-    uint32_t r = 0;
-
-    while (r < a->world) {
-        char path[4096];
-        struct stat sb;
-        zs_ckpt_pathf(path, sizeof(path), "%s/.rank_%05u.err", a->tmp, r);
-        if (stat(path, &sb) == 0) {
-            if (settle) {
-                r++;
-                continue;
-            }
-            return zs_errf(err, errlen, ZS_ERR_ABORTED, "rank %u could not write its shard (%s)", r,
-                           path);
-        }
-        zs_ckpt_pathf(path, sizeof(path), "%s/.rank_%05u.sum", a->tmp, r);
-        if (stat(path, &sb) == 0) {
-            r++;
-            continue;
-        }
-        if (zd_ckpt_async_cancelled(a) || zs_deadline_expired(deadline)) {
-            return zs_errf(err, errlen, ZS_ERR_TIMEOUT,
-                           "rank %u's shard did not arrive in %s (job ended or %llu s passed)", r,
-                           a->tmp, (unsigned long long)(ZD_CKPT_ASYNC_WAIT_NS / 1000000000ull));
-        }
-        usleep(5000);
+    if (reps == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
     }
-    return ZS_OK;
+    if (a->world == 1) {
+        reps[0] = *mine;
+        st = ZS_OK;
+    } else {
+        st =
+            zd_watch_await_reports(a->watch, a->seq, true, zs_deadline_in_ns(ZD_CKPT_ASYNC_WAIT_NS),
+                                   &a->cancel, reps, &failed, err, errlen);
+    }
+    if (st == ZS_ERR_ABORTED) {
+        st = zs_errf(err, errlen, reps[failed].status != 0 ? reps[failed].status : ZS_ERR_IO,
+                     "rank %u could not write its shard: %s", failed, reps[failed].why);
+    } else if (st != ZS_OK) {
+        char why[ZD_MAX_MSG];
+        zs_ckpt_pathf(why, sizeof(why), "%s", err);
+        st = zs_errf(err, errlen, st, "waiting for the other ranks' shards in %s: %s", a->tmp.shown,
+                     why);
+    }
+    for (uint32_t r = 0; st == ZS_OK && r < a->world; r++) {
+        zs_ckpt_rank_file(r, files[r].name, sizeof(files[r].name));
+        files[r].rank = (int32_t)r;
+        files[r].bytes = reps[r].bytes;
+        files[r].xxh3 = reps[r].xxh3;
+    }
+    free(reps);
+    return st;
 }
 
-static zs_status_t zd_ckpt_async_commit(zd_ckpt_async_t *a, char *err, size_t errlen)
+/* Rank 0 after a failure: the others are done writing (or gone) before what they left goes. */
+static void zd_ckpt_async_settle(zd_ckpt_async_t *a)
 {
+    char why[ZD_MAX_MSG];
+
+    if (a->world > 1) {
+        zd_ckpt_report_t *reps = calloc(a->world, sizeof(*reps));
+        uint32_t failed;
+        if (reps != NULL) {
+            (void)zd_watch_await_reports(a->watch, a->seq, false,
+                                         zs_deadline_in_ns(ZD_CKPT_ASYNC_WAIT_NS), &a->cancel, reps,
+                                         &failed, why, sizeof(why));
+        }
+        free(reps);
+    }
+    char name[ZS_CKPT_TAG_MAX + 16];
+
+    zd_ckpt_tmp_name(a->tag, name, sizeof(name));
+    (void)zs_ckpt_remove(&a->dir, name, why, sizeof(why));
+}
+
+/* Rank 0, its own file written: every rank's, then the manifest and the commit. */
+static zs_status_t zd_ckpt_async_commit(zd_ckpt_async_t *a, const zd_ckpt_report_t *mine, char *err,
+                                        size_t errlen)
+{
+    zs_ckpt_file_t *files = calloc(a->world, sizeof(*files));
     uint64_t sxxh3 = 0;
-    zs_status_t st = ZS_OK;
+    zs_status_t st =
+        files != NULL ? ZS_OK : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
 
-    if (a->has_state) {
-        char path[4096];
-        zs_ckpt_pathf(path, sizeof(path), "%s/%s", a->tmp, ZS_CKPT_TRAINER_STATE);
-        st = zs_ckpt_write_file(path, a->state, a->state_len, &sxxh3, err, errlen);
+    if (st == ZS_OK && a->has_state) {
+        st = zs_dir_write_file(&a->tmp, ZS_CKPT_TRAINER_STATE, a->state, a->state_len, &sxxh3, err,
+                               errlen);
     }
     if (st == ZS_OK) {
-        st = zd_ckpt_async_gather(a, false, err, errlen);
+        st = zd_ckpt_async_gather(a, mine, files, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zd_ckpt_manifest_finish(&a->head, a->tmp, a->has_state, a->state_len, sxxh3, err,
-                                     errlen);
+        st = zd_ckpt_manifest_finish(&a->head, &a->tmp, files, a->has_state, a->state_len, sxxh3,
+                                     err, errlen);
     }
     zd_step_test_pause(a->job, "ckpt", a->step);
     if (st == ZS_OK) {
-        st = zd_ckpt_commit(a->job, a->step, a->dir, a->tag, a->tmp, err, errlen);
+        st = zd_ckpt_commit(a->job, a->step, &a->dir, a->tag, &a->tmp, err, errlen);
     }
     if (st == ZS_OK) {
-        zd_ckpt_prune(a->dir, a->job->id, a->tag, a->keep_last);
+        zd_ckpt_prune(&a->dir, a->job->id, a->tag, a->keep_last);
     } else {
-        char why[ZD_MAX_MSG];
-        (void)zs_ckpt_remove_tree(a->tmp, why, sizeof(why));
+        zd_ckpt_async_settle(a);
     }
+    free(files);
     return st;
 }
 
 static void *zd_ckpt_async_main(void *arg)
 {
     zd_ckpt_async_t *a = arg;
+    zd_ckpt_report_t mine;
     char err[ZD_MAX_MSG] = "";
-    uint64_t bytes = 0, xxh3 = 0;
     zs_status_t st;
 
     pthread_mutex_lock(&a->lock);
-    while (!a->go && !a->cancel) {
+    while (!a->go && !atomic_load(&a->cancel)) {
         pthread_cond_wait(&a->cond, &a->lock);
     }
     if (!a->go) { /* cancelled before any rank wrote */
@@ -142,34 +161,32 @@ static void *zd_ckpt_async_main(void *arg)
         return NULL;
     }
     pthread_mutex_unlock(&a->lock);
-    st = zd_ckpt_write_rank(a->job, a->stage, a->step, a->tmp, &bytes, &xxh3, err, sizeof(err));
+    memset(&mine, 0, sizeof(mine));
+    mine.seq = a->seq;
+    st = zd_ckpt_write_rank(a->job, a->stage, a->step, &a->tmp, &mine.bytes, &mine.xxh3, err,
+                            sizeof(err));
     if (!a->keep) { /* the copy is on disk: its memory goes back at once */
         munmap(a->stage, a->stage_bytes);
         a->stage = NULL;
     }
-    if (st == ZS_OK) {
-        st = zd_ckpt_write_sum(a->rank, a->tmp, bytes, xxh3, err, sizeof(err));
-    }
-    if (st != ZS_OK) {
-        zd_ckpt_async_report_error(a, err);
-        if (a->rank == 0) { /* the others finish, then what they left goes */
-            char why[ZD_MAX_MSG];
-            (void)zd_ckpt_async_gather(a, true, why, sizeof(why));
-            (void)zs_ckpt_remove_tree(a->tmp, why, sizeof(why));
-        }
+    mine.status = st;
+    zs_ckpt_pathf(mine.why, sizeof(mine.why), "%s", st != ZS_OK ? err : "");
+    zd_watch_report(a->watch, &mine); /* every rank hears at once, failure or not */
+    if (a->rank == 0 && st != ZS_OK) {
+        zd_ckpt_async_settle(a);
     } else if (a->rank == 0) {
-        st = zd_ckpt_async_commit(a, err, sizeof(err));
+        st = zd_ckpt_async_commit(a, &mine, err, sizeof(err));
     }
     a->result = st;
     zs_ckpt_pathf(a->err, sizeof(a->err), "%s", err);
     if (st != ZS_OK) {
-        zs_error(ZS_SUB_ENGINE, "checkpoint %s/%s of step %" PRIu64 " failed: %s", a->dir, a->tag,
-                 a->step, err);
+        zs_error(ZS_SUB_ENGINE, "checkpoint %s/%s of step %" PRIu64 " failed: %s", a->dir.shown,
+                 a->tag, a->step, err);
     } else {
         zs_info(ZS_SUB_ENGINE,
-                "checkpoint %s/%s of step %" PRIu64 " %s (%.3f s, %" PRIu64 " bytes)", a->dir,
+                "checkpoint %s/%s of step %" PRIu64 " %s (%.3f s, %" PRIu64 " bytes)", a->dir.shown,
                 a->tag, a->step, a->rank == 0 ? "committed" : "written",
-                (double)(zs_time_now_ns() - a->t0) * 1e-9, bytes);
+                (double)(zs_time_now_ns() - a->t0) * 1e-9, mine.bytes);
     }
     return NULL;
 }
@@ -181,6 +198,8 @@ static void zd_ckpt_async_free(zd_ckpt_async_t *a)
     }
     free(a->state);
     zd_ckpt_manifest_release(&a->head);
+    zs_dir_close(&a->dir);
+    zs_dir_close(&a->tmp);
     pthread_mutex_destroy(&a->lock);
     pthread_cond_destroy(&a->cond);
     free(a);
@@ -228,7 +247,7 @@ zs_status_t zd_ckpt_stage_copy(zd_job_t *job, float *stage)
 }
 
 zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const char *tag,
-                                const char *tmp, char *err, size_t errlen)
+                                const zs_dir_t *dir, const zs_dir_t *tmp, char *err, size_t errlen)
 {
     zd_ckpt_async_t *a = calloc(1, sizeof(*a));
     zs_status_t st;
@@ -238,17 +257,33 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
     }
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
+    atomic_init(&a->cancel, false);
     a->job = job;
+    a->watch = zd_mesh_watch(job->mesh);
     a->rank = job->rank;
     a->world = job->world;
     a->step = job->step;
+    a->seq = job->ckpt_seq;
     a->keep_last = req->keep_last;
     a->keep = req->keep_staging;
     a->t0 = zs_time_now_ns();
-    zs_ckpt_pathf(a->dir, sizeof(a->dir), "%s", req->dir);
+    a->dir = a->tmp = (zs_dir_t)ZS_DIR_INIT;
     zs_ckpt_pathf(a->tag, sizeof(a->tag), "%s", tag);
-    zs_ckpt_pathf(a->tmp, sizeof(a->tmp), "%s", tmp);
-    st = zd_ckpt_async_stage(a, job);
+    if (req->cred != NULL) { /* the request goes when the save replies: its cred is copied */
+        a->cred = *req->cred;
+        a->has_cred = true;
+    }
+    st = zs_dir_dup(dir, &a->dir, err, errlen);
+    if (st == ZS_OK) {
+        st = zs_dir_dup(tmp, &a->tmp, err, errlen);
+    }
+    a->dir.cred = a->tmp.cred = a->has_cred ? &a->cred : NULL;
+    if (st == ZS_OK && a->world > 1 && a->watch == NULL) {
+        st = zs_errf(err, errlen, ZS_ERR_PEER_LOST, "the mesh is down");
+    }
+    if (st == ZS_OK) {
+        st = zd_ckpt_async_stage(a, job);
+    }
     if (st == ZS_OK && job->rank == 0) {
         st = zd_ckpt_manifest_head(job, tag, &a->head);
         a->has_state = req->trainer_state != NULL;
@@ -279,7 +314,7 @@ static void zd_ckpt_async_set(zd_ckpt_async_t *a, bool go)
     if (go) {
         a->go = true;
     } else {
-        a->cancel = true;
+        atomic_store(&a->cancel, true);
     }
     pthread_cond_signal(&a->cond);
     pthread_mutex_unlock(&a->lock);
@@ -300,10 +335,10 @@ static zs_status_t zd_ckpt_async_join(zd_job_t *job, zd_ckpt_out_t *out, char *e
     pthread_join(a->thread, NULL);
     st = a->result;
     if (st != ZS_OK && err != NULL) {
-        zs_ckpt_pathf(err, errlen, "checkpoint %s/%s: %s", a->dir, a->tag, a->err);
+        zs_ckpt_pathf(err, errlen, "checkpoint %s/%s: %s", a->dir.shown, a->tag, a->err);
     }
     if (out != NULL) {
-        zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", a->dir, a->tag);
+        zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", a->dir.shown, a->tag);
         zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", a->tag);
         out->step = a->step;
     }

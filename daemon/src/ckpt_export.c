@@ -2,9 +2,9 @@
  * ExportRequest (docs/checkpoints.md, `zeroctl export` of a live job): the daemon writes its
  * job's parameters -- every rank's params region holds all of them -- into one safetensors
  * file with the names and shapes of the attach. It runs on the engine thread, between steps,
- * so the file holds one step's parameters. The file is created for the requesting user: the
- * path must be absolute and new, in a directory that user owns (or root asks), and the file
- * is handed to that user.
+ * so the file holds one step's parameters. The file is created for the requesting user, with
+ * its rights (zs/dir.h): in the directory it opened and passed, under a new name, handed to it
+ * from the descriptor the daemon created (never a path looked up again).
  */
 #define _GNU_SOURCE
 #include "job_int.h"
@@ -19,35 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* path is absolute and does not exist; its directory belongs to uid (root may use any). */
-static zs_status_t zd_export_check_path(const char *path, uint32_t uid, char *err, size_t errlen)
-{
-    char dir[4096];
-    struct stat sb;
-
-    if (path == NULL || path[0] != '/' || strlen(path) > ZD_CKPT_DIR_MAX) {
-        return zs_errf(err, errlen, ZS_ERR_INVALID,
-                       "export: path '%.200s' must be absolute and at most %u bytes",
-                       path != NULL ? path : "", ZD_CKPT_DIR_MAX);
-    }
-    if (lstat(path, &sb) == 0 || errno != ENOENT) {
-        return zs_errf(err, errlen, ZS_ERR_EXISTS,
-                       "export: %s already exists (the daemon never replaces a file)", path);
-    }
-    zs_ckpt_pathf(dir, sizeof(dir), "%s", path);
-    if (stat(dirname(dir), &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        return zs_errf(err, errlen, ZS_ERR_NOT_FOUND, "export: directory %s: %s", dir,
-                       strerror(errno ? errno : ENOTDIR));
-    }
-    if (uid == UINT32_MAX || (uid != 0 && sb.st_uid != uid)) {
-        return zs_errf(err, errlen, ZS_ERR_PERMISSION,
-                       "export: directory %s belongs to uid %u, the request comes from uid %d: "
-                       "the daemon writes only where the requesting user may",
-                       dir, (unsigned)sb.st_uid, uid == UINT32_MAX ? -1 : (int)uid);
-    }
-    return ZS_OK;
-}
 
 /* Each parameter from the params region, cast to dtype, in registration order. */
 static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs_dtype_t dtype,
@@ -99,8 +70,9 @@ static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs
     return st;
 }
 
-static zs_status_t zd_export_write(const zd_job_t *job, const zk_exec_t *exec, const char *tmp,
-                                   zs_dtype_t dtype, uint64_t *bytes_p, char *err, size_t errlen)
+static zs_status_t zd_export_write(const zd_job_t *job, const zk_exec_t *exec, const zs_dir_t *dir,
+                                   const char *tmp, zs_dtype_t dtype, uint64_t *bytes_p, char *err,
+                                   size_t errlen)
 {
     uint32_t n = job->layout->n_params;
     zs_st_meta_t *meta = calloc(n ? n : 1, sizeof(*meta));
@@ -116,7 +88,7 @@ static zs_status_t zd_export_write(const zd_job_t *job, const zk_exec_t *exec, c
     for (uint32_t i = 0; i < n; i++) {
         meta[i] = (zs_st_meta_t){job->pmeta[i].name, dtype, job->pmeta[i].ndim, job->pmeta[i].dims};
     }
-    st = zs_st_create(tmp, meta, n, kv, 3, &w, err, errlen);
+    st = zs_st_create(dir, tmp, meta, n, kv, 3, &w, err, errlen);
     free(meta);
     if (st == ZS_OK) {
         st = zd_export_data(job, exec, dtype, w, err, errlen);
@@ -129,15 +101,37 @@ static zs_status_t zd_export_write(const zd_job_t *job, const zk_exec_t *exec, c
     return st;
 }
 
-zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *path,
-                          zs_dtype_t dtype, uint32_t uid, zd_ckpt_out_t *out, char *err,
-                          size_t errlen)
+/* The request's directory, for its requester, and the name to create in it. */
+static zs_status_t zd_export_dir(const zd_export_req_t *req, zs_dir_t *dir, const char **name_p,
+                                 char *err, size_t errlen)
 {
-    char tmp[4096];
+    char shown[4096];
+    const char *slash = req->path != NULL ? strrchr(req->path, '/') : NULL;
+    int fd;
+
+    if (req->path == NULL || req->path[0] != '/' || strlen(req->path) > ZD_CKPT_DIR_MAX ||
+        slash[1] == '\0') {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "export: path '%.200s' must be absolute, name a file and be at most %u "
+                       "bytes",
+                       req->path != NULL ? req->path : "", ZD_CKPT_DIR_MAX);
+    }
+    zs_ckpt_pathf(shown, sizeof(shown), "%.*s", (int)(slash - req->path), req->path);
+    fd = req->dir_fd >= 0 ? fcntl(req->dir_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    *name_p = slash + 1;
+    return zs_dir_adopt(dir, fd, shown[0] != '\0' ? shown : "/", req->cred,
+                        ZS_MAY_WRITE | ZS_MAY_EXEC, err, errlen);
+}
+
+zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const zd_export_req_t *req,
+                          zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    char tmp[300];
+    const char *name = NULL;
     uint64_t bytes = 0;
     const char *dup;
+    zs_dir_t dir = ZS_DIR_INIT;
     zs_status_t st;
-    int fd;
 
     memset(out, 0, sizeof(*out));
     if (job == NULL || !job->params_loaded) {
@@ -145,43 +139,45 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *pa
                        job == NULL ? "export: no job on this daemon"
                                    : "export: the job has no parameters yet");
     }
-    if (dtype != ZS_DTYPE_F32 && dtype != ZS_DTYPE_BF16) {
+    if (req->dtype != ZS_DTYPE_F32 && req->dtype != ZS_DTYPE_BF16) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %s: fp32 or bf16 only",
-                       zs_dtype_name(dtype));
+                       zs_dtype_name(req->dtype));
     }
     dup = zs_ckpt_duplicate_name(job->pmeta, job->layout->n_params);
     if (dup != NULL) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: two parameters are named '%s'", dup);
     }
-    st = zd_export_check_path(path, uid, err, errlen);
+    st = zd_export_dir(req, &dir, &name, err, errlen);
+    if (st == ZS_OK && zs_dir_has(&dir, name, NULL)) {
+        st = zs_errf(err, errlen, ZS_ERR_EXISTS,
+                     "export: %s already exists (the daemon never replaces a file)", req->path);
+    }
+    if (st == ZS_OK && !zs_ckpt_pathf(tmp, sizeof(tmp), "%s.zerod-tmp", name)) {
+        st = zs_errf(err, errlen, ZS_ERR_INVALID, "export: the file name '%.200s' is too long",
+                     name);
+    }
+    if (st == ZS_OK) { /* a temporary file of an export that died: the requester's, it goes */
+        st = zs_dir_unlink(&dir, tmp, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zd_export_write(job, env->exec, &dir, tmp, req->dtype, &bytes, err, errlen);
+        if (st == ZS_OK) {
+            st = zs_dir_rename(&dir, tmp, name, RENAME_NOREPLACE, err, errlen);
+        }
+        if (st != ZS_OK) {
+            char why[ZD_MAX_MSG];
+            (void)zs_dir_unlink(&dir, tmp, why, sizeof(why));
+        }
+    }
+    zs_dir_close(&dir);
     if (st != ZS_OK) {
         return st;
     }
-    zs_ckpt_pathf(tmp, sizeof(tmp), "%s.zerod-tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); /* ours alone */
-    if (fd < 0) {
-        return zs_errf(err, errlen, ZS_ERR_IO, "export: cannot create %s: %s", tmp,
-                       strerror(errno));
-    }
-    close(fd);
-    st = zd_export_write(job, env->exec, tmp, dtype, &bytes, err, errlen);
-    if (st == ZS_OK && uid != 0 && chown(tmp, (uid_t)uid, (gid_t)-1) != 0) {
-        st = zs_errf(err, errlen, ZS_ERR_IO, "export: chown of %s to uid %u: %s", tmp, uid,
-                     strerror(errno));
-    }
-    if (st == ZS_OK && renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) != 0) {
-        st = zs_errf(err, errlen, ZS_ERR_IO, "export: renaming %s to %s: %s", tmp, path,
-                     strerror(errno));
-    }
-    if (st != ZS_OK) {
-        unlink(tmp);
-        return st;
-    }
-    zs_ckpt_pathf(out->path, sizeof(out->path), "%s", path);
+    zs_ckpt_pathf(out->path, sizeof(out->path), "%s", req->path);
     out->step = job->step;
     out->saved_world = job->layout->n_params;
     out->bytes = bytes;
     zs_info(ZS_SUB_ENGINE, "exported %u parameters of job '%s' at step %" PRIu64 " to %s (%s)",
-            job->layout->n_params, job->id, job->step, path, zs_dtype_name(dtype));
+            job->layout->n_params, job->id, job->step, req->path, zs_dtype_name(req->dtype));
     return ZS_OK;
 }

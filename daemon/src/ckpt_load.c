@@ -22,7 +22,9 @@
 typedef struct zd_ckpt_src {
     const zs_ckpt_manifest_t *m;
     zs_layout_t *old; /* the saving world's layout */
-    const char *path;
+    const char *path; /* the checkpoint's, for messages */
+    const zs_dir_t *ckpt;
+    const zs_cancel_t *cancel;
     zs_ckpt_reader_t *rd;
     bool moments; /* read exp_avg and exp_avg_sq too */
     /* the staging copy of the shard: master, m, v in shard order (m, v only with moments),
@@ -113,16 +115,22 @@ static zs_status_t zd_ckpt_mark_piece(zd_ckpt_src_t *src, const zd_job_t *job, u
     return zs_ckpt_runs(src->old, id, a, n, zd_ckpt_mark_run, arg, err, errlen);
 }
 
+/* The rank files this rank reads from, and trainer_state.pt (every rank's trainer reads it),
+ * each checked against the manifest. */
 static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_job_t *job, char *err,
                                        size_t errlen)
 {
     bool *need = calloc(src->m->world, sizeof(*need));
+    const zs_ckpt_file_t *state = zs_ckpt_find_file(src->m, ZS_CKPT_TRAINER_STATE);
     zs_status_t st;
 
     if (need == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
     }
     st = zd_ckpt_pieces(src, job, zd_ckpt_mark_piece, need, err, errlen);
+    if (st == ZS_OK && state != NULL) {
+        st = zs_ckpt_verify_file(src->ckpt, state, src->cancel, err, errlen);
+    }
     for (uint32_t r = 0; r < src->m->world && st == ZS_OK; r++) {
         char name[64];
         const zs_ckpt_file_t *fe;
@@ -137,7 +145,7 @@ static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_job_t *job, 
                          name);
             break;
         }
-        st = zs_ckpt_verify_file(src->path, fe, err, errlen);
+        st = zs_ckpt_verify_file(src->ckpt, fe, src->cancel, err, errlen);
         if (st == ZS_OK) {
             st = zs_ckpt_reader_open_rank(src->rd, r, err, errlen);
         }
@@ -285,7 +293,7 @@ static zs_status_t zd_ckpt_open(const zd_job_t *job, zd_ckpt_src_t *src, char *e
         st = zs_ckpt_layout(src->m, &src->old, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zs_ckpt_reader_open(src->path, src->m, &src->rd, err, errlen);
+        st = zs_ckpt_reader_open(src->ckpt, src->m, &src->rd, err, errlen);
     }
     if (st == ZS_OK) {
         st = zd_ckpt_check_files(src, job, err, errlen);
@@ -308,23 +316,30 @@ static void zd_ckpt_apply_scalars(zd_job_t *job, const zs_ckpt_manifest_t *m, bo
 zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                          size_t errlen)
 {
-    char path[4096], tag[ZS_CKPT_TAG_MAX];
+    char tag[ZS_CKPT_TAG_MAX];
+    const char *path;
     zs_ckpt_manifest_t *m = NULL;
+    zs_dir_t dir = ZS_DIR_INIT, ckpt = ZS_DIR_INIT;
     zd_ckpt_src_t src;
     uint64_t t0 = zs_time_now_ns();
     zs_status_t st;
 
     memset(&src, 0, sizeof(src));
     zd_ckpt_async_wait(job); /* a save still writing finishes first */
-    st = zd_ckpt_check_dir(req->dir, err, errlen);
+    st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_EXEC, &dir, err, errlen);
     if (st == ZS_OK) {
-        st = zs_ckpt_resolve(req->dir, req->tag, path, sizeof(path), tag, sizeof(tag), err, errlen);
+        st = zs_ckpt_open(&dir, req->tag, &ckpt, tag, sizeof(tag), err, errlen);
+    }
+    path = ckpt.shown;
+    if (st == ZS_OK) {
+        st = zs_ckpt_manifest_read(&ckpt, &m, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zs_ckpt_manifest_read(path, &m, err, errlen);
-    }
-    if (st == ZS_OK) {
-        src = (zd_ckpt_src_t){.m = m, .path = path, .moments = req->load_optimizer_states};
+        src = (zd_ckpt_src_t){.m = m,
+                              .path = path,
+                              .ckpt = &ckpt,
+                              .cancel = &req->cancel,
+                              .moments = req->load_optimizer_states};
         st = zd_ckpt_open(job, &src, err, errlen);
     }
     st = zd_ckpt_agree(job, st, "checkpoint load (checking the files)", err, errlen);
@@ -359,5 +374,7 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
         zd_ckpt_src_free(&src);
     }
     zs_ckpt_manifest_free(m);
+    zs_dir_close(&ckpt);
+    zs_dir_close(&dir);
     return st;
 }

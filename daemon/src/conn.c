@@ -11,11 +11,13 @@
 #include "zs/time.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* The warning limiter of a connection's uid (the least recently used one is recycled). */
 static zs_ratelimit_t *zd_conn_warn_rl(zd_conn_t *c)
@@ -192,7 +194,7 @@ static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
     char why[ZD_MAX_MSG];
     zs_status_t st =
         zd_rpc_frame(&c->srv->rpc, c->session, frame + ZS_FRAME_HEADER, len - ZS_FRAME_HEADER,
-                     &reply, &submitted, &close, why, sizeof(why));
+                     &c->fds, &reply, &submitted, &close, why, sizeof(why));
 
     keep = !close;
     if (st != ZS_OK) {
@@ -298,6 +300,51 @@ static bool zd_conn_append(zd_conn_t *c, const char *data, size_t n)
     return true;
 }
 
+static void zd_fd_handle_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* The descriptors that came with the bytes just read. The pipe is an IPC pipe, so libuv keeps
+ * each for uv_accept: it goes into a throwaway pipe handle, is duplicated into c->fds, and the
+ * handle closes the original. Called from the read callback only, while reading is on (an
+ * accept restarts the pipe's read interest). More descriptors than a frame may claim, or one
+ * that cannot be taken, close the connection: none is left behind. */
+static bool zd_conn_take_fds(zd_conn_t *c)
+{
+    while (uv_pipe_pending_count(&c->pipe) > 0) {
+        uv_pipe_t *h = malloc(sizeof(*h));
+        uv_os_fd_t fd = -1;
+        int mine = -1;
+
+        if (h == NULL || uv_pipe_init(c->srv->loop, h, 0) != 0) {
+            free(h);
+            zd_conn_fail(c, 0, ZS_ERR_NO_MEMORY, "out of memory taking a file descriptor");
+            return false;
+        }
+        if (uv_accept((uv_stream_t *)&c->pipe, (uv_stream_t *)h) == 0 &&
+            uv_fileno((uv_handle_t *)h, &fd) == 0) {
+            mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        }
+        uv_close((uv_handle_t *)h, zd_fd_handle_closed);
+        if (mine < 0 || c->fds.n == ZD_FDQ_MAX) {
+            char msg[160];
+            if (mine >= 0) {
+                close(mine);
+            }
+            snprintf(msg, sizeof(msg), "%s (at most %u may wait for the frame that claims them)",
+                     mine < 0 ? "a file descriptor that came could not be taken"
+                              : "too many file descriptors came",
+                     ZD_FDQ_MAX);
+            zd_metrics_protocol_error(c->srv->metrics);
+            zd_conn_fail(c, 0, ZS_ERR_PROTOCOL, msg);
+            return false;
+        }
+        c->fds.fd[c->fds.n++] = mine;
+    }
+    return true;
+}
+
 static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     zd_conn_t *c = s->data;
@@ -317,6 +364,9 @@ static void zd_read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         zs_debug(ZS_SUB_IPC, "connection %llu closed: %s", (unsigned long long)c->id,
                  uv_strerror((int)nread));
         zd_conn_close(c);
+        return;
+    }
+    if (!zd_conn_take_fds(c)) {
         return;
     }
     if (nread == 0) {
@@ -411,6 +461,7 @@ static void zd_conn_handle_closed(uv_handle_t *h)
         return;
     }
     c->srv->buffered -= c->cap;
+    zd_fdq_close(&c->fds);
     zd_rpc_session_destroy(c->session);
     free(c->buf);
     free(c);
@@ -451,7 +502,7 @@ zd_conn_t *zd_conn_new(zd_server_t *srv)
     c->id = ++srv->next_conn_id;
     c->uid = (uid_t)-1;
     c->session = zd_rpc_session_create(c->id);
-    uv_pipe_init(srv->loop, &c->pipe, 0);
+    uv_pipe_init(srv->loop, &c->pipe, 1); /* IPC: descriptors come with some requests */
     uv_timer_init(srv->loop, &c->timer);
     c->pipe.data = c;
     c->timer.data = c;

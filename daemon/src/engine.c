@@ -60,6 +60,9 @@ void zd_req_free(zd_req_t *req)
     if (req->release != NULL) {
         req->release(req->mem);
     }
+    if (req->fd >= 0) {
+        close(req->fd);
+    }
     free(req);
 }
 
@@ -293,6 +296,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
         r->status = zd_job_shard_info(e->job, &r->u.shard, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_SAVE:
+        req->u.ckpt.cancel = (zs_cancel_t){e->env.cancel, 0};
         req->u.ckpt.keep_last = e->env.ckpt_keep_last;
         req->u.ckpt.async = e->env.ckpt_async;
         req->u.ckpt.keep_staging = e->env.ckpt_staging_keep;
@@ -300,14 +304,15 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
                                      r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_EXPORT:
-        r->status = zd_job_export(e->job, &e->env, req->u.export_.path, req->u.export_.dtype,
-                                  req->u.export_.uid, &r->u.ckpt, r->msg, sizeof(r->msg));
+        r->status =
+            zd_job_export(e->job, &e->env, &req->u.export_, &r->u.ckpt, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_WAIT:
         r->status =
             zd_job_ckpt_wait(e->job, &e->env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_LOAD:
+        req->u.ckpt.cancel = (zs_cancel_t){e->env.cancel, 0};
         r->status = zd_job_ckpt_load(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
                                      r->msg, sizeof(r->msg));
         break;

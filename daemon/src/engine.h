@@ -54,13 +54,11 @@ typedef struct zd_req {
             bool end_job;
         } detach;
         zd_ckpt_req_t ckpt;
-        struct {
-            const char *path;
-            zs_dtype_t dtype;
-            uint32_t uid;
-        } export_;
+        zd_export_req_t export_;
         zd_job_end_req_t job_end;
     } u;
+    zs_cred_t cred; /* the requester's (SO_PEERCRED, SO_PEERGROUPS): u's cred points here */
+    int fd;         /* a directory that came with the request (SCM_RIGHTS); -1: none */
     void (*release)(void *mem); /* frees what u points into (the decoded frame); may be NULL */
     void *mem;
 } zd_req_t;
@@ -85,7 +83,7 @@ typedef struct zd_resp {
     } u;
 } zd_resp_t;
 
-/* Free a request (and what it points into). NULL is a no-op. */
+/* Free a request (what it points into, and its fd). NULL is a no-op. */
 void zd_req_free(zd_req_t *req);
 /* Free a result, closing the fds and freeing the arrays it still owns. NULL is a no-op. */
 void zd_resp_free(zd_resp_t *resp);

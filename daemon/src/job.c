@@ -364,6 +364,9 @@ void zd_job_drop(zd_job_t **job_p, const char *why)
     }
     zs_info(ZS_SUB_ENGINE, "job '%s' ends (%s) at step %llu", job->id, why,
             (unsigned long long)job->step);
+    /* a checkpoint being written reports to the other ranks over the mesh: it finishes before
+     * this rank leaves it */
+    zd_ckpt_async_wait(job);
     zd_mesh_leave(job->mesh);
     zd_job_destroy(job);
     *job_p = NULL;
@@ -596,7 +599,8 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
     st = zd_step_load_params(job, err, errlen);
     if (st == ZS_OK && env->ckpt_dir != NULL) {
         bool restored = false;
-        st = zd_ckpt_restore(job, env->ckpt_dir, out, &restored);
+        zs_cancel_t cancel = {env->cancel, 0};
+        st = zd_ckpt_restore(job, env->ckpt_dir, &cancel, out, &restored);
         if (st != ZS_OK) {
             st = zs_errf(err, errlen, st,
                          "job '%s': resuming from checkpoint_dir %s failed (the "

@@ -11,6 +11,7 @@
 #include "metrics.h"
 #include "trace.h"
 #include "zk/kernels.h"
+#include "zs/dir.h"
 #include "zs/dtype.h"
 #include "zs/log.h"
 #include "zs/mem.h"
@@ -99,7 +100,12 @@ typedef struct zd_job_spec {
 /* CheckpointSave / CheckpointLoad (docs/checkpoints.md). */
 #define ZD_CKPT_DIR_MAX 3800u
 typedef struct zd_ckpt_req {
-    const char *dir;           /* absolute */
+    const char *dir;           /* absolute, as the client named it: for messages */
+    int dir_fd;                /* that directory, opened by the client (the request's: closed
+                                * with it); -1: the daemon's own, opened by path */
+    const zs_cred_t *cred;     /* whose rights dir_fd is used with (zs/dir.h); NULL: the
+                                * daemon's own */
+    zs_cancel_t cancel;        /* loads and verifies stop when the daemon stops */
     const char *tag;           /* NULL or "": global_step<N> (save), DIR/latest (load) */
     const void *trainer_state; /* save, rank 0: stored as trainer_state.pt; may be NULL */
     size_t trainer_state_len;
@@ -265,11 +271,17 @@ zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t co
                              const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                              size_t errlen);
 
-/* ExportRequest (control role): the job's parameters into one safetensors file at path, for
- * uid (ckpt_export.c). */
-zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const char *path,
-                          zs_dtype_t dtype, uint32_t uid, zd_ckpt_out_t *out, char *err,
-                          size_t errlen);
+/* ExportRequest (control role). */
+typedef struct zd_export_req {
+    const char *path;      /* absolute, for messages; its last component is the file's name */
+    int dir_fd;            /* path's directory, opened by the requester (the request's) */
+    const zs_cred_t *cred; /* the requester's: the file is created with its rights, for it */
+    zs_dtype_t dtype;
+} zd_export_req_t;
+
+/* The job's parameters into one new safetensors file (ckpt_export.c). */
+zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const zd_export_req_t *req,
+                          zd_ckpt_out_t *out, char *err, size_t errlen);
 
 void zd_job_status(const zd_job_t *job, zd_job_status_t *status_p);
 zs_status_t zd_job_shard_info(const zd_job_t *job, zd_shard_out_t *out, char *err, size_t errlen);

@@ -159,51 +159,16 @@ bool zd_job_ended_by_peer(zd_job_t **job_p, const zd_job_env_t *env)
 
 /* ---- zeroctl job end ------------------------------------------------------------------------ */
 
-/* The final checkpoint goes where the requester may write: dir (or, when it does not exist yet,
- * its parent) belongs to uid, or uid is root. */
-static zs_status_t zd_job_end_check_dir(const char *dir, uint32_t uid, char *err, size_t errlen)
-{
-    char parent[4096];
-    const char *where = dir;
-    struct stat sb;
-    zs_status_t st = zd_ckpt_check_dir(dir, err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    if (stat(dir, &sb) != 0) {
-        snprintf(parent, sizeof(parent), "%s", dir);
-        where = dirname(parent);
-        if (stat(where, &sb) != 0) {
-            return zs_errf(err, errlen, ZS_ERR_NOT_FOUND, "job end: checkpoint directory %s: %s",
-                           where, strerror(errno));
-        }
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        return zs_errf(err, errlen, ZS_ERR_INVALID, "job end: %s is not a directory", where);
-    }
-    if (uid == UINT32_MAX || (uid != 0 && sb.st_uid != uid)) {
-        return zs_errf(err, errlen, ZS_ERR_PERMISSION,
-                       "job end: %s belongs to uid %u, the request comes from uid %d: the daemon "
-                       "writes a checkpoint only where the requesting user may",
-                       where, (unsigned)sb.st_uid, uid == UINT32_MAX ? -1 : (int)uid);
-    }
-    return ZS_OK;
-}
-
 /* The final checkpoint: every daemon of the job saves it together (each got a JobEnd). A world
  * > 1 job whose trainers went has no mesh: it forms again for the save. */
 static zs_status_t zd_job_end_ckpt(zd_job_t *job, const zd_job_env_t *env,
                                    const zd_job_end_req_t *req, zd_job_end_out_t *out, char *err,
                                    size_t errlen)
 {
-    zd_ckpt_req_t creq = {.dir = req->ckpt_dir};
+    zd_ckpt_req_t creq = {.dir = req->ckpt_dir, .dir_fd = req->ckpt_dir_fd, .cred = req->cred};
     zd_ckpt_out_t co;
-    zs_status_t st = zd_job_end_check_dir(req->ckpt_dir, req->uid, err, errlen);
+    zs_status_t st;
 
-    if (st != ZS_OK) {
-        return st;
-    }
     if (!job->params_loaded) {
         return zs_errf(err, errlen, ZS_ERR_STATE,
                        "job end: job '%s' has no parameters yet (its trainer never sent "

@@ -12,10 +12,11 @@
 
 /* JobEnd. */
 typedef struct zd_job_end_req {
-    const char *job_id;   /* the job to end (unused with all) */
-    bool all;             /* whatever job the daemon holds */
-    const char *ckpt_dir; /* NULL or "": no final checkpoint */
-    uint32_t uid;         /* the requester (SO_PEERCRED): ckpt_dir must be its, or root's */
+    const char *job_id;    /* the job to end (unused with all) */
+    bool all;              /* whatever job the daemon holds */
+    const char *ckpt_dir;  /* NULL or "": no final checkpoint; else absolute, for messages */
+    int ckpt_dir_fd;       /* ckpt_dir, opened by the requester (the request's) */
+    const zs_cred_t *cred; /* the requester's: the checkpoint is written with its rights */
 } zd_job_end_req_t;
 
 typedef struct zd_job_end_out {

@@ -74,6 +74,7 @@ struct zd_job {
     char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
     uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
     uint64_t ckpt_last_step;
+    uint64_t ckpt_seq;           /* saves so far, agreed by the ranks at each save */
     zd_ckpt_async_t *ckpt_async; /* a save being written in the background (ckpt_async.c) */
     float *ckpt_stage;           /* checkpoint_staging_keep: the last save's copy, for the next */
     /* its life (job_ctl.c): monotonic times; the trainer's pid for messages */
@@ -119,34 +120,43 @@ void zd_ckpt_meta_free(zd_job_t *job);
 /* A collective: every rank passes its outcome of a phase; ZS_OK only when every rank's was. */
 zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, char *err,
                           size_t errlen);
+/* Every rank's file size and checksum (files[world]) to every rank (ckpt_agree.c). */
+zs_status_t zd_ckpt_gather_sums(zd_job_t *job, uint64_t bytes, uint64_t xxh3, zs_ckpt_file_t *files,
+                                char *err, size_t errlen);
+/* job->ckpt_seq: which save this is, rank 0's count, the same on every rank. */
+zs_status_t zd_ckpt_number(zd_job_t *job, char *err, size_t errlen);
 /* A collective of every rank (docs/checkpoints.md). */
 zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                          size_t errlen);
 zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                          size_t errlen);
-/* dir is absolute (the daemon's working directory is not the trainer's) and not too long. */
-zs_status_t zd_ckpt_check_dir(const char *dir, char *err, size_t errlen);
+/* The request's directory for `want` (zs/dir.h): the client's descriptor, or the daemon's own
+ * directory by path. */
+zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, char *err,
+                             size_t errlen);
+/* ".zerod-tmp-TAG": where a save of TAG is written before its commit. */
+void zd_ckpt_tmp_name(const char *tag, char *name, size_t len);
 /* The pieces of a save both ways share (ckpt.c). */
 zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
-                               const char *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
+                               const zs_dir_t *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
                                size_t errlen);
-zs_status_t zd_ckpt_write_report(const char *path, const char *text, char *err, size_t errlen);
-zs_status_t zd_ckpt_write_sum(uint32_t rank, const char *tmp, uint64_t bytes, uint64_t xxh3,
-                              char *err, size_t errlen);
 zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *m);
-zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const char *tmp, bool has_state,
+zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
+                                    const zs_ckpt_file_t *files, bool has_state,
                                     uint64_t state_bytes, uint64_t state_xxh3, char *err,
                                     size_t errlen);
 void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
-zs_status_t zd_ckpt_prepare(const char *dir, const char *tmp, char *err, size_t errlen);
-zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const char *dir, const char *tag,
-                           const char *tmp, char *err, size_t errlen);
-void zd_ckpt_prune(const char *dir, const char *job_id, const char *keep_tag, uint32_t keep_last);
+zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,
+                            size_t errlen);
+zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const zs_dir_t *dir, const char *tag,
+                           const zs_dir_t *tmp, char *err, size_t errlen);
+void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
+                   uint32_t keep_last);
 /* Asynchronous saves (ckpt_async.c): stage this rank's shard and start its writer, which waits
  * for release (every rank staged) or cancel; wait joins a writer (a later save, a load, the
  * job's end). */
 zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const char *tag,
-                                const char *tmp, char *err, size_t errlen);
+                                const zs_dir_t *dir, const zs_dir_t *tmp, char *err, size_t errlen);
 void zd_ckpt_async_release(zd_job_t *job);
 void zd_ckpt_async_cancel(zd_job_t *job);
 void zd_ckpt_async_wait(zd_job_t *job);
@@ -160,7 +170,8 @@ zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t er
 /* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */
 void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
 /* A fresh job at ParamsReady: load DIR/latest when every rank finds it is this job's. */
-zs_status_t zd_ckpt_restore(zd_job_t *job, const char *dir, zd_ckpt_out_t *out, bool *restored_p);
+zs_status_t zd_ckpt_restore(zd_job_t *job, const char *dir, const zs_cancel_t *cancel,
+                            zd_ckpt_out_t *out, bool *restored_p);
 
 /* ---- step.c ----------------------------------------------------------------------------- */
 

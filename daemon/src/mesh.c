@@ -413,6 +413,11 @@ ucp_ep_h zd_mesh_ep(zd_mesh_t *mesh, uint32_t rank)
     return mesh->eps[rank];
 }
 
+struct zd_watch *zd_mesh_watch(zd_mesh_t *mesh)
+{
+    return mesh != NULL ? mesh->watch : NULL;
+}
+
 uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh)
 {
     return mesh->p.collective_timeout_ns;

@@ -84,6 +84,9 @@ bool zd_mesh_ended(const zd_mesh_t *mesh, char *why, size_t len);
 /* Was the wait cut short because the daemon is shutting down? */
 bool zd_mesh_cancelled(const zd_mesh_t *mesh);
 
+/* The mesh's liveness watch (watch.h): checkpoint writers report through it. */
+struct zd_watch *zd_mesh_watch(zd_mesh_t *mesh);
+
 /* Barrier over control messages, bounded by the collective timeout. */
 zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen);
 

@@ -33,15 +33,53 @@ zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id)
 
     if (s != NULL) {
         s->conn_id = conn_id;
-        s->uid = UINT32_MAX;
     }
     return s;
 }
 
-void zd_rpc_session_set_uid(zd_rpc_session_t *s, uint32_t uid)
+void zd_rpc_session_set_cred(zd_rpc_session_t *s, const zs_cred_t *cred)
 {
     if (s != NULL) {
-        s->uid = uid;
+        s->cred = *cred;
+        s->has_cred = true;
+    }
+}
+
+void zd_fdq_close(zd_fdq_t *q)
+{
+    for (unsigned i = 0; i < q->n; i++) {
+        close(q->fd[i]);
+    }
+    q->n = 0;
+}
+
+/* The oldest queued descriptor, now the caller's; -1 when none is queued. */
+static int zd_fdq_pop(zd_fdq_t *q)
+{
+    int fd;
+
+    if (q->n == 0) {
+        return -1;
+    }
+    fd = q->fd[0];
+    memmove(q->fd, q->fd + 1, (q->n - 1) * sizeof(int));
+    q->n--;
+    return fd;
+}
+
+/* How many descriptors a checked frame must come with: the directory of a request that names
+ * one (ipc.proto), none otherwise. */
+static uint32_t zd_rpc_fds_needed(const zd_frame_t *f)
+{
+    switch (f->body_case) {
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
+    case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
+    case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
+        return 1;
+    case ZEROD__IPC__V1__FRAME__BODY_JOB_END:
+        return f->job_end->checkpoint_dir != NULL && f->job_end->checkpoint_dir[0] != '\0';
+    default:
+        return 0;
     }
 }
 
@@ -460,13 +498,14 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
 }
 
 /* The checkpoint and export requests of zd_rpc_request. */
-static zs_status_t zd_rpc_request_ckpt(const zd_rpc_session_t *s, const zd_frame_t *f,
-                                       zd_req_t *req, char *err, size_t errlen)
+static zs_status_t zd_rpc_request_ckpt(const zd_frame_t *f, zd_req_t *req, char *err, size_t errlen)
 {
     switch (f->body_case) {
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
         req->kind = ZD_REQ_CKPT_SAVE;
         req->u.ckpt.dir = f->checkpoint_save->dir;
+        req->u.ckpt.dir_fd = req->fd;
+        req->u.ckpt.cred = &req->cred;
         req->u.ckpt.tag = f->checkpoint_save->tag;
         if (f->checkpoint_save->trainer_state.len > 0) {
             req->u.ckpt.trainer_state = f->checkpoint_save->trainer_state.data;
@@ -479,7 +518,8 @@ static zs_status_t zd_rpc_request_ckpt(const zd_rpc_session_t *s, const zd_frame
     case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
         req->kind = ZD_REQ_EXPORT;
         req->u.export_.path = f->export_request->path;
-        req->u.export_.uid = s->uid;
+        req->u.export_.dir_fd = req->fd;
+        req->u.export_.cred = &req->cred;
         if (zs_dtype_from_int((long)f->export_request->dtype, &req->u.export_.dtype) != ZS_OK) {
             return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %d is not fp32 or bf16",
                            (int)f->export_request->dtype);
@@ -488,23 +528,30 @@ static zs_status_t zd_rpc_request_ckpt(const zd_rpc_session_t *s, const zd_frame
     default: /* CHECKPOINT_LOAD */
         req->kind = ZD_REQ_CKPT_LOAD;
         req->u.ckpt.dir = f->checkpoint_load->dir;
+        req->u.ckpt.dir_fd = req->fd;
+        req->u.ckpt.cred = &req->cred;
         req->u.ckpt.tag = f->checkpoint_load->tag;
         req->u.ckpt.load_optimizer_states = f->checkpoint_load->load_optimizer_states;
         return ZS_OK;
     }
 }
 
-/* The engine request of a checked frame; takes the frame. */
-static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t **req_p, char *err,
-                                  size_t errlen)
+/* The engine request of a checked frame; takes the frame and fd (its directory, or -1). */
+static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, int fd, zd_req_t **req_p,
+                                  char *err, size_t errlen)
 {
     zd_req_t *req = calloc(1, sizeof(*req));
     zs_status_t st = ZS_OK;
 
     if (req == NULL) {
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        if (fd >= 0) {
+            close(fd);
+        }
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory queueing a request");
     }
+    req->fd = fd;
+    req->cred = s->cred;
     req->conn_id = s->conn_id;
     req->seq = f->seq;
     req->release = zd_rpc_release_frame;
@@ -545,12 +592,12 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:
     case ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST:
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_LOAD:
-        st = zd_rpc_request_ckpt(s, f, req, err, errlen);
+        st = zd_rpc_request_ckpt(f, req, err, errlen);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_JOB_END:
         req->kind = ZD_REQ_JOB_END;
         req->u.job_end = (zd_job_end_req_t){f->job_end->job_id, f->job_end->all,
-                                            f->job_end->checkpoint_dir, s->uid};
+                                            f->job_end->checkpoint_dir, req->fd, &req->cred};
         break;
     default: /* zd_rpc_check let only the bodies above through, and ShardInfo */
         req->kind = ZD_REQ_SHARD_INFO;
@@ -558,6 +605,9 @@ static zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *
     }
     if (st != ZS_OK) {
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        if (req->fd >= 0) {
+            close(req->fd);
+        }
         free(req);
         return st;
     }
@@ -591,15 +641,42 @@ static zd_reply_t *zd_rpc_refused(zd_rpc_session_t *s, zd_req_kind_t kind, uint6
     return zd_rpc_result(s, resp);
 }
 
+/* The descriptors f says came with it, taken from fds (*fd_p: the one a directory request
+ * needs, or -1). A count that does not match closes the connection: no descriptor is left for
+ * a later frame to claim. */
+static zs_status_t zd_rpc_take_fds(const zd_rpc_session_t *s, const zd_frame_t *f, zd_fdq_t *fds,
+                                   int *fd_p, char *why, size_t whylen)
+{
+    uint32_t need = zd_rpc_fds_needed(f);
+
+    *fd_p = -1;
+    if (f->fds > fds->n || f->fds != need) {
+        return zs_errf(why, whylen, ZS_ERR_PROTOCOL,
+                       "frame %llu says %u file descriptor(s) came with it, %u are queued, and "
+                       "its request needs %u%s",
+                       (unsigned long long)f->seq, f->fds, fds->n, need,
+                       need > f->fds ? " (its directory: a client older than this daemon?)" : "");
+    }
+    if (need > 0 && !s->has_cred) {
+        return zs_errf(why, whylen, ZS_ERR_PERMISSION,
+                       "the connection's peer credentials are unknown: no directory is used");
+    }
+    if (need > 0) {
+        *fd_p = zd_fdq_pop(fds);
+    }
+    return ZS_OK;
+}
+
 zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t *payload,
-                         size_t len, zd_reply_t **reply_p, bool *submitted_p, bool *close_p,
-                         char *why, size_t whylen)
+                         size_t len, zd_fdq_t *fds, zd_reply_t **reply_p, bool *submitted_p,
+                         bool *close_p, char *why, size_t whylen)
 {
     zd_frame_t *f = NULL;
     zd_req_t *req = NULL;
     bool refused = false;
     uint64_t seq;
     zd_req_kind_t kind;
+    int fd = -1;
     zs_status_t st;
 
     *reply_p = NULL;
@@ -608,6 +685,9 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t
     st = zd_rpc_decode(payload, len, &f, why, whylen);
     if (st == ZS_OK) {
         st = zd_rpc_check(s->role, f, why, whylen);
+    }
+    if (st == ZS_OK) {
+        st = zd_rpc_take_fds(s, f, fds, &fd, why, whylen);
     }
     if (st != ZS_OK) {
         *reply_p = zd_rpc_error(f != NULL ? f->seq : 0, st, why);
@@ -638,7 +718,7 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t
     }
     seq = f->seq;
     kind = f->body_case == ZEROD__IPC__V1__FRAME__BODY_ATTACH ? ZD_REQ_ATTACH : ZD_REQ_SHARD_INFO;
-    st = zd_rpc_request(s, f, &req, why, whylen); /* takes f */
+    st = zd_rpc_request(s, f, fd, &req, why, whylen); /* takes f and fd */
     if (st != ZS_OK) {
         *reply_p = kind == ZD_REQ_ATTACH ? zd_rpc_refused(s, kind, seq, st, why)
                                          : zd_rpc_error(seq, st, why);
@@ -663,5 +743,6 @@ void zd_rpc_closed(const zd_rpc_t *rpc, zd_rpc_session_t *s)
     }
     req->kind = ZD_REQ_DISCONNECT;
     req->conn_id = s->conn_id;
+    req->fd = -1;
     zd_rpc_submit(rpc, req);
 }

@@ -33,10 +33,21 @@ typedef struct zd_rpc_session zd_rpc_session_t;
 
 zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id);
 void zd_rpc_session_destroy(zd_rpc_session_t *session);
-/* The connection's peer uid (SO_PEERCRED): whose an exported file is. */
-void zd_rpc_session_set_uid(zd_rpc_session_t *session, uint32_t uid);
+/* The connection's peer (SO_PEERCRED, SO_PEERGROUPS): the rights its requests are done with
+ * (zs/dir.h). Without it, no request that names a directory is accepted. */
+void zd_rpc_session_set_cred(zd_rpc_session_t *session, const zs_cred_t *cred);
 /* The connection's peer pid (SO_PEERCRED): named when its trainer holds the job. */
 void zd_rpc_session_set_pid(zd_rpc_session_t *session, int32_t pid);
+
+/* Descriptors received on a connection (SCM_RIGHTS), oldest first, until a frame claims them
+ * (Frame.fds, ipc.proto). */
+#define ZD_FDQ_MAX 4u
+typedef struct zd_fdq {
+    int fd[ZD_FDQ_MAX];
+    unsigned n;
+} zd_fdq_t;
+/* Close every descriptor still queued. */
+void zd_fdq_close(zd_fdq_t *q);
 
 /* What the daemon tells its clients besides results. */
 typedef struct zd_rpc {
@@ -51,14 +62,16 @@ typedef struct zd_rpc {
     void *submit_arg;
 } zd_rpc_t;
 
-/* One frame's payload (the bytes after the length prefix). Either it is answered here
+/* One frame's payload (the bytes after the length prefix), with the descriptors that came
+ * before or with it (fds: the frame takes those it declares, oldest first, and owns them from
+ * then). Either it is answered here
  * (*reply_p: the reply to send; NULL when it went to the engine, *submitted_p, or when no reply
  * could be built) or handed to the engine. Returns ZS_OK, or the status of a refusal with the
  * reason in why: a malformed or forbidden frame (*close_p: close the connection once *reply_p is
  * out), or a request refused in its own reply (a slot submitted twice, an unusable Attach). */
 zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *session, const uint8_t *payload,
-                         size_t len, zd_reply_t **reply_p, bool *submitted_p, bool *close_p,
-                         char *why, size_t whylen);
+                         size_t len, zd_fdq_t *fds, zd_reply_t **reply_p, bool *submitted_p,
+                         bool *close_p, char *why, size_t whylen);
 
 /* An ErrorReply for a fault below the protocol (framing, a timeout, a refused peer). */
 zd_reply_t *zd_rpc_error(uint64_t seq, zs_status_t status, const char *msg);

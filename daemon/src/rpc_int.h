@@ -10,8 +10,9 @@
 
 struct zd_rpc_session {
     uint64_t conn_id;
-    uint32_t uid; /* SO_PEERCRED; UINT32_MAX when unknown */
-    int32_t pid;  /* SO_PEERCRED; 0 when unknown */
+    zs_cred_t cred; /* SO_PEERCRED, SO_PEERGROUPS */
+    bool has_cred;  /* false: unknown (no request naming a directory is accepted) */
+    int32_t pid;    /* SO_PEERCRED; 0 when unknown */
     zd_role_t role;
     uint32_t n_slots;   /* given by the attach; 0 when no job is attached */
     uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */

@@ -38,13 +38,16 @@ static bool zd_server_peer_allowed(zd_server_t *srv, zd_conn_t *c, int fd, char 
 {
     struct ucred cred;
     socklen_t len = sizeof(cred);
+    zs_cred_t peer;
+    char err[160];
 
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        zs_cred_of_peer(fd, &peer, err, sizeof(err)) != ZS_OK) {
         snprintf(who, wlen, "unknown peer (SO_PEERCRED: %s)", strerror(errno));
         return false;
     }
     c->uid = cred.uid;
-    zd_rpc_session_set_uid(c->session, (uint32_t)cred.uid);
+    zd_rpc_session_set_cred(c->session, &peer);
     zd_rpc_session_set_pid(c->session, (int32_t)cred.pid);
     snprintf(who, wlen, "pid %d uid %u gid %u", (int)cred.pid, (unsigned)cred.uid,
              (unsigned)cred.gid);

@@ -51,6 +51,7 @@ typedef struct zd_conn {
     uint64_t id;
     uid_t uid; /* SO_PEERCRED; (uid_t)-1 when unknown */
     zd_rpc_session_t *session;
+    zd_fdq_t fds; /* descriptors received, not yet claimed by a frame (rpc.h) */
     uint8_t *buf;
     size_t len, cap, need;
     bool closing;

@@ -2,6 +2,7 @@
 #include "watch.h"
 
 #include "ucx_util.h"
+#include "zs/error.h"
 #include "zs/log.h"
 #include "zs/thread.h"
 #include "zs/time.h"
@@ -44,11 +45,14 @@ struct zd_watch {
     /* under lock */
     bool stop;
     bool cmd_abort, cmd_leave, leave_done;
+    bool aborted; /* the engine aborted the job (zd_watch_abort): no report will come */
     uint32_t abort_rank;
     char abort_why[512];
     bool lost;
     uint32_t lost_rank;
     char why[512];
+    zd_ckpt_report_t *reports; /* [world]: the last report of each rank */
+    bool send_report;          /* reports[rank] is to be sent */
     /* readable without the lock */
     atomic_bool lost_flag;
     /* watch thread only */
@@ -143,6 +147,18 @@ static ucs_status_t zd_watch_am_cb(void *arg, const void *header, size_t header_
     case ZEROD__MESH__V1__CONTROL__TYPE__LEAVE:
         w->peers[c->origin].left = true;
         break;
+    case ZEROD__MESH__V1__CONTROL__TYPE__CKPT_REPORT: {
+        zd_ckpt_report_t *r = &w->reports[c->origin];
+        pthread_mutex_lock(&w->lock);
+        r->seq = c->ckpt_seq;
+        r->status = c->ckpt_status;
+        r->bytes = c->ckpt_bytes;
+        r->xxh3 = c->ckpt_xxh3;
+        snprintf(r->why, sizeof(r->why), "%s", c->reason != NULL ? c->reason : "");
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        break;
+    }
     default:
         break; /* HEARTBEAT: last_seen is all it does */
     }
@@ -169,14 +185,40 @@ static void zd_watch_do_leave(zd_watch_t *w)
     }
 }
 
+/* This rank's report to every peer. */
+static void zd_watch_send_report(zd_watch_t *w, const zd_ckpt_report_t *r)
+{
+    Zerod__Mesh__V1__MeshMsg msg = ZEROD__MESH__V1__MESH_MSG__INIT;
+    Zerod__Mesh__V1__Control c = ZEROD__MESH__V1__CONTROL__INIT;
+
+    c.type = ZEROD__MESH__V1__CONTROL__TYPE__CKPT_REPORT;
+    c.origin = w->p.rank;
+    c.ckpt_seq = r->seq;
+    c.ckpt_status = r->status;
+    c.ckpt_bytes = r->bytes;
+    c.ckpt_xxh3 = r->xxh3;
+    c.reason = (char *)r->why;
+    msg.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_CONTROL;
+    msg.control = &c;
+    for (uint32_t to = 0; to < w->p.world; to++) {
+        if (to != w->p.rank && w->eps[to] != NULL && !w->peers[to].left) {
+            (void)zd_ucx_send_msg(w->eps[to], ZD_AM_WATCH, &msg, false);
+        }
+    }
+}
+
 /* Commands from other threads; returns false when the thread should stop. */
 static bool zd_watch_commands(zd_watch_t *w)
 {
-    bool stop, abort_now, leave_now;
+    bool stop, abort_now, leave_now, report_now;
     uint32_t abort_rank;
     char why[512];
+    zd_ckpt_report_t report;
 
     pthread_mutex_lock(&w->lock);
+    report_now = w->send_report;
+    w->send_report = false;
+    report = w->reports[w->p.rank];
     stop = w->stop;
     abort_now = w->cmd_abort;
     leave_now = w->cmd_leave;
@@ -185,6 +227,9 @@ static bool zd_watch_commands(zd_watch_t *w)
     w->cmd_abort = false;
     w->cmd_leave = false;
     pthread_mutex_unlock(&w->lock);
+    if (report_now) {
+        zd_watch_send_report(w, &report);
+    }
     if (abort_now) {
         w->checking = false;
         zd_watch_broadcast(w, ZEROD__MESH__V1__CONTROL__TYPE__ABORT, abort_rank, why);
@@ -306,7 +351,8 @@ zs_status_t zd_watch_create(const zd_watch_params_t *params, zd_watch_t **watch_
     }
     w->eps = calloc(params->world, sizeof(*w->eps));
     w->peers = calloc(params->world, sizeof(*w->peers));
-    if (w->eps == NULL || w->peers == NULL) {
+    w->reports = calloc(params->world, sizeof(*w->reports));
+    if (w->eps == NULL || w->peers == NULL || w->reports == NULL) {
         snprintf(err, errlen, "out of memory for the mesh watch");
         st = ZS_ERR_NO_MEMORY;
         goto err_destroy;
@@ -421,8 +467,10 @@ void zd_watch_abort(zd_watch_t *w, uint32_t lost_rank, const char *why)
     }
     pthread_mutex_lock(&w->lock);
     w->cmd_abort = true;
+    w->aborted = true;
     w->abort_rank = lost_rank;
     snprintf(w->abort_why, sizeof(w->abort_why), "%s", why);
+    pthread_cond_broadcast(&w->cond); /* a writer waiting for reports stops */
     pthread_mutex_unlock(&w->lock);
     zd_watch_kick(w);
 }
@@ -475,5 +523,75 @@ void zd_watch_destroy(zd_watch_t *w)
     pthread_mutex_destroy(&w->lock);
     free(w->eps);
     free(w->peers);
+    free(w->reports);
     free(w);
+}
+
+void zd_watch_report(zd_watch_t *w, const zd_ckpt_report_t *report)
+{
+    if (w == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&w->lock);
+    w->reports[w->p.rank] = *report;
+    w->send_report = true;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    zd_watch_kick(w);
+}
+
+/* Under w->lock: every rank's report of seq is in (ZS_OK), one failed (ZS_ERR_ABORTED), or
+ * not yet (ZS_IN_PROGRESS). */
+static zs_status_t zd_watch_reports_state(zd_watch_t *w, uint64_t seq, bool stop_on_error,
+                                          uint32_t *failed_p)
+{
+    bool all = true;
+
+    for (uint32_t r = 0; r < w->p.world; r++) {
+        const zd_ckpt_report_t *rep = &w->reports[r];
+        if (rep->seq != seq) {
+            all = false;
+        } else if (rep->status != ZS_OK && stop_on_error) {
+            *failed_p = r;
+            return ZS_ERR_ABORTED;
+        }
+    }
+    return all ? ZS_OK : ZS_IN_PROGRESS;
+}
+
+zs_status_t zd_watch_await_reports(zd_watch_t *w, uint64_t seq, bool stop_on_error,
+                                   zs_deadline_t deadline, const atomic_bool *cancel,
+                                   zd_ckpt_report_t *reports, uint32_t *failed_p, char *err,
+                                   size_t errlen)
+{
+    zs_status_t st;
+
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        zs_deadline_t tick = zs_deadline_in_ms(100); /* cancel and the deadline, checked */
+        struct timespec ts;
+
+        st = zd_watch_reports_state(w, seq, stop_on_error, failed_p);
+        if (st != ZS_IN_PROGRESS) {
+            break;
+        }
+        if (w->lost || w->aborted) {
+            st = zs_errf(err, errlen, ZS_ERR_PEER_LOST, "%s", w->lost ? w->why : w->abort_why);
+            break;
+        }
+        if (zs_deadline_expired(deadline) || (cancel != NULL && atomic_load(cancel))) {
+            st = zs_errf(err, errlen, ZS_ERR_TIMEOUT, "%s",
+                         zs_deadline_expired(deadline) ? "the deadline passed"
+                                                       : "the daemon is shutting down");
+            break;
+        }
+        if (deadline.at_ns < tick.at_ns) {
+            tick = deadline;
+        }
+        ts = zs_deadline_timespec(tick);
+        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+    }
+    memcpy(reports, w->reports, w->p.world * sizeof(*reports));
+    pthread_mutex_unlock(&w->lock);
+    return st;
 }

@@ -14,7 +14,9 @@
 #define ZD_WATCH_H
 
 #include "zs/status.h"
+#include "zs/time.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,5 +56,27 @@ void zd_watch_abort(zd_watch_t *watch, uint32_t lost_rank, const char *why);
 /* The job ends normally on this rank: tell the peers (LEAVE) and wait briefly until it is out,
  * so that closing the endpoints is not taken for a lost rank. */
 void zd_watch_leave(zd_watch_t *watch);
+
+/* One rank's outcome of writing its file of a checkpoint save (docs/checkpoints.md
+ * "Asynchronous saves"): sent at once to every rank over the watch, not through a file on a
+ * disk that may be the one that failed. */
+#define ZD_WATCH_REPORT_WHY 512
+typedef struct zd_ckpt_report {
+    uint64_t seq;   /* which save of the job (0: none) */
+    int32_t status; /* zs_status_t of the write */
+    uint64_t bytes, xxh3;
+    char why[ZD_WATCH_REPORT_WHY]; /* when status is not ZS_OK */
+} zd_ckpt_report_t;
+
+/* This rank's report: kept here and sent to every other rank (any thread). */
+void zd_watch_report(zd_watch_t *watch, const zd_ckpt_report_t *report);
+/* Wait until every rank reported save `seq` (reports[world] filled, statuses inside: ZS_OK), or,
+ * with stop_on_error, until one rank reported a failure (ZS_ERR_ABORTED, its report in
+ * reports[*failed_p]). ZS_ERR_PEER_LOST when a rank is lost; ZS_ERR_TIMEOUT at the deadline or
+ * when cancel is set. */
+zs_status_t zd_watch_await_reports(zd_watch_t *watch, uint64_t seq, bool stop_on_error,
+                                   zs_deadline_t deadline, const atomic_bool *cancel,
+                                   zd_ckpt_report_t *reports, uint32_t *failed_p, char *err,
+                                   size_t errlen);
 
 #endif

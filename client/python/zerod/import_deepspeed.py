@@ -28,7 +28,7 @@ import subprocess
 import sys
 import types
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # `zeroctl checkpoint seal` writes manifest.xxh3 beside it
 _MODEL_FILE = "mp_rank_00_model_states.pt"
 _KNOWN_MODEL_KEYS = {
     "module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes",

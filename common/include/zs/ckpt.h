@@ -6,12 +6,17 @@
  *  - manifest.json: format and version, the job, step, world, bucket size and layout inputs,
  *    the parameter list (names, shapes, groups), the loss scaler, and every file's size and
  *    XXH3-64 checksum;
+ *  - manifest.xxh3: manifest.json's own XXH3-64 and size, so that no field of it (a step, a
+ *    dtype, the loss scaler) changes unnoticed;
  *  - rank_NNNNN.safetensors, one per rank of the saving world: tensors "master", "exp_avg" and
  *    "exp_avg_sq", F32, each that rank's whole shard (the layout, rebuilt from the manifest,
  *    says which (parameter, element range) each shard element holds);
  *  - trainer_state.pt (optional): bytes the trainer of rank 0 handed over (lr scheduler, client
  *    state), stored as they came.
  * DIR/latest holds the tag of the last committed checkpoint.
+ *
+ * Every file is reached through zs_dir_t (zs/dir.h): relative to an open directory, no link
+ * followed, regular files only, never read past the size the manifest gives.
  *
  * safetensors (https://github.com/huggingface/safetensors): 8-byte little-endian header length
  * N, N bytes of JSON (tensor name -> dtype, shape, data_offsets; "__metadata__" -> string map),
@@ -21,6 +26,7 @@
 #ifndef ZS_CKPT_H
 #define ZS_CKPT_H
 
+#include "zs/dir.h"
 #include "zs/dtype.h"
 #include "zs/layout.h"
 #include "zs/status.h"
@@ -34,8 +40,10 @@ extern "C" {
 #endif
 
 #define ZS_CKPT_FORMAT        "zerod-checkpoint"
-#define ZS_CKPT_VERSION       1u
+#define ZS_CKPT_VERSION       2u /* 2: manifest.xxh3 */
 #define ZS_CKPT_MANIFEST      "manifest.json"
+#define ZS_CKPT_MANIFEST_SUM  "manifest.xxh3"
+#define ZS_CKPT_MANIFEST_MAX  (1u << 30)
 #define ZS_CKPT_LATEST        "latest"
 #define ZS_CKPT_TRAINER_STATE "trainer_state.pt"
 #define ZS_CKPT_TMP_PREFIX    ".zerod-tmp-"
@@ -93,14 +101,18 @@ typedef struct zs_ckpt_manifest {
 /* Allocate the arrays of a manifest for n_groups groups and n_params parameters (zeroed). */
 zs_status_t zs_ckpt_manifest_alloc(zs_ckpt_manifest_t *m, uint32_t n_groups, uint32_t n_params,
                                    uint32_t n_files);
-/* Write DIR/manifest.json and fsync it. */
-zs_status_t zs_ckpt_manifest_write(const char *dir, const zs_ckpt_manifest_t *m, char *err,
+/* Write d/manifest.json and d/manifest.xxh3 (replacing them), fsync'd. */
+zs_status_t zs_ckpt_manifest_write(const zs_dir_t *d, const zs_ckpt_manifest_t *m, char *err,
                                    size_t errlen);
-/* Read and check DIR/manifest.json; *m_p is freed with zs_ckpt_manifest_free. Errors name the
- * file and the field: ZS_ERR_NOT_FOUND (no manifest), ZS_ERR_VERSION (a newer format),
- * ZS_ERR_IO (unreadable or malformed). */
-zs_status_t zs_ckpt_manifest_read(const char *dir, zs_ckpt_manifest_t **m_p, char *err,
+/* Read d/manifest.json and trust it only when all of it verifies: its checksum is manifest.xxh3's,
+ * every field parses, and its layout_hash is the hash of the layout its fields give. *m_p is
+ * freed with zs_ckpt_manifest_free. Errors name the file and the field: ZS_ERR_NOT_FOUND (no
+ * manifest), ZS_ERR_VERSION (a newer format), ZS_ERR_IO (unreadable, edited, malformed). */
+zs_status_t zs_ckpt_manifest_read(const zs_dir_t *d, zs_ckpt_manifest_t **m_p, char *err,
                                   size_t errlen);
+/* d/manifest.json as it is, unverified (`zeroctl checkpoint seal`, which makes it trusted). */
+zs_status_t zs_ckpt_manifest_read_unsealed(const zs_dir_t *d, zs_ckpt_manifest_t **m_p, char *err,
+                                           size_t errlen);
 void zs_ckpt_manifest_free(zs_ckpt_manifest_t *m);
 /* The layout the manifest's world saved with (zs_layout_destroy frees it). */
 zs_status_t zs_ckpt_layout(const zs_ckpt_manifest_t *m, zs_layout_t **layout_p, char *err,
@@ -113,29 +125,38 @@ void zs_ckpt_rank_file(uint32_t rank, char *name, size_t len);
 /* The file entry named `name`, or NULL. */
 const zs_ckpt_file_t *zs_ckpt_find_file(const zs_ckpt_manifest_t *m, const char *name);
 
-/* DIR/TAG, with TAG from DIR/latest when tag is NULL or "". A tag is a plain name: no '/', not
- * "." or "..", not starting with '.', at most ZS_CKPT_TAG_MAX - 1 bytes. */
+/* A tag is a plain name: no '/', not "." or "..", not starting with '.', not "latest", at most
+ * ZS_CKPT_TAG_MAX - 1 bytes. */
 zs_status_t zs_ckpt_tag_check(const char *tag, char *err, size_t errlen);
-zs_status_t zs_ckpt_resolve(const char *dir, const char *tag, char *path, size_t pathlen,
-                            char *tag_out, size_t taglen, char *err, size_t errlen);
+/* The tag: `tag`, or the one dir/latest names when tag is NULL or "". */
+zs_status_t zs_ckpt_resolve(const zs_dir_t *dir, const char *tag, char *tag_out, size_t taglen,
+                            char *err, size_t errlen);
+/* Open the checkpoint dir/TAG (TAG as zs_ckpt_resolve gives it; tag_out may be NULL). */
+zs_status_t zs_ckpt_open(const zs_dir_t *dir, const char *tag, zs_dir_t *ckpt, char *tag_out,
+                         size_t taglen, char *err, size_t errlen);
 
-/* Size and XXH3-64 of a whole file. */
-zs_status_t zs_ckpt_hash_file(const char *path, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
-                              size_t errlen);
-/* Check file fe of the checkpoint at `path` against its manifest entry (size and checksum). */
-zs_status_t zs_ckpt_verify_file(const char *path, const zs_ckpt_file_t *fe, char *err,
-                                size_t errlen);
+/* XXH3-64 of the first `bytes` bytes of fd (shown: for messages); stops early on cancel. */
+zs_status_t zs_ckpt_hash_fd(int fd, uint64_t bytes, const zs_cancel_t *cancel, const char *shown,
+                            uint64_t *xxh3_p, char *err, size_t errlen);
+/* Size and XXH3-64 of the regular file d/name of at most max bytes. */
+zs_status_t zs_ckpt_hash_file(const zs_dir_t *d, const char *name, uint64_t max,
+                              const zs_cancel_t *cancel, uint64_t *bytes_p, uint64_t *xxh3_p,
+                              char *err, size_t errlen);
+/* Check file fe of the checkpoint ckpt against its manifest entry (size, then checksum). */
+zs_status_t zs_ckpt_verify_file(const zs_dir_t *ckpt, const zs_ckpt_file_t *fe,
+                                const zs_cancel_t *cancel, char *err, size_t errlen);
 /* A name two of the parameters share, or NULL when every name is distinct. */
 const char *zs_ckpt_duplicate_name(const zs_ckpt_param_t *params, uint32_t n);
-/* Check every file of the checkpoint at `path` against the manifest (size and checksum). */
-zs_status_t zs_ckpt_verify(const char *path, const zs_ckpt_manifest_t *m, char *err, size_t errlen);
-/* Write `len` bytes to path (created 0644, truncated), fsync'd; size and checksum out. */
-zs_status_t zs_ckpt_write_file(const char *path, const void *data, size_t len, uint64_t *xxh3_p,
-                               char *err, size_t errlen);
-/* fsync a directory (after a create or a rename in it). */
-zs_status_t zs_ckpt_fsync_dir(const char *dir, char *err, size_t errlen);
-/* Remove a directory tree (a leftover of an unfinished save, a pruned checkpoint). */
-zs_status_t zs_ckpt_remove_tree(const char *path, char *err, size_t errlen);
+/* Check every file the manifest lists (trainer_state.pt too) against it. */
+zs_status_t zs_ckpt_verify(const zs_dir_t *ckpt, const zs_ckpt_manifest_t *m,
+                           const zs_cancel_t *cancel, char *err, size_t errlen);
+/* A name zerod writes inside a checkpoint directory. */
+bool zs_ckpt_own_file(const char *name);
+/* Is dir/name a checkpoint zerod wrote (a directory whose manifest.json parses as one)? */
+bool zs_ckpt_is_checkpoint(const zs_dir_t *dir, const char *name);
+/* Remove the checkpoint directory dir/name (or a temporary one): only when everything in it
+ * is a file zerod writes there, and (with a cred) it is the cred's. */
+zs_status_t zs_ckpt_remove(const zs_dir_t *dir, const char *name, char *err, size_t errlen);
 
 /* ---- reading shards by (parameter, element range) ---------------------------------------- */
 
@@ -147,10 +168,10 @@ typedef zs_status_t (*zs_ckpt_run_fn)(void *arg, uint32_t rank, uint64_t shard_o
 zs_status_t zs_ckpt_runs(const zs_layout_t *layout, uint32_t id, uint64_t a, uint64_t n,
                          zs_ckpt_run_fn fn, void *arg, char *err, size_t errlen);
 
-/* The saved ranks' files of a checkpoint, opened on first use and checked against the
- * manifest's shard size. */
+/* The saved ranks' files of the checkpoint ckpt (its descriptor is duplicated), opened on
+ * first use and checked against the manifest's sizes. */
 typedef struct zs_ckpt_reader zs_ckpt_reader_t;
-zs_status_t zs_ckpt_reader_open(const char *path, const zs_ckpt_manifest_t *m,
+zs_status_t zs_ckpt_reader_open(const zs_dir_t *ckpt, const zs_ckpt_manifest_t *m,
                                 zs_ckpt_reader_t **rd_p, char *err, size_t errlen);
 /* Open saved rank `rank`'s file now and check its tensors (reads open it on first use). */
 zs_status_t zs_ckpt_reader_open_rank(zs_ckpt_reader_t *rd, uint32_t rank, char *err, size_t errlen);
@@ -170,11 +191,12 @@ typedef struct zs_st_meta {
 } zs_st_meta_t;
 
 typedef struct zs_st_writer zs_st_writer_t;
-/* Create path and write the header of n tensors (metadata: NULL, or n_kv key/value pairs). The
- * caller then zs_st_put()s every tensor's bytes in order. */
-zs_status_t zs_st_create(const char *path, const zs_st_meta_t *tensors, unsigned n,
-                         const char *const *metadata, unsigned n_kv, zs_st_writer_t **w_p,
-                         char *err, size_t errlen);
+/* Create d/name (zs_dir_create: new, for d's cred) and write the header of n tensors
+ * (metadata: NULL, or n_kv key/value pairs). The caller then zs_st_put()s every tensor's bytes
+ * in order. */
+zs_status_t zs_st_create(const zs_dir_t *d, const char *name, const zs_st_meta_t *tensors,
+                         unsigned n, const char *const *metadata, unsigned n_kv,
+                         zs_st_writer_t **w_p, char *err, size_t errlen);
 zs_status_t zs_st_put(zs_st_writer_t *w, const void *data, size_t bytes, char *err, size_t errlen);
 /* Check every byte came, fsync, close; size and checksum of the whole file out (NULL: not
  * wanted). On error the file is left for the caller to remove. Frees w either way. */
@@ -184,7 +206,9 @@ zs_status_t zs_st_finish(zs_st_writer_t *w, uint64_t *bytes_p, uint64_t *xxh3_p,
 void zs_st_abort(zs_st_writer_t *w);
 
 typedef struct zs_st_file zs_st_file_t;
-zs_status_t zs_st_open(const char *path, zs_st_file_t **f_p, char *err, size_t errlen);
+/* Open the regular file d/name of exactly `bytes` bytes and read its header. */
+zs_status_t zs_st_open(const zs_dir_t *d, const char *name, uint64_t bytes, zs_st_file_t **f_p,
+                       char *err, size_t errlen);
 /* Tensor `name`: dtype, element count, and the file offset of its first byte. */
 zs_status_t zs_st_find(const zs_st_file_t *f, const char *name, zs_dtype_t *dtype_p,
                        uint64_t *numel_p, uint64_t *offset_p, char *err, size_t errlen);

@@ -134,7 +134,7 @@ static void fake_answer(fake_t *fk, zc_conn_t *c, const zc_frame_t *req)
         return;
     }
     /* no cr_assert off the test's thread: a frame not sent fails the client's call */
-    (void)zc_conn_send(c, &f, zs_deadline_in_ms(5000));
+    (void)zc_conn_send(c, &f, -1, zs_deadline_in_ms(5000));
 }
 
 static void *fake_main(void *arg)

@@ -310,7 +310,7 @@ Test(zc_conn, sends_a_length_prefixed_frame)
     f.seq = zc_conn_next_seq(&p.conn);
     f.body_case = ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY;
     f.bucket_ready = &br;
-    cr_assert_eq(zc_conn_send(&p.conn, &f, soon()), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_conn_send(&p.conn, &f, -1, soon()), ZC_OK, "%s", zc_last_error());
     cr_assert_eq(read(p.peer, buf, 4), 4);
     n = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
     cr_assert_eq(n, zerod__ipc__v1__frame__get_packed_size(&f));

@@ -14,6 +14,7 @@
 #include "zs/frame.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ static int n_replies;
 static frame_t *unpacked[MAX_TRACKED]; /* freed at teardown */
 static int n_unpacked;
 static char why[ZD_MAX_MSG];
+static zd_fdq_t fdq; /* descriptors "received" on the connection, closed at teardown */
 
 static inline void capture_req(void *arg, zd_req_t *req)
 {
@@ -49,6 +51,7 @@ static inline void rpct_setup(void)
     sess = zd_rpc_session_create(7);
     cr_assert_not_null(sess);
     n_reqs = n_replies = n_unpacked = 0;
+    fdq.n = 0;
 }
 
 static inline void rpct_teardown(void)
@@ -63,6 +66,18 @@ static inline void rpct_teardown(void)
         zerod__ipc__v1__frame__free_unpacked(unpacked[i], NULL);
     }
     zd_rpc_session_destroy(sess);
+    zd_fdq_close(&fdq);
+}
+
+/* A directory descriptor, as if it came with the next frame (SCM_RIGHTS). */
+static inline int queue_dir_fd(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    cr_assert_geq(fd, 0, "open %s", path);
+    cr_assert_lt(fdq.n, ZD_FDQ_MAX);
+    fdq.fd[fdq.n++] = fd;
+    return fd;
 }
 
 /* ---- frames in ------------------------------------------------------------------------------ */
@@ -97,7 +112,8 @@ static inline outcome_t send_payload(zd_rpc_session_t *s, const uint8_t *payload
     outcome_t o;
 
     why[0] = '\0';
-    o.st = zd_rpc_frame(&rpc, s, payload, len, &o.reply, &o.submitted, &o.close, why, sizeof(why));
+    o.st = zd_rpc_frame(&rpc, s, payload, len, &fdq, &o.reply, &o.submitted, &o.close, why,
+                        sizeof(why));
     track_reply(o.reply);
     return o;
 }

@@ -9,6 +9,7 @@
 #include "zs/time.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -271,13 +272,18 @@ ZDT_TEST(zd_job_ctl, end_drops_the_job_and_its_trainer_is_told)
 ZDT_TEST(zd_job_ctl, end_with_a_checkpoint_saves_first_and_keeps_the_job_when_it_fails)
 {
     char dir[] = "/tmp/zd-test-job-ctl-XXXXXX", ckpt[PATH_MAX], path[PATH_MAX + 64];
-    zd_job_end_req_t req = {.job_id = "job-1", .ckpt_dir = ckpt, .uid = (uint32_t)getuid()};
+    zs_cred_t me;
+    zd_job_end_req_t req = {.job_id = "job-1", .ckpt_dir = ckpt, .cred = &me};
     zd_job_end_out_t eo;
     zd_ckpt_out_t ck;
     struct stat sb;
 
+    zs_cred_of_self(&me);
     cr_assert_not_null(mkdtemp(dir));
     snprintf(ckpt, sizeof(ckpt), "%s/ckpt", dir);
+    cr_assert_eq(mkdir(ckpt, 0750), 0);
+    req.ckpt_dir_fd = open(ckpt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    cr_assert_geq(req.ckpt_dir_fd, 0);
     attach(CONN_A);
     zdt_expect_warn("its final checkpoint failed");
     expect(zd_job_end(&job, &env, &req, &eo, err, sizeof(err)), ZS_ERR_STATE, "no parameters");
@@ -292,6 +298,7 @@ ZDT_TEST(zd_job_ctl, end_with_a_checkpoint_saves_first_and_keeps_the_job_when_it
     cr_assert_str_eq(eo.ckpt_path, path);
     cr_assert_eq(stat(path, &sb), 0, "no checkpoint at %s", path);
     cr_assert(strstr(ended.msg, "final checkpoint") != NULL, "%s", ended.msg);
+    close(req.ckpt_dir_fd);
     snprintf(path, sizeof(path), "rm -rf '%s'", dir);
     cr_assert_eq(system(path), 0);
 }

@@ -54,23 +54,68 @@ ZDT_TEST(zd_rpc_job, job_list_is_answered_here_from_the_published_status)
     cr_assert_eq(f->job_list_reply->n_jobs, 0, "a daemon without a job lists none");
 }
 
-ZDT_TEST(zd_rpc_job, job_end_goes_to_the_engine_with_the_requesters_uid)
+ZDT_TEST(zd_rpc_job, job_end_goes_to_the_engine_with_the_requesters_rights_and_directory)
 {
     Zerod__Ipc__V1__JobEnd je = ZEROD__IPC__V1__JOB_END__INIT;
     frame_t f = frame_of(9, ZEROD__IPC__V1__FRAME__BODY_JOB_END, &je);
+    zs_cred_t cred = {.uid = 1234, .gid = 99, .n_groups = 1, .groups = {4321}};
     const zd_job_end_req_t *req;
     outcome_t o;
+    int fd;
 
     je.job_id = (char *)"job-x";
     je.checkpoint_dir = (char *)"/tmp/final";
-    zd_rpc_session_set_uid(sess, 1234);
+    f.fds = 1;
+    zd_rpc_session_set_cred(sess, &cred);
     hello(sess, ZEROD__IPC__V1__ROLE__ROLE_CONTROL);
+    fd = queue_dir_fd("/tmp");
     o = send_ok(sess, &f);
     req = &queued(&o, ZD_REQ_JOB_END, 9)->u.job_end;
     cr_assert_str_eq(req->job_id, "job-x");
     cr_assert(!req->all);
     cr_assert_str_eq(req->ckpt_dir, "/tmp/final");
-    cr_assert_eq(req->uid, 1234);
+    cr_assert_eq(req->ckpt_dir_fd, fd, "the queued directory goes with the request");
+    cr_assert_eq(fdq.n, 0u, "and leaves the connection's queue");
+    cr_assert_eq(req->cred->uid, 1234);
+    cr_assert_eq(req->cred->groups[0], 4321);
+}
+
+ZDT_TEST(zd_rpc_job, a_directory_request_without_its_descriptor_closes_the_connection)
+{
+    Zerod__Ipc__V1__JobEnd je = ZEROD__IPC__V1__JOB_END__INIT;
+    frame_t f = frame_of(9, ZEROD__IPC__V1__FRAME__BODY_JOB_END, &je);
+    zs_cred_t cred = {.uid = 1234, .gid = 99};
+    outcome_t o;
+
+    je.job_id = (char *)"job-x";
+    je.checkpoint_dir = (char *)"/tmp/final";
+    zd_rpc_session_set_cred(sess, &cred);
+    hello(sess, ZEROD__IPC__V1__ROLE__ROLE_CONTROL);
+    o = send_frame(sess, &f); /* fds 0: a client that passes no directory */
+    cr_assert_eq(o.st, ZS_ERR_PROTOCOL);
+    cr_assert(o.close && !o.submitted);
+    cr_assert(strstr(why, "needs 1") != NULL, "%s", why);
+    f.fds = 1; /* says one came, none did */
+    o = send_frame(sess, &f);
+    cr_assert_eq(o.st, ZS_ERR_PROTOCOL);
+    cr_assert(o.close && !o.submitted);
+}
+
+ZDT_TEST(zd_rpc_job, a_descriptor_on_a_request_that_names_no_directory_closes_the_connection)
+{
+    Zerod__Ipc__V1__JobEnd je = ZEROD__IPC__V1__JOB_END__INIT;
+    frame_t f = frame_of(9, ZEROD__IPC__V1__FRAME__BODY_JOB_END, &je);
+    zs_cred_t cred = {.uid = 1234, .gid = 99};
+    outcome_t o;
+
+    je.all = true; /* no checkpoint_dir */
+    f.fds = 1;
+    zd_rpc_session_set_cred(sess, &cred);
+    hello(sess, ZEROD__IPC__V1__ROLE__ROLE_CONTROL);
+    queue_dir_fd("/tmp");
+    o = send_frame(sess, &f);
+    cr_assert_eq(o.st, ZS_ERR_PROTOCOL);
+    cr_assert(o.close && !o.submitted);
 }
 
 ZDT_TEST(zd_rpc_job, job_end_result_is_a_job_end_reply)

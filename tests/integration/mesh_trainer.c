@@ -5,6 +5,11 @@
  * --verify, checks its final parameters against a single-process fp64 reference that sums the
  * gradients of every rank (docs/semantics.md §4: relative error <= 1e-6 in fp32).
  *
+ * --ckpt OP (repeatable; run in order after the steps, --ckpt-repeat times): save:DIR[:TAG]
+ * (with a small trainer state), wait, load:DIR[:TAG]. Each prints "rank R: ckpt OP: ok PATH" or
+ * "rank R: ckpt OP: ERR_NAME: message", with the call's time, and the next one runs either way
+ * (the checkpoint tests probe what the daemon refuses).
+ *
  * Exit codes: 0 ok; 3 verification failed; 4 a libzc call failed (the line
  * "rank R: ERR_NAME: message" is printed first); 2 usage.
  */
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct opts {
@@ -30,6 +36,8 @@ typedef struct opts {
     const char *model;
     zc_dtype_t dtype;
     double tol;
+    const char *ckpt[16]; /* --ckpt OPs */
+    unsigned n_ckpt, ckpt_repeat;
 } opts_t;
 
 static int rank_;
@@ -210,17 +218,72 @@ static int write_init(zc_session_t *s, const th_model_t *m, const opts_t *o)
     return st;
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* One --ckpt OP: "save:DIR[:TAG]", "wait" or "load:DIR[:TAG]"; its outcome printed. */
+static void ckpt_op(zc_session_t *s, const char *op)
+{
+    static const char state[] = "trainer state of the test";
+    char buf[4096], *dir = NULL, *tag = NULL;
+    double t0;
+    zc_checkpoint_params_t cp = {0};
+    zc_checkpoint_info_t info;
+    int st;
+
+    snprintf(buf, sizeof(buf), "%s", op);
+    if (strncmp(buf, "save:", 5) == 0 || strncmp(buf, "load:", 5) == 0) {
+        dir = buf + 5;
+        tag = strchr(dir, ':');
+        if (tag != NULL) {
+            *tag++ = '\0';
+        }
+    }
+    cp.dir = dir;
+    cp.tag = tag;
+    cp.timeout_ms = 60000;
+    memset(&info, 0, sizeof(info));
+    t0 = now_ms();
+    if (strncmp(op, "save:", 5) == 0) {
+        cp.trainer_state = state;
+        cp.trainer_state_len = sizeof(state);
+        st = zc_checkpoint_save(s, &cp, &info);
+    } else if (strncmp(op, "load:", 5) == 0) {
+        cp.load_optimizer_states = 1;
+        st = zc_checkpoint_load(s, &cp, &info);
+    } else if (strcmp(op, "wait") == 0) {
+        st = zc_checkpoint_wait(s, 60000, &info);
+    } else {
+        printf("rank %d: ckpt %s: not save:DIR[:TAG], wait or load:DIR[:TAG]\n", rank_, op);
+        fflush(stdout);
+        return;
+    }
+    if (st == ZC_OK) {
+        printf("rank %d: ckpt %s: ok %s (%.0f ms)\n", rank_, op, info.path, now_ms() - t0);
+    } else {
+        printf("rank %d: ckpt %s: %s: %s (%.0f ms)\n", rank_, op, zc_status_name(st),
+               zc_last_error(), now_ms() - t0);
+    }
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"steps", required_argument, NULL, 's'},    {"stage", required_argument, NULL, 'S'},
-        {"accum", required_argument, NULL, 'a'},    {"hang-at", required_argument, NULL, 'H'},
-        {"sleep-ms", required_argument, NULL, 'z'}, {"verify", no_argument, NULL, 'v'},
-        {"model", required_argument, NULL, 'm'},    {"bf16", no_argument, NULL, 'b'},
-        {"tol", required_argument, NULL, 't'},      {"keep", no_argument, NULL, 'k'},
-        {"die-at", required_argument, NULL, 'D'},   {"die-how", required_argument, NULL, 'W'},
-        {"own-slices", no_argument, NULL, 'O'},     {NULL, 0, NULL, 0}};
-    opts_t o = {.steps = 10, .stage = 2, .accum = 1, .model = "mixed", .tol = 1e-6};
+        {"steps", required_argument, NULL, 's'},       {"stage", required_argument, NULL, 'S'},
+        {"accum", required_argument, NULL, 'a'},       {"hang-at", required_argument, NULL, 'H'},
+        {"sleep-ms", required_argument, NULL, 'z'},    {"verify", no_argument, NULL, 'v'},
+        {"model", required_argument, NULL, 'm'},       {"bf16", no_argument, NULL, 'b'},
+        {"tol", required_argument, NULL, 't'},         {"keep", no_argument, NULL, 'k'},
+        {"die-at", required_argument, NULL, 'D'},      {"die-how", required_argument, NULL, 'W'},
+        {"own-slices", no_argument, NULL, 'O'},        {"ckpt", required_argument, NULL, 'C'},
+        {"ckpt-repeat", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0}};
+    opts_t o = {
+        .steps = 10, .stage = 2, .accum = 1, .model = "mixed", .tol = 1e-6, .ckpt_repeat = 1};
     const char *env;
     char coord[300] = "";
     uint32_t world;
@@ -267,6 +330,16 @@ int main(int argc, char **argv)
             break;
         case 'O':
             o.own_slices = 1;
+            break;
+        case 'C':
+            if (o.n_ckpt == sizeof(o.ckpt) / sizeof(o.ckpt[0])) {
+                fprintf(stderr, "at most 16 --ckpt\n");
+                return 2;
+            }
+            o.ckpt[o.n_ckpt++] = optarg;
+            break;
+        case 'R':
+            o.ckpt_repeat = (unsigned)atoi(optarg);
             break;
         case 'D': {
             static char point[16];
@@ -376,6 +449,11 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (o.sleep_ms) {
             usleep(o.sleep_ms * 1000);
+        }
+    }
+    for (unsigned r = 0; r < o.ckpt_repeat; r++) {
+        for (unsigned i = 0; i < o.n_ckpt; i++) {
+            ckpt_op(s, o.ckpt[i]);
         }
     }
     st = o.verify ? verify(&o, &m, world, s) : 0;

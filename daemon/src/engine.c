@@ -17,6 +17,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* The longest a checkpoint request reads (verify, load): the deadline every checkpoint call
+ * has on the trainer's side too (docs/checkpoints.md). */
+#define ZD_ENGINE_CKPT_DEADLINE_NS (3600ull * ZS_NSEC_PER_SEC)
+
 struct zd_engine {
     pthread_t thread;
     bool thread_started;
@@ -242,6 +246,13 @@ static bool zd_engine_run_ctl(zd_engine_t *e, zd_req_t *req, zd_resp_t *r)
 }
 
 /* Run one request against the job; its result (if it has one) goes out. */
+/* What stops a checkpoint's reads: the daemon stopping, and the hour every checkpoint call
+ * has (docs/checkpoints.md). */
+static zs_cancel_t zd_engine_ckpt_cancel(const zd_engine_t *e)
+{
+    return (zs_cancel_t){e->env.cancel, zs_time_now_ns() + ZD_ENGINE_CKPT_DEADLINE_NS};
+}
+
 static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
 {
     zd_resp_t *r;
@@ -296,7 +307,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
         r->status = zd_job_shard_info(e->job, &r->u.shard, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_SAVE:
-        req->u.ckpt.cancel = (zs_cancel_t){e->env.cancel, 0};
+        req->u.ckpt.cancel = zd_engine_ckpt_cancel(e);
         req->u.ckpt.keep_last = e->env.ckpt_keep_last;
         req->u.ckpt.async = e->env.ckpt_async;
         req->u.ckpt.keep_staging = e->env.ckpt_staging_keep;
@@ -312,7 +323,7 @@ static void zd_engine_run(zd_engine_t *e, zd_req_t *req)
             zd_job_ckpt_wait(e->job, &e->env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_CKPT_LOAD:
-        req->u.ckpt.cancel = (zs_cancel_t){e->env.cancel, 0};
+        req->u.ckpt.cancel = zd_engine_ckpt_cancel(e);
         r->status = zd_job_ckpt_load(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
                                      r->msg, sizeof(r->msg));
         break;

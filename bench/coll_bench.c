@@ -28,8 +28,8 @@
  */
 #define _GNU_SOURCE
 #include "bench_util.h"
-#include "coll.h"
-#include "mesh.h"
+#include "coll/coll.h"
+#include "mesh/mesh.h"
 #include "zk/kernels.h"
 
 #include <cjson/cJSON.h>

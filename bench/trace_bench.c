@@ -1,5 +1,5 @@
 /*
- * trace_bench: what the always-on step trace (daemon/src/trace.c, docs/trace.md) costs the
+ * trace_bench: what the always-on step trace (daemon/src/obs/trace.c, docs/trace.md) costs the
  * engine thread: nanoseconds per recorded span (one zd_trace_add: the ring's mutex and a
  * 48-byte copy), alone and with a reader asking for the last steps (a `zeroctl trace`) in a
  * loop beside it, and what one TraceRequest's read of a full ring takes. Reported: the median
@@ -9,7 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "bench_util.h"
-#include "trace.h"
+#include "obs/trace.h"
 
 #include <getopt.h>
 #include <pthread.h>

@@ -11,7 +11,7 @@
  * by two spaces) is an item, deeper-indented lines continue it, anything else is a paragraph.
  */
 #define _GNU_SOURCE
-#include "dconfig.h"
+#include "config/daemon_config.h"
 #include "zs/version.h"
 
 #include <ctype.h>

@@ -1,9 +1,9 @@
 /*
- * World-1 check of the NCCL collectives (daemon/src/coll_nccl.c) on a real GPU: the
+ * World-1 check of the NCCL collectives (daemon/src/coll/coll_nccl.c) on a real GPU: the
  * zd_coll_ops_t reduce_scatter / all_gather / all_reduce / barrier against host arithmetic.
  * Exit: 0 ok, 1 mismatch or error, 3 no CUDA device.
  */
-#include "coll_nccl.h"
+#include "coll/coll_nccl.h"
 
 #include <cuda_runtime.h>
 #include <math.h>

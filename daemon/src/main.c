@@ -1,11 +1,11 @@
 /* zerod: the ZeRO optimizer-state daemon (docs/architecture.md). Runs in the foreground. */
 #define _GNU_SOURCE
-#include "dconfig.h"
-#include "mesh.h"
-#include "metrics.h"
-#include "metrics_http.h"
-#include "server.h"
-#include "train_config.h"
+#include "config/daemon_config.h"
+#include "config/train_config.h"
+#include "mesh/mesh.h"
+#include "obs/metrics.h"
+#include "server/metrics_http.h"
+#include "server/server.h"
 #include "zk/kernels.h"
 #include "zk/kernels_cuda.h"
 #include "zs/log.h"
@@ -334,7 +334,7 @@ static void zd_socket_path(const zd_config_t *cfg, const char *device, char *out
     snprintf(out, len, "/run/zerod/zerod-%s.sock", compact);
 }
 
-/* metrics_listen = auto becomes the unix socket beside the daemon socket (metrics.h), so that
+/* metrics_listen = auto becomes the unix socket beside the daemon socket (obs/metrics.h), so that
  * exactly who may talk to the daemon may read its metrics; in a zerod built without
  * libmicrohttpd it becomes off (an explicit value there still refuses to start, saying so);
  * off and none become "". `shown` says what -t reports. 0 or the exit code. */

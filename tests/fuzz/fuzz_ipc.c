@@ -1,8 +1,8 @@
 /* libFuzzer target: the daemon's frame decoder and message validation, fed a byte stream as
  * it would arrive on one connection (docs/architecture.md), plus the JSON config validation that an
  * Attach triggers. */
-#include "rpc_check.h"
-#include "train_config.h"
+#include "config/train_config.h"
+#include "rpc/rpc_check.h"
 #include "zs/frame.h"
 
 #include <stddef.h>

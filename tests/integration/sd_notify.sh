@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sd_notify protocol without systemd (daemon/src/notify.c): the test binds its own
+# The sd_notify protocol without systemd (daemon/src/server/sdnotify.c): the test binds its own
 # NOTIFY_SOCKET (a Unix datagram socket, as systemd's) and starts zerod with WATCHDOG_USEC.
 #   1. a job: READY=1, then STATUS= naming the job (training, lingering), WATCHDOG=1 every
 #      ~200 ms (half of 400 ms) and never 400 ms apart, STOPPING=1 at SIGTERM.

@@ -1,0 +1,158 @@
+/*
+ * How the ranks of a checkpoint save or load agree (docs/checkpoints.md "Commit protocol"): each
+ * phase ends with an all-reduce of every rank's outcome, and a failure reaches every rank as the
+ * first failed rank's own message (the file and the cause); the files' sizes and checksums reach
+ * rank 0 the same way; every rank numbers the save alike.
+ */
+#define _GNU_SOURCE
+#include "job/job_int.h"
+#include "mesh/mesh.h"
+#include "zs/error.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How long the ranks wait for each other in a save or load: the slowest disk's write of a
+ * shard; a rank that dies meanwhile is noticed by its heartbeat instead. */
+#define ZD_CKPT_AGREE_NS (3600ull * 1000000000ull)
+/* The most of a failed rank's message that every rank gets (one double a byte). */
+#define ZD_CKPT_CAUSE_MAX 400u
+
+/* ---- agreement between the ranks -------------------------------------------------------- */
+
+/* The all-reduce of a save or a load: the other ranks may still be writing, so it waits for
+ * their disks (a lost rank is still noticed by its heartbeat). */
+static zs_status_t zd_ckpt_all_reduce(zd_job_t *job, double *v, const zd_reduce_op_t *ops,
+                                      unsigned n, char *why, size_t wlen)
+{
+    zs_status_t st;
+    uint64_t was;
+
+    if (job->mesh == NULL) {
+        return job->coll->ops->all_reduce(job->coll, v, ops, n, why, wlen);
+    }
+    was = zd_mesh_collective_timeout_ns(job->mesh);
+    zd_mesh_set_collective_timeout_ns(job->mesh, ZD_CKPT_AGREE_NS);
+    st = job->coll->ops->all_reduce(job->coll, v, ops, n, why, wlen);
+    zd_mesh_set_collective_timeout_ns(job->mesh, was);
+    return st;
+}
+
+/* The first failed rank's status and message, to every rank: text as one double a byte. */
+static zs_status_t zd_ckpt_first_cause(zd_job_t *job, uint32_t first, zs_status_t mine,
+                                       const char *what, char *err, size_t errlen)
+{
+    enum { N = 1 + ZD_CKPT_CAUSE_MAX };
+    double *v = calloc(N, sizeof(double));
+    zd_reduce_op_t *ops = calloc(N, sizeof(*ops));
+    char why[ZD_MAX_MSG] = "", cause[ZD_CKPT_CAUSE_MAX + 1] = "";
+    zs_status_t st;
+
+    if (v == NULL || ops == NULL) {
+        free(v);
+        free(ops);
+        return mine != ZS_OK ? mine : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+    }
+    if (job->rank == first) {
+        size_t len = strlen(err);
+        v[0] = (double)mine;
+        for (size_t i = 0; i < len && i < ZD_CKPT_CAUSE_MAX; i++) {
+            v[1 + i] = (double)(unsigned char)err[i];
+        }
+    }
+    for (unsigned i = 0; i < N; i++) {
+        ops[i] = ZD_REDUCE_SUM; /* every other rank adds zeros */
+    }
+    st = zd_ckpt_all_reduce(job, v, ops, N, why, sizeof(why));
+    for (unsigned i = 0; st == ZS_OK && i < ZD_CKPT_CAUSE_MAX && v[1 + i] != 0; i++) {
+        cause[i] = (char)(unsigned char)v[1 + i];
+    }
+    if (job->rank == first) {
+        st = mine; /* err holds its own message */
+    } else if (st != ZS_OK) {
+        st = mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
+    } else {
+        st = zs_errf(err, errlen, mine != ZS_OK ? mine : (zs_status_t)(int)v[0],
+                     "%s failed on rank %u: %s; nothing was changed", what, first, cause);
+    }
+    free(v);
+    free(ops);
+    return st;
+}
+
+/* Every rank passes its own outcome (its message in err); all learn whether every rank
+ * succeeded, and when not, every rank's error is the first failed rank's (lowest rank): its
+ * status and its message, which names the file and the cause. */
+zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, char *err,
+                          size_t errlen)
+{
+    double v = mine != ZS_OK ? (double)(job->world - job->rank) : 0;
+    zd_reduce_op_t op = ZD_REDUCE_MAX;
+    char why[ZD_MAX_MSG] = "";
+    zs_status_t st;
+
+    if (job->coll == NULL) {
+        return mine != ZS_OK ? mine
+                             : zs_errf(err, errlen, ZS_ERR_PEER_LOST, "%s: the mesh is down", what);
+    }
+    st = zd_ckpt_all_reduce(job, &v, &op, 1, why, sizeof(why));
+    if (st != ZS_OK) {
+        return mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
+    }
+    if (v == 0) {
+        return mine;
+    }
+    return zd_ckpt_first_cause(job, job->world - (uint32_t)v, mine, what, err, errlen);
+}
+
+/* Every rank's file size and checksum to every rank (rank 0 writes them into the manifest):
+ * bytes, and the checksum's two halves, each exact as a double. */
+zs_status_t zd_ckpt_gather_sums(zd_job_t *job, uint64_t bytes, uint64_t xxh3, zs_ckpt_file_t *files,
+                                char *err, size_t errlen)
+{
+    size_t n = 3 * (size_t)job->world;
+    double *v = calloc(n, sizeof(double));
+    zd_reduce_op_t *ops = calloc(n, sizeof(*ops));
+    char why[ZD_MAX_MSG] = "";
+    zs_status_t st;
+
+    if (v == NULL || ops == NULL) {
+        free(v);
+        free(ops);
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+    }
+    v[3 * job->rank] = (double)bytes;
+    v[3 * job->rank + 1] = (double)(xxh3 >> 32);
+    v[3 * job->rank + 2] = (double)(xxh3 & 0xffffffffu);
+    st = zd_ckpt_all_reduce(job, v, ops, (unsigned)n, why, sizeof(why)); /* ops: all SUM */
+    for (uint32_t r = 0; st == ZS_OK && r < job->world; r++) {
+        zs_ckpt_rank_file(r, files[r].name, sizeof(files[r].name));
+        files[r].rank = (int32_t)r;
+        files[r].bytes = (uint64_t)v[3 * r];
+        files[r].xxh3 = ((uint64_t)v[3 * r + 1] << 32) | (uint64_t)v[3 * r + 2];
+    }
+    if (st != ZS_OK) {
+        st = zs_errf(err, errlen, st, "checkpoint save (collecting the files' checksums): %s", why);
+    }
+    free(v);
+    free(ops);
+    return st;
+}
+
+/* Which save this is, the same on every rank: rank 0's count (a re-formed job may count
+ * differently on each rank), so that the writers' reports (mesh/heartbeat.h) name it alike. */
+zs_status_t zd_ckpt_number(zd_job_t *job, char *err, size_t errlen)
+{
+    double v = (double)(job->ckpt_seq + 1);
+    zd_reduce_op_t op = ZD_REDUCE_MAX;
+    char why[ZD_MAX_MSG];
+    zs_status_t st = zd_ckpt_all_reduce(job, &v, &op, 1, why, sizeof(why));
+
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "checkpoint save: %s", why);
+    }
+    job->ckpt_seq = (uint64_t)v;
+    return ZS_OK;
+}

@@ -1,0 +1,618 @@
+/*
+ * Checkpoints of a job (docs/checkpoints.md): the parameter names and shapes the trainer gave at
+ * attach, the save protocol (every rank writes its shard into a temporary directory and fsyncs
+ * it; rank 0 writes the manifest and commits the directory and `latest` by rename only when
+ * every rank succeeded), and the load at any world size (each rank reads the element ranges its
+ * shard owns from the saved ranks' files, found through the saved layout).
+ */
+#define _GNU_SOURCE
+#include "job/job_int.h"
+#include "mesh/mesh.h"
+#include "zs/error.h"
+#include "zs/time.h"
+#include "zs/version.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- names and shapes ----------------------------------------------------------------- */
+
+zs_status_t zd_ckpt_meta_init(zd_job_t *job, const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    uint32_t n = job->layout->n_params, k = 0;
+    uint64_t dim_at = 0;
+
+    job->pmeta = calloc(n ? n : 1, sizeof(*job->pmeta));
+    job->group_json = calloc(spec->n_groups, sizeof(*job->group_json));
+    if (job->pmeta == NULL || job->group_json == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for names");
+    }
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        const char *j = spec->group_json != NULL ? spec->group_json[g] : NULL;
+        job->group_json[g] = j != NULL && j[0] != '\0' ? strdup(j) : NULL;
+        for (uint32_t i = 0; i < spec->group_n_params[g]; i++, k++) {
+            zs_ckpt_param_t *p = &job->pmeta[k];
+            const char *name = spec->names != NULL ? spec->names[k] : NULL;
+            char def[32];
+
+            snprintf(def, sizeof(def), "param.%u", k);
+            p->name = strdup(name != NULL && name[0] != '\0' ? name : def);
+            p->group = g;
+            p->numel = spec->numel[k];
+            if (spec->ndim != NULL) {
+                p->ndim = spec->ndim[k];
+                memcpy(p->dims, spec->dims + dim_at, p->ndim * sizeof(uint64_t));
+                dim_at += p->ndim;
+            } else {
+                p->ndim = 1;
+                p->dims[0] = p->numel;
+            }
+            if (p->name == NULL) {
+                return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for names");
+            }
+        }
+    }
+    return ZS_OK;
+}
+
+void zd_ckpt_meta_free(zd_job_t *job)
+{
+    for (uint32_t i = 0; job->pmeta != NULL && i < job->layout->n_params; i++) {
+        free(job->pmeta[i].name);
+    }
+    for (uint32_t g = 0; job->group_json != NULL && g < job->layout->n_groups; g++) {
+        free(job->group_json[g]);
+    }
+    free(job->pmeta);
+    free(job->group_json);
+}
+
+/* ---- save ------------------------------------------------------------------------------- */
+
+zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
+                               const zs_dir_t *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
+                               size_t errlen)
+{
+    const zs_layout_t *l = job->layout;
+    char name[64], rank_s[16], world_s[16], step_s[32];
+    uint64_t dims[1] = {l->shard_numel};
+    zs_st_meta_t t[ZS_CKPT_N_TENSORS];
+    const char *kv[] = {"format", ZS_CKPT_FORMAT, "rank", rank_s, "world", world_s, "step", step_s};
+    zs_st_writer_t *w = NULL;
+    zs_status_t st;
+
+    for (unsigned i = 0; i < ZS_CKPT_N_TENSORS; i++) {
+        t[i] = (zs_st_meta_t){zs_ckpt_tensor_names[i], ZS_DTYPE_F32, 1, dims};
+    }
+    snprintf(rank_s, sizeof(rank_s), "%u", job->rank);
+    snprintf(world_s, sizeof(world_s), "%u", job->world);
+    snprintf(step_s, sizeof(step_s), "%" PRIu64, step);
+    zs_ckpt_rank_file(job->rank, name, sizeof(name));
+    st = zs_st_create(tmp, name, t, ZS_CKPT_N_TENSORS, kv, 4, &w, err, errlen);
+    if (stage != NULL) { /* the staging copy: master, m and v one after another */
+        for (unsigned i = 0; i < ZS_CKPT_N_TENSORS && st == ZS_OK; i++) {
+            st = zs_st_put(w, stage + (size_t)i * l->shard_numel, l->shard_numel * sizeof(float),
+                           err, errlen);
+        }
+    }
+    for (uint32_t b = 0; stage == NULL && b < l->n_buckets && st == ZS_OK; b++) {
+        st = zs_st_put(w, zd_step_master(job, b), l->buckets[b].slice * sizeof(float), err, errlen);
+    }
+    if (st == ZS_OK && stage == NULL) {
+        st = zs_st_put(w, job->m, l->shard_numel * sizeof(float), err, errlen);
+    }
+    if (st == ZS_OK && stage == NULL) {
+        st = zs_st_put(w, job->v, l->shard_numel * sizeof(float), err, errlen);
+    }
+    if (st != ZS_OK) {
+        zs_st_abort(w);
+        return st;
+    }
+    return zs_st_finish(w, bytes_p, xxh3_p, err, errlen);
+}
+
+void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
+
+/* The manifest of a save as the job stands now (files come later: zd_ckpt_manifest_finish);
+ * names, shapes and group options are borrowed from the job. */
+zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *mp)
+{
+    zs_ckpt_manifest_t m;
+
+    memset(&m, 0, sizeof(m));
+    if (zs_ckpt_manifest_alloc(&m, job->layout->n_groups, 0, job->world + 1) != ZS_OK) {
+        zd_ckpt_manifest_release(&m);
+        return ZS_ERR_NO_MEMORY;
+    }
+    m.version = ZS_CKPT_VERSION;
+    snprintf(m.job_id, sizeof(m.job_id), "%s", job->id);
+    snprintf(m.tag, sizeof(m.tag), "%s", tag);
+    m.step = job->step;
+    m.skipped_steps = job->skipped_steps;
+    m.world = job->world;
+    m.stage = job->cfg.stage;
+    m.dtype = job->dtype;
+    m.bucket_size = job->layout->bucket_size;
+    m.elem_align = job->layout->elem_align;
+    m.round_robin = job->layout->round_robin;
+    m.layout_hash = job->layout->hash;
+    m.config_hash = job->config_hash;
+    m.shard_numel = job->layout->shard_numel;
+    m.optimizer_states = true;
+    m.scaler = (zs_ckpt_scaler_t){job->scaler.cur_scale, job->scaler.cur_hysteresis,
+                                  job->scaler.cur_iter, job->scaler.last_overflow_iter};
+    for (uint32_t g = 0; g < m.n_groups; g++) {
+        m.group_n_params[g] = job->layout->groups[g].n_params;
+        m.group_options[g] = job->group_json[g]; /* borrowed */
+    }
+    free(m.params);
+    m.params = job->pmeta; /* borrowed */
+    m.n_params = job->layout->n_params;
+    m.n_files = 0;
+    *mp = m;
+    return ZS_OK;
+}
+
+/* Free what zd_ckpt_manifest_head allocated (not what it borrowed). */
+void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m)
+{
+    free(m->group_n_params);
+    free(m->group_options);
+    free(m->files);
+    m->group_n_params = NULL;
+    m->group_options = NULL;
+    m->files = NULL;
+}
+
+/* Every rank's file (files[world]) and the trainer state into the manifest; write it into tmp. */
+zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
+                                    const zs_ckpt_file_t *files, bool has_state,
+                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
+                                    size_t errlen)
+{
+    m->n_files = m->world;
+    memcpy(m->files, files, m->world * sizeof(*files));
+    if (has_state) {
+        zs_ckpt_file_t *f = &m->files[m->n_files++];
+        zs_ckpt_pathf(f->name, sizeof(f->name), "%s", ZS_CKPT_TRAINER_STATE);
+        f->rank = -1;
+        f->bytes = state_bytes;
+        f->xxh3 = state_xxh3;
+    }
+    return zs_ckpt_manifest_write(tmp, m, err, errlen);
+}
+
+void zd_ckpt_tmp_name(const char *tag, char *name, size_t len)
+{
+    zs_ckpt_pathf(name, len, "%s%s", ZS_CKPT_TMP_PREFIX, tag);
+}
+
+/* Rank 0 before anyone writes: the tag may be replaced (absent, or a checkpoint zerod wrote
+ * that is the requester's), leftovers of unfinished saves are gone, and the temporary
+ * directory is new and empty. */
+zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,
+                            size_t errlen)
+{
+    char name[ZS_CKPT_TAG_MAX + 16];
+    int fd = fcntl(dir->fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+    zs_status_t st = ZS_OK;
+
+    if (d == NULL) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return zs_errf(err, errlen, ZS_ERR_IO, "checkpoint dir %s: %s", dir->shown,
+                       strerror(errno));
+    }
+    rewinddir(d); /* a duplicate shares the offset of every other reading of dir */
+    st = zs_dir_may_replace(dir, tag, err, errlen);
+    if (st == ZS_OK) { /* the commit renames over latest: refused now, before anything is written */
+        st = zs_dir_may_replace(dir, ZS_CKPT_LATEST, err, errlen);
+    }
+    if (st == ZS_OK && zs_dir_has(dir, tag, NULL) && !zs_ckpt_is_checkpoint(dir, tag)) {
+        st = zs_errf(err, errlen, ZS_ERR_EXISTS,
+                     "%s/%s exists and is not a checkpoint zerod wrote (no manifest.json of its "
+                     "own): refused, nothing was removed; choose another tag",
+                     dir->shown, tag);
+    }
+    while (st == ZS_OK && (e = readdir(d)) != NULL) {
+        char why[ZD_MAX_MSG];
+        if (strncmp(e->d_name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) != 0 &&
+            strncmp(e->d_name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) != 0) {
+            continue;
+        }
+        zs_info(ZS_SUB_ENGINE, "checkpoint: removing %s/%s, left by an unfinished save", dir->shown,
+                e->d_name);
+        if (zs_ckpt_remove(dir, e->d_name, why, sizeof(why)) != ZS_OK) {
+            zs_warn(ZS_SUB_ENGINE, "checkpoint: %s", why); /* another's: left as it is */
+        }
+    }
+    closedir(d);
+    zd_ckpt_tmp_name(tag, name, sizeof(name));
+    if (st == ZS_OK) {
+        st = zs_dir_mkdir(dir, name, tmp, err, errlen);
+    }
+    return st;
+}
+
+/* latest names tag: written beside it, then renamed over it. */
+static zs_status_t zd_ckpt_set_latest(const zs_dir_t *dir, const char *tag, char *err,
+                                      size_t errlen)
+{
+    char name[64], text[ZS_CKPT_TAG_MAX + 2];
+    zs_status_t st;
+
+    zs_ckpt_pathf(name, sizeof(name), "%slatest", ZS_CKPT_TMP_PREFIX);
+    zs_ckpt_pathf(text, sizeof(text), "%s\n", tag);
+    st = zs_dir_unlink(dir, name, err, errlen);
+    if (st == ZS_OK) {
+        st = zs_dir_write_file(dir, name, text, strlen(text), NULL, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zs_dir_rename(dir, name, ZS_CKPT_LATEST, 0, err, errlen);
+    }
+    return st == ZS_OK ? zs_dir_fsync(dir, err, errlen) : st;
+}
+
+/* Rank 0, every file in place: the temporary directory becomes DIR/TAG (replacing one of the
+ * same tag), then DIR/latest names it. Each rename is atomic, so a crash leaves either the old
+ * or the new. */
+zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const zs_dir_t *dir, const char *tag,
+                           const zs_dir_t *tmp, char *err, size_t errlen)
+{
+    char tname[ZS_CKPT_TAG_MAX + 16], old[ZS_CKPT_TAG_MAX + 16];
+    zs_status_t st = zs_dir_fsync(tmp, err, errlen);
+
+    zd_ckpt_tmp_name(tag, tname, sizeof(tname));
+    zs_ckpt_pathf(old, sizeof(old), "%s%s", ZS_CKPT_OLD_PREFIX, tag);
+    if (st == ZS_OK) {
+        st = zs_dir_rename(dir, tname, tag, RENAME_NOREPLACE, err, errlen);
+    }
+    if (st == ZS_ERR_EXISTS) { /* the same tag again: only a checkpoint zerod wrote goes */
+        if (!zs_ckpt_is_checkpoint(dir, tag)) {
+            st = zs_errf(err, errlen, ZS_ERR_EXISTS,
+                         "%s/%s is not a checkpoint zerod wrote: refused, nothing was removed",
+                         dir->shown, tag);
+        } else if ((st = zs_dir_rename(dir, tname, tag, RENAME_EXCHANGE, err, errlen)) == ZS_OK) {
+            st = zs_ckpt_remove(dir, tname, err, errlen); /* now the old one */
+        } else if (st == ZS_ERR_UNSUPPORTED) {            /* no atomic swap here: two steps */
+            st = zs_dir_rename(dir, tag, old, RENAME_NOREPLACE, err, errlen);
+            if (st == ZS_OK) {
+                st = zs_dir_rename(dir, tname, tag, RENAME_NOREPLACE, err, errlen);
+            }
+            if (st == ZS_OK) {
+                st = zs_ckpt_remove(dir, old, err, errlen);
+            }
+        }
+    }
+    if (st == ZS_OK) {
+        st = zs_dir_fsync(dir, err, errlen);
+    }
+    zd_step_test_pause(job, "ckpt", step); /* committed, `latest` not yet */
+    return st == ZS_OK ? zd_ckpt_set_latest(dir, tag, err, errlen) : st;
+}
+
+/* Rank 0 after a commit: keep the newest keep_last committed checkpoints of this job in DIR (by
+ * step, as their manifests say; other jobs', unverifiable ones and the one just saved are never
+ * removed). */
+void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
+                   uint32_t keep_last)
+{
+    typedef struct {
+        char tag[ZS_CKPT_TAG_MAX];
+        uint64_t step;
+    } entry_t;
+    entry_t *ents = NULL;
+    size_t n = 0, cap = 0;
+    int fd = keep_last > 0 ? fcntl(dir->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+    char err[ZD_MAX_MSG];
+
+    if (fd >= 0 && d == NULL) {
+        close(fd);
+    }
+    if (d != NULL) {
+        rewinddir(d); /* a duplicate shares the offset of every other reading of dir */
+    }
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        zs_ckpt_manifest_t *m = NULL;
+        zs_dir_t sub = ZS_DIR_INIT;
+        if (e->d_name[0] == '.' || zs_ckpt_tag_check(e->d_name, err, sizeof(err)) != ZS_OK ||
+            zs_dir_sub(dir, e->d_name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, err, sizeof(err)) !=
+                ZS_OK) {
+            continue;
+        }
+        if (zs_ckpt_manifest_read(&sub, &m, err, sizeof(err)) != ZS_OK ||
+            strcmp(m->job_id, job_id) != 0) {
+            zs_ckpt_manifest_free(m); /* not ours, or not verifiable: never removed */
+            zs_dir_close(&sub);
+            continue;
+        }
+        zs_dir_close(&sub);
+        if (n == cap) {
+            entry_t *ne = realloc(ents, (cap = cap ? 2 * cap : 16) * sizeof(*ents));
+            if (ne == NULL) {
+                zs_ckpt_manifest_free(m);
+                break;
+            }
+            ents = ne;
+        }
+        zs_ckpt_pathf(ents[n].tag, sizeof(ents[n].tag), "%s", e->d_name);
+        ents[n++].step = m->step;
+        zs_ckpt_manifest_free(m);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    while (n > keep_last) { /* drop the oldest until keep_last remain */
+        size_t oldest = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (ents[i].step < ents[oldest].step) {
+                oldest = i;
+            }
+        }
+        if (strcmp(ents[oldest].tag, keep_tag) != 0) {
+            zs_info(ZS_SUB_ENGINE, "checkpoint: removing %s/%s (keep_last = %u)", dir->shown,
+                    ents[oldest].tag, keep_last);
+            if (zs_ckpt_remove(dir, ents[oldest].tag, err, sizeof(err)) != ZS_OK) {
+                zs_warn(ZS_SUB_ENGINE, "checkpoint: %s", err);
+            }
+        }
+        ents[oldest] = ents[--n];
+    }
+    free(ents);
+}
+
+zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, char *err,
+                             size_t errlen)
+{
+    int fd;
+
+    *dir = (zs_dir_t)ZS_DIR_INIT;
+    if (req->dir == NULL || req->dir[0] != '/' || strlen(req->dir) > ZD_CKPT_DIR_MAX) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "checkpoint dir '%.200s' is not an absolute path of at most %u bytes",
+                       req->dir != NULL ? req->dir : "", ZD_CKPT_DIR_MAX);
+    }
+    if (req->dir_fd < 0) { /* the daemon's own (checkpoint_dir) */
+        return zs_dir_open(dir, req->dir, err, errlen);
+    }
+    fd = fcntl(req->dir_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        return zs_errf(err, errlen, ZS_ERR_IO, "checkpoint dir %s: %s", req->dir, strerror(errno));
+    }
+    return zs_dir_adopt(dir, fd, req->dir, req->cred, want, err, errlen);
+}
+
+static zs_status_t zd_ckpt_tag(const zd_job_t *job, const zd_ckpt_req_t *req, char *tag, char *err,
+                               size_t errlen)
+{
+    if (req->tag != NULL && req->tag[0] != '\0') {
+        snprintf(tag, ZS_CKPT_TAG_MAX, "%s", req->tag);
+        return zs_ckpt_tag_check(req->tag, err, errlen);
+    }
+    snprintf(tag, ZS_CKPT_TAG_MAX, "global_step%" PRIu64, job->step);
+    return ZS_OK;
+}
+
+static void zd_ckpt_save_out(const zd_job_t *job, const char *dir, const char *tag, bool has_state,
+                             zd_ckpt_out_t *out)
+{
+    zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", dir, tag);
+    zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
+    out->step = job->step;
+    out->loss_scale = job->scaler.cur_scale;
+    out->saved_world = job->world;
+    out->has_trainer_state = has_state;
+}
+
+/* This rank's file, written before the save replies: from the shard itself on the CPU, from a
+ * host copy of it on the GPU. */
+static zs_status_t zd_ckpt_write_synced(zd_job_t *job, const zs_dir_t *tmp, uint64_t *bytes_p,
+                                        uint64_t *xxh3_p, char *err, size_t errlen)
+{
+    size_t n = (size_t)job->layout->shard_numel;
+    float *stage;
+    zs_status_t st;
+
+    if (zd_backend_device(job->be) < 0) {
+        return zd_ckpt_write_rank(job, NULL, job->step, tmp, bytes_p, xxh3_p, err, errlen);
+    }
+    stage = malloc((3 * n + 1) * sizeof(float));
+    if (stage == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY,
+                       "checkpoint save: no host memory to copy %zu bytes of device shard state",
+                       3 * n * sizeof(float));
+    }
+    st = zd_ckpt_stage_copy(job, stage);
+    if (st != ZS_OK) {
+        st = zs_errf(err, errlen, st, "checkpoint save: %s", zd_backend_error(job->be));
+    } else {
+        st = zd_ckpt_write_rank(job, stage, job->step, tmp, bytes_p, xxh3_p, err, errlen);
+    }
+    free(stage);
+    return st;
+}
+
+/* The synchronous save from phase 2 on: every rank writes, rank 0 commits. */
+static zs_status_t zd_ckpt_save_synced(zd_job_t *job, const zd_ckpt_req_t *req, const zs_dir_t *dir,
+                                       const char *tag, const zs_dir_t *tmp, char *err,
+                                       size_t errlen)
+{
+    zs_ckpt_file_t *files = calloc(job->world, sizeof(*files));
+    uint64_t bytes = 0, xxh3 = 0, sxxh3 = 0;
+    bool has_state = job->rank == 0 && req->trainer_state != NULL;
+    zs_status_t st =
+        files != NULL ? ZS_OK : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+
+    if (st == ZS_OK) {
+        st = zd_ckpt_write_synced(job, tmp, &bytes, &xxh3, err, errlen);
+    }
+    if (st == ZS_OK && has_state) {
+        st = zs_dir_write_file(tmp, ZS_CKPT_TRAINER_STATE, req->trainer_state,
+                               req->trainer_state_len, &sxxh3, err, errlen);
+    }
+    zd_step_test_pause(job, "ckpt", job->step);
+    st = zd_ckpt_agree(job, st, "checkpoint save (writing the shards)", err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_gather_sums(job, bytes, xxh3, files, err, errlen);
+    }
+    if (st == ZS_OK && job->rank == 0) {
+        zs_ckpt_manifest_t m;
+        memset(&m, 0, sizeof(m));
+        st = zd_ckpt_manifest_head(job, tag, &m);
+        if (st == ZS_OK) {
+            st = zd_ckpt_manifest_finish(&m, tmp, files, has_state, req->trainer_state_len, sxxh3,
+                                         err, errlen);
+        } else {
+            st = zs_errf(err, errlen, st, "out of memory for the manifest");
+        }
+        zd_ckpt_manifest_release(&m);
+        zd_step_test_pause(job, "ckpt", job->step);
+        if (st == ZS_OK) {
+            st = zd_ckpt_commit(job, job->step, dir, tag, tmp, err, errlen);
+        }
+        if (st == ZS_OK) {
+            zd_ckpt_prune(dir, job->id, tag, req->keep_last);
+        }
+    }
+    free(files);
+    return zd_ckpt_agree(job, st, "checkpoint save (committing)", err, errlen);
+}
+
+static zs_status_t zd_ckpt_save_run(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out,
+                                    char *err, size_t errlen)
+{
+    char tag[ZS_CKPT_TAG_MAX], tname[ZS_CKPT_TAG_MAX + 16];
+    zs_dir_t dir = ZS_DIR_INIT, tmp = ZS_DIR_INIT;
+    bool has_state = job->rank == 0 && req->trainer_state != NULL;
+    uint64_t t0 = zs_time_now_ns();
+    zs_status_t st;
+
+    zd_ckpt_async_wait(job); /* a save still writing finishes first */
+    if (job->coll == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_PEER_LOST, "checkpoint save: the mesh is down");
+    }
+    st = zd_ckpt_number(job, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_WRITE | ZS_MAY_EXEC, &dir, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_tag(job, req, tag, err, errlen);
+    }
+    if (st == ZS_OK && job->rank == 0) {
+        st = zd_ckpt_prepare(&dir, tag, &tmp, err, errlen);
+    }
+    st = zd_ckpt_agree(job, st, "checkpoint save (preparing the directory)", err, errlen);
+    zd_ckpt_tmp_name(st == ZS_OK ? tag : "", tname, sizeof(tname));
+    if (st == ZS_OK) { /* rank 0 made it: every rank writes into it */
+        if (job->rank != 0) {
+            st = zs_dir_sub(&dir, tname, ZS_MAY_WRITE | ZS_MAY_EXEC, &tmp, err, errlen);
+        }
+        st = zd_ckpt_agree(job, st, "checkpoint save (opening the directory)", err, errlen);
+    }
+    if (st != ZS_OK) {
+        goto out;
+    }
+    zd_step_test_pause(job, "ckpt", job->step);
+    if (req->async) { /* a staging copy on every rank, written in the background */
+        st = zd_ckpt_async_start(job, req, tag, &dir, &tmp, err, errlen);
+        st = zd_ckpt_agree(job, st, "checkpoint save (staging a copy)", err, errlen);
+        if (st == ZS_OK) {
+            zd_ckpt_async_release(job); /* every rank staged: the writers go */
+            zd_ckpt_save_out(job, req->dir, tag, has_state, out);
+            zs_info(ZS_SUB_ENGINE, "checkpoint %s staged at step %" PRIu64 " in %.3f s; writing",
+                    out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+            goto out;
+        }
+        zd_ckpt_async_cancel(job); /* nothing written yet: the synchronous way, on every rank */
+        if (st == ZS_ERR_PEER_LOST) {
+            goto out;
+        }
+        zs_warn(ZS_SUB_ENGINE, "checkpoint: no staging copy (%s); writing it before replying", err);
+    }
+    st = zd_ckpt_save_synced(job, req, &dir, tag, &tmp, err, errlen);
+    if (st != ZS_OK && job->rank == 0) { /* every rank is past its writes: what they left goes */
+        char why[ZD_MAX_MSG];
+        (void)zs_ckpt_remove(&dir, tname, why, sizeof(why));
+    }
+    if (st == ZS_OK) {
+        zd_ckpt_save_out(job, req->dir, tag, has_state, out);
+        zs_info(ZS_SUB_ENGINE, "checkpoint %s saved at step %" PRIu64 " (%.3f s)", out->path,
+                job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+    }
+out:
+    zs_dir_close(&tmp);
+    zs_dir_close(&dir);
+    return st;
+}
+
+/* A save, a span of the step trace (obs/trace.h) whatever its outcome. */
+zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                         size_t errlen)
+{
+    uint64_t t0 = zs_time_now_ns();
+    zs_status_t st = zd_ckpt_save_run(job, req, out, err, errlen);
+
+    zd_trace_span(job->trace, ZD_TRACE_CHECKPOINT, job->step, t0, zs_time_now_ns(),
+                  st != ZS_OK ? ZD_TRACE_FAILED : 0);
+    return st;
+}
+
+/* ---- the trainer's requests ---------------------------------------------------------- */
+
+zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_save(job, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
+}
+
+zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_load(job, req, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
+}
+
+zs_status_t zd_job_ckpt_wait(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                             zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_ckpt_wait(job, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    return st;
+}

@@ -1,0 +1,824 @@
+/*
+ * The lifecycle of the daemon's job (job/job.h): creation from an Attach, re-attach, trainer
+ * checks, detach, linger. The mesh is in job/job_mesh.c, the status in job/job_info.c, the
+ * arithmetic in job/step.c.
+ */
+#define _GNU_SOURCE
+#include "job/job_int.h"
+#include "mesh/mesh.h"
+#include "zs/error.h"
+#include "zs/time.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads",      "master",
+                                                     "m",      "v",     "accumulator"};
+
+/* ---- creation -------------------------------------------------------------------------- */
+
+static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    size_t idlen = spec->job_id != NULL ? strlen(spec->job_id) : 0;
+
+    if (idlen == 0 || idlen >= ZD_JOB_ID_MAX) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: job_id must be 1..%d characters (got %zu)", ZD_JOB_ID_MAX - 1,
+                       idlen);
+    }
+    for (size_t i = 0; i < idlen; i++) {
+        unsigned char c = (unsigned char)spec->job_id[i];
+        if (c < 0x21 || c > 0x7e) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "attach: job_id has a non-printable or space character at %zu", i);
+        }
+    }
+    if (spec->world == 0 || spec->world > ZS_LAYOUT_MAX_WORLD) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: world %u is out of range 1..%u",
+                       spec->world, ZS_LAYOUT_MAX_WORLD);
+    }
+    if (spec->rank >= spec->world) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: rank %u is not below world %u",
+                       spec->rank, spec->world);
+    }
+    if (spec->n_groups == 0) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "attach: groups is empty (at least one param group is needed)");
+    }
+    if (zs_dtype_size(spec->dtype) == 0) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: dtype %d is not fp32, fp16 or bf16",
+                       (int)spec->dtype);
+    }
+    return ZS_OK;
+}
+
+/* Sizes of every term of docs/semantics.md §1, measured and by formula; ZS_ERR_OVERFLOW on
+ * wraparound. */
+static zs_status_t zd_job_sizes(zd_job_t *job)
+{
+    const zs_layout_t *l = job->layout;
+    uint64_t dsize = zs_dtype_size(job->dtype), psi = l->param_numel, shard_bytes;
+    uint64_t gsize = zs_dtype_size(job->cfg.grad_accum_dtype);
+    zs_status_t st;
+
+    st = zs_mul_u64(l->total_numel, dsize, &job->mem_bytes[ZD_MEM_PARAMS]);
+    if (st == ZS_OK) {
+        st = zs_mul_u64(l->max_bucket_numel, dsize, &job->slot_bytes);
+    }
+    if (st == ZS_OK) {
+        st = zs_mul_u64(job->slot_bytes, job->n_slots, &job->mem_bytes[ZD_MEM_SLOTS]);
+    }
+    if (st == ZS_OK) {
+        st = zs_mul_u64(l->shard_numel, sizeof(float), &shard_bytes);
+    }
+    if (st != ZS_OK) {
+        return st;
+    }
+    job->mem_bytes[ZD_MEM_GRADS] = 0;
+    if (job->cfg.stage == 1) { /* full gradients in data_types.grad_accum_dtype */
+        st = zs_mul_u64(l->total_numel, gsize, &job->mem_bytes[ZD_MEM_GRADS]);
+        if (st != ZS_OK) {
+            return st;
+        }
+    }
+    /* stage 2 = dΨ + 16Ψ/N (+ slots); stage 1 adds gΨ of full gradients (g: accum dtype) */
+    job->mem_formula[ZD_MEM_PARAMS] = dsize * psi;
+    job->mem_formula[ZD_MEM_SLOTS] = job->mem_bytes[ZD_MEM_SLOTS];
+    job->mem_formula[ZD_MEM_GRADS] = job->cfg.stage == 1 ? gsize * psi : 0;
+    for (int t = ZD_MEM_MASTER; t <= ZD_MEM_ACC; t++) {
+        job->mem_bytes[t] = shard_bytes;
+        job->mem_formula[t] = 4 * psi / job->world;
+    }
+    if (job->master_shared) { /* the params region's slices: counted there */
+        job->mem_bytes[ZD_MEM_MASTER] = 0;
+        job->mem_formula[ZD_MEM_MASTER] = 0;
+    }
+    return ZS_OK;
+}
+
+static zs_status_t zd_job_check_limit(const zd_job_t *job, uint64_t max_bytes, char *err,
+                                      size_t errlen)
+{
+    uint64_t total = 0;
+
+    for (int t = 0; t < ZD_MEM_COUNT; t++) {
+        if (zs_add_u64(total, job->mem_bytes[t], &total) != ZS_OK) {
+            total = UINT64_MAX;
+            break;
+        }
+    }
+    if (max_bytes == 0 || total <= max_bytes) {
+        return ZS_OK;
+    }
+    return zs_errf(err, errlen, ZS_ERR_LIMIT,
+                   "attach: layout needs %llu bytes on this rank (params %llu, slots %llu, grads "
+                   "%llu, shard %dx%llu), over max_shard_bytes = %llu",
+                   (unsigned long long)total, (unsigned long long)job->mem_bytes[ZD_MEM_PARAMS],
+                   (unsigned long long)job->mem_bytes[ZD_MEM_SLOTS],
+                   (unsigned long long)job->mem_bytes[ZD_MEM_GRADS], job->master_shared ? 3 : 4,
+                   (unsigned long long)job->mem_bytes[ZD_MEM_M], (unsigned long long)max_bytes);
+}
+
+static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
+{
+    static const char *const names[3] = {"zerod-params", "zerod-slots", "zerod-grads"};
+    zs_region_t *regions[3] = {&job->params, &job->slots, &job->grads};
+    const int kinds[3] = {ZD_MEM_PARAMS, ZD_MEM_SLOTS, ZD_MEM_GRADS};
+    size_t bytes = (size_t)job->mem_bytes[ZD_MEM_M];
+    float **arrays[4] = {&job->m, &job->v, &job->acc, &job->master};
+    zs_status_t st;
+
+    for (int i = 0; i < (job->master_shared ? 3 : 4); i++) {
+        st = zd_backend_alloc(job->be, bytes, arrays[i]);
+        if (st != ZS_OK) {
+            return zs_errf(err, errlen, st, "attach: shard state on %s: %s",
+                           zd_backend_name(job->be), zd_backend_error(job->be));
+        }
+    }
+    for (int i = 0; i < (job->cfg.stage == 1 ? 3 : 2); i++) {
+        st = zd_backend_region(job->be, names[i], (size_t)job->mem_bytes[kinds[i]], regions[i]);
+        if (st != ZS_OK) {
+            return zs_errf(err, errlen, st, "attach: cannot create shared regions on %s: %s",
+                           zd_backend_name(job->be), zd_backend_error(job->be));
+        }
+    }
+    job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
+    job->slice_norm =
+        calloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1, sizeof(*job->slice_norm));
+    if (job->acc_clean == NULL || job->slice_norm == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
+    }
+    memset(job->acc_clean, 1, job->layout->n_buckets); /* zs_aligned_alloc zero-fills acc */
+    return ZS_OK;
+}
+
+/* The training config and the per-group options of the spec; keys zerod does not use are
+ * logged (rate-limited: any trainer can send them). */
+static zs_status_t zd_job_parse_config(zd_job_t *job, const zd_job_env_t *env,
+                                       const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    char *ignored = job->cfg_ignored;
+    zs_status_t st;
+
+    st = zd_train_config_parse(spec->config_json, &job->cfg, ignored, sizeof(job->cfg_ignored), err,
+                               errlen);
+    if (st == ZS_OK) {
+        st = zd_train_config_resolve_batch(&job->cfg, spec->world, err, errlen);
+    }
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (ignored[0] != '\0') { /* the trainer is told too (AttachReply.ignored_keys) */
+        zs_warn_limited(env->warn_rl, ZS_SUB_CFG,
+                        "job '%s': config keys zerod does not use, ignored: %s", job->id, ignored);
+    }
+    if (job->cfg.dtype != spec->dtype) {
+        return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                       "attach: dtype %s does not match the config, which asks for %s "
+                       "(fp16.enabled / bf16.enabled)",
+                       zs_dtype_name(spec->dtype), zs_dtype_name(job->cfg.dtype));
+    }
+    job->config_hash = zd_train_config_hash(&job->cfg);
+    job->cfg_explained = zd_train_config_explain(spec->config_json, &job->cfg);
+    job->group_opts = calloc(spec->n_groups, sizeof(*job->group_opts));
+    if (job->group_opts == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
+    }
+    for (uint32_t g = 0; g < spec->n_groups; g++) {
+        st = zd_group_opts_parse(spec->group_json ? spec->group_json[g] : NULL, &job->cfg.opt, g,
+                                 &job->group_opts[g], err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        if (job->cfg.optimizer_adamw && !job->group_opts[g].adam_w_mode) {
+            return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                           "attach: groups[%u].options.adam_w_mode false contradicts "
+                           "optimizer.type AdamW",
+                           g);
+        }
+    }
+    return ZS_OK;
+}
+
+/* bucket_slots = 0: one slot more than the most buckets one parameter spans, 2 to 4. The
+ * trainer holds all slots but one open while it fills them, and computes a linear layer's
+ * weight gradient straight into the slots of every bucket of it when they are open at once
+ * (docs/design-notes.md, "Trainer memory"). */
+static uint32_t zd_job_auto_slots(const zs_layout_t *l)
+{
+    uint32_t span = 1;
+
+    for (uint32_t i = 0; i < l->n_params; i++) {
+        uint32_t s = l->params[i].last_bucket - l->params[i].bucket + 1;
+        span = s > span ? s : span;
+    }
+    return span + 1 > 4 ? 4 : span + 1;
+}
+
+/* The layout of the spec's parameters, its sizes within max_shard_bytes, and the memory. */
+static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_spec_t *spec, uint64_t max_bytes,
+                                 char *err, size_t errlen)
+{
+    zs_layout_spec_t ls;
+    zs_status_t st;
+
+    memset(&ls, 0, sizeof(ls));
+    ls.world = spec->world;
+    ls.bucket_size = job->cfg.reduce_bucket_size;
+    ls.elem_align = ZS_ELEM_ALIGN;
+    ls.round_robin = job->cfg.round_robin_gradients;
+    ls.max_numel = max_bytes ? max_bytes / zs_dtype_size(spec->dtype) : 0;
+    ls.n_groups = spec->n_groups;
+    ls.group_n_params = spec->group_n_params;
+    ls.numel = spec->numel;
+    st = zs_layout_create(&ls, &job->layout, err, errlen);
+    if (st == ZS_ERR_LIMIT) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (max_shard_bytes = %llu)",
+                 (unsigned long long)max_bytes);
+    }
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (job->n_slots == 0) {
+        job->n_slots = zd_job_auto_slots(job->layout);
+    }
+    if (zd_job_sizes(job) != ZS_OK) {
+        return zs_errf(err, errlen, ZS_ERR_OVERFLOW,
+                       "attach: layout sizes overflow 64-bit arithmetic");
+    }
+    st = zd_job_check_limit(job, max_bytes, err, errlen);
+    return st == ZS_OK ? zd_job_alloc(job, err, errlen) : st;
+}
+
+static void zd_job_destroy(zd_job_t *job)
+{
+    if (job == NULL) {
+        return;
+    }
+    zd_ckpt_async_wait(job); /* a checkpoint still being written is finished first */
+    zd_ckpt_stage_free(job);
+    zd_coll_destroy(job->coll);
+    zd_mesh_destroy(job->mesh);
+    zd_backend_region_cleanup(job->be, &job->params);
+    zd_backend_region_cleanup(job->be, &job->slots);
+    zd_backend_region_cleanup(job->be, &job->grads);
+    if (job->be != NULL) {
+        zd_backend_free(job->be, job->master);
+        zd_backend_free(job->be, job->m);
+        zd_backend_free(job->be, job->v);
+        zd_backend_free(job->be, job->acc);
+    }
+    zd_backend_destroy(job->be);
+    if (job->layout != NULL) {
+        zd_ckpt_meta_free(job);
+    }
+    zs_layout_destroy(job->layout);
+    free(job->group_opts);
+    free(job->cfg_explained);
+    free(job->acc_clean);
+    free(job->slice_norm);
+    free(job);
+}
+
+/* The daemon's backend for this job. The CUDA backend runs world-1 jobs for now: its NCCL
+ * communicator is formed at world 1 (job/job_mesh.c); a mesh of CUDA daemons is not built yet. */
+static zs_status_t zd_job_backend(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
+{
+    int device = env->cuda ? env->cuda_device : -1;
+    zs_status_t st;
+
+    if (device >= 0 && job->world > 1) {
+        return zs_errf(err, errlen, ZS_ERR_UNSUPPORTED,
+                       "attach: world %u on device 'cuda:%d': the CUDA backend runs world-1 jobs "
+                       "in this version (a mesh of CUDA daemons is not built yet); run world > 1 "
+                       "on the CPU backend (--device cpu)",
+                       job->world, device);
+    }
+    st = zd_backend_create(device, env->exec, &job->be, err, errlen);
+    if (st != ZS_OK) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, " (attach)");
+    }
+    return st;
+}
+
+static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *env,
+                                 zd_job_t **job_p, char *err, size_t errlen)
+{
+    zd_job_t *job;
+    zs_status_t st;
+
+    st = zd_job_check_spec(spec, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    job = calloc(1, sizeof(*job));
+    if (job == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
+    }
+    job->params = (zs_region_t)ZS_REGION_INIT;
+    job->slots = (zs_region_t)ZS_REGION_INIT;
+    job->grads = (zs_region_t)ZS_REGION_INIT;
+    snprintf(job->id, sizeof(job->id), "%s", spec->job_id);
+    snprintf(job->coordinator, sizeof(job->coordinator), "%s",
+             spec->coordinator ? spec->coordinator : "");
+    job->rank = spec->rank;
+    job->world = spec->world;
+    job->dtype = spec->dtype;
+    job->master_shared = spec->dtype == ZS_DTYPE_F32;
+    job->own_slices_only = spec->own_slices_only;
+    job->n_slots = env->n_slots;
+    job->created_ns = zs_time_now_ns();
+    job->trace = env->trace;
+    st = zd_job_parse_config(job, env, spec, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_job_backend(job, env, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zd_ckpt_meta_init(job, spec, err, errlen);
+    }
+    if (st != ZS_OK) {
+        zd_job_destroy(job);
+        return st;
+    }
+    zd_scaler_init(&job->scaler, &job->cfg);
+    *job_p = job;
+    return ZS_OK;
+}
+
+void zd_job_drop(zd_job_t **job_p, const char *why)
+{
+    zd_job_t *job = *job_p;
+
+    if (job == NULL) {
+        return;
+    }
+    zs_info(ZS_SUB_ENGINE, "job '%s' ends (%s) at step %llu", job->id, why,
+            (unsigned long long)job->step);
+    /* a checkpoint being written reports to the other ranks over the mesh: it finishes before
+     * this rank leaves it */
+    zd_ckpt_async_wait(job);
+    zd_mesh_leave(job->mesh);
+    zd_job_destroy(job);
+    *job_p = NULL;
+    zs_log_set_rank(-1);
+}
+
+/* ---- attach -------------------------------------------------------------------------------- */
+
+zs_status_t zd_job_check_reattach(const zd_job_t *job, uint64_t conn, const zd_job_spec_t *spec,
+                                  char *err, size_t errlen)
+{
+    zd_train_config_t cfg;
+    zs_layout_spec_t ls;
+    uint64_t hash;
+    zs_status_t st;
+
+    if (job->attached_conn != 0 && !(job->mesh_lost && job->attached_conn == conn)) {
+        return zs_errf(err, errlen, ZS_ERR_BUSY, "busy: job '%s' is attached by another trainer",
+                       job->id);
+    }
+    if (spec->rank != job->rank || spec->world != job->world) {
+        return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
+                       "re-attach of job '%s' as rank %u of %u, but the job is rank %u of %u",
+                       job->id, spec->rank, spec->world, job->rank, job->world);
+    }
+    /* compare hashes computed from the request, without allocating a second job */
+    st = zd_train_config_parse(spec->config_json, &cfg, NULL, 0, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    memset(&ls, 0, sizeof(ls));
+    ls.world = spec->world;
+    ls.bucket_size = cfg.reduce_bucket_size;
+    ls.elem_align = ZS_ELEM_ALIGN;
+    ls.round_robin = cfg.round_robin_gradients;
+    ls.n_groups = spec->n_groups;
+    ls.group_n_params = spec->group_n_params;
+    ls.numel = spec->numel;
+    hash = zs_layout_spec_hash(&ls);
+    if (hash != job->layout->hash) {
+        return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
+                       "re-attach of job '%s' with layout hash 0x%016llx, but the job has layout "
+                       "hash 0x%016llx",
+                       job->id, (unsigned long long)hash, (unsigned long long)job->layout->hash);
+    }
+    if (zd_train_config_hash(&cfg) != job->config_hash || spec->dtype != job->dtype) {
+        return zs_errf(err, errlen, ZS_ERR_CONFIG,
+                       "re-attach of job '%s' with config hash 0x%016llx (dtype %s), but the job "
+                       "has config hash 0x%016llx (dtype %s)",
+                       job->id, (unsigned long long)zd_train_config_hash(&cfg),
+                       zs_dtype_name(spec->dtype), (unsigned long long)job->config_hash,
+                       zs_dtype_name(job->dtype));
+    }
+    return ZS_OK;
+}
+
+static int zd_dup_fd(int fd)
+{
+    return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->layout_hash = job->layout->hash;
+    out->step = job->step;
+    /* a job whose first trainer died before ParamsReady has no values yet: its next trainer
+     * starts it like a fresh one (writes the initial values, ParamsReady) */
+    out->resumed = resumed && job->params_loaded;
+    out->loss_scale = job->scaler.cur_scale;
+    out->n_slots = job->n_slots;
+    out->slot_bytes = job->slot_bytes;
+    out->params_bytes = job->params.size;
+    out->grads_bytes = job->grads.size;
+    out->stage = job->cfg.stage;
+    out->gradient_accumulation_steps = job->cfg.gradient_accumulation_steps;
+    out->config_hash = job->config_hash;
+    out->bucket_size = job->cfg.reduce_bucket_size;
+    out->round_robin = job->cfg.round_robin_gradients;
+    out->elem_align = job->layout->elem_align;
+    out->params_are_master = job->master_shared;
+    out->params_shared = job->params_shared;
+    out->memory = zd_backend_mem(job->be);
+    out->device = zd_backend_device(job->be);
+    snprintf(out->ignored_keys, sizeof(out->ignored_keys), "%s", job->cfg_ignored);
+    out->train_batch_size = job->cfg.train_batch_size;
+    out->micro_batch_size = job->cfg.micro_batch_size;
+    out->grads_dtype = job->cfg.grad_accum_dtype;
+    out->fds[out->n_fds++] = zd_dup_fd(job->params.fd);
+    out->fds[out->n_fds++] = zd_dup_fd(job->slots.fd);
+    if (job->grads.fd >= 0) {
+        out->fds[out->n_fds++] = zd_dup_fd(job->grads.fd);
+    }
+}
+
+static void zd_job_stores_measured(const zk_store_plan_t *plan, void *arg)
+{
+    (void)arg;
+    zs_info(ZS_SUB_ENGINE, "kernel stores: %s", plan->how);
+}
+
+/* A shard big enough for the kernels' store plan to matter: start measuring it now, on a
+ * thread of its own (3.7-4.1 s on the Xeon VM, 2.5 s on an AMD EPYC VM; the steps meanwhile use
+ * regular stores, and no peer waits for it), and say what it chose. */
+static void zd_job_log_stores(const zd_job_t *job)
+{
+    uint64_t adam_bytes = job->layout->shard_numel * (32 + zs_dtype_size(job->dtype));
+
+    if (adam_bytes >= ZK_STORES_PLAN_MIN_BYTES &&
+        zk_store_plan_start(zd_job_stores_measured, NULL) < 0) {
+        zs_warn(ZS_SUB_ENGINE, "kernel stores: no thread to measure them; regular stores until "
+                               "a large call measures them");
+    }
+}
+
+static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
+                                     const zd_job_spec_t *spec, char *err, size_t errlen)
+{
+    zd_job_t *job = NULL;
+    zs_status_t st;
+
+    st = zd_job_create(spec, env, &job, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' refused: %s", spec->job_id,
+                        err);
+        return st;
+    }
+    zs_log_set_rank((int)job->rank);
+    st = zd_job_form_mesh(job, env, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' failed: %s", spec->job_id,
+                        err);
+        zd_job_destroy(job);
+        zs_log_set_rank(-1);
+        return st;
+    }
+    zs_info(ZS_SUB_ENGINE,
+            "job '%s' attached: rank %u/%u, %s, stage %u, %llu params in %u buckets, shard %llu "
+            "elements, layout 0x%016llx",
+            job->id, job->rank, job->world, zs_dtype_name(job->dtype), job->cfg.stage,
+            (unsigned long long)job->layout->param_numel, job->layout->n_buckets,
+            (unsigned long long)job->layout->shard_numel, (unsigned long long)job->layout->hash);
+    zd_job_log_stores(job);
+    zd_trace_begin(job->trace, job->id, job->rank, job->world); /* the trace is this job's now */
+    *job_p = job;
+    return ZS_OK;
+}
+
+zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn,
+                          const zd_job_spec_t *spec, zd_attach_out_t *out, char *err, size_t errlen)
+{
+    char replaced[ZD_MAX_MSG] = "";
+    zd_job_t *job;
+    bool resumed;
+    zs_status_t st;
+
+    /* busy, nothing to resume, or the kept job replaced (job/job_ctl.c) */
+    st = zd_job_attach_decide(job_p, env, conn, spec, replaced, sizeof(replaced), err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    job = *job_p;
+    resumed = job != NULL;
+    if (job == NULL) {
+        st = zd_job_attach_new(job_p, env, spec, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        job = *job_p;
+    } else {
+        st = zd_job_check_reattach(job, conn, spec, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+        st = zd_job_form_mesh(job, env, err, errlen);
+        if (st != ZS_OK) {
+            zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "re-attach of job '%s' failed: %s",
+                            spec->job_id, err);
+            return st;
+        }
+        job->stats.reattaches++;
+        zs_info(ZS_SUB_ENGINE, "job '%s' re-attached at step %llu", job->id,
+                (unsigned long long)job->step);
+    }
+    job->attached_conn = conn;
+    job->released_ns = 0;
+    job->kept = false;
+    job->trainer_pid = spec->trainer_pid;
+    zd_job_attach_out(job, resumed, out);
+    snprintf(out->replaced, sizeof(out->replaced), "%s", replaced);
+    return ZS_OK;
+}
+
+/* ---- the trainer's requests -------------------------------------------------------------- */
+
+/* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
+zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded, char *err,
+                                   size_t errlen)
+{
+    if (job == NULL || job->attached_conn != conn) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "no job attached on this connection (send Attach first)");
+    }
+    if (job->mesh_lost) {
+        return zs_errf(err, errlen, ZS_ERR_PEER_LOST,
+                       "%s; job '%s' is at step %llu: re-attach every rank to continue",
+                       job->mesh_why, job->id, (unsigned long long)job->step);
+    }
+    if (loaded && !job->params_loaded) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "job '%s' has no initial parameters yet (send ParamsReady after writing "
+                       "them into the params region)",
+                       job->id);
+    }
+    return ZS_OK;
+}
+
+zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                zd_ckpt_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, false, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (job->params_loaded) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "job '%s' already has its parameters (a resumed job keeps them)", job->id);
+    }
+    st = zd_step_load_params(job, err, errlen);
+    if (st == ZS_OK && env->ckpt_dir != NULL) {
+        bool restored = false;
+        zs_cancel_t cancel = {env->cancel, 0};
+        st = zd_ckpt_restore(job, env->ckpt_dir, &cancel, out, &restored);
+        if (st != ZS_OK) {
+            st = zs_errf(err, errlen, st,
+                         "job '%s': resuming from checkpoint_dir %s failed (the "
+                         "daemon log says why)",
+                         job->id, env->ckpt_dir);
+        } else if (!restored) {
+            out->path[0] = '\0';
+        }
+    }
+    out->step = job->step;
+    out->loss_scale = job->scaler.cur_scale;
+    return st;
+}
+
+zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                uint32_t slot, uint32_t bucket, uint32_t micro_step, char *err,
+                                size_t errlen)
+{
+    return zd_job_bucket_ready_event(job, env, conn, slot, bucket, micro_step, NULL, 0, err,
+                                     errlen);
+}
+
+/* BucketReady.event: nothing, or the trainer's event to wait for (device jobs only). */
+static zs_status_t zd_job_slot_event(zd_job_t *job, const zd_job_env_t *env, uint32_t slot,
+                                     const uint8_t *event, uint32_t event_len, char *err,
+                                     size_t errlen)
+{
+    if (event_len == 0) {
+        return ZS_OK;
+    }
+    if (event_len != ZD_EVENT_HANDLE_BYTES) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.event: %u bytes, not an interprocess CUDA event handle (%d)",
+                       event_len, ZD_EVENT_HANDLE_BYTES);
+    }
+    if (zd_backend_device(job->be) < 0) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.event: job '%s' is on the CPU backend, whose slots are host "
+                       "memory (no CUDA event to wait for)",
+                       job->id);
+    }
+    zs_status_t st = zd_backend_wait_event(job->be, slot, event, env->collective_timeout_ns);
+
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "slot %u: %s", slot, zd_backend_error(job->be));
+    }
+    return ZS_OK;
+}
+
+zs_status_t zd_job_bucket_ready_event(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                      uint32_t slot, uint32_t bucket, uint32_t micro_step,
+                                      const uint8_t *event, uint32_t event_len, char *err,
+                                      size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+    char why[ZD_MAX_MSG];
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (job->cfg.stage == 1) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "BucketReady in stage 1: gradients go in the grads region until Step");
+    }
+    if (slot >= job->n_slots) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.slot %u is out of range (%u slots)", slot, job->n_slots);
+    }
+    if (bucket >= job->layout->n_buckets) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.bucket %u is unknown (layout has %u)", bucket,
+                       job->layout->n_buckets);
+    }
+    if (micro_step >= job->cfg.gradient_accumulation_steps) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "BucketReady.micro_step %u is out of range (gradient_accumulation_steps "
+                       "%u)",
+                       micro_step, job->cfg.gradient_accumulation_steps);
+    }
+    st = zd_job_slot_event(job, env, slot, event, event_len, err, errlen);
+    if (st != ZS_OK) {
+        return st;
+    }
+    st = zd_step_reduce_slot(job, slot, bucket, micro_step, env->req_arrived_ns, why, sizeof(why));
+    return st == ZS_OK ? st : zs_errf(err, errlen, st, "bucket %u: %s", bucket, why);
+}
+
+bool zd_job_idle_work(zd_job_t *job)
+{
+    return job != NULL && zd_step_idle_norm(job);
+}
+
+static zs_status_t zd_job_step_checked(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                                       const double *group_lr, size_t n_group_lr,
+                                       zd_step_out_t *out, char *err, size_t errlen)
+{
+    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
+    }
+    if (n_group_lr != 0 && n_group_lr != job->layout->n_groups) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "Step.group_lr has %zu entries; the job has %u groups", n_group_lr,
+                       job->layout->n_groups);
+    }
+    for (size_t g = 0; g < n_group_lr; g++) {
+        if (!isfinite(group_lr[g]) || group_lr[g] < 0) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "Step.group_lr[%zu] = %g is not a finite lr >= 0", g, group_lr[g]);
+        }
+    }
+    st = zd_step_run(job, n_group_lr != 0 ? group_lr : NULL, out, err, errlen);
+    if (st != ZS_OK) {
+        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
+    }
+    zs_debug(ZS_SUB_ENGINE, "step %llu: skipped=%d grad_norm=%g loss_scale=%g",
+             (unsigned long long)job->step, out->skipped, out->grad_norm, job->scaler.cur_scale);
+    return st;
+}
+
+zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+                        const double *group_lr, size_t n_group_lr, zd_step_out_t *out, char *err,
+                        size_t errlen)
+{
+    zs_status_t st = zd_job_step_checked(job, env, conn, group_lr, n_group_lr, out, err, errlen);
+
+    if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL) {
+        zd_ckpt_auto(job, env);
+    }
+
+    if (job != NULL) { /* where the job stands, whatever happened */
+        out->step = job->step;
+        out->loss_scale = job->scaler.cur_scale;
+        out->skipped_steps = job->skipped_steps;
+    }
+    return st;
+}
+
+/* The trainer is gone (disconnected, or detached keeping the job): drop its partial micro-step
+ * and keep the job for job_linger. */
+static void zd_job_release_trainer(zd_job_t *job, const zd_job_env_t *env)
+{
+    zd_step_drop_partial(job);
+    zd_step_stats_reset_window(job);
+    job->attached_conn = 0;
+    job->released_ns = zs_time_now_ns();
+    job->linger_until_ns = job->released_ns + env->job_linger_ns;
+}
+
+zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn, bool end_job,
+                          char *err, size_t errlen)
+{
+    zd_job_t *job = *job_p;
+
+    /* a detach works on a job whose mesh was lost too: that is how a job ends after a fault */
+    if (job == NULL || job->attached_conn != conn) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "no job attached on this connection (send Attach first)");
+    }
+    if (end_job) {
+        zd_job_drop(job_p, "trainer detached");
+    } else {
+        /* the mesh stays up (its watch beats on): the trainers of every rank detach between
+         * steps and a later re-attach continues on the same mesh */
+        zd_job_release_trainer(job, env);
+        job->kept = true; /* on purpose: RESUME_AUTO re-attaches it (job/job_ctl.c) */
+    }
+    return ZS_OK;
+}
+
+void zd_job_disconnect(zd_job_t *job, const zd_job_env_t *env, uint64_t conn)
+{
+    if (job == NULL || job->attached_conn != conn) {
+        return;
+    }
+    if (job->mesh != NULL) {
+        zd_mesh_abort(job->mesh, job->rank, "rank %u: its trainer disconnected", job->rank);
+        zd_job_mesh_failed(job, env);
+    }
+    zd_job_release_trainer(job, env);
+    zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE,
+                    "trainer of job '%s' disconnected at step %llu; partial micro-step dropped; "
+                    "keeping the job %.0f s for a re-attach",
+                    job->id, (unsigned long long)job->step, (double)env->job_linger_ns * 1e-9);
+}
+
+/* ---- between requests ---------------------------------------------------------------------- */
+
+uint64_t zd_job_tick(zd_job_t **job_p, const zd_job_env_t *env)
+{
+    zd_job_t *job = *job_p;
+    uint64_t now;
+
+    if (job == NULL) {
+        return UINT64_MAX;
+    }
+    if (job->mesh != NULL) {
+        zd_mesh_tick(job->mesh);
+        if (!zd_mesh_ended(job->mesh, NULL, 0) && zd_mesh_aborted(job->mesh, NULL, 0)) {
+            zd_job_mesh_failed(job, env);
+        }
+    }
+    if (zd_job_ended_by_peer(job_p, env)) { /* a peer's END, here or in a request */
+        return UINT64_MAX;
+    }
+    if (job->attached_conn != 0) {
+        return UINT64_MAX;
+    }
+    now = zs_time_now_ns();
+    if (now >= job->linger_until_ns) {
+        zd_job_drop(job_p, "job_linger passed with no trainer");
+        return UINT64_MAX;
+    }
+    return job->linger_until_ns - now;
+}
+
+int zd_job_poll_fd(zd_job_t *job)
+{
+    return job != NULL && job->mesh != NULL ? zd_mesh_arm(job->mesh) : -1;
+}

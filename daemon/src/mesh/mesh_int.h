@@ -1,0 +1,56 @@
+/*
+ * The mesh's state, shared by mesh/mesh.c (the data side: endpoints, control messages, barriers,
+ * aborts) and mesh/mesh_boot.c (formation: the listener, challenge, hello, HMAC, roster). Never
+ * included elsewhere.
+ */
+#ifndef ZD_MESH_INT_H
+#define ZD_MESH_INT_H
+
+#include "mesh/heartbeat.h"
+#include "mesh/mesh.h"
+#include "mesh/ucx_util.h"
+#include "zerod/mesh/v1/mesh.pb-c.h"
+
+typedef Zerod__Mesh__V1__MeshMsg zd_mesh_msg_t;
+
+/* Every rank's worker addresses, by rank: the data worker and the watch worker. The bytes
+ * belong to the bootstrap connections, the Welcome or this mesh. */
+typedef struct zd_roster {
+    uint8_t **data;
+    size_t *data_len;
+    uint8_t **watch;
+    size_t *watch_len;
+} zd_roster_t;
+
+typedef struct zd_peer_ref {
+    zd_mesh_t *mesh;
+    uint32_t rank;
+} zd_peer_ref_t;
+
+struct zd_mesh {
+    zd_mesh_params_t p;
+    char job_id[128];
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_address_t *address;
+    size_t address_len;
+    ucp_ep_h *eps;
+    zd_peer_ref_t *refs;
+    uint64_t *barrier_seen;
+    bool *left; /* ranks whose job ended normally (LEAVE) */
+    uint64_t barrier_seq;
+    zd_heartbeat_t *watch; /* liveness: heartbeats and endpoint errors, on a thread of its own */
+    int efd;
+    bool aborted;
+    char why[512];
+    bool ended; /* a rank sent END (zeroctl job end): aborted too, without an error */
+    bool closing;
+};
+
+/* Form the mesh (mesh/mesh_boot.c): every rank joins through rank 0's listener, authenticated, and
+ * gets the roster; then zd_mesh_connect. Bounded by mesh_timeout. */
+zs_status_t zd_mesh_boot(zd_mesh_t *mesh, char *err, size_t errlen);
+/* Endpoints to every peer's data worker, then the watch (mesh/mesh.c). */
+zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *err, size_t errlen);
+
+#endif

@@ -31,6 +31,9 @@ zs_status_t zs_errf(char *err, size_t errlen, zs_status_t status, const char *fm
 zs_status_t zs_verrf(char *err, size_t errlen, zs_status_t status, const char *fmt, va_list ap)
     __attribute__((format(printf, 4, 0)));
 
+/* A message for one request: returned to a client (Result.message) or logged. */
+#define ZS_MSG_MAX 512
+
 /* Room for one kept message, terminator included; longer messages are truncated. */
 #define ZS_ERRMSG_LEN 1024
 

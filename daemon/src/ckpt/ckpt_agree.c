@@ -5,9 +5,8 @@
  * rank 0 the same way; every rank numbers the save alike.
  */
 #define _GNU_SOURCE
-#include "job/job_int.h"
+#include "ckpt/ckpt_int.h"
 #include "mesh/mesh.h"
-#include "zs/error.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,30 +23,30 @@
 
 /* The all-reduce of a save or a load: the other ranks may still be writing, so it waits for
  * their disks (a lost rank is still noticed by its heartbeat). */
-static zs_status_t zd_ckpt_all_reduce(zd_job_t *job, double *v, const zd_reduce_op_t *ops,
-                                      unsigned n, char *why, size_t wlen)
+static zs_status_t zd_ckpt_all_reduce(const zd_ckpt_shard_t *sh, double *v,
+                                      const zd_reduce_op_t *ops, unsigned n, char *why, size_t wlen)
 {
     zs_status_t st;
     uint64_t was;
 
-    if (job->mesh == NULL) {
-        return job->coll->ops->all_reduce(job->coll, v, ops, n, why, wlen);
+    if (sh->mesh == NULL) {
+        return sh->coll->ops->all_reduce(sh->coll, v, ops, n, why, wlen);
     }
-    was = zd_mesh_collective_timeout_ns(job->mesh);
-    zd_mesh_set_collective_timeout_ns(job->mesh, ZD_CKPT_AGREE_NS);
-    st = job->coll->ops->all_reduce(job->coll, v, ops, n, why, wlen);
-    zd_mesh_set_collective_timeout_ns(job->mesh, was);
+    was = zd_mesh_collective_timeout_ns(sh->mesh);
+    zd_mesh_set_collective_timeout_ns(sh->mesh, ZD_CKPT_AGREE_NS);
+    st = sh->coll->ops->all_reduce(sh->coll, v, ops, n, why, wlen);
+    zd_mesh_set_collective_timeout_ns(sh->mesh, was);
     return st;
 }
 
 /* The first failed rank's status and message, to every rank: text as one double a byte. */
-static zs_status_t zd_ckpt_first_cause(zd_job_t *job, uint32_t first, zs_status_t mine,
+static zs_status_t zd_ckpt_first_cause(const zd_ckpt_shard_t *sh, uint32_t first, zs_status_t mine,
                                        const char *what, char *err, size_t errlen)
 {
     enum { N = 1 + ZD_CKPT_CAUSE_MAX };
     double *v = calloc(N, sizeof(double));
     zd_reduce_op_t *ops = calloc(N, sizeof(*ops));
-    char why[ZD_MAX_MSG] = "", cause[ZD_CKPT_CAUSE_MAX + 1] = "";
+    char why[ZS_MSG_MAX] = "", cause[ZD_CKPT_CAUSE_MAX + 1] = "";
     zs_status_t st;
 
     if (v == NULL || ops == NULL) {
@@ -55,7 +54,7 @@ static zs_status_t zd_ckpt_first_cause(zd_job_t *job, uint32_t first, zs_status_
         free(ops);
         return mine != ZS_OK ? mine : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
     }
-    if (job->rank == first) {
+    if (sh->rank == first) {
         size_t len = strlen(err);
         v[0] = (double)mine;
         for (size_t i = 0; i < len && i < ZD_CKPT_CAUSE_MAX; i++) {
@@ -65,11 +64,11 @@ static zs_status_t zd_ckpt_first_cause(zd_job_t *job, uint32_t first, zs_status_
     for (unsigned i = 0; i < N; i++) {
         ops[i] = ZD_REDUCE_SUM; /* every other rank adds zeros */
     }
-    st = zd_ckpt_all_reduce(job, v, ops, N, why, sizeof(why));
+    st = zd_ckpt_all_reduce(sh, v, ops, N, why, sizeof(why));
     for (unsigned i = 0; st == ZS_OK && i < ZD_CKPT_CAUSE_MAX && v[1 + i] != 0; i++) {
         cause[i] = (char)(unsigned char)v[1 + i];
     }
-    if (job->rank == first) {
+    if (sh->rank == first) {
         st = mine; /* err holds its own message */
     } else if (st != ZS_OK) {
         st = mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
@@ -85,37 +84,37 @@ static zs_status_t zd_ckpt_first_cause(zd_job_t *job, uint32_t first, zs_status_
 /* Every rank passes its own outcome (its message in err); all learn whether every rank
  * succeeded, and when not, every rank's error is the first failed rank's (lowest rank): its
  * status and its message, which names the file and the cause. */
-zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, char *err,
+zs_status_t zd_ckpt_agree(const zd_ckpt_shard_t *sh, zs_status_t mine, const char *what, char *err,
                           size_t errlen)
 {
-    double v = mine != ZS_OK ? (double)(job->world - job->rank) : 0;
+    double v = mine != ZS_OK ? (double)(sh->world - sh->rank) : 0;
     zd_reduce_op_t op = ZD_REDUCE_MAX;
-    char why[ZD_MAX_MSG] = "";
+    char why[ZS_MSG_MAX] = "";
     zs_status_t st;
 
-    if (job->coll == NULL) {
+    if (sh->coll == NULL) {
         return mine != ZS_OK ? mine
                              : zs_errf(err, errlen, ZS_ERR_PEER_LOST, "%s: the mesh is down", what);
     }
-    st = zd_ckpt_all_reduce(job, &v, &op, 1, why, sizeof(why));
+    st = zd_ckpt_all_reduce(sh, &v, &op, 1, why, sizeof(why));
     if (st != ZS_OK) {
         return mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
     }
     if (v == 0) {
         return mine;
     }
-    return zd_ckpt_first_cause(job, job->world - (uint32_t)v, mine, what, err, errlen);
+    return zd_ckpt_first_cause(sh, sh->world - (uint32_t)v, mine, what, err, errlen);
 }
 
 /* Every rank's file size and checksum to every rank (rank 0 writes them into the manifest):
  * bytes, and the checksum's two halves, each exact as a double. */
-zs_status_t zd_ckpt_gather_sums(zd_job_t *job, uint64_t bytes, uint64_t xxh3, zs_ckpt_file_t *files,
-                                char *err, size_t errlen)
+zs_status_t zd_ckpt_gather_sums(const zd_ckpt_shard_t *sh, uint64_t bytes, uint64_t xxh3,
+                                zs_ckpt_file_t *files, char *err, size_t errlen)
 {
-    size_t n = 3 * (size_t)job->world;
+    size_t n = 3 * (size_t)sh->world;
     double *v = calloc(n, sizeof(double));
     zd_reduce_op_t *ops = calloc(n, sizeof(*ops));
-    char why[ZD_MAX_MSG] = "";
+    char why[ZS_MSG_MAX] = "";
     zs_status_t st;
 
     if (v == NULL || ops == NULL) {
@@ -123,11 +122,11 @@ zs_status_t zd_ckpt_gather_sums(zd_job_t *job, uint64_t bytes, uint64_t xxh3, zs
         free(ops);
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
     }
-    v[3 * job->rank] = (double)bytes;
-    v[3 * job->rank + 1] = (double)(xxh3 >> 32);
-    v[3 * job->rank + 2] = (double)(xxh3 & 0xffffffffu);
-    st = zd_ckpt_all_reduce(job, v, ops, (unsigned)n, why, sizeof(why)); /* ops: all SUM */
-    for (uint32_t r = 0; st == ZS_OK && r < job->world; r++) {
+    v[3 * sh->rank] = (double)bytes;
+    v[3 * sh->rank + 1] = (double)(xxh3 >> 32);
+    v[3 * sh->rank + 2] = (double)(xxh3 & 0xffffffffu);
+    st = zd_ckpt_all_reduce(sh, v, ops, (unsigned)n, why, sizeof(why)); /* ops: all SUM */
+    for (uint32_t r = 0; st == ZS_OK && r < sh->world; r++) {
         zs_ckpt_rank_file(r, files[r].name, sizeof(files[r].name));
         files[r].rank = (int32_t)r;
         files[r].bytes = (uint64_t)v[3 * r];
@@ -143,16 +142,16 @@ zs_status_t zd_ckpt_gather_sums(zd_job_t *job, uint64_t bytes, uint64_t xxh3, zs
 
 /* Which save this is, the same on every rank: rank 0's count (a re-formed job may count
  * differently on each rank), so that the writers' reports (mesh/heartbeat.h) name it alike. */
-zs_status_t zd_ckpt_number(zd_job_t *job, char *err, size_t errlen)
+zs_status_t zd_ckpt_number(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, char *err, size_t errlen)
 {
-    double v = (double)(job->ckpt_seq + 1);
+    double v = (double)(ck->seq + 1);
     zd_reduce_op_t op = ZD_REDUCE_MAX;
-    char why[ZD_MAX_MSG];
-    zs_status_t st = zd_ckpt_all_reduce(job, &v, &op, 1, why, sizeof(why));
+    char why[ZS_MSG_MAX];
+    zs_status_t st = zd_ckpt_all_reduce(sh, &v, &op, 1, why, sizeof(why));
 
     if (st != ZS_OK) {
         return zs_errf(err, errlen, st, "checkpoint save: %s", why);
     }
-    job->ckpt_seq = (uint64_t)v;
+    ck->seq = (uint64_t)v;
     return ZS_OK;
 }

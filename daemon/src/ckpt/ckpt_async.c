@@ -8,10 +8,9 @@
  * the job does not go before its writer is done.
  */
 #define _GNU_SOURCE
-#include "job/job_int.h"
+#include "ckpt/ckpt_int.h"
 #include "mesh/heartbeat.h"
-#include "mesh/mesh.h"
-#include "zs/error.h"
+#include "obs/testpoint.h"
 #include "zs/thread.h"
 #include "zs/time.h"
 
@@ -32,11 +31,12 @@ struct zd_ckpt_async {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool go;               /* under lock */
-    atomic_bool cancel;    /* the save is called off (before go), or the job ends */
-    const zd_job_t *job;   /* layout, id: fixed while the job lives */
-    zd_heartbeat_t *watch; /* the reports of the ranks (world > 1) */
-    float *stage;          /* master, m, v: 3 x shard_numel (mmap'd) */
+    bool go;            /* under lock */
+    atomic_bool cancel; /* the save is called off (before go), or the job ends */
+    zd_ckpt_shard_t sh; /* its names, layout and identity: fixed while the job lives (the job
+                         * settles this writer before it frees or changes them) */
+    zd_heartbeat_t *hb; /* the ranks' reports go over the mesh's heartbeat (world > 1) */
+    float *stage;       /* master, m, v: 3 x shard_numel (mmap'd) */
     size_t stage_bytes;
     bool keep;   /* checkpoint_staging_keep: the copy's memory goes back to the job, not away */
     void *state; /* rank 0: the trainer's bytes */
@@ -50,7 +50,7 @@ struct zd_ckpt_async {
     uint32_t rank, world, keep_last;
     uint64_t step, seq, t0;
     zs_status_t result; /* the writer's, read after the join */
-    char err[ZD_MAX_MSG];
+    char err[ZS_MSG_MAX];
 };
 
 /* Rank 0: every rank's report (files: their sizes and checksums), or the first failure. */
@@ -68,7 +68,7 @@ static zs_status_t zd_ckpt_async_gather(zd_ckpt_async_t *a, const zd_ckpt_report
         reps[0] = *mine;
         st = ZS_OK;
     } else {
-        st = zd_heartbeat_await_reports(a->watch, a->seq, true,
+        st = zd_heartbeat_await_reports(a->hb, a->seq, true,
                                         zs_deadline_in_ns(ZD_CKPT_ASYNC_WAIT_NS), &a->cancel, reps,
                                         &failed, err, errlen);
     }
@@ -76,7 +76,7 @@ static zs_status_t zd_ckpt_async_gather(zd_ckpt_async_t *a, const zd_ckpt_report
         st = zs_errf(err, errlen, reps[failed].status != 0 ? reps[failed].status : ZS_ERR_IO,
                      "rank %u could not write its shard: %s", failed, reps[failed].why);
     } else if (st != ZS_OK) {
-        char why[ZD_MAX_MSG];
+        char why[ZS_MSG_MAX];
         zs_ckpt_pathf(why, sizeof(why), "%s", err);
         st = zs_errf(err, errlen, st, "waiting for the other ranks' shards in %s: %s", a->tmp.shown,
                      why);
@@ -94,13 +94,13 @@ static zs_status_t zd_ckpt_async_gather(zd_ckpt_async_t *a, const zd_ckpt_report
 /* Rank 0 after a failure: the others are done writing (or gone) before what they left goes. */
 static void zd_ckpt_async_settle(zd_ckpt_async_t *a)
 {
-    char why[ZD_MAX_MSG];
+    char why[ZS_MSG_MAX];
 
     if (a->world > 1) {
         zd_ckpt_report_t *reps = calloc(a->world, sizeof(*reps));
         uint32_t failed;
         if (reps != NULL) {
-            (void)zd_heartbeat_await_reports(a->watch, a->seq, false,
+            (void)zd_heartbeat_await_reports(a->hb, a->seq, false,
                                              zs_deadline_in_ns(ZD_CKPT_ASYNC_WAIT_NS), &a->cancel,
                                              reps, &failed, why, sizeof(why));
         }
@@ -132,12 +132,12 @@ static zs_status_t zd_ckpt_async_commit(zd_ckpt_async_t *a, const zd_ckpt_report
         st = zd_ckpt_manifest_finish(&a->head, &a->tmp, files, a->has_state, a->state_len, sxxh3,
                                      err, errlen);
     }
-    zd_step_test_pause(a->job, "ckpt", a->step);
+    zd_test_pause("ckpt", a->sh.job_id, a->step);
     if (st == ZS_OK) {
-        st = zd_ckpt_commit(a->job, a->step, &a->dir, a->tag, &a->tmp, err, errlen);
+        st = zd_ckpt_commit(a->sh.job_id, a->step, &a->dir, a->tag, &a->tmp, err, errlen);
     }
     if (st == ZS_OK) {
-        zd_ckpt_prune(&a->dir, a->job->id, a->tag, a->keep_last);
+        zd_ckpt_prune(&a->dir, a->sh.job_id, a->tag, a->keep_last);
     } else {
         zd_ckpt_async_settle(a);
     }
@@ -149,7 +149,7 @@ static void *zd_ckpt_async_main(void *arg)
 {
     zd_ckpt_async_t *a = arg;
     zd_ckpt_report_t mine;
-    char err[ZD_MAX_MSG] = "";
+    char err[ZS_MSG_MAX] = "";
     zs_status_t st;
 
     pthread_mutex_lock(&a->lock);
@@ -163,7 +163,7 @@ static void *zd_ckpt_async_main(void *arg)
     pthread_mutex_unlock(&a->lock);
     memset(&mine, 0, sizeof(mine));
     mine.seq = a->seq;
-    st = zd_ckpt_write_rank(a->job, a->stage, a->step, &a->tmp, &mine.bytes, &mine.xxh3, err,
+    st = zd_ckpt_write_rank(&a->sh, a->stage, a->step, &a->tmp, &mine.bytes, &mine.xxh3, err,
                             sizeof(err));
     if (!a->keep) { /* the copy is on disk: its memory goes back at once */
         munmap(a->stage, a->stage_bytes);
@@ -171,7 +171,7 @@ static void *zd_ckpt_async_main(void *arg)
     }
     mine.status = st;
     zs_ckpt_pathf(mine.why, sizeof(mine.why), "%s", st != ZS_OK ? err : "");
-    zd_heartbeat_report(a->watch, &mine); /* every rank hears at once, failure or not */
+    zd_heartbeat_report(a->hb, &mine); /* every rank hears at once, failure or not */
     if (a->rank == 0 && st != ZS_OK) {
         zd_ckpt_async_settle(a);
     } else if (a->rank == 0) {
@@ -206,15 +206,14 @@ static void zd_ckpt_async_free(zd_ckpt_async_t *a)
 }
 
 /* The staging copy of this rank's shard. */
-static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_job_t *job)
+static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_ckpt_t *ck, const zd_ckpt_shard_t *sh)
 {
-    const zs_layout_t *l = job->layout;
-    size_t n = (size_t)l->shard_numel;
+    size_t n = (size_t)sh->layout->shard_numel;
 
     a->stage_bytes = (3 * n + 1) * sizeof(float);
-    if (job->ckpt_stage != NULL) { /* kept from the last save: mapped and touched already */
-        a->stage = job->ckpt_stage;
-        job->ckpt_stage = NULL;
+    if (ck->stage != NULL) { /* kept from the last save: mapped and touched already */
+        a->stage = ck->stage;
+        ck->stage = NULL;
     } else {
         void *p =
             mmap(NULL, a->stage_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -224,30 +223,31 @@ static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_job_t *job)
         (void)madvise(p, a->stage_bytes, MADV_HUGEPAGE); /* fewer faults while copying */
         a->stage = p;
     }
-    return zd_ckpt_stage_copy(job, a->stage);
+    return zd_ckpt_stage_copy(sh, a->stage);
 }
 
-zs_status_t zd_ckpt_stage_copy(zd_job_t *job, float *stage)
+zs_status_t zd_ckpt_stage_copy(const zd_ckpt_shard_t *sh, float *stage)
 {
-    const zs_layout_t *l = job->layout;
+    const zs_layout_t *l = sh->layout;
     size_t n = (size_t)l->shard_numel;
     zs_status_t st = ZS_OK;
 
     for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
-        st = zd_backend_copy(job->be, stage + l->buckets[b].shard_offset, zd_step_master(job, b),
+        st = zd_backend_copy(sh->be, stage + l->buckets[b].shard_offset, sh->master[b],
                              l->buckets[b].slice * sizeof(float));
     }
     if (st == ZS_OK) {
-        st = zd_backend_copy(job->be, stage + n, job->m, n * sizeof(float));
+        st = zd_backend_copy(sh->be, stage + n, sh->m, n * sizeof(float));
     }
     if (st == ZS_OK) {
-        st = zd_backend_copy(job->be, stage + 2 * n, job->v, n * sizeof(float));
+        st = zd_backend_copy(sh->be, stage + 2 * n, sh->v, n * sizeof(float));
     }
     return st;
 }
 
-zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const char *tag,
-                                const zs_dir_t *dir, const zs_dir_t *tmp, char *err, size_t errlen)
+zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                const char *tag, const zs_dir_t *dir, const zs_dir_t *tmp,
+                                char *err, size_t errlen)
 {
     zd_ckpt_async_t *a = calloc(1, sizeof(*a));
     zs_status_t st;
@@ -258,12 +258,12 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
     atomic_init(&a->cancel, false);
-    a->job = job;
-    a->watch = zd_mesh_watch(job->mesh);
-    a->rank = job->rank;
-    a->world = job->world;
-    a->step = job->step;
-    a->seq = job->ckpt_seq;
+    a->sh = *sh;
+    a->hb = zd_mesh_heartbeat(sh->mesh);
+    a->rank = sh->rank;
+    a->world = sh->world;
+    a->step = sh->step;
+    a->seq = ck->seq;
     a->keep_last = req->keep_last;
     a->keep = req->keep_staging;
     a->t0 = zs_time_now_ns();
@@ -278,14 +278,14 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
         st = zs_dir_dup(tmp, &a->tmp, err, errlen);
     }
     a->dir.cred = a->tmp.cred = a->has_cred ? &a->cred : NULL;
-    if (st == ZS_OK && a->world > 1 && a->watch == NULL) {
+    if (st == ZS_OK && a->world > 1 && a->hb == NULL) {
         st = zs_errf(err, errlen, ZS_ERR_PEER_LOST, "the mesh is down");
     }
     if (st == ZS_OK) {
-        st = zd_ckpt_async_stage(a, job);
+        st = zd_ckpt_async_stage(a, ck, sh);
     }
-    if (st == ZS_OK && job->rank == 0) {
-        st = zd_ckpt_manifest_head(job, tag, &a->head);
+    if (st == ZS_OK && sh->rank == 0) {
+        st = zd_ckpt_manifest_head(sh, tag, &a->head);
         a->has_state = req->trainer_state != NULL;
         if (st == ZS_OK && a->has_state) {
             a->state = malloc(req->trainer_state_len ? req->trainer_state_len : 1);
@@ -302,9 +302,9 @@ zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const c
     if (st != ZS_OK) {
         zd_ckpt_async_free(a);
         return zs_errf(err, errlen, st, "a staging copy of %llu elements does not fit in memory",
-                       (unsigned long long)(3 * job->layout->shard_numel));
+                       (unsigned long long)(3 * sh->layout->shard_numel));
     }
-    job->ckpt_async = a;
+    ck->async = a;
     return ZS_OK;
 }
 
@@ -320,18 +320,24 @@ static void zd_ckpt_async_set(zd_ckpt_async_t *a, bool go)
     pthread_mutex_unlock(&a->lock);
 }
 
-void zd_ckpt_async_release(zd_job_t *job)
+void zd_ckpt_async_release(zd_ckpt_t *ck)
 {
-    if (job->ckpt_async != NULL) {
-        zd_ckpt_async_set(job->ckpt_async, true);
+    if (ck->async != NULL) {
+        zd_ckpt_async_set(ck->async, true);
     }
 }
 
-static zs_status_t zd_ckpt_async_join(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t errlen)
+zs_status_t zd_ckpt_async_join(zd_ckpt_t *ck, zd_ckpt_out_t *out, char *err, size_t errlen)
 {
-    zd_ckpt_async_t *a = job->ckpt_async;
+    zd_ckpt_async_t *a = ck->async;
     zs_status_t st;
 
+    if (out != NULL) {
+        memset(out, 0, sizeof(*out));
+    }
+    if (a == NULL) {
+        return ZS_OK;
+    }
     pthread_join(a->thread, NULL);
     st = a->result;
     if (st != ZS_OK && err != NULL) {
@@ -343,45 +349,60 @@ static zs_status_t zd_ckpt_async_join(zd_job_t *job, zd_ckpt_out_t *out, char *e
         out->step = a->step;
     }
     if (a->keep && a->stage != NULL) { /* for the next save */
-        job->ckpt_stage = a->stage;
+        ck->stage = a->stage;
+        ck->stage_bytes = a->stage_bytes;
         a->stage = NULL;
     }
     zd_ckpt_async_free(a);
-    job->ckpt_async = NULL;
+    ck->async = NULL;
     return st;
 }
 
-void zd_ckpt_async_cancel(zd_job_t *job)
+void zd_ckpt_async_cancel(zd_ckpt_t *ck)
 {
-    if (job->ckpt_async != NULL) {
-        zd_ckpt_async_set(job->ckpt_async, false);
-        (void)zd_ckpt_async_join(job, NULL, NULL, 0);
+    if (ck->async != NULL) {
+        zd_ckpt_async_set(ck->async, false);
+        (void)zd_ckpt_async_join(ck, NULL, NULL, 0);
     }
 }
 
-void zd_ckpt_async_wait(zd_job_t *job)
+/* ---- a job's checkpoints between calls ----------------------------------------------------- */
+
+zs_status_t zd_ckpt_create(zd_ckpt_t **ck_p)
 {
-    if (job->ckpt_async != NULL) {
-        (void)zd_ckpt_async_join(job, NULL, NULL, 0);
+    zd_ckpt_t *ck = calloc(1, sizeof(*ck));
+
+    if (ck == NULL) {
+        return ZS_ERR_NO_MEMORY;
+    }
+    *ck_p = ck;
+    return ZS_OK;
+}
+
+void zd_ckpt_settle(zd_ckpt_t *ck)
+{
+    if (ck != NULL) {
+        (void)zd_ckpt_async_join(ck, NULL, NULL, 0);
     }
 }
 
-zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t errlen)
+void zd_ckpt_destroy(zd_ckpt_t *ck)
 {
-    zs_status_t st = ZS_OK;
-
-    memset(out, 0, sizeof(*out));
-    if (job->ckpt_async != NULL) {
-        st = zd_ckpt_async_join(job, out, err, errlen);
+    if (ck == NULL) {
+        return;
     }
+    zd_ckpt_settle(ck);
+    if (ck->stage != NULL) {
+        munmap(ck->stage, ck->stage_bytes);
+    }
+    free(ck);
+}
+
+zs_status_t zd_ckpt_wait(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, zd_ckpt_out_t *out, char *err,
+                         size_t errlen)
+{
+    zs_status_t st = zd_ckpt_async_join(ck, out, err, errlen);
+
     /* rank 0's outcome is the commit's: every rank learns it */
-    return zd_ckpt_agree(job, st, "checkpoint write", err, errlen);
-}
-
-void zd_ckpt_stage_free(zd_job_t *job)
-{
-    if (job->ckpt_stage != NULL) {
-        munmap(job->ckpt_stage, (3 * (size_t)job->layout->shard_numel + 1) * sizeof(float));
-        job->ckpt_stage = NULL;
-    }
+    return zd_ckpt_agree(sh, st, "checkpoint write", err, errlen);
 }

@@ -7,8 +7,7 @@
  * from the descriptor the daemon created (never a path looked up again).
  */
 #define _GNU_SOURCE
-#include "job/job_int.h"
-#include "zs/error.h"
+#include "ckpt/ckpt_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,13 +20,13 @@
 #include <unistd.h>
 
 /* Each parameter from the params region, cast to dtype, in registration order. */
-static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs_dtype_t dtype,
-                                  zs_st_writer_t *w, char *err, size_t errlen)
+static zs_status_t zd_export_data(const zd_ckpt_shard_t *sh, const zk_exec_t *exec,
+                                  zs_dtype_t dtype, zs_st_writer_t *w, char *err, size_t errlen)
 {
-    const zs_layout_t *l = job->layout;
-    size_t dsize = zs_dtype_size(dtype), psize = zs_dtype_size(job->dtype);
+    const zs_layout_t *l = sh->layout;
+    size_t dsize = zs_dtype_size(dtype), psize = zs_dtype_size(sh->dtype);
     uint64_t cap = 0;
-    bool on_device = zd_backend_device(job->be) >= 0;
+    bool on_device = zd_backend_device(sh->be) >= 0;
     void *buf, *raw = NULL;
     zs_status_t st = ZS_OK;
 
@@ -44,19 +43,19 @@ static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs
     }
     for (uint32_t id = 0; id < l->n_params && st == ZS_OK; id++) {
         const zs_layout_param_t *p = zs_layout_param_by_id(l, id);
-        const char *src = (const char *)job->params.addr + p->offset * psize;
+        const char *src = (const char *)sh->params->addr + p->offset * psize;
         const void *out;
         if (on_device) {
-            st = zd_backend_copy(job->be, raw, src, (size_t)p->numel * psize);
+            st = zd_backend_copy(sh->be, raw, src, (size_t)p->numel * psize);
             if (st != ZS_OK) {
-                st = zs_errf(err, errlen, st, "export: %s", zd_backend_error(job->be));
+                st = zs_errf(err, errlen, st, "export: %s", zd_backend_error(sh->be));
                 break;
             }
             src = raw;
         }
         out = src;
-        if (dtype != job->dtype) {
-            st = zk_cast(exec, buf, dtype, src, job->dtype, p->numel);
+        if (dtype != sh->dtype) {
+            st = zk_cast(exec, buf, dtype, src, sh->dtype, p->numel);
             if (st != ZS_OK) {
                 st = zs_errf(err, errlen, st, "export: cast: %s", zk_last_error());
                 break;
@@ -70,28 +69,28 @@ static zs_status_t zd_export_data(const zd_job_t *job, const zk_exec_t *exec, zs
     return st;
 }
 
-static zs_status_t zd_export_write(const zd_job_t *job, const zk_exec_t *exec, const zs_dir_t *dir,
-                                   const char *tmp, zs_dtype_t dtype, uint64_t *bytes_p, char *err,
-                                   size_t errlen)
+static zs_status_t zd_export_write(const zd_ckpt_shard_t *sh, const zk_exec_t *exec,
+                                   const zs_dir_t *dir, const char *tmp, zs_dtype_t dtype,
+                                   uint64_t *bytes_p, char *err, size_t errlen)
 {
-    uint32_t n = job->layout->n_params;
+    uint32_t n = sh->layout->n_params;
     zs_st_meta_t *meta = calloc(n ? n : 1, sizeof(*meta));
     char step_s[32];
-    const char *kv[] = {"format", "pt", "zerod_step", step_s, "zerod_job", job->id};
+    const char *kv[] = {"format", "pt", "zerod_step", step_s, "zerod_job", sh->job_id};
     zs_st_writer_t *w = NULL;
     zs_status_t st;
 
     if (meta == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "export: out of memory");
     }
-    snprintf(step_s, sizeof(step_s), "%" PRIu64, job->step);
+    snprintf(step_s, sizeof(step_s), "%" PRIu64, sh->step);
     for (uint32_t i = 0; i < n; i++) {
-        meta[i] = (zs_st_meta_t){job->pmeta[i].name, dtype, job->pmeta[i].ndim, job->pmeta[i].dims};
+        meta[i] = (zs_st_meta_t){sh->pmeta[i].name, dtype, sh->pmeta[i].ndim, sh->pmeta[i].dims};
     }
     st = zs_st_create(dir, tmp, meta, n, kv, 3, &w, err, errlen);
     free(meta);
     if (st == ZS_OK) {
-        st = zd_export_data(job, exec, dtype, w, err, errlen);
+        st = zd_export_data(sh, exec, dtype, w, err, errlen);
         if (st != ZS_OK) {
             zs_st_abort(w);
             return st;
@@ -123,8 +122,8 @@ static zs_status_t zd_export_dir(const zd_export_req_t *req, zs_dir_t *dir, cons
                         ZS_MAY_WRITE | ZS_MAY_EXEC, err, errlen);
 }
 
-zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const zd_export_req_t *req,
-                          zd_ckpt_out_t *out, char *err, size_t errlen)
+zs_status_t zd_ckpt_export(const zd_ckpt_shard_t *sh, const zk_exec_t *exec,
+                           const zd_export_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
 {
     char tmp[300];
     const char *name = NULL;
@@ -134,16 +133,14 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const zd_expor
     zs_status_t st;
 
     memset(out, 0, sizeof(*out));
-    if (job == NULL || !job->params_loaded) {
-        return zs_errf(err, errlen, ZS_ERR_NOT_FOUND,
-                       job == NULL ? "export: no job on this daemon"
-                                   : "export: the job has no parameters yet");
+    if (!sh->params_loaded) {
+        return zs_errf(err, errlen, ZS_ERR_NOT_FOUND, "export: the job has no parameters yet");
     }
     if (req->dtype != ZS_DTYPE_F32 && req->dtype != ZS_DTYPE_BF16) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: dtype %s: fp32 or bf16 only",
                        zs_dtype_name(req->dtype));
     }
-    dup = zs_ckpt_duplicate_name(job->pmeta, job->layout->n_params);
+    dup = zs_ckpt_duplicate_name(sh->pmeta, sh->layout->n_params);
     if (dup != NULL) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "export: two parameters are named '%s'", dup);
     }
@@ -160,12 +157,12 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const zd_expor
         st = zs_dir_unlink(&dir, tmp, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zd_export_write(job, env->exec, &dir, tmp, req->dtype, &bytes, err, errlen);
+        st = zd_export_write(sh, exec, &dir, tmp, req->dtype, &bytes, err, errlen);
         if (st == ZS_OK) {
             st = zs_dir_rename(&dir, tmp, name, RENAME_NOREPLACE, err, errlen);
         }
         if (st != ZS_OK) {
-            char why[ZD_MAX_MSG];
+            char why[ZS_MSG_MAX];
             (void)zs_dir_unlink(&dir, tmp, why, sizeof(why));
         }
     }
@@ -174,10 +171,10 @@ zs_status_t zd_job_export(zd_job_t *job, const zd_job_env_t *env, const zd_expor
         return st;
     }
     zs_ckpt_pathf(out->path, sizeof(out->path), "%s", req->path);
-    out->step = job->step;
-    out->saved_world = job->layout->n_params;
+    out->step = sh->step;
+    out->saved_world = sh->layout->n_params;
     out->bytes = bytes;
     zs_info(ZS_SUB_ENGINE, "exported %u parameters of job '%s' at step %" PRIu64 " to %s (%s)",
-            job->layout->n_params, job->id, job->step, req->path, zs_dtype_name(req->dtype));
+            sh->layout->n_params, sh->job_id, sh->step, req->path, zs_dtype_name(req->dtype));
     return ZS_OK;
 }

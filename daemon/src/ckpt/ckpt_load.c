@@ -4,13 +4,13 @@
  * saved layout says which saved rank's file holds it and where, and only those bytes are read.
  * The files a rank reads from are verified against the manifest first, and every rank agrees
  * the checkpoint is sound before it reads. The reading pass fills a staging copy of the shard
- * state, and every rank agrees it read everything before any of them moves it into its job:
- * a file that goes bad between the two passes, or a rank that fails to read, leaves every
- * job as it was.
+ * state, and every rank agrees it read everything before any job takes it (job/, which moves
+ * it in): a file that goes bad between the two passes, or a rank that fails to read, leaves
+ * every job as it was.
  */
 #define _GNU_SOURCE
-#include "job/job_int.h"
-#include "zs/error.h"
+#include "ckpt/ckpt_int.h"
+#include "obs/testpoint.h"
 #include "zs/time.h"
 
 #include <inttypes.h>
@@ -28,16 +28,16 @@ typedef struct zd_ckpt_src {
     zs_ckpt_reader_t *rd;
     bool moments; /* read exp_avg and exp_avg_sq too */
     /* the staging copy of the shard: master, m, v in shard order (m, v only with moments),
-     * zero where nothing is read (padding, absent moments) */
-    float *stage[ZS_CKPT_N_TENSORS];
+     * zero where nothing is read (padding, absent moments); the caller's zd_ckpt_loaded_t */
+    float **stage;
 } zd_ckpt_src_t;
 
 /* This rank's parameters against the saved ones: same count and sizes; names too where both
  * sides have them (a name "param.<i>" stands for none). */
-static zs_status_t zd_ckpt_match(const zd_job_t *job, const zs_ckpt_manifest_t *m, const char *path,
-                                 char *err, size_t errlen)
+static zs_status_t zd_ckpt_match(const zd_ckpt_shard_t *sh, const zs_ckpt_manifest_t *m,
+                                 const char *path, char *err, size_t errlen)
 {
-    const zs_layout_t *l = job->layout;
+    const zs_layout_t *l = sh->layout;
 
     if (m->n_params != l->n_params) {
         return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
@@ -45,7 +45,7 @@ static zs_status_t zd_ckpt_match(const zd_job_t *job, const zs_ckpt_manifest_t *
                        l->n_params);
     }
     for (uint32_t i = 0; i < l->n_params; i++) {
-        const zs_ckpt_param_t *a = &m->params[i], *b = &job->pmeta[i];
+        const zs_ckpt_param_t *a = &m->params[i], *b = &sh->pmeta[i];
         bool named = strncmp(a->name, "param.", 6) != 0 && strncmp(b->name, "param.", 6) != 0;
         if (a->numel != b->numel || (named && strcmp(a->name, b->name) != 0)) {
             return zs_errf(err, errlen, ZS_ERR_LAYOUT_MISMATCH,
@@ -58,18 +58,18 @@ static zs_status_t zd_ckpt_match(const zd_job_t *job, const zs_ckpt_manifest_t *
 }
 
 /* For each piece of this rank's new shard: (param id, first element, count, shard offset). */
-typedef zs_status_t (*zd_ckpt_piece_fn)(zd_ckpt_src_t *src, const zd_job_t *job, uint32_t b,
+typedef zs_status_t (*zd_ckpt_piece_fn)(zd_ckpt_src_t *src, const zd_ckpt_shard_t *sh, uint32_t b,
                                         uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
                                         void *arg, char *err, size_t errlen);
 
-static zs_status_t zd_ckpt_pieces(zd_ckpt_src_t *src, const zd_job_t *job, zd_ckpt_piece_fn fn,
-                                  void *arg, char *err, size_t errlen)
+static zs_status_t zd_ckpt_pieces(zd_ckpt_src_t *src, const zd_ckpt_shard_t *sh,
+                                  zd_ckpt_piece_fn fn, void *arg, char *err, size_t errlen)
 {
-    const zs_layout_t *l = job->layout;
+    const zs_layout_t *l = sh->layout;
 
     for (uint32_t b = 0; b < l->n_buckets; b++) {
         const zs_layout_bucket_t *bk = &l->buckets[b];
-        uint64_t lo = (uint64_t)job->rank * bk->slice, hi = lo + bk->slice;
+        uint64_t lo = (uint64_t)sh->rank * bk->slice, hi = lo + bk->slice;
         for (uint32_t i = 0; i < bk->n_params; i++) {
             zs_layout_piece_t pc;
             uint64_t s, e;
@@ -81,7 +81,7 @@ static zs_status_t zd_ckpt_pieces(zd_ckpt_src_t *src, const zd_job_t *job, zd_ck
             if (s >= e) {
                 continue;
             }
-            st = fn(src, job, b, l->params[pc.param].id, pc.param_offset + (s - pc.bucket_offset),
+            st = fn(src, sh, b, l->params[pc.param].id, pc.param_offset + (s - pc.bucket_offset),
                     e - s, s - lo, arg, err, errlen);
             if (st != ZS_OK) {
                 return st;
@@ -105,11 +105,11 @@ static zs_status_t zd_ckpt_mark_run(void *arg, uint32_t rank, uint64_t shard_off
     return ZS_OK;
 }
 
-static zs_status_t zd_ckpt_mark_piece(zd_ckpt_src_t *src, const zd_job_t *job, uint32_t b,
+static zs_status_t zd_ckpt_mark_piece(zd_ckpt_src_t *src, const zd_ckpt_shard_t *sh, uint32_t b,
                                       uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
                                       void *arg, char *err, size_t errlen)
 {
-    (void)job;
+    (void)sh;
     (void)b;
     (void)dst_off;
     return zs_ckpt_runs(src->old, id, a, n, zd_ckpt_mark_run, arg, err, errlen);
@@ -117,7 +117,7 @@ static zs_status_t zd_ckpt_mark_piece(zd_ckpt_src_t *src, const zd_job_t *job, u
 
 /* The rank files this rank reads from, and trainer_state.pt (every rank's trainer reads it),
  * each checked against the manifest. */
-static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_job_t *job, char *err,
+static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_ckpt_shard_t *sh, char *err,
                                        size_t errlen)
 {
     bool *need = calloc(src->m->world, sizeof(*need));
@@ -127,7 +127,7 @@ static zs_status_t zd_ckpt_check_files(zd_ckpt_src_t *src, const zd_job_t *job, 
     if (need == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
     }
-    st = zd_ckpt_pieces(src, job, zd_ckpt_mark_piece, need, err, errlen);
+    st = zd_ckpt_pieces(src, sh, zd_ckpt_mark_piece, need, err, errlen);
     if (st == ZS_OK && state != NULL) {
         st = zs_ckpt_verify_file(src->ckpt, state, src->cancel, err, errlen);
     }
@@ -177,11 +177,11 @@ static zs_status_t zd_ckpt_read_run(void *arg, uint32_t rank, uint64_t shard_off
     return st;
 }
 
-static zs_status_t zd_ckpt_read_piece(zd_ckpt_src_t *src, const zd_job_t *job, uint32_t b,
+static zs_status_t zd_ckpt_read_piece(zd_ckpt_src_t *src, const zd_ckpt_shard_t *sh, uint32_t b,
                                       uint32_t id, uint64_t a, uint64_t n, uint64_t dst_off,
                                       void *arg, char *err, size_t errlen)
 {
-    uint64_t at = job->layout->buckets[b].shard_offset + dst_off;
+    uint64_t at = sh->layout->buckets[b].shard_offset + dst_off;
     zd_ckpt_dst_t d = {src, {NULL, NULL, NULL}};
 
     (void)arg;
@@ -197,16 +197,21 @@ static void zd_ckpt_src_free(zd_ckpt_src_t *src)
 {
     zs_ckpt_reader_close(src->rd);
     zs_layout_destroy(src->old);
+}
+
+void zd_ckpt_loaded_free(zd_ckpt_loaded_t *loaded)
+{
     for (unsigned t = 0; t < ZS_CKPT_N_TENSORS; t++) {
-        zs_aligned_free(src->stage[t]);
-        src->stage[t] = NULL;
+        zs_aligned_free(loaded->stage[t]);
+        loaded->stage[t] = NULL;
     }
 }
 
 /* The staging copy (zeroed): master, and m and v when the moments are read. */
-static zs_status_t zd_ckpt_stage(const zd_job_t *job, zd_ckpt_src_t *src, char *err, size_t errlen)
+static zs_status_t zd_ckpt_stage(const zd_ckpt_shard_t *sh, zd_ckpt_src_t *src, char *err,
+                                 size_t errlen)
 {
-    size_t bytes = (size_t)job->layout->shard_numel * sizeof(float);
+    size_t bytes = (size_t)sh->layout->shard_numel * sizeof(float);
 
     for (unsigned t = 0; t < (src->moments ? ZS_CKPT_N_TENSORS : 1u); t++) {
         zs_status_t st = zs_aligned_alloc(bytes > 0 ? bytes : sizeof(float), ZS_CACHE_LINE,
@@ -221,73 +226,11 @@ static zs_status_t zd_ckpt_stage(const zd_job_t *job, zd_ckpt_src_t *src, char *
     return ZS_OK;
 }
 
-/* zd_ckpt_take_stage on the GPU: the staging copy is copied into the device shard (the host
- * buffers go with src). A failure leaves the shard part old, part new: the load fails and the
- * job with it, as a failed read does. */
-static zs_status_t zd_ckpt_copy_stage(zd_job_t *job, const zd_ckpt_src_t *src)
-{
-    const zs_layout_t *l = job->layout;
-    size_t bytes = (size_t)l->shard_numel * sizeof(float);
-    zs_status_t st = ZS_OK;
-
-    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
-        st = zd_backend_copy(job->be, zd_step_master(job, b),
-                             src->stage[0] + l->buckets[b].shard_offset,
-                             (size_t)l->buckets[b].slice * sizeof(float));
-    }
-    if (st == ZS_OK && src->moments) {
-        st = zd_backend_copy(job->be, job->m, src->stage[1], bytes);
-        if (st == ZS_OK) {
-            st = zd_backend_copy(job->be, job->v, src->stage[2], bytes);
-        }
-    } else if (st == ZS_OK) {
-        st = zd_backend_zero(job->be, job->m, bytes);
-        if (st == ZS_OK) {
-            st = zd_backend_zero(job->be, job->v, bytes);
-        }
-    }
-    return st;
-}
-
-/* Every rank read everything: the staging copy becomes the job's state. The master is moved
- * (or copied into the params region's slices, where they are the master); m and v are moved,
- * or zeroed when the moments were not read. The job's old arrays go with src. */
-static zs_status_t zd_ckpt_take_stage(zd_job_t *job, zd_ckpt_src_t *src)
-{
-    const zs_layout_t *l = job->layout;
-    float *t;
-
-    if (zd_backend_device(job->be) >= 0) {
-        return zd_ckpt_copy_stage(job, src);
-    }
-    if (job->master_shared) {
-        for (uint32_t b = 0; b < l->n_buckets; b++) {
-            memcpy(zd_step_master(job, b), src->stage[0] + l->buckets[b].shard_offset,
-                   (size_t)l->buckets[b].slice * sizeof(float));
-        }
-    } else {
-        t = job->master;
-        job->master = src->stage[0];
-        src->stage[0] = t;
-    }
-    if (src->moments) {
-        t = job->m;
-        job->m = src->stage[1];
-        src->stage[1] = t;
-        t = job->v;
-        job->v = src->stage[2];
-        src->stage[2] = t;
-    } else {
-        memset(job->m, 0, (size_t)l->shard_numel * sizeof(float));
-        memset(job->v, 0, (size_t)l->shard_numel * sizeof(float));
-    }
-    return ZS_OK;
-}
-
 /* Manifest, layout and the files this rank needs, all checked. */
-static zs_status_t zd_ckpt_open(const zd_job_t *job, zd_ckpt_src_t *src, char *err, size_t errlen)
+static zs_status_t zd_ckpt_open(const zd_ckpt_shard_t *sh, zd_ckpt_src_t *src, char *err,
+                                size_t errlen)
 {
-    zs_status_t st = zd_ckpt_match(job, src->m, src->path, err, errlen);
+    zs_status_t st = zd_ckpt_match(sh, src->m, src->path, err, errlen);
 
     if (st == ZS_OK) {
         st = zs_ckpt_layout(src->m, &src->old, err, errlen);
@@ -296,28 +239,28 @@ static zs_status_t zd_ckpt_open(const zd_job_t *job, zd_ckpt_src_t *src, char *e
         st = zs_ckpt_reader_open(src->ckpt, src->m, &src->rd, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zd_ckpt_check_files(src, job, err, errlen);
+        st = zd_ckpt_check_files(src, sh, err, errlen);
     }
-    return st == ZS_OK ? zd_ckpt_stage(job, src, err, errlen) : st;
+    return st == ZS_OK ? zd_ckpt_stage(sh, src, err, errlen) : st;
 }
 
-static void zd_ckpt_apply_scalars(zd_job_t *job, const zs_ckpt_manifest_t *m, bool moments)
+/* The loaded scalars and where they came from. */
+static void zd_ckpt_loaded_fill(zd_ckpt_loaded_t *l, const zs_ckpt_manifest_t *m, const char *path,
+                                const char *tag)
 {
-    job->step = moments ? m->step : 0;
-    job->skipped_steps = moments ? m->skipped_steps : 0;
-    if (job->scaler.dynamic && isfinite(m->scaler.cur_scale) && m->scaler.cur_scale > 0) {
-        job->scaler.cur_scale = m->scaler.cur_scale;
-        job->scaler.cur_hysteresis = m->scaler.cur_hysteresis;
-        job->scaler.cur_iter = m->scaler.cur_iter;
-        job->scaler.last_overflow_iter = m->scaler.last_overflow_iter;
-    }
+    l->step = l->moments ? m->step : 0;
+    l->skipped_steps = l->moments ? m->skipped_steps : 0;
+    l->scaler = m->scaler;
+    zs_ckpt_pathf(l->out.path, sizeof(l->out.path), "%s", path);
+    zs_ckpt_pathf(l->out.tag, sizeof(l->out.tag), "%s", tag);
+    l->out.saved_world = m->world;
+    l->out.has_trainer_state = zs_ckpt_find_file(m, ZS_CKPT_TRAINER_STATE) != NULL;
 }
 
-zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
-                         size_t errlen)
+zs_status_t zd_ckpt_load(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                         zd_ckpt_loaded_t *loaded, char *err, size_t errlen)
 {
     char tag[ZS_CKPT_TAG_MAX];
-    const char *path;
     zs_ckpt_manifest_t *m = NULL;
     zs_dir_t dir = ZS_DIR_INIT, ckpt = ZS_DIR_INIT;
     zd_ckpt_src_t src;
@@ -325,50 +268,37 @@ zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t 
     zs_status_t st;
 
     memset(&src, 0, sizeof(src));
-    zd_ckpt_async_wait(job); /* a save still writing finishes first */
+    memset(loaded, 0, sizeof(*loaded));
+    loaded->moments = req->load_optimizer_states;
+    zd_ckpt_settle(ck); /* a save still writing finishes first */
     st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_EXEC, &dir, err, errlen);
     if (st == ZS_OK) {
         st = zs_ckpt_open(&dir, req->tag, &ckpt, tag, sizeof(tag), err, errlen);
     }
-    path = ckpt.shown;
     if (st == ZS_OK) {
         st = zs_ckpt_manifest_read(&ckpt, &m, err, errlen);
     }
     if (st == ZS_OK) {
         src = (zd_ckpt_src_t){.m = m,
-                              .path = path,
+                              .path = ckpt.shown,
                               .ckpt = &ckpt,
                               .cancel = &req->cancel,
-                              .moments = req->load_optimizer_states};
-        st = zd_ckpt_open(job, &src, err, errlen);
+                              .moments = req->load_optimizer_states,
+                              .stage = loaded->stage};
+        st = zd_ckpt_open(sh, &src, err, errlen);
     }
-    st = zd_ckpt_agree(job, st, "checkpoint load (checking the files)", err, errlen);
+    st = zd_ckpt_agree(sh, st, "checkpoint load (checking the files)", err, errlen);
     if (st == ZS_OK) {
-        zd_step_test_pause(job, "ckptread", job->step); /* verified, not read yet */
-        st = zd_ckpt_pieces(&src, job, zd_ckpt_read_piece, NULL, err, errlen);
-        st = zd_ckpt_agree(job, st, "checkpoint load (reading)", err, errlen);
-    }
-    if (st == ZS_OK) { /* from here the job's state changes */
-        st = zd_ckpt_take_stage(job, &src);
-        if (st != ZS_OK) {
-            st = zs_errf(err, errlen, st, "checkpoint load: %s", zd_backend_error(job->be));
-        }
+        zd_test_pause("ckptread", sh->job_id, sh->step); /* verified, not read yet */
+        st = zd_ckpt_pieces(&src, sh, zd_ckpt_read_piece, NULL, err, errlen);
+        st = zd_ckpt_agree(sh, st, "checkpoint load (reading)", err, errlen);
     }
     if (st == ZS_OK) {
-        zd_step_drop_partial(job);
-        zd_ckpt_apply_scalars(job, m, req->load_optimizer_states);
-        job->params_loaded = true;
-        st = zd_step_refresh_params(job, err, errlen);
-    }
-    if (st == ZS_OK) {
-        zs_ckpt_pathf(out->path, sizeof(out->path), "%s", path);
-        zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
-        out->step = job->step;
-        out->loss_scale = job->scaler.cur_scale;
-        out->saved_world = m->world;
-        out->has_trainer_state = zs_ckpt_find_file(m, ZS_CKPT_TRAINER_STATE) != NULL;
-        zs_info(ZS_SUB_ENGINE, "checkpoint %s (world %u) loaded at step %" PRIu64 " in %.3f s",
-                path, m->world, job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+        zd_ckpt_loaded_fill(loaded, m, ckpt.shown, tag);
+        zs_info(ZS_SUB_ENGINE, "checkpoint %s (world %u) read in %.3f s", ckpt.shown, m->world,
+                (double)(zs_time_now_ns() - t0) * 1e-9);
+    } else {
+        zd_ckpt_loaded_free(loaded);
     }
     if (m != NULL) {
         zd_ckpt_src_free(&src);

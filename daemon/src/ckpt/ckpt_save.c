@@ -1,14 +1,12 @@
 /*
- * Checkpoints of a job (docs/checkpoints.md): the parameter names and shapes the trainer gave at
- * attach, the save protocol (every rank writes its shard into a temporary directory and fsyncs
- * it; rank 0 writes the manifest and commits the directory and `latest` by rename only when
- * every rank succeeded), and the load at any world size (each rank reads the element ranges its
- * shard owns from the saved ranks' files, found through the saved layout).
+ * Saving a checkpoint (docs/checkpoints.md "Commit protocol"): every rank writes its shard into a
+ * temporary directory and fsyncs it; rank 0 writes the manifest and commits the directory and
+ * `latest` by rename only when every rank succeeded; or every rank stages a copy and a writer
+ * does the same in the background (ckpt_async.c).
  */
 #define _GNU_SOURCE
-#include "job/job_int.h"
-#include "mesh/mesh.h"
-#include "zs/error.h"
+#include "ckpt/ckpt_int.h"
+#include "obs/testpoint.h"
 #include "zs/time.h"
 #include "zs/version.h"
 
@@ -22,65 +20,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- names and shapes ----------------------------------------------------------------- */
-
-zs_status_t zd_ckpt_meta_init(zd_job_t *job, const zd_job_spec_t *spec, char *err, size_t errlen)
-{
-    uint32_t n = job->layout->n_params, k = 0;
-    uint64_t dim_at = 0;
-
-    job->pmeta = calloc(n ? n : 1, sizeof(*job->pmeta));
-    job->group_json = calloc(spec->n_groups, sizeof(*job->group_json));
-    if (job->pmeta == NULL || job->group_json == NULL) {
-        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for names");
-    }
-    for (uint32_t g = 0; g < spec->n_groups; g++) {
-        const char *j = spec->group_json != NULL ? spec->group_json[g] : NULL;
-        job->group_json[g] = j != NULL && j[0] != '\0' ? strdup(j) : NULL;
-        for (uint32_t i = 0; i < spec->group_n_params[g]; i++, k++) {
-            zs_ckpt_param_t *p = &job->pmeta[k];
-            const char *name = spec->names != NULL ? spec->names[k] : NULL;
-            char def[32];
-
-            snprintf(def, sizeof(def), "param.%u", k);
-            p->name = strdup(name != NULL && name[0] != '\0' ? name : def);
-            p->group = g;
-            p->numel = spec->numel[k];
-            if (spec->ndim != NULL) {
-                p->ndim = spec->ndim[k];
-                memcpy(p->dims, spec->dims + dim_at, p->ndim * sizeof(uint64_t));
-                dim_at += p->ndim;
-            } else {
-                p->ndim = 1;
-                p->dims[0] = p->numel;
-            }
-            if (p->name == NULL) {
-                return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory for names");
-            }
-        }
-    }
-    return ZS_OK;
-}
-
-void zd_ckpt_meta_free(zd_job_t *job)
-{
-    for (uint32_t i = 0; job->pmeta != NULL && i < job->layout->n_params; i++) {
-        free(job->pmeta[i].name);
-    }
-    for (uint32_t g = 0; job->group_json != NULL && g < job->layout->n_groups; g++) {
-        free(job->group_json[g]);
-    }
-    free(job->pmeta);
-    free(job->group_json);
-}
-
 /* ---- save ------------------------------------------------------------------------------- */
 
-zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
+zs_status_t zd_ckpt_write_rank(const zd_ckpt_shard_t *sh, const float *stage, uint64_t step,
                                const zs_dir_t *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
                                size_t errlen)
 {
-    const zs_layout_t *l = job->layout;
+    const zs_layout_t *l = sh->layout;
     char name[64], rank_s[16], world_s[16], step_s[32];
     uint64_t dims[1] = {l->shard_numel};
     zs_st_meta_t t[ZS_CKPT_N_TENSORS];
@@ -91,10 +37,10 @@ zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t
     for (unsigned i = 0; i < ZS_CKPT_N_TENSORS; i++) {
         t[i] = (zs_st_meta_t){zs_ckpt_tensor_names[i], ZS_DTYPE_F32, 1, dims};
     }
-    snprintf(rank_s, sizeof(rank_s), "%u", job->rank);
-    snprintf(world_s, sizeof(world_s), "%u", job->world);
+    snprintf(rank_s, sizeof(rank_s), "%u", sh->rank);
+    snprintf(world_s, sizeof(world_s), "%u", sh->world);
     snprintf(step_s, sizeof(step_s), "%" PRIu64, step);
-    zs_ckpt_rank_file(job->rank, name, sizeof(name));
+    zs_ckpt_rank_file(sh->rank, name, sizeof(name));
     st = zs_st_create(tmp, name, t, ZS_CKPT_N_TENSORS, kv, 4, &w, err, errlen);
     if (stage != NULL) { /* the staging copy: master, m and v one after another */
         for (unsigned i = 0; i < ZS_CKPT_N_TENSORS && st == ZS_OK; i++) {
@@ -103,13 +49,13 @@ zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t
         }
     }
     for (uint32_t b = 0; stage == NULL && b < l->n_buckets && st == ZS_OK; b++) {
-        st = zs_st_put(w, zd_step_master(job, b), l->buckets[b].slice * sizeof(float), err, errlen);
+        st = zs_st_put(w, sh->master[b], l->buckets[b].slice * sizeof(float), err, errlen);
     }
     if (st == ZS_OK && stage == NULL) {
-        st = zs_st_put(w, job->m, l->shard_numel * sizeof(float), err, errlen);
+        st = zs_st_put(w, sh->m, l->shard_numel * sizeof(float), err, errlen);
     }
     if (st == ZS_OK && stage == NULL) {
-        st = zs_st_put(w, job->v, l->shard_numel * sizeof(float), err, errlen);
+        st = zs_st_put(w, sh->v, l->shard_numel * sizeof(float), err, errlen);
     }
     if (st != ZS_OK) {
         zs_st_abort(w);
@@ -122,39 +68,39 @@ void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
 
 /* The manifest of a save as the job stands now (files come later: zd_ckpt_manifest_finish);
  * names, shapes and group options are borrowed from the job. */
-zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *mp)
+zs_status_t zd_ckpt_manifest_head(const zd_ckpt_shard_t *sh, const char *tag,
+                                  zs_ckpt_manifest_t *mp)
 {
     zs_ckpt_manifest_t m;
 
     memset(&m, 0, sizeof(m));
-    if (zs_ckpt_manifest_alloc(&m, job->layout->n_groups, 0, job->world + 1) != ZS_OK) {
+    if (zs_ckpt_manifest_alloc(&m, sh->layout->n_groups, 0, sh->world + 1) != ZS_OK) {
         zd_ckpt_manifest_release(&m);
         return ZS_ERR_NO_MEMORY;
     }
     m.version = ZS_CKPT_VERSION;
-    snprintf(m.job_id, sizeof(m.job_id), "%s", job->id);
+    snprintf(m.job_id, sizeof(m.job_id), "%s", sh->job_id);
     snprintf(m.tag, sizeof(m.tag), "%s", tag);
-    m.step = job->step;
-    m.skipped_steps = job->skipped_steps;
-    m.world = job->world;
-    m.stage = job->cfg.stage;
-    m.dtype = job->dtype;
-    m.bucket_size = job->layout->bucket_size;
-    m.elem_align = job->layout->elem_align;
-    m.round_robin = job->layout->round_robin;
-    m.layout_hash = job->layout->hash;
-    m.config_hash = job->config_hash;
-    m.shard_numel = job->layout->shard_numel;
+    m.step = sh->step;
+    m.skipped_steps = sh->skipped_steps;
+    m.world = sh->world;
+    m.stage = sh->stage;
+    m.dtype = sh->dtype;
+    m.bucket_size = sh->layout->bucket_size;
+    m.elem_align = sh->layout->elem_align;
+    m.round_robin = sh->layout->round_robin;
+    m.layout_hash = sh->layout->hash;
+    m.config_hash = sh->config_hash;
+    m.shard_numel = sh->layout->shard_numel;
     m.optimizer_states = true;
-    m.scaler = (zs_ckpt_scaler_t){job->scaler.cur_scale, job->scaler.cur_hysteresis,
-                                  job->scaler.cur_iter, job->scaler.last_overflow_iter};
+    m.scaler = sh->scaler;
     for (uint32_t g = 0; g < m.n_groups; g++) {
-        m.group_n_params[g] = job->layout->groups[g].n_params;
-        m.group_options[g] = job->group_json[g]; /* borrowed */
+        m.group_n_params[g] = sh->layout->groups[g].n_params;
+        m.group_options[g] = sh->group_json[g]; /* borrowed */
     }
     free(m.params);
-    m.params = job->pmeta; /* borrowed */
-    m.n_params = job->layout->n_params;
+    m.params = (zs_ckpt_param_t *)sh->pmeta; /* borrowed: the manifest writer only reads it */
+    m.n_params = sh->layout->n_params;
     m.n_files = 0;
     *mp = m;
     return ZS_OK;
@@ -225,7 +171,7 @@ zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp,
                      dir->shown, tag);
     }
     while (st == ZS_OK && (e = readdir(d)) != NULL) {
-        char why[ZD_MAX_MSG];
+        char why[ZS_MSG_MAX];
         if (strncmp(e->d_name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) != 0 &&
             strncmp(e->d_name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) != 0) {
             continue;
@@ -266,7 +212,7 @@ static zs_status_t zd_ckpt_set_latest(const zs_dir_t *dir, const char *tag, char
 /* Rank 0, every file in place: the temporary directory becomes DIR/TAG (replacing one of the
  * same tag), then DIR/latest names it. Each rename is atomic, so a crash leaves either the old
  * or the new. */
-zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const zs_dir_t *dir, const char *tag,
+zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *dir, const char *tag,
                            const zs_dir_t *tmp, char *err, size_t errlen)
 {
     char tname[ZS_CKPT_TAG_MAX + 16], old[ZS_CKPT_TAG_MAX + 16];
@@ -297,7 +243,7 @@ zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const zs_dir_t *d
     if (st == ZS_OK) {
         st = zs_dir_fsync(dir, err, errlen);
     }
-    zd_step_test_pause(job, "ckpt", step); /* committed, `latest` not yet */
+    zd_test_pause("ckpt", job_id, step); /* committed, `latest` not yet */
     return st == ZS_OK ? zd_ckpt_set_latest(dir, tag, err, errlen) : st;
 }
 
@@ -316,7 +262,7 @@ void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag
     int fd = keep_last > 0 ? fcntl(dir->fd, F_DUPFD_CLOEXEC, 0) : -1;
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
-    char err[ZD_MAX_MSG];
+    char err[ZS_MSG_MAX];
 
     if (fd >= 0 && d == NULL) {
         close(fd);
@@ -394,39 +340,40 @@ zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, 
     return zs_dir_adopt(dir, fd, req->dir, req->cred, want, err, errlen);
 }
 
-static zs_status_t zd_ckpt_tag(const zd_job_t *job, const zd_ckpt_req_t *req, char *tag, char *err,
-                               size_t errlen)
+static zs_status_t zd_ckpt_tag(const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req, char *tag,
+                               char *err, size_t errlen)
 {
     if (req->tag != NULL && req->tag[0] != '\0') {
         snprintf(tag, ZS_CKPT_TAG_MAX, "%s", req->tag);
         return zs_ckpt_tag_check(req->tag, err, errlen);
     }
-    snprintf(tag, ZS_CKPT_TAG_MAX, "global_step%" PRIu64, job->step);
+    snprintf(tag, ZS_CKPT_TAG_MAX, "global_step%" PRIu64, sh->step);
     return ZS_OK;
 }
 
-static void zd_ckpt_save_out(const zd_job_t *job, const char *dir, const char *tag, bool has_state,
-                             zd_ckpt_out_t *out)
+static void zd_ckpt_save_out(const zd_ckpt_shard_t *sh, const char *dir, const char *tag,
+                             bool has_state, zd_ckpt_out_t *out)
 {
     zs_ckpt_pathf(out->path, sizeof(out->path), "%s/%s", dir, tag);
     zs_ckpt_pathf(out->tag, sizeof(out->tag), "%s", tag);
-    out->step = job->step;
-    out->loss_scale = job->scaler.cur_scale;
-    out->saved_world = job->world;
+    out->step = sh->step;
+    out->loss_scale = sh->scaler.cur_scale;
+    out->saved_world = sh->world;
     out->has_trainer_state = has_state;
 }
 
 /* This rank's file, written before the save replies: from the shard itself on the CPU, from a
  * host copy of it on the GPU. */
-static zs_status_t zd_ckpt_write_synced(zd_job_t *job, const zs_dir_t *tmp, uint64_t *bytes_p,
-                                        uint64_t *xxh3_p, char *err, size_t errlen)
+static zs_status_t zd_ckpt_write_synced(const zd_ckpt_shard_t *sh, const zs_dir_t *tmp,
+                                        uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
+                                        size_t errlen)
 {
-    size_t n = (size_t)job->layout->shard_numel;
+    size_t n = (size_t)sh->layout->shard_numel;
     float *stage;
     zs_status_t st;
 
-    if (zd_backend_device(job->be) < 0) {
-        return zd_ckpt_write_rank(job, NULL, job->step, tmp, bytes_p, xxh3_p, err, errlen);
+    if (zd_backend_device(sh->be) < 0) {
+        return zd_ckpt_write_rank(sh, NULL, sh->step, tmp, bytes_p, xxh3_p, err, errlen);
     }
     stage = malloc((3 * n + 1) * sizeof(float));
     if (stage == NULL) {
@@ -434,43 +381,43 @@ static zs_status_t zd_ckpt_write_synced(zd_job_t *job, const zs_dir_t *tmp, uint
                        "checkpoint save: no host memory to copy %zu bytes of device shard state",
                        3 * n * sizeof(float));
     }
-    st = zd_ckpt_stage_copy(job, stage);
+    st = zd_ckpt_stage_copy(sh, stage);
     if (st != ZS_OK) {
-        st = zs_errf(err, errlen, st, "checkpoint save: %s", zd_backend_error(job->be));
+        st = zs_errf(err, errlen, st, "checkpoint save: %s", zd_backend_error(sh->be));
     } else {
-        st = zd_ckpt_write_rank(job, stage, job->step, tmp, bytes_p, xxh3_p, err, errlen);
+        st = zd_ckpt_write_rank(sh, stage, sh->step, tmp, bytes_p, xxh3_p, err, errlen);
     }
     free(stage);
     return st;
 }
 
 /* The synchronous save from phase 2 on: every rank writes, rank 0 commits. */
-static zs_status_t zd_ckpt_save_synced(zd_job_t *job, const zd_ckpt_req_t *req, const zs_dir_t *dir,
-                                       const char *tag, const zs_dir_t *tmp, char *err,
-                                       size_t errlen)
+static zs_status_t zd_ckpt_save_synced(const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                       const zs_dir_t *dir, const char *tag, const zs_dir_t *tmp,
+                                       char *err, size_t errlen)
 {
-    zs_ckpt_file_t *files = calloc(job->world, sizeof(*files));
+    zs_ckpt_file_t *files = calloc(sh->world, sizeof(*files));
     uint64_t bytes = 0, xxh3 = 0, sxxh3 = 0;
-    bool has_state = job->rank == 0 && req->trainer_state != NULL;
+    bool has_state = sh->rank == 0 && req->trainer_state != NULL;
     zs_status_t st =
         files != NULL ? ZS_OK : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
 
     if (st == ZS_OK) {
-        st = zd_ckpt_write_synced(job, tmp, &bytes, &xxh3, err, errlen);
+        st = zd_ckpt_write_synced(sh, tmp, &bytes, &xxh3, err, errlen);
     }
     if (st == ZS_OK && has_state) {
         st = zs_dir_write_file(tmp, ZS_CKPT_TRAINER_STATE, req->trainer_state,
                                req->trainer_state_len, &sxxh3, err, errlen);
     }
-    zd_step_test_pause(job, "ckpt", job->step);
-    st = zd_ckpt_agree(job, st, "checkpoint save (writing the shards)", err, errlen);
+    zd_test_pause("ckpt", sh->job_id, sh->step);
+    st = zd_ckpt_agree(sh, st, "checkpoint save (writing the shards)", err, errlen);
     if (st == ZS_OK) {
-        st = zd_ckpt_gather_sums(job, bytes, xxh3, files, err, errlen);
+        st = zd_ckpt_gather_sums(sh, bytes, xxh3, files, err, errlen);
     }
-    if (st == ZS_OK && job->rank == 0) {
+    if (st == ZS_OK && sh->rank == 0) {
         zs_ckpt_manifest_t m;
         memset(&m, 0, sizeof(m));
-        st = zd_ckpt_manifest_head(job, tag, &m);
+        st = zd_ckpt_manifest_head(sh, tag, &m);
         if (st == ZS_OK) {
             st = zd_ckpt_manifest_finish(&m, tmp, files, has_state, req->trainer_state_len, sxxh3,
                                          err, errlen);
@@ -478,79 +425,80 @@ static zs_status_t zd_ckpt_save_synced(zd_job_t *job, const zd_ckpt_req_t *req, 
             st = zs_errf(err, errlen, st, "out of memory for the manifest");
         }
         zd_ckpt_manifest_release(&m);
-        zd_step_test_pause(job, "ckpt", job->step);
+        zd_test_pause("ckpt", sh->job_id, sh->step);
         if (st == ZS_OK) {
-            st = zd_ckpt_commit(job, job->step, dir, tag, tmp, err, errlen);
+            st = zd_ckpt_commit(sh->job_id, sh->step, dir, tag, tmp, err, errlen);
         }
         if (st == ZS_OK) {
-            zd_ckpt_prune(dir, job->id, tag, req->keep_last);
+            zd_ckpt_prune(dir, sh->job_id, tag, req->keep_last);
         }
     }
     free(files);
-    return zd_ckpt_agree(job, st, "checkpoint save (committing)", err, errlen);
+    return zd_ckpt_agree(sh, st, "checkpoint save (committing)", err, errlen);
 }
 
-static zs_status_t zd_ckpt_save_run(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out,
-                                    char *err, size_t errlen)
+static zs_status_t zd_ckpt_save_run(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh,
+                                    const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
+                                    size_t errlen)
 {
     char tag[ZS_CKPT_TAG_MAX], tname[ZS_CKPT_TAG_MAX + 16];
     zs_dir_t dir = ZS_DIR_INIT, tmp = ZS_DIR_INIT;
-    bool has_state = job->rank == 0 && req->trainer_state != NULL;
+    bool has_state = sh->rank == 0 && req->trainer_state != NULL;
     uint64_t t0 = zs_time_now_ns();
     zs_status_t st;
 
-    zd_ckpt_async_wait(job); /* a save still writing finishes first */
-    if (job->coll == NULL) {
+    zd_ckpt_settle(ck); /* a save still writing finishes first */
+    if (sh->coll == NULL) {
         return zs_errf(err, errlen, ZS_ERR_PEER_LOST, "checkpoint save: the mesh is down");
     }
-    st = zd_ckpt_number(job, err, errlen);
+    st = zd_ckpt_number(ck, sh, err, errlen);
     if (st != ZS_OK) {
         return st;
     }
     st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_WRITE | ZS_MAY_EXEC, &dir, err, errlen);
     if (st == ZS_OK) {
-        st = zd_ckpt_tag(job, req, tag, err, errlen);
+        st = zd_ckpt_tag(sh, req, tag, err, errlen);
     }
-    if (st == ZS_OK && job->rank == 0) {
+    if (st == ZS_OK && sh->rank == 0) {
         st = zd_ckpt_prepare(&dir, tag, &tmp, err, errlen);
     }
-    st = zd_ckpt_agree(job, st, "checkpoint save (preparing the directory)", err, errlen);
+    st = zd_ckpt_agree(sh, st, "checkpoint save (preparing the directory)", err, errlen);
     zd_ckpt_tmp_name(st == ZS_OK ? tag : "", tname, sizeof(tname));
     if (st == ZS_OK) { /* rank 0 made it: every rank writes into it */
-        if (job->rank != 0) {
+        if (sh->rank != 0) {
             st = zs_dir_sub(&dir, tname, ZS_MAY_WRITE | ZS_MAY_EXEC, &tmp, err, errlen);
         }
-        st = zd_ckpt_agree(job, st, "checkpoint save (opening the directory)", err, errlen);
+        st = zd_ckpt_agree(sh, st, "checkpoint save (opening the directory)", err, errlen);
     }
     if (st != ZS_OK) {
         goto out;
     }
-    zd_step_test_pause(job, "ckpt", job->step);
+    zd_test_pause("ckpt", sh->job_id, sh->step);
     if (req->async) { /* a staging copy on every rank, written in the background */
-        st = zd_ckpt_async_start(job, req, tag, &dir, &tmp, err, errlen);
-        st = zd_ckpt_agree(job, st, "checkpoint save (staging a copy)", err, errlen);
+        st = zd_ckpt_async_start(ck, sh, req, tag, &dir, &tmp, err, errlen);
+        st = zd_ckpt_agree(sh, st, "checkpoint save (staging a copy)", err, errlen);
         if (st == ZS_OK) {
-            zd_ckpt_async_release(job); /* every rank staged: the writers go */
-            zd_ckpt_save_out(job, req->dir, tag, has_state, out);
+            zd_ckpt_async_release(ck); /* every rank staged: the writers go */
+            zd_ckpt_save_out(sh, req->dir, tag, has_state, out);
             zs_info(ZS_SUB_ENGINE, "checkpoint %s staged at step %" PRIu64 " in %.3f s; writing",
-                    out->path, job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+                    out->path, sh->step, (double)(zs_time_now_ns() - t0) * 1e-9);
             goto out;
         }
-        zd_ckpt_async_cancel(job); /* nothing written yet: the synchronous way, on every rank */
+        zd_ckpt_async_cancel(ck); /* nothing written yet: the synchronous way, on every rank */
         if (st == ZS_ERR_PEER_LOST) {
             goto out;
         }
         zs_warn(ZS_SUB_ENGINE, "checkpoint: no staging copy (%s); writing it before replying", err);
     }
-    st = zd_ckpt_save_synced(job, req, &dir, tag, &tmp, err, errlen);
-    if (st != ZS_OK && job->rank == 0) { /* every rank is past its writes: what they left goes */
-        char why[ZD_MAX_MSG];
+    st = zd_ckpt_save_synced(sh, req, &dir, tag, &tmp, err, errlen);
+    if (st != ZS_OK && sh->rank == 0) { /* every rank is past its writes: what they left goes */
+        char why[ZS_MSG_MAX];
         (void)zs_ckpt_remove(&dir, tname, why, sizeof(why));
     }
     if (st == ZS_OK) {
-        zd_ckpt_save_out(job, req->dir, tag, has_state, out);
+        zd_ckpt_save_out(sh, req->dir, tag, has_state, out);
         zs_info(ZS_SUB_ENGINE, "checkpoint %s saved at step %" PRIu64 " (%.3f s)", out->path,
-                job->step, (double)(zs_time_now_ns() - t0) * 1e-9);
+                sh->step, (double)(zs_time_now_ns() - t0) * 1e-9);
     }
 out:
     zs_dir_close(&tmp);
@@ -559,60 +507,13 @@ out:
 }
 
 /* A save, a span of the step trace (obs/trace.h) whatever its outcome. */
-zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
-                         size_t errlen)
+zs_status_t zd_ckpt_save(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                         zd_ckpt_out_t *out, char *err, size_t errlen)
 {
     uint64_t t0 = zs_time_now_ns();
-    zs_status_t st = zd_ckpt_save_run(job, req, out, err, errlen);
+    zs_status_t st = zd_ckpt_save_run(ck, sh, req, out, err, errlen);
 
-    zd_trace_span(job->trace, ZD_TRACE_CHECKPOINT, job->step, t0, zs_time_now_ns(),
+    zd_trace_span(sh->trace, ZD_TRACE_CHECKPOINT, sh->step, t0, zs_time_now_ns(),
                   st != ZS_OK ? ZD_TRACE_FAILED : 0);
-    return st;
-}
-
-/* ---- the trainer's requests ---------------------------------------------------------- */
-
-zs_status_t zd_job_ckpt_save(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
-                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
-{
-    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    st = zd_ckpt_save(job, req, out, err, errlen);
-    if (st != ZS_OK) {
-        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
-    }
-    return st;
-}
-
-zs_status_t zd_job_ckpt_load(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
-                             const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err, size_t errlen)
-{
-    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    st = zd_ckpt_load(job, req, out, err, errlen);
-    if (st != ZS_OK) {
-        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
-    }
-    return st;
-}
-
-zs_status_t zd_job_ckpt_wait(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
-                             zd_ckpt_out_t *out, char *err, size_t errlen)
-{
-    zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
-
-    if (st != ZS_OK) {
-        return st;
-    }
-    st = zd_ckpt_wait(job, out, err, errlen);
-    if (st != ZS_OK) {
-        zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "%s", err);
-    }
     return st;
 }

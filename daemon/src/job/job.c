@@ -17,9 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads",      "master",
-                                                     "m",      "v",     "accumulator"};
-
 /* ---- creation -------------------------------------------------------------------------- */
 
 static zs_status_t zd_job_check_spec(const zd_job_spec_t *spec, char *err, size_t errlen)
@@ -261,8 +258,7 @@ static void zd_job_destroy(zd_job_t *job)
     if (job == NULL) {
         return;
     }
-    zd_ckpt_async_wait(job); /* a checkpoint still being written is finished first */
-    zd_ckpt_stage_free(job);
+    zd_ckpt_destroy(job->ck); /* a checkpoint still being written is finished first */
     zd_coll_destroy(job->coll);
     zd_mesh_destroy(job->mesh);
     zd_backend_region_cleanup(job->be, &job->params);
@@ -276,7 +272,7 @@ static void zd_job_destroy(zd_job_t *job)
     }
     zd_backend_destroy(job->be);
     if (job->layout != NULL) {
-        zd_ckpt_meta_free(job);
+        zd_job_names_free(job);
     }
     zs_layout_destroy(job->layout);
     free(job->group_opts);
@@ -344,7 +340,10 @@ static zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *
         st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zd_ckpt_meta_init(job, spec, err, errlen);
+        st = zd_job_names_init(job, spec, err, errlen);
+    }
+    if (st == ZS_OK && zd_ckpt_create(&job->ck) != ZS_OK) {
+        st = zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "attach: out of memory");
     }
     if (st != ZS_OK) {
         zd_job_destroy(job);
@@ -366,7 +365,7 @@ void zd_job_drop(zd_job_t **job_p, const char *why)
             (unsigned long long)job->step);
     /* a checkpoint being written reports to the other ranks over the mesh: it finishes before
      * this rank leaves it */
-    zd_ckpt_async_wait(job);
+    zd_ckpt_settle(job->ck);
     zd_mesh_leave(job->mesh);
     zd_job_destroy(job);
     *job_p = NULL;
@@ -518,7 +517,7 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
 zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t conn,
                           const zd_job_spec_t *spec, zd_attach_out_t *out, char *err, size_t errlen)
 {
-    char replaced[ZD_MAX_MSG] = "";
+    char replaced[ZS_MSG_MAX] = "";
     zd_job_t *job;
     bool resumed;
     zs_status_t st;
@@ -599,8 +598,7 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
     st = zd_step_load_params(job, err, errlen);
     if (st == ZS_OK && env->ckpt_dir != NULL) {
         bool restored = false;
-        zs_cancel_t cancel = {env->cancel, 0};
-        st = zd_ckpt_restore(job, env->ckpt_dir, &cancel, out, &restored);
+        st = zd_job_ckpt_restore(job, env, out, &restored);
         if (st != ZS_OK) {
             st = zs_errf(err, errlen, st,
                          "job '%s': resuming from checkpoint_dir %s failed (the "
@@ -656,7 +654,7 @@ zs_status_t zd_job_bucket_ready_event(zd_job_t *job, const zd_job_env_t *env, ui
                                       size_t errlen)
 {
     zs_status_t st = zd_job_require_trainer(job, conn, true, err, errlen);
-    char why[ZD_MAX_MSG];
+    char why[ZS_MSG_MAX];
 
     if (st != ZS_OK) {
         return st;
@@ -729,7 +727,7 @@ zs_status_t zd_job_step(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
     zs_status_t st = zd_job_step_checked(job, env, conn, group_lr, n_group_lr, out, err, errlen);
 
     if (st == ZS_OK && !out->skipped && env->ckpt_dir != NULL) {
-        zd_ckpt_auto(job, env);
+        zd_job_ckpt_auto(job, env);
     }
 
     if (job != NULL) { /* where the job stands, whatever happened */

@@ -22,14 +22,6 @@ static double zd_secs_since(uint64_t then_ns, uint64_t now_ns)
     return then_ns != 0 && now_ns > then_ns ? (double)(now_ns - then_ns) * 1e-9 : 0.0;
 }
 
-const char *zd_job_state_name(const zd_job_status_t *s)
-{
-    if (s->trainer_attached) {
-        return s->mesh_lost ? "lost" : "attached";
-    }
-    return s->kept && !s->mesh_lost ? "kept" : "orphaned";
-}
-
 /* The trainer of an ended job is told why at its next call (the engine answers it). */
 static void zd_job_ended_record(const zd_job_env_t *env, uint64_t conn, const char *msg)
 {
@@ -77,7 +69,7 @@ static zs_status_t zd_job_busy(const zd_job_t *job, char *err, size_t errlen)
 static bool zd_job_replaces(const zd_job_t *job, uint64_t conn, const zd_job_spec_t *spec,
                             char *why, size_t len)
 {
-    char err[ZD_MAX_MSG];
+    char err[ZS_MSG_MAX];
 
     switch (spec->resume) {
     case ZD_RESUME_NEVER:
@@ -106,7 +98,7 @@ zs_status_t zd_job_attach_decide(zd_job_t **job_p, const zd_job_env_t *env, uint
                                  char *err, size_t errlen)
 {
     zd_job_t *job = *job_p;
-    char why[ZD_MAX_MSG], drop[ZD_MAX_MSG + 64];
+    char why[ZS_MSG_MAX], drop[ZS_MSG_MAX + 64];
     bool live;
 
     (void)env;
@@ -186,7 +178,7 @@ static zs_status_t zd_job_end_ckpt(zd_job_t *job, const zd_job_env_t *env,
     if (st == ZS_OK) {
         memset(&co, 0, sizeof(co));
         zd_step_drop_partial(job);
-        st = zd_ckpt_save(job, &creq, &co, err, errlen);
+        st = zd_job_ckpt_save_to(job, &creq, &co, err, errlen);
     }
     if (st == ZS_OK) {
         snprintf(out->ckpt_path, sizeof(out->ckpt_path), "%s", co.path);
@@ -199,7 +191,7 @@ zs_status_t zd_job_end(zd_job_t **job_p, const zd_job_env_t *env, const zd_job_e
 {
     zd_job_t *job = *job_p;
     const char *want = req->job_id != NULL ? req->job_id : "";
-    char msg[ZD_MAX_MSG];
+    char msg[ZS_MSG_MAX];
     zs_status_t st;
 
     memset(out, 0, sizeof(*out));

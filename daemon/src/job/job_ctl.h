@@ -10,32 +10,11 @@
 
 #include "job/job.h"
 
-/* JobEnd. */
-typedef struct zd_job_end_req {
-    const char *job_id;    /* the job to end (unused with all) */
-    bool all;              /* whatever job the daemon holds */
-    const char *ckpt_dir;  /* NULL or "": no final checkpoint; else absolute, for messages */
-    int ckpt_dir_fd;       /* ckpt_dir, opened by the requester (the request's) */
-    const zs_cred_t *cred; /* the requester's: the checkpoint is written with its rights */
-} zd_job_end_req_t;
-
-typedef struct zd_job_end_out {
-    char job_id[ZD_JOB_ID_MAX];
-    uint32_t rank, world;
-    uint64_t step;
-    char ckpt_path[4096]; /* the final checkpoint, or "" */
-    bool peers_told;      /* its mesh was up: the other daemons end it too (mesh END) */
-} zd_job_end_out_t;
-
 /* End the job: a final checkpoint first when asked (a failed one leaves the job as it was),
  * then its peers told (mesh up, no checkpoint), its trainer's next call answered ERR_JOB_ENDED
  * (env->ended), and the job dropped (*job_p becomes NULL). ERR_NOT_FOUND when the daemon holds
  * no such job. */
 zs_status_t zd_job_end(zd_job_t **job_p, const zd_job_env_t *env, const zd_job_end_req_t *req,
                        zd_job_end_out_t *out, char *err, size_t errlen);
-
-/* "attached", "lost" (attached, its mesh lost), "kept" (its trainer detached keeping it) or
- * "orphaned" (its trainer went without a detach), from a published status. */
-const char *zd_job_state_name(const zd_job_status_t *status);
 
 #endif

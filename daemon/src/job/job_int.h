@@ -6,6 +6,7 @@
 #define ZD_JOB_INT_H
 
 #include "backend/backend.h"
+#include "ckpt/ckpt.h"
 #include "coll/coll.h"
 #include "config/train_config.h"
 #include "job/job.h"
@@ -14,8 +15,6 @@
 #include "zs/ckpt.h"
 #include "zs/layout.h"
 #include "zs/mem.h"
-
-typedef struct zd_ckpt_async zd_ckpt_async_t;
 
 /* A slice's sum of squares (double, zk_sumsq's order) and non-finite flag, taken once its
  * gradient is complete: after the reduce-scatter of its last micro-step, while the engine has
@@ -68,16 +67,14 @@ struct zd_job {
     double last_grad_norm;
     uint64_t mem_bytes[ZD_MEM_COUNT];
     uint64_t mem_formula[ZD_MEM_COUNT];
-    zd_step_stats_t stats; /* measured by job/step.c, published with the status (obs/metrics.h) */
-    zd_trace_t *trace;     /* the daemon's step trace (obs/trace.h; env->trace); NULL: off */
-    zs_ckpt_param_t
-        *pmeta;            /* [n_params], registration order: names and shapes (ckpt/ckpt_save.c) */
-    char **group_json;     /* [n_groups]: each group's options as the trainer sent them */
-    uint64_t ckpt_last_ns; /* when the last automatic checkpoint was taken (monotonic) */
+    zd_step_stats_t stats;  /* measured by job/step.c, published with the status (obs/metrics.h) */
+    zd_trace_t *trace;      /* the daemon's step trace (obs/trace.h; env->trace); NULL: off */
+    zs_ckpt_param_t *pmeta; /* [n_params], registration order: names and shapes (job_ckpt.c) */
+    char **group_json;      /* [n_groups]: each group's options as the trainer sent them */
+    float **bucket_master;  /* [n_buckets]: zd_step_master of each, for checkpoints */
+    zd_ckpt_t *ck;          /* its checkpoints between calls (ckpt/ckpt.h) */
+    uint64_t ckpt_last_ns;  /* when the last automatic checkpoint was taken (monotonic) */
     uint64_t ckpt_last_step;
-    uint64_t ckpt_seq;           /* saves so far, agreed by the ranks at each save */
-    zd_ckpt_async_t *ckpt_async; /* a save being written in the background (ckpt/ckpt_async.c) */
-    float *ckpt_stage;           /* checkpoint_staging_keep: the last save's copy, for the next */
     /* its life (job/job_ctl.c): monotonic times; the trainer's pid for messages */
     uint64_t created_ns;
     uint64_t released_ns; /* its trainer went; 0 while attached */
@@ -114,67 +111,20 @@ zs_status_t zd_job_attach_decide(zd_job_t **job_p, const zd_job_env_t *env, uint
  * trainer told (env->ended). */
 bool zd_job_ended_by_peer(zd_job_t **job_p, const zd_job_env_t *env);
 
-/* ---- ckpt/ckpt_save.c, ckpt/ckpt_load.c
- * ------------------------------------------------------------------ */
+/* ---- job_ckpt.c: the job's side of its checkpoints ---------------------------------------- */
 
 /* Names and shapes of the attach spec (defaults "param.<id>" and [numel]). */
-zs_status_t zd_ckpt_meta_init(zd_job_t *job, const zd_job_spec_t *spec, char *err, size_t errlen);
-void zd_ckpt_meta_free(zd_job_t *job);
-/* A collective: every rank passes its outcome of a phase; ZS_OK only when every rank's was. */
-zs_status_t zd_ckpt_agree(zd_job_t *job, zs_status_t mine, const char *what, char *err,
-                          size_t errlen);
-/* Every rank's file size and checksum (files[world]) to every rank (ckpt/ckpt_agree.c). */
-zs_status_t zd_ckpt_gather_sums(zd_job_t *job, uint64_t bytes, uint64_t xxh3, zs_ckpt_file_t *files,
+zs_status_t zd_job_names_init(zd_job_t *job, const zd_job_spec_t *spec, char *err, size_t errlen);
+void zd_job_names_free(zd_job_t *job);
+/* A save for an operator (zeroctl job end --checkpoint): no trainer is asked. */
+zs_status_t zd_job_ckpt_save_to(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out,
                                 char *err, size_t errlen);
-/* job->ckpt_seq: which save this is, rank 0's count, the same on every rank. */
-zs_status_t zd_ckpt_number(zd_job_t *job, char *err, size_t errlen);
-/* A collective of every rank (docs/checkpoints.md). */
-zs_status_t zd_ckpt_save(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
-                         size_t errlen);
-zs_status_t zd_ckpt_load(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
-                         size_t errlen);
-/* The request's directory for `want` (zs/dir.h): the client's descriptor, or the daemon's own
- * directory by path. */
-zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, char *err,
-                             size_t errlen);
-/* ".zerod-tmp-TAG": where a save of TAG is written before its commit. */
-void zd_ckpt_tmp_name(const char *tag, char *name, size_t len);
-/* The pieces of a save both ways share (ckpt/ckpt_save.c). */
-zs_status_t zd_ckpt_write_rank(const zd_job_t *job, const float *stage, uint64_t step,
-                               const zs_dir_t *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
-                               size_t errlen);
-zs_status_t zd_ckpt_manifest_head(const zd_job_t *job, const char *tag, zs_ckpt_manifest_t *m);
-zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
-                                    const zs_ckpt_file_t *files, bool has_state,
-                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
-                                    size_t errlen);
-void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
-zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,
-                            size_t errlen);
-zs_status_t zd_ckpt_commit(const zd_job_t *job, uint64_t step, const zs_dir_t *dir, const char *tag,
-                           const zs_dir_t *tmp, char *err, size_t errlen);
-void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
-                   uint32_t keep_last);
-/* Asynchronous saves (ckpt/ckpt_async.c): stage this rank's shard and start its writer, which waits
- * for release (every rank staged) or cancel; wait joins a writer (a later save, a load, the
- * job's end). */
-zs_status_t zd_ckpt_async_start(zd_job_t *job, const zd_ckpt_req_t *req, const char *tag,
-                                const zs_dir_t *dir, const zs_dir_t *tmp, char *err, size_t errlen);
-void zd_ckpt_async_release(zd_job_t *job);
-void zd_ckpt_async_cancel(zd_job_t *job);
-void zd_ckpt_async_wait(zd_job_t *job);
-/* This rank's master, m and v one after another into stage (3 x shard_numel floats of host
- * memory), from the host or the device. */
-zs_status_t zd_ckpt_stage_copy(zd_job_t *job, float *stage);
-/* The kept staging copy's memory goes (the job's end). */
-void zd_ckpt_stage_free(zd_job_t *job);
-/* CheckpointWait, a collective: the background save's outcome on every rank. */
-zs_status_t zd_ckpt_wait(zd_job_t *job, zd_ckpt_out_t *out, char *err, size_t errlen);
 /* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */
-void zd_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
-/* A fresh job at ParamsReady: load DIR/latest when every rank finds it is this job's. */
-zs_status_t zd_ckpt_restore(zd_job_t *job, const char *dir, const zs_cancel_t *cancel,
-                            zd_ckpt_out_t *out, bool *restored_p);
+void zd_job_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
+/* A fresh job at ParamsReady: load checkpoint_dir/<job id>/latest when every rank finds it is
+ * this job's. */
+zs_status_t zd_job_ckpt_restore(zd_job_t *job, const zd_job_env_t *env, zd_ckpt_out_t *out,
+                                bool *restored_p);
 
 /* ---- job/step.c ----------------------------------------------------------------------------- */
 
@@ -201,9 +151,6 @@ bool zd_step_idle_norm(zd_job_t *job);
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const double *group_lr, zd_step_out_t *out, char *err,
                         size_t errlen);
-/* Fault injection for tests, never set in production: ZEROD_TEST_PAUSE=<phase>:<ms> sleeps at
- * every point of that phase ("step", "allgather", "ckpt": each stage of a checkpoint save). */
-void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step);
 /* Drop a partial accumulation: zero the accumulator and the stage-1 grads. */
 void zd_step_drop_partial(zd_job_t *job);
 /* The trainer went: the next step's window (bucket wait, obs/metrics.h) opens at its first bucket.

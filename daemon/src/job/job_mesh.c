@@ -27,7 +27,7 @@ void zd_job_mesh_failed(zd_job_t *job, const zd_job_env_t *env)
         job->end_pending = true; /* a peer ended the job: zd_job_ended_by_peer drops it */
     }
     zd_mesh_aborted(job->mesh, job->mesh_why, sizeof(job->mesh_why));
-    zd_ckpt_async_wait(job); /* its writer waits on the mesh's watch: it stops first */
+    zd_ckpt_settle(job->ck); /* its writer waits on the mesh's heartbeat: it stops first */
     zd_coll_destroy(job->coll);
     job->coll = NULL;
     zd_mesh_destroy(job->mesh);

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "job/job_int.h"
+#include "obs/testpoint.h"
 #include "zs/error.h"
 #include "zs/time.h"
 
@@ -182,7 +183,7 @@ static zs_status_t zd_step_slice_norm(zd_job_t *job, uint32_t b, char *err, size
 
 bool zd_step_idle_norm(zd_job_t *job)
 {
-    char err[ZD_MAX_MSG];
+    char err[ZS_MSG_MAX];
 
     for (uint32_t b = 0; job->slice_norm != NULL && b < job->layout->n_buckets; b++) {
         if (job->slice_norm[b].due) {
@@ -311,33 +312,6 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
     return ZS_OK;
 }
 
-/* Fault injection for the disconnect and checkpoint tests, never set in production:
- * ZEROD_TEST_PAUSE=<phase>:<ms> makes the daemon sleep at that phase ("step": before a step's
- * first collective; "allgather": after the first bucket's all-gather; "ckpt": in a save;
- * "ckptread": in a load, between verifying the files and reading them) and log it, so that
- * a test can kill a process or damage a file exactly there. Engine thread only. */
-void zd_step_test_pause(const zd_job_t *job, const char *phase, uint64_t step)
-{
-    static bool parsed;
-    static char want[16];
-    static unsigned ms;
-
-    if (!parsed) {
-        const char *env = getenv("ZEROD_TEST_PAUSE");
-        parsed = true;
-        if (env != NULL && sscanf(env, "%15[a-z]:%u", want, &ms) != 2) {
-            zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE='%s' is not <phase>:<ms>; ignored", env);
-            ms = 0;
-        }
-    }
-    if (ms == 0 || strcmp(want, phase) != 0) {
-        return;
-    }
-    zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
-            (unsigned long long)step, job->id, ms);
-    usleep(ms * 1000u);
-}
-
 /* 1. The sum of squares and the overflow flag of the accumulator, global over the ranks
  * (SUM and MAX, in rank order so every rank gets the same bits). This rank's sum is its slices'
  * sums added in bucket order, each taken while the engine was idle or, if not yet, here. */
@@ -445,7 +419,7 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
             return st;
         }
         if (b == 0) {
-            zd_step_test_pause(job, "allgather", job->step);
+            zd_test_pause("allgather", job->id, job->step);
         }
     }
     job->params_stale = false;
@@ -481,7 +455,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const double *group_lr, zd_st
     zs_status_t st;
     uint64_t t;
 
-    zd_step_test_pause(job, "step", job->step + 1);
+    zd_test_pause("step", job->id, job->step + 1);
     if (job->cfg.stage == 1) {
         st = zd_step_consume_grads(job, err, errlen);
         if (st != ZS_OK) {

@@ -414,7 +414,7 @@ ucp_ep_h zd_mesh_ep(zd_mesh_t *mesh, uint32_t rank)
     return mesh->eps[rank];
 }
 
-struct zd_heartbeat *zd_mesh_watch(zd_mesh_t *mesh)
+struct zd_heartbeat *zd_mesh_heartbeat(zd_mesh_t *mesh)
 {
     return mesh != NULL ? mesh->watch : NULL;
 }

@@ -86,7 +86,7 @@ bool zd_mesh_ended(const zd_mesh_t *mesh, char *why, size_t len);
 bool zd_mesh_cancelled(const zd_mesh_t *mesh);
 
 /* The mesh's liveness watch (mesh/heartbeat.h): checkpoint writers report through it. */
-struct zd_heartbeat *zd_mesh_watch(zd_mesh_t *mesh);
+struct zd_heartbeat *zd_mesh_heartbeat(zd_mesh_t *mesh);
 
 /* Barrier over control messages, bounded by the collective timeout. */
 zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen);

@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include "obs/metrics.h"
 
-#include "job/job.h"
 #include "zs/dtype.h"
 #include "zs/time.h"
 #include "zs/version.h"
@@ -66,6 +65,17 @@ double zd_step_rate(const zd_step_stats_t *s, uint64_t since_ns, uint64_t now_ns
     return (double)count / ((double)(now_ns - from) * 1e-9);
 }
 
+const char *zd_job_state_name(const zd_job_status_t *s)
+{
+    if (s->trainer_attached) {
+        return s->mesh_lost ? "lost" : "attached";
+    }
+    return s->kept && !s->mesh_lost ? "kept" : "orphaned";
+}
+
+const char *const zd_mem_term_names[ZD_MEM_COUNT] = {"params", "slots", "grads",      "master",
+                                                     "m",      "v",     "accumulator"};
+
 /* ---- the snapshot ---------------------------------------------------------------------- */
 
 typedef struct zd_metrics_snap {
@@ -108,7 +118,7 @@ void zd_metrics_destroy(zd_metrics_t *m)
     free(m);
 }
 
-void zd_metrics_publish_job(zd_metrics_t *m, const struct zd_job_status *job)
+void zd_metrics_publish_job(zd_metrics_t *m, const zd_job_status_t *job)
 {
     if (m == NULL) {
         return;

@@ -13,6 +13,7 @@
 #ifndef ZD_METRICS_H
 #define ZD_METRICS_H
 
+#include "zs/dtype.h"
 #include "zs/status.h"
 
 #include <stdbool.h>
@@ -73,10 +74,56 @@ void zd_step_rate_note(zd_step_stats_t *s, uint64_t now_ns);
  * the oldest. 0 when none ended in it. */
 double zd_step_rate(const zd_step_stats_t *s, uint64_t since_ns, uint64_t now_ns);
 
+/* ---- what a daemon says about its job (Status, /metrics) ---------------------------------- */
+
+#define ZD_JOB_ID_MAX 128
+
+/* Bytes of each term of docs/semantics.md §1, measured and by formula. */
+typedef enum zd_mem_term {
+    ZD_MEM_PARAMS = 0,
+    ZD_MEM_SLOTS,
+    ZD_MEM_GRADS,
+    ZD_MEM_MASTER,
+    ZD_MEM_M,
+    ZD_MEM_V,
+    ZD_MEM_ACC,
+    ZD_MEM_COUNT
+} zd_mem_term_t;
+
+extern const char *const zd_mem_term_names[ZD_MEM_COUNT];
+
+/* What Status says about the job. */
+typedef struct zd_job_status {
+    char job_id[ZD_JOB_ID_MAX];
+    uint32_t rank, world, stage;
+    zs_dtype_t dtype;
+    uint64_t step, skipped_steps;
+    double loss_scale, grad_norm;
+    zd_step_stats_t stats; /* step phases, collective bytes, re-attaches (obs/metrics.h) */
+    bool trainer_attached;
+    uint64_t param_numel, layout_hash;
+    char collectives[256];
+    uint64_t mem_bytes[ZD_MEM_COUNT], mem_formula[ZD_MEM_COUNT];
+    bool params_shared; /* the params term is this rank's share of one region per host */
+    /* its life (JobList, zeroctl job ls): monotonic times */
+    uint64_t created_ns;
+    uint64_t released_ns;     /* its trainer went (0 while attached) */
+    uint64_t linger_until_ns; /* 0 while attached */
+    bool kept;                /* its trainer detached keeping it (not a crash) */
+    bool mesh_lost, mesh_up;
+    int32_t trainer_pid;
+    char coordinator[256];
+    uint32_t train_batch_size;          /* samples per step, every rank's; 0: not given */
+    uint64_t device_free, device_total; /* the CUDA backend's GPU memory; 0 on the CPU */
+} zd_job_status_t;
+
+/* "attached", "lost" (attached, its mesh lost), "kept" (its trainer detached keeping it) or
+ * "orphaned" (its trainer went without a detach), from a published status. */
+const char *zd_job_state_name(const zd_job_status_t *status);
+
 /* ---- the snapshot ---------------------------------------------------------------------- */
 
 typedef struct zd_metrics zd_metrics_t;
-struct zd_job_status;
 
 /* How long the loop's heartbeat may be silent before /healthz fails. */
 #define ZD_METRICS_HEARTBEAT_NS    (1000ull * 1000000ull)
@@ -89,7 +136,7 @@ void zd_metrics_destroy(zd_metrics_t *m);
 
 /* Publishers: any thread; m == NULL is a no-op. */
 /* The engine's job (NULL: none), as its status says. */
-void zd_metrics_publish_job(zd_metrics_t *m, const struct zd_job_status *job);
+void zd_metrics_publish_job(zd_metrics_t *m, const zd_job_status_t *job);
 /* The loop is alive at now_ns (monotonic). */
 void zd_metrics_heartbeat(zd_metrics_t *m, uint64_t now_ns);
 /* The daemon socket listens (or stopped listening). */

@@ -1,6 +1,9 @@
 #define _GNU_SOURCE
 #include "runner/runner.h"
 
+#include "job/job.h"
+#include "job/job_ctl.h"
+
 #include "zk/kernels.h"
 #include "zs/error.h"
 #include "zs/log.h"

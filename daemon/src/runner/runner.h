@@ -1,14 +1,16 @@
 /*
- * The engine: the scheduler of the daemon's work (docs/request-flow.md). One thread runs every
- * request in arrival order against the daemon's job (job/job.h), and between requests keeps the
- * job's mesh alive and its linger counted. Requests and results are plain C (rpc/rpc.c converts
- * ipc.proto); the libuv loop submits requests and takes results, and never waits on the engine.
+ * The runner: the scheduler of the daemon's work (docs/request-flow.md). One thread, the runner
+ * thread, runs every request in arrival order against the daemon's job (job/), and between
+ * requests keeps the job's mesh alive and its linger counted. Requests and results are plain C
+ * (rpc/ converts ipc.proto): this header holds no protobuf and no job internals. The libuv loop
+ * submits requests and takes results, and never waits on the runner.
  */
 #ifndef ZD_RUNNER_H
 #define ZD_RUNNER_H
 
-#include "job/job.h"
-#include "job/job_ctl.h"
+#include "job/job_types.h"
+#include "obs/metrics.h"
+#include "obs/trace.h"
 #include "zs/status.h"
 
 #include <stdbool.h>
@@ -70,7 +72,7 @@ typedef struct zd_resp {
     uint64_t conn_id;
     uint64_t seq;
     zs_status_t status;
-    char msg[ZD_MAX_MSG]; /* why, when status is not ZS_OK */
+    char msg[ZS_MSG_MAX]; /* why, when status is not ZS_OK */
     union {
         zd_attach_out_t attach; /* its fds are owned by the result */
         struct {

@@ -191,7 +191,7 @@ static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
 {
     zd_reply_t *reply = NULL;
     bool submitted = false, close = false, keep;
-    char why[ZD_MAX_MSG];
+    char why[ZS_MSG_MAX];
     zs_status_t st =
         zd_rpc_frame(&c->srv->rpc, c->session, frame + ZS_FRAME_HEADER, len - ZS_FRAME_HEADER,
                      &c->fds, &reply, &submitted, &close, why, sizeof(why));
@@ -388,7 +388,7 @@ static bool zd_conn_throttled(zd_conn_t *c)
  * read from it only then (back-pressure, ZD_CONN_MAX_*). */
 void zd_conn_pump(zd_conn_t *c)
 {
-    char err[ZD_MAX_MSG];
+    char err[ZS_MSG_MAX];
     bool progressed = false;
     size_t off = 0; /* frames consumed; the rest moves to the front once, not once a frame */
 

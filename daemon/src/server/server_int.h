@@ -7,6 +7,7 @@
 #include "rpc/rpc.h"
 #include "server/server.h"
 #include "server/unix_listen.h"
+#include "zs/log.h"
 
 #include <stdbool.h>
 #include <stdint.h>

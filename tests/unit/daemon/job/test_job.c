@@ -43,7 +43,7 @@ static zs_ratelimit_t warn_rl;
 static zk_exec_t exec;
 static zd_job_env_t env;
 static zd_job_t *job;
-static char err[ZD_MAX_MSG];
+static char err[ZS_MSG_MAX];
 static const uint32_t group_n_params[] = {2};
 static const uint64_t numel[] = {10, 20};
 static zd_job_spec_t spec;

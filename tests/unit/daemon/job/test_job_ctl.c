@@ -28,7 +28,7 @@ static zk_exec_t exec;
 static zd_job_ended_t ended;
 static zd_job_env_t env;
 static zd_job_t *job;
-static char err[ZD_MAX_MSG];
+static char err[ZS_MSG_MAX];
 static const uint32_t group_n_params[] = {2};
 static const uint64_t numel[] = {10, 20};
 static const uint64_t other_numel[] = {10, 21};

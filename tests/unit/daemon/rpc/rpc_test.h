@@ -32,7 +32,7 @@ static zd_reply_t *replies[MAX_TRACKED]; /* freed at teardown */
 static int n_replies;
 static frame_t *unpacked[MAX_TRACKED]; /* freed at teardown */
 static int n_unpacked;
-static char why[ZD_MAX_MSG];
+static char why[ZS_MSG_MAX];
 static zd_fdq_t fdq; /* descriptors "received" on the connection, closed at teardown */
 
 static inline void capture_req(void *arg, zd_req_t *req)

@@ -1,0 +1,76 @@
+/*
+ * Shared by the files of ckpt/ (ckpt_save.c, ckpt_agree.c, ckpt_async.c, ckpt_load.c,
+ * ckpt_export.c, ckpt_own.c): never included elsewhere.
+ */
+#ifndef ZD_CKPT_INT_H
+#define ZD_CKPT_INT_H
+
+#include "ckpt/ckpt.h"
+#include "zs/error.h"
+#include "zs/log.h"
+
+typedef struct zd_ckpt_async zd_ckpt_async_t;
+
+struct zd_ckpt {
+    uint64_t seq;           /* saves so far, agreed by the ranks at each save */
+    zd_ckpt_async_t *async; /* a save being written in the background (ckpt_async.c) */
+    float *stage;           /* checkpoint_staging_keep: the last save's copy, for the next */
+    size_t stage_bytes;
+};
+
+/* ---- ckpt_agree.c ------------------------------------------------------------------------ */
+
+/* Every rank's file size and checksum (files[world]) to every rank. */
+zs_status_t zd_ckpt_gather_sums(const zd_ckpt_shard_t *sh, uint64_t bytes, uint64_t xxh3,
+                                zs_ckpt_file_t *files, char *err, size_t errlen);
+/* ck->seq: which save this is, rank 0's count, the same on every rank. */
+zs_status_t zd_ckpt_number(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, char *err, size_t errlen);
+
+/* ---- ckpt_save.c: the pieces of a save both ways share ------------------------------------ */
+
+/* The request's directory for `want` (zs/dir.h): the client's descriptor, or the daemon's own
+ * directory by path. */
+zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, char *err,
+                             size_t errlen);
+/* ".zerod-tmp-TAG": where a save of TAG is written before its commit. */
+void zd_ckpt_tmp_name(const char *tag, char *name, size_t len);
+/* This rank's file into tmp: from stage (master, m, v one after another), or, stage NULL, from
+ * the shard itself. */
+zs_status_t zd_ckpt_write_rank(const zd_ckpt_shard_t *sh, const float *stage, uint64_t step,
+                               const zs_dir_t *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
+                               size_t errlen);
+/* The manifest of a save as the shard stands now (its files come later); borrows the shard's
+ * names, shapes and group options. */
+zs_status_t zd_ckpt_manifest_head(const zd_ckpt_shard_t *sh, const char *tag,
+                                  zs_ckpt_manifest_t *m);
+zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
+                                    const zs_ckpt_file_t *files, bool has_state,
+                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
+                                    size_t errlen);
+void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
+/* Rank 0: the directory made ready, the temporary directory created. */
+zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,
+                            size_t errlen);
+/* Rank 0: the temporary directory becomes dir/tag, then latest names it. */
+zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *dir, const char *tag,
+                           const zs_dir_t *tmp, char *err, size_t errlen);
+/* Rank 0 after a commit: keep the newest keep_last of this job's checkpoints. */
+void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
+                   uint32_t keep_last);
+/* The shard's master, m and v one after another into stage (3 x shard_numel floats of host
+ * memory), from the host or the device. */
+zs_status_t zd_ckpt_stage_copy(const zd_ckpt_shard_t *sh, float *stage);
+
+/* ---- ckpt_async.c: saves written in the background ---------------------------------------- */
+
+/* Stage this rank's shard and start its writer, which waits for release (every rank staged)
+ * or cancel. */
+zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                const char *tag, const zs_dir_t *dir, const zs_dir_t *tmp,
+                                char *err, size_t errlen);
+void zd_ckpt_async_release(zd_ckpt_t *ck);
+void zd_ckpt_async_cancel(zd_ckpt_t *ck);
+/* Join the writer (none: ZS_OK and an empty out). */
+zs_status_t zd_ckpt_async_join(zd_ckpt_t *ck, zd_ckpt_out_t *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,16 @@
+/*
+ * Fault injection for the disconnect and checkpoint tests, never set in production:
+ * ZEROD_TEST_PAUSE=<phase>:<ms> makes the daemon sleep at that phase ("step": before a step's
+ * first collective; "allgather": after the first bucket's all-gather; "ckpt": at each stage of a
+ * save; "ckptread": in a load, between verifying the files and reading them) and log it, so
+ * that a test can kill a process or damage a file exactly there.
+ */
+#ifndef ZD_TESTPOINT_H
+#define ZD_TESTPOINT_H
+
+#include <stdint.h>
+
+/* Sleep here when ZEROD_TEST_PAUSE names `phase` (job_id and step: for the log line). */
+void zd_test_pause(const char *phase, const char *job_id, uint64_t step);
+
+#endif

@@ -226,25 +226,6 @@ static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_ckpt_t *ck, const 
     return zd_ckpt_stage_copy(sh, a->stage);
 }
 
-zs_status_t zd_ckpt_stage_copy(const zd_ckpt_shard_t *sh, float *stage)
-{
-    const zs_layout_t *l = sh->layout;
-    size_t n = (size_t)l->shard_numel;
-    zs_status_t st = ZS_OK;
-
-    for (uint32_t b = 0; b < l->n_buckets && st == ZS_OK; b++) {
-        st = zd_backend_copy(sh->be, stage + l->buckets[b].shard_offset, sh->master[b],
-                             l->buckets[b].slice * sizeof(float));
-    }
-    if (st == ZS_OK) {
-        st = zd_backend_copy(sh->be, stage + n, sh->m, n * sizeof(float));
-    }
-    if (st == ZS_OK) {
-        st = zd_backend_copy(sh->be, stage + 2 * n, sh->v, n * sizeof(float));
-    }
-    return st;
-}
-
 zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
                                 const char *tag, const zs_dir_t *dir, const zs_dir_t *tmp,
                                 char *err, size_t errlen)

@@ -562,27 +562,6 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
 /* ---- the trainer's requests -------------------------------------------------------------- */
 
 /* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
-zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded, char *err,
-                                   size_t errlen)
-{
-    if (job == NULL || job->attached_conn != conn) {
-        return zs_errf(err, errlen, ZS_ERR_STATE,
-                       "no job attached on this connection (send Attach first)");
-    }
-    if (job->mesh_lost) {
-        return zs_errf(err, errlen, ZS_ERR_PEER_LOST,
-                       "%s; job '%s' is at step %llu: re-attach every rank to continue",
-                       job->mesh_why, job->id, (unsigned long long)job->step);
-    }
-    if (loaded && !job->params_loaded) {
-        return zs_errf(err, errlen, ZS_ERR_STATE,
-                       "job '%s' has no initial parameters yet (send ParamsReady after writing "
-                       "them into the params region)",
-                       job->id);
-    }
-    return ZS_OK;
-}
-
 zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
                                 zd_ckpt_out_t *out, char *err, size_t errlen)
 {

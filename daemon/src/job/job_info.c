@@ -1,6 +1,7 @@
 /*
- * What a job says about itself (job/job.h): its status for `zeroctl status` and the metrics, and
- * its shard's layout and master for `zeroctl shard`.
+ * What a job says about itself (job/job.h): its status for `zeroctl status` and the metrics, its
+ * shard's layout and master for `zeroctl shard`, and whether a connection holds it as its
+ * trainer.
  */
 #define _GNU_SOURCE
 #include "job/job_int.h"
@@ -12,6 +13,27 @@
 #include <string.h>
 
 /* ---- what the job says about itself -------------------------------------------------------- */
+
+zs_status_t zd_job_require_trainer(const zd_job_t *job, uint64_t conn, bool loaded, char *err,
+                                   size_t errlen)
+{
+    if (job == NULL || job->attached_conn != conn) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "no job attached on this connection (send Attach first)");
+    }
+    if (job->mesh_lost) {
+        return zs_errf(err, errlen, ZS_ERR_PEER_LOST,
+                       "%s; job '%s' is at step %llu: re-attach every rank to continue",
+                       job->mesh_why, job->id, (unsigned long long)job->step);
+    }
+    if (loaded && !job->params_loaded) {
+        return zs_errf(err, errlen, ZS_ERR_STATE,
+                       "job '%s' has no initial parameters yet (send ParamsReady after writing "
+                       "them into the params region)",
+                       job->id);
+    }
+    return ZS_OK;
+}
 
 void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
 {

@@ -18,14 +18,22 @@ struct zd_rpc_session {
     uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */
 };
 
+/* ---- rpc_reply.c: the one place each reply is framed ------------------------------------------
+ */
+
 /* The length prefix and the packed frame, in a new reply (NULL on allocation failure). */
 zd_reply_t *zd_rpc_pack(const zd_frame_t *frame);
 /* A Result pointing at msg (not copied). */
 Zerod__Ipc__V1__Result zd_rpc_result_of(zs_status_t status, const char *msg);
-/* A SlotFree frame (sf and r filled in, not copied) for seq: slot back, bucket done. */
-Zerod__Ipc__V1__Frame zd_rpc_slot_free_frame(uint64_t seq, Zerod__Ipc__V1__SlotFree *sf,
-                                             Zerod__Ipc__V1__Result *r, uint32_t slot,
-                                             uint32_t bucket);
+/* A SlotFree for seq: slot back, bucket done (or refused: status and msg). */
+zd_reply_t *zd_rpc_slot_free(uint64_t seq, uint32_t slot, uint32_t bucket, zs_status_t status,
+                             const char *msg);
+
+/* ---- rpc_request.c: frames to runner requests ------------------------------------------------ */
+
+/* The runner request of a checked frame; takes the frame and fd (its directory, or -1). */
+zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, int fd, zd_req_t **req_p, char *err,
+                           size_t errlen);
 
 /* ---- rpc/rpc_job.c: the operator's job control
  * --------------------------------------------------- */

@@ -172,7 +172,6 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
     Zerod__Ipc__V1__Result r = zd_rpc_result_of(resp->status, resp->msg);
     Zerod__Ipc__V1__AttachReply ar = ZEROD__IPC__V1__ATTACH_REPLY__INIT;
     Zerod__Ipc__V1__ParamsReadyReply pr = ZEROD__IPC__V1__PARAMS_READY_REPLY__INIT;
-    Zerod__Ipc__V1__SlotFree sf = ZEROD__IPC__V1__SLOT_FREE__INIT;
     Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
     Zerod__Ipc__V1__CopyStores cs = ZEROD__IPC__V1__COPY_STORES__INIT;
     Zerod__Ipc__V1__DetachReply dr = ZEROD__IPC__V1__DETACH_REPLY__INIT;
@@ -203,9 +202,10 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         if (resp->u.slot_free.slot < ZD_MAX_SLOTS) {
             s->slot_busy &= ~(1ull << resp->u.slot_free.slot);
         }
-        f = zd_rpc_slot_free_frame(resp->seq, &sf, &r, resp->u.slot_free.slot,
-                                   resp->u.slot_free.bucket);
-        break;
+        reply = zd_rpc_slot_free(resp->seq, resp->u.slot_free.slot, resp->u.slot_free.bucket,
+                                 resp->status, resp->msg);
+        zd_resp_free(resp);
+        return reply;
     case ZD_REQ_STEP:
         sr.result = &r;
         sr.step = resp->u.step.step;

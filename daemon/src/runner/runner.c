@@ -240,15 +240,10 @@ static bool zd_runner_run_ctl(zd_runner_t *e, zd_req_t *req, zd_resp_t *r)
         r->status = ZS_OK;
         return true;
     }
-    if (req->kind == ZD_REQ_BUCKET_READY) { /* the connection's slot is free again */
-        r->u.slot_free.slot = req->u.bucket_ready.slot;
-        r->u.slot_free.bucket = req->u.bucket_ready.bucket;
-    }
     r->status = zs_errf(r->msg, sizeof(r->msg), ZS_ERR_JOB_ENDED, "%s", e->ended.msg);
     return true;
 }
 
-/* Run one request against the job; its result (if it has one) goes out. */
 /* What stops a checkpoint's reads: the daemon stopping, and the hour every checkpoint call
  * has (docs/checkpoints.md). */
 static zs_cancel_t zd_runner_ckpt_cancel(const zd_runner_t *e)
@@ -256,6 +251,98 @@ static zs_cancel_t zd_runner_ckpt_cancel(const zd_runner_t *e)
     return (zs_cancel_t){e->env.cancel, zs_time_now_ns() + ZD_RUNNER_CKPT_DEADLINE_NS};
 }
 
+/* A request's checkpoint calls: the runner's settings go with them. */
+static void zd_runner_run_ckpt(zd_runner_t *e, zd_req_t *req, zd_resp_t *r)
+{
+    zd_job_env_t *env = &e->env;
+
+    switch (req->kind) {
+    case ZD_REQ_CKPT_SAVE:
+        req->u.ckpt.cancel = zd_runner_ckpt_cancel(e);
+        req->u.ckpt.keep_last = env->ckpt_keep_last;
+        req->u.ckpt.async = env->ckpt_async;
+        req->u.ckpt.keep_staging = env->ckpt_staging_keep;
+        r->status = zd_job_ckpt_save(e->job, env, req->conn_id, &req->u.ckpt, &r->u.ckpt, r->msg,
+                                     sizeof(r->msg));
+        break;
+    case ZD_REQ_EXPORT:
+        r->status = zd_job_export(e->job, env, &req->u.export_, &r->u.ckpt, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_CKPT_WAIT:
+        r->status = zd_job_ckpt_wait(e->job, env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
+        break;
+    default: /* ZD_REQ_CKPT_LOAD */
+        req->u.ckpt.cancel = zd_runner_ckpt_cancel(e);
+        r->status = zd_job_ckpt_load(e->job, env, req->conn_id, &req->u.ckpt, &r->u.ckpt, r->msg,
+                                     sizeof(r->msg));
+        break;
+    }
+}
+
+/* The job's calls. */
+static void zd_runner_run_job(zd_runner_t *e, zd_req_t *req, zd_resp_t *r)
+{
+    zd_job_env_t *env = &e->env;
+    const uint64_t conn = req->conn_id;
+
+    switch (req->kind) {
+    case ZD_REQ_ATTACH:
+        r->status =
+            zd_job_attach(&e->job, env, conn, &req->u.attach, &r->u.attach, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_PARAMS_READY:
+        r->status = zd_job_params_ready(e->job, env, conn, &r->u.ckpt, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_BUCKET_READY:
+        r->status = zd_job_bucket_ready_event(
+            e->job, env, conn, req->u.bucket_ready.slot, req->u.bucket_ready.bucket,
+            req->u.bucket_ready.micro_step, req->u.bucket_ready.event,
+            req->u.bucket_ready.event_len, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_STEP:
+        r->status = zd_job_step(e->job, env, conn, req->u.step.group_lr, req->u.step.n_group_lr,
+                                &r->u.step, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_DETACH:
+        r->status =
+            zd_job_detach(&e->job, env, conn, req->u.detach.end_job, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_SHARD_INFO:
+        r->status = zd_job_shard_info(e->job, &r->u.shard, r->msg, sizeof(r->msg));
+        break;
+    case ZD_REQ_CKPT_SAVE:
+    case ZD_REQ_EXPORT:
+    case ZD_REQ_CKPT_WAIT:
+    case ZD_REQ_CKPT_LOAD:
+        zd_runner_run_ckpt(e, req, r);
+        break;
+    case ZD_REQ_DISCONNECT:
+    case ZD_REQ_JOB_END: /* zd_runner_run_ctl's */
+        break;
+    }
+}
+
+/* A new result for req (NULL: out of memory, logged); a BucketReady's names its slot, which is
+ * free again whatever the outcome. */
+static zd_resp_t *zd_runner_result_new(const zd_req_t *req)
+{
+    zd_resp_t *r = calloc(1, sizeof(*r));
+
+    if (r == NULL) {
+        zs_error(ZS_SUB_ENGINE, "out of memory for a result; the client's call will time out");
+        return NULL;
+    }
+    r->kind = req->kind;
+    r->conn_id = req->conn_id;
+    r->seq = req->seq;
+    if (req->kind == ZD_REQ_BUCKET_READY) {
+        r->u.slot_free.slot = req->u.bucket_ready.slot;
+        r->u.slot_free.bucket = req->u.bucket_ready.bucket;
+    }
+    return r;
+}
+
+/* Run one request against the job; its result (if it has one) goes out. */
 static void zd_runner_run(zd_runner_t *e, zd_req_t *req)
 {
     zd_resp_t *r;
@@ -265,74 +352,16 @@ static void zd_runner_run(zd_runner_t *e, zd_req_t *req)
         zd_job_disconnect(e->job, &e->env, req->conn_id);
         return;
     }
-    r = calloc(1, sizeof(*r));
+    r = zd_runner_result_new(req);
     if (r == NULL) {
-        zs_error(ZS_SUB_ENGINE, "out of memory for a result; the client's call will time out");
         return;
     }
-    r->kind = req->kind;
-    r->conn_id = req->conn_id;
-    r->seq = req->seq;
     zd_runner_describe(req, what, sizeof(what));
     e->env.req_arrived_ns = req->arrived_ns;
     zd_runner_phase(e, (int)req->kind);
     zd_runner_busy(e, what);
-    if (zd_runner_run_ctl(e, req, r)) {
-        zd_runner_push(e, r);
-        return;
-    }
-    switch (req->kind) {
-    case ZD_REQ_ATTACH:
-        r->status = zd_job_attach(&e->job, &e->env, req->conn_id, &req->u.attach, &r->u.attach,
-                                  r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_PARAMS_READY:
-        r->status =
-            zd_job_params_ready(e->job, &e->env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_BUCKET_READY:
-        r->u.slot_free.slot = req->u.bucket_ready.slot;
-        r->u.slot_free.bucket = req->u.bucket_ready.bucket;
-        r->status = zd_job_bucket_ready_event(
-            e->job, &e->env, req->conn_id, req->u.bucket_ready.slot, req->u.bucket_ready.bucket,
-            req->u.bucket_ready.micro_step, req->u.bucket_ready.event,
-            req->u.bucket_ready.event_len, r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_STEP:
-        r->status = zd_job_step(e->job, &e->env, req->conn_id, req->u.step.group_lr,
-                                req->u.step.n_group_lr, &r->u.step, r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_DETACH:
-        r->status = zd_job_detach(&e->job, &e->env, req->conn_id, req->u.detach.end_job, r->msg,
-                                  sizeof(r->msg));
-        break;
-    case ZD_REQ_SHARD_INFO:
-        r->status = zd_job_shard_info(e->job, &r->u.shard, r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_CKPT_SAVE:
-        req->u.ckpt.cancel = zd_runner_ckpt_cancel(e);
-        req->u.ckpt.keep_last = e->env.ckpt_keep_last;
-        req->u.ckpt.async = e->env.ckpt_async;
-        req->u.ckpt.keep_staging = e->env.ckpt_staging_keep;
-        r->status = zd_job_ckpt_save(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
-                                     r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_EXPORT:
-        r->status =
-            zd_job_export(e->job, &e->env, &req->u.export_, &r->u.ckpt, r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_CKPT_WAIT:
-        r->status =
-            zd_job_ckpt_wait(e->job, &e->env, req->conn_id, &r->u.ckpt, r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_CKPT_LOAD:
-        req->u.ckpt.cancel = zd_runner_ckpt_cancel(e);
-        r->status = zd_job_ckpt_load(e->job, &e->env, req->conn_id, &req->u.ckpt, &r->u.ckpt,
-                                     r->msg, sizeof(r->msg));
-        break;
-    case ZD_REQ_DISCONNECT:
-    case ZD_REQ_JOB_END: /* zd_runner_run_ctl's */
-        break;
+    if (!zd_runner_run_ctl(e, req, r)) {
+        zd_runner_run_job(e, req, r);
     }
     zd_runner_push(e, r);
 }
@@ -342,16 +371,9 @@ static void zd_runner_abort(zd_runner_t *e, const zd_req_t *req)
 {
     zd_resp_t *r;
 
-    if (req->kind == ZD_REQ_DISCONNECT) {
+    if (req->kind == ZD_REQ_DISCONNECT || (r = zd_runner_result_new(req)) == NULL) {
         return;
     }
-    r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        return;
-    }
-    r->kind = req->kind;
-    r->conn_id = req->conn_id;
-    r->seq = req->seq;
     r->status =
         zs_errf(r->msg, sizeof(r->msg), ZS_ERR_ABORTED, "daemon shutting down; request not run");
     zd_runner_push(e, r);

@@ -1,8 +1,8 @@
 /*
- * The `ucx` collectives' state and the UCX request handling they share: coll/ucx/coll_ucx.c
- * (requests, progress, all-reduce, the choice of algorithm per call), coll/ucx/coll_ring.c (the
- * ring, between hosts) and coll/ucx/coll_direct.c (co-located ranks reading each other's regions).
- * Never included elsewhere.
+ * The `ucx` collectives' state, shared by coll/ucx/: coll_ucx.c (the ops table, the choice of
+ * algorithm per call) over coll_ring.c (the ring, between hosts) and coll_direct.c (co-located
+ * ranks reading each other's regions), all over ucx_p2p.c (requests, progress, exchanges, the
+ * all-reduce). Never included elsewhere.
  *
  * Tags: collective sequence (24 bits) | source rank (16) | step (12) | segment (12).
  */
@@ -54,8 +54,7 @@ typedef struct zd_coll_ucx {
     uint8_t out[ZD_COLL_MSG_MAX];
 } zd_coll_ucx_t;
 
-/* ---- coll/ucx/coll_ucx.c: requests and progress
- * ---------------------------------------------------- */
+/* ---- ucx_p2p.c: requests and progress -------------------------------------------------------- */
 
 uint64_t zd_ucx_tag(uint64_t seq, uint32_t src, uint32_t step, uint32_t seg);
 void *zd_ucx_post_send(zd_coll_ucx_t *c, uint32_t to, const void *buf, size_t bytes, uint64_t tag);
@@ -76,8 +75,7 @@ zs_status_t zd_ucx_exchange(zd_coll_ucx_t *c, size_t len, uint64_t seq, uint32_t
 zs_status_t zd_ucx_all_reduce(zd_coll_t *coll, double *vals, const zd_reduce_op_t *ops, unsigned n,
                               char *err, size_t errlen);
 
-/* ---- coll/ucx/coll_ring.c
- * ------------------------------------------------------------------------- */
+/* ---- coll_ring.c ----------------------------------------------------------------------------- */
 
 zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t dtype,
                                    uint64_t slice, float *acc, unsigned flags, uint64_t seq,
@@ -85,8 +83,7 @@ zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t
 zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zs_dtype_t dtype, uint64_t slice,
                                uint64_t seq, char *err, size_t errlen);
 
-/* ---- coll/ucx/coll_direct.c
- * ------------------------------------------------------------------------ */
+/* ---- coll_direct.c --------------------------------------------------------------------------- */
 
 /* The share of zd_coll_ops_t: offer this rank's regions, map the peers', agree. */
 zs_status_t zd_direct_share(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,

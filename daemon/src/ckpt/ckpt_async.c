@@ -1,7 +1,7 @@
 /*
  * Asynchronous checkpoint saves (docs/checkpoints.md): the engine thread copies this rank's
  * shard (master, m, v) into a staging buffer and replies; a writer thread writes the copy and
- * reports how it went to every rank at once over the mesh's watch (mesh/heartbeat.h); rank 0's
+ * reports how it went to every rank at once over the mesh's heartbeat endpoints (mesh/heartbeat.h); rank 0's
  * writer waits for every rank's report (or the first failure), then writes the manifest and commits
  * by rename, exactly as a synchronous save does. The writer touches
  * nothing of the job that changes (the layout, names and id are fixed while the job lives), and

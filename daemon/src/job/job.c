@@ -741,7 +741,7 @@ zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
     if (end_job) {
         zd_job_drop(job_p, "trainer detached");
     } else {
-        /* the mesh stays up (its watch beats on): the trainers of every rank detach between
+        /* the mesh stays up (its heartbeat beats on): the trainers of every rank detach between
          * steps and a later re-attach continues on the same mesh */
         zd_job_release_trainer(job, env);
         job->kept = true; /* on purpose: RESUME_AUTO re-attaches it (job/job_ctl.c) */

@@ -44,7 +44,7 @@ typedef struct zd_job_env {
     uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
     const atomic_bool *cancel; /* the daemon stops: mesh formation and waits end */
-    void (*wake)(void *arg);   /* a peer was lost (called from the mesh watch thread) */
+    void (*wake)(void *arg);   /* a peer was lost (called from the mesh heartbeat thread) */
     void (*busy)(void *arg, const char *what); /* a long operation begins ("forming the mesh") */
     void *arg;                                 /* of wake and busy */
     zs_ratelimit_t *warn_rl;                   /* warnings a trainer can cause at will */

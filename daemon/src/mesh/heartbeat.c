@@ -21,9 +21,9 @@
 #define ZD_HEARTBEAT_MSG_MAX  4096
 
 typedef struct zd_heartbeat_peer {
-    zd_heartbeat_t *watch;
+    zd_heartbeat_t *hb;
     uint32_t rank;
-    uint64_t last_seen_ns; /* watch thread only */
+    uint64_t last_seen_ns; /* heartbeat thread only */
     bool left;             /* it said LEAVE: its endpoint closing is expected */
 } zd_heartbeat_peer_t;
 
@@ -55,7 +55,7 @@ struct zd_heartbeat {
     bool send_report;          /* reports[rank] is to be sent */
     /* readable without the lock */
     atomic_bool lost_flag;
-    /* watch thread only */
+    /* heartbeat thread only */
     bool checking; /* false once lost, aborted or left */
     uint64_t next_beat_ns;
 };
@@ -63,7 +63,7 @@ struct zd_heartbeat {
 static void zd_heartbeat_send(zd_heartbeat_t *w, uint32_t to, Zerod__Mesh__V1__Control__Type type,
                               uint32_t lost_rank, const char *reason)
 {
-    zd_ucx_send_control(w->eps[to], ZD_AM_WATCH, type, w->p.rank, 0, lost_rank, reason);
+    zd_ucx_send_control(w->eps[to], ZD_AM_HEARTBEAT, type, w->p.rank, 0, lost_rank, reason);
 }
 
 static void zd_heartbeat_broadcast(zd_heartbeat_t *w, Zerod__Mesh__V1__Control__Type type,
@@ -90,7 +90,7 @@ static void zd_heartbeat_set_lost(zd_heartbeat_t *w, uint32_t rank, const char *
     pthread_mutex_unlock(&w->lock);
     atomic_store(&w->lost_flag, true);
     w->checking = false;
-    zs_debug(ZS_SUB_MESH, "watch: %s", why);
+    zs_debug(ZS_SUB_MESH, "heartbeat: %s", why);
     if (broadcast) {
         zd_heartbeat_broadcast(w, ZEROD__MESH__V1__CONTROL__TYPE__ABORT, rank, why);
     }
@@ -103,7 +103,7 @@ static void zd_heartbeat_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
     zd_heartbeat_peer_t *peer = arg;
-    zd_heartbeat_t *w = peer->watch;
+    zd_heartbeat_t *w = peer->hb;
     char why[256];
 
     if (peer->left || !w->checking) {
@@ -124,7 +124,7 @@ static ucs_status_t zd_heartbeat_am_cb(void *arg, const void *header, size_t hea
     const Zerod__Mesh__V1__Control *c;
 
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length > ZD_HEARTBEAT_MSG_MAX) {
-        return UCS_OK; /* watch messages are small and eager */
+        return UCS_OK; /* heartbeat messages are small and eager */
     }
     msg = zerod__mesh__v1__mesh_msg__unpack(NULL, length, data);
     if (msg == NULL) {
@@ -202,7 +202,7 @@ static void zd_heartbeat_send_report(zd_heartbeat_t *w, const zd_ckpt_report_t *
     msg.control = &c;
     for (uint32_t to = 0; to < w->p.world; to++) {
         if (to != w->p.rank && w->eps[to] != NULL && !w->peers[to].left) {
-            (void)zd_ucx_send_msg(w->eps[to], ZD_AM_WATCH, &msg, false);
+            (void)zd_ucx_send_msg(w->eps[to], ZD_AM_HEARTBEAT, &msg, false);
         }
     }
 }
@@ -324,72 +324,85 @@ static void zd_heartbeat_kick(zd_heartbeat_t *w)
     }
 }
 
-zs_status_t zd_heartbeat_create(const zd_heartbeat_params_t *params, zd_heartbeat_t **watch_p,
-                                char *err, size_t errlen)
+static zs_status_t zd_heartbeat_alloc(const zd_heartbeat_params_t *params, zd_heartbeat_t *w,
+                                      char *err, size_t errlen)
 {
-    ucp_am_handler_param_t ah;
-    zd_heartbeat_t *w;
-    zs_status_t st;
+    pthread_condattr_t ca;
 
-    w = calloc(1, sizeof(*w));
-    if (w == NULL) {
-        snprintf(err, errlen, "out of memory for the mesh watch");
-        return ZS_ERR_NO_MEMORY;
-    }
     w->p = *params;
     snprintf(w->job_id, sizeof(w->job_id), "%s", params->job_id);
     w->p.job_id = w->job_id;
     w->efd = -1;
     w->cmd_fd = -1;
     pthread_mutex_init(&w->lock, NULL);
-    {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* zs_deadline_timespec's clock */
-        pthread_cond_init(&w->cond, &ca);
-        pthread_condattr_destroy(&ca);
-    }
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* zs_deadline_timespec's clock */
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
     w->eps = calloc(params->world, sizeof(*w->eps));
     w->peers = calloc(params->world, sizeof(*w->peers));
     w->reports = calloc(params->world, sizeof(*w->reports));
     if (w->eps == NULL || w->peers == NULL || w->reports == NULL) {
-        snprintf(err, errlen, "out of memory for the mesh watch");
-        st = ZS_ERR_NO_MEMORY;
-        goto err_destroy;
+        snprintf(err, errlen, "out of memory for the mesh heartbeat");
+        return ZS_ERR_NO_MEMORY;
     }
     w->cmd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (w->cmd_fd < 0) {
-        snprintf(err, errlen, "mesh watch: eventfd: %s", strerror(errno));
-        st = ZS_ERR_IO;
-        goto err_destroy;
+        snprintf(err, errlen, "mesh heartbeat: eventfd: %s", strerror(errno));
+        return ZS_ERR_IO;
     }
-    /* TCP only: a peer-failure-mode endpoint needs a transport that reports a closed peer, and
-     * a killed process's sockets are reset by its kernel at once */
+    return ZS_OK;
+}
+
+/* TCP only: a peer-failure-mode endpoint needs a transport that reports a closed peer, and a
+ * killed process's sockets are reset by its kernel at once. */
+static zs_status_t zd_heartbeat_open_worker(zd_heartbeat_t *w, char *err, size_t errlen)
+{
+    ucp_am_handler_param_t ah;
+    zs_status_t st;
+
     st = zd_ucx_init("tcp", UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, &w->ctx, &w->worker, err, errlen);
     if (st != ZS_OK) {
-        goto err_destroy;
+        return st;
     }
     memset(&ah, 0, sizeof(ah));
     ah.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                     UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    ah.id = ZD_AM_WATCH;
+    ah.id = ZD_AM_HEARTBEAT;
     ah.cb = zd_heartbeat_am_cb;
     ah.arg = w;
     if (ucp_worker_set_am_recv_handler(w->worker, &ah) != UCS_OK ||
         ucp_worker_get_address(w->worker, &w->address, &w->address_len) != UCS_OK) {
-        snprintf(err, errlen, "UCX: cannot set up the mesh watch worker");
-        st = ZS_ERR_UCX;
-        goto err_destroy;
+        snprintf(err, errlen, "UCX: cannot set up the mesh heartbeat worker");
+        return ZS_ERR_UCX;
     }
     if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) {
         w->efd = -1;
     }
-    *watch_p = w;
     return ZS_OK;
+}
 
-err_destroy:
-    zd_heartbeat_destroy(w);
-    return st;
+zs_status_t zd_heartbeat_create(const zd_heartbeat_params_t *params, zd_heartbeat_t **hb_p,
+                                char *err, size_t errlen)
+{
+    zd_heartbeat_t *w;
+    zs_status_t st;
+
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        snprintf(err, errlen, "out of memory for the mesh heartbeat");
+        return ZS_ERR_NO_MEMORY;
+    }
+    st = zd_heartbeat_alloc(params, w, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_heartbeat_open_worker(w, err, errlen);
+    }
+    if (st != ZS_OK) {
+        zd_heartbeat_destroy(w);
+        return st;
+    }
+    *hb_p = w;
+    return ZS_OK;
 }
 
 void zd_heartbeat_address(const zd_heartbeat_t *w, const uint8_t **addr_p, size_t *len_p)
@@ -408,14 +421,14 @@ zs_status_t zd_heartbeat_start(zd_heartbeat_t *w, uint8_t *const *addrs, const s
         ucp_ep_params_t ep;
         ucs_status_t us;
 
-        w->peers[r].watch = w;
+        w->peers[r].hb = w;
         w->peers[r].rank = r;
         w->peers[r].last_seen_ns = now;
         if (r == w->p.rank) {
             continue;
         }
         if (addrs[r] == NULL || lens[r] == 0) {
-            snprintf(err, errlen, "rank %u sent no watch address", r);
+            snprintf(err, errlen, "rank %u sent no heartbeat address", r);
             return ZS_ERR_PROTOCOL;
         }
         memset(&ep, 0, sizeof(ep));
@@ -428,7 +441,7 @@ zs_status_t zd_heartbeat_start(zd_heartbeat_t *w, uint8_t *const *addrs, const s
         us = ucp_ep_create(w->worker, &ep, &w->eps[r]);
         if (us != UCS_OK) {
             w->eps[r] = NULL;
-            snprintf(err, errlen, "cannot reach rank %u's watch worker: %s", r,
+            snprintf(err, errlen, "cannot reach rank %u's heartbeat worker: %s", r,
                      ucs_status_string(us));
             return ZS_ERR_UNREACHABLE;
         }
@@ -437,7 +450,7 @@ zs_status_t zd_heartbeat_start(zd_heartbeat_t *w, uint8_t *const *addrs, const s
     w->next_beat_ns = now;
     rc = zs_thread_start(&w->thread, false, zd_heartbeat_main, w);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot start the mesh watch thread: %s", strerror(rc));
+        snprintf(err, errlen, "cannot start the mesh heartbeat thread: %s", strerror(rc));
         return ZS_ERR_NO_MEMORY;
     }
     w->started = true;

@@ -1,6 +1,6 @@
 /*
  * A job's mesh at run time (docs/architecture.md): the data worker and its endpoints, control
- * messages (abort, barrier, leave), and the watch's word on lost peers. Formation is
+ * messages (abort, barrier, leave), and the heartbeat's word on lost peers. Formation is
  * mesh/mesh_boot.c.
  */
 #define _GNU_SOURCE
@@ -118,10 +118,10 @@ uint64_t zd_mesh_tick(zd_mesh_t *mesh)
 
     while (ucp_worker_progress(mesh->worker) != 0) {
     }
-    if (!mesh->aborted && zd_heartbeat_lost(mesh->watch, &lost, why, sizeof(why))) {
+    if (!mesh->aborted && zd_heartbeat_lost(mesh->heartbeat, &lost, why, sizeof(why))) {
         zd_mesh_mark_lost(mesh, lost, why);
     }
-    return UINT64_MAX; /* heartbeats are the watch thread's: nothing is due here */
+    return UINT64_MAX; /* heartbeats are the heartbeat thread's: nothing is due here */
 }
 
 void zd_mesh_leave(zd_mesh_t *mesh)
@@ -134,7 +134,7 @@ void zd_mesh_leave(zd_mesh_t *mesh)
             zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__LEAVE, 0, 0, NULL);
         }
     }
-    zd_heartbeat_leave(mesh->watch);
+    zd_heartbeat_leave(mesh->heartbeat);
     for (int i = 0; i < 100; i++) {
         if (ucp_worker_progress(mesh->worker) == 0) {
             usleep(100);
@@ -165,7 +165,7 @@ bool zd_mesh_ended(const zd_mesh_t *mesh, char *why, size_t len)
 
 bool zd_mesh_cancelled(const zd_mesh_t *mesh)
 {
-    return mesh->p.cancel != NULL && atomic_load(mesh->p.cancel);
+    return zd_mesh_params_cancelled(&mesh->p);
 }
 
 void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
@@ -180,7 +180,7 @@ void zd_mesh_abort(zd_mesh_t *mesh, uint32_t lost_rank, const char *fmt, ...)
     (void)zs_verrf(why, sizeof(why), ZS_ERR_PEER_LOST, fmt, ap);
     va_end(ap);
     zd_mesh_mark_lost(mesh, lost_rank, why);
-    zd_heartbeat_abort(mesh->watch, lost_rank, why);
+    zd_heartbeat_abort(mesh->heartbeat, lost_rank, why);
     for (uint32_t r = 0; r < mesh->p.world; r++) {
         if (r != mesh->p.rank && r != lost_rank) {
             zd_mesh_send_ctrl(mesh, r, ZEROD__MESH__V1__CONTROL__TYPE__ABORT, 0, lost_rank, why);
@@ -258,7 +258,9 @@ zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen)
     }
 }
 
-zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *err, size_t errlen)
+/* Endpoints to every peer's data worker, then the heartbeat's to every peer's heartbeat worker. */
+static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *err,
+                                   size_t errlen)
 {
     for (uint32_t r = 0; r < mesh->p.world; r++) {
         ucp_ep_params_t ep;
@@ -275,7 +277,7 @@ zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *er
         ep.address = (const ucp_address_t *)roster->data[r];
         /* UCX 1.13 refuses the shared-memory transports (posix, sysv, cma) under
          * UCP_ERR_HANDLING_MODE_PEER, which would push same-host traffic onto TCP loopback at a
-         * fraction of memory bandwidth. A lost peer is caught by the watch (its own TCP
+         * fraction of memory bandwidth. A lost peer is caught by the heartbeat (its own TCP
          * endpoints in peer-failure mode, and heartbeats) and the collective deadline instead
          * (TCP data endpoints still report a reset through the handler). */
         ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
@@ -287,19 +289,16 @@ zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *er
                            "cannot reach rank %u's worker address: %s", r, ucs_status_string(us));
         }
     }
-    return zd_heartbeat_start(mesh->watch, roster->watch, roster->watch_len, err, errlen);
+    return zd_heartbeat_start(mesh->heartbeat, roster->heartbeat, roster->heartbeat_len, err, errlen);
 }
 
 /* ---- lifetime ------------------------------------------------------------------------- */
 
-zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, char *err,
-                           size_t errlen)
+static zs_status_t zd_mesh_alloc(const zd_mesh_params_t *params, zd_mesh_t **mesh_p)
 {
-    zd_mesh_t *mesh;
-    ucp_am_handler_param_t ah;
-    zs_status_t st;
+    zd_mesh_t *mesh = calloc(1, sizeof(*mesh));
 
-    mesh = calloc(1, sizeof(*mesh));
+    *mesh_p = mesh;
     if (mesh == NULL) {
         return ZS_ERR_NO_MEMORY;
     }
@@ -313,29 +312,36 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
     mesh->left = calloc(params->world, sizeof(bool));
     if (mesh->eps == NULL || mesh->refs == NULL || mesh->barrier_seen == NULL ||
         mesh->left == NULL) {
-        st = ZS_ERR_NO_MEMORY;
-        goto err_destroy;
+        return ZS_ERR_NO_MEMORY;
     }
+    return ZS_OK;
+}
+
+/* This rank's data worker (every transport, control messages received on it) and its
+ * heartbeat, before the mesh forms: HELLO carries both addresses. */
+static zs_status_t zd_mesh_open_workers(zd_mesh_t *mesh, char *err, size_t errlen)
+{
+    const zd_mesh_params_t *params = &mesh->p;
+    zd_heartbeat_params_t hp;
+    ucp_am_handler_param_t ah;
+    zs_status_t st;
+
     st = zd_ucx_init(NULL, UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP, &mesh->ctx,
                      &mesh->worker, err, errlen);
     if (st != ZS_OK) {
-        goto err_destroy;
+        return st;
     }
-    {
-        zd_heartbeat_params_t wp;
-
-        memset(&wp, 0, sizeof(wp));
-        wp.job_id = mesh->job_id;
-        wp.rank = params->rank;
-        wp.world = params->world;
-        wp.interval_ns = params->heartbeat_interval_ns;
-        wp.timeout_ns = params->heartbeat_timeout_ns;
-        wp.notify = params->wake;
-        wp.notify_arg = params->wake_arg;
-        st = zd_heartbeat_create(&wp, &mesh->watch, err, errlen);
-        if (st != ZS_OK) {
-            goto err_destroy;
-        }
+    memset(&hp, 0, sizeof(hp));
+    hp.job_id = mesh->job_id;
+    hp.rank = params->rank;
+    hp.world = params->world;
+    hp.interval_ns = params->heartbeat_interval_ns;
+    hp.timeout_ns = params->heartbeat_timeout_ns;
+    hp.notify = params->wake;
+    hp.notify_arg = params->wake_arg;
+    st = zd_heartbeat_create(&hp, &mesh->heartbeat, err, errlen);
+    if (st != ZS_OK) {
+        return st;
     }
     memset(&ah, 0, sizeof(ah));
     ah.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -345,30 +351,47 @@ zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, c
     ah.arg = mesh;
     ucp_worker_set_am_recv_handler(mesh->worker, &ah);
     if (ucp_worker_get_address(mesh->worker, &mesh->address, &mesh->address_len) != UCS_OK) {
-        st = zs_errf(err, errlen, ZS_ERR_UCX, "UCX: cannot get the worker address");
-        goto err_destroy;
+        return zs_errf(err, errlen, ZS_ERR_UCX, "UCX: cannot get the worker address");
     }
     if (ucp_worker_get_efd(mesh->worker, &mesh->efd) != UCS_OK) {
         mesh->efd = -1;
     }
+    return ZS_OK;
+}
 
-    st = zd_mesh_boot(mesh, err, errlen);
-    if (st != ZS_OK) {
-        goto err_destroy;
+zs_status_t zd_mesh_create(const zd_mesh_params_t *params, zd_mesh_t **mesh_p, char *err,
+                           size_t errlen)
+{
+    zd_mesh_t *mesh;
+    zd_roster_t roster;
+    zs_status_t st;
+
+    memset(&roster, 0, sizeof(roster));
+    st = zd_mesh_alloc(params, &mesh);
+    if (st == ZS_OK) {
+        st = zd_mesh_open_workers(mesh, err, errlen);
     }
-    /* every data endpoint works in both directions before anyone uses the mesh */
-    st = zd_mesh_barrier(mesh, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_mesh_boot(mesh, &roster, err, errlen);
+    }
+    if (st == ZS_OK) {
+        st = zd_mesh_connect(mesh, &roster, err, errlen);
+        zd_roster_free(&roster);
+    }
+    if (st == ZS_OK) {
+        /* every data endpoint works in both directions before anyone uses the mesh */
+        st = zd_mesh_barrier(mesh, err, errlen);
+    }
     if (st != ZS_OK) {
-        goto err_destroy;
+        if (mesh != NULL) {
+            zd_mesh_destroy(mesh);
+        }
+        return st;
     }
     zs_info(ZS_SUB_MESH, "mesh of job '%s' formed: rank %u of %u", mesh->job_id, params->rank,
             params->world);
     *mesh_p = mesh;
     return ZS_OK;
-
-err_destroy:
-    zd_mesh_destroy(mesh);
-    return st;
 }
 
 void zd_mesh_destroy(zd_mesh_t *mesh)
@@ -377,7 +400,7 @@ void zd_mesh_destroy(zd_mesh_t *mesh)
         return;
     }
     mesh->closing = true;
-    zd_heartbeat_destroy(mesh->watch);
+    zd_heartbeat_destroy(mesh->heartbeat);
     if (mesh->eps != NULL) {
         for (uint32_t r = 0; r < mesh->p.world; r++) {
             zd_ucx_ep_close(mesh->worker, mesh->eps[r], mesh->aborted);
@@ -416,7 +439,7 @@ ucp_ep_h zd_mesh_ep(zd_mesh_t *mesh, uint32_t rank)
 
 struct zd_heartbeat *zd_mesh_heartbeat(zd_mesh_t *mesh)
 {
-    return mesh != NULL ? mesh->watch : NULL;
+    return mesh != NULL ? mesh->heartbeat : NULL;
 }
 
 uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh)

@@ -1,7 +1,7 @@
 /*
  * The daemon mesh of one job (docs/architecture.md): UCX bootstrap through rank 0's ucp_listener,
  * HMAC authentication, roster exchange, data endpoints from worker addresses, aborts and
- * barriers as active messages; liveness (heartbeats, endpoint errors) is the watch's
+ * barriers as active messages; liveness (heartbeats, endpoint errors) is the heartbeat's
  * (mesh/heartbeat.h), which runs on a thread of its own. Used only from the engine thread (UCX
  * single-thread mode); the engine progresses the worker, both inside collectives and when idle (it
  * polls the worker's event fd next to its queue), so the libuv loop never touches UCX.
@@ -36,9 +36,9 @@ typedef struct zd_mesh_params {
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
     uint64_t
-        heartbeat_timeout_ns;  /* a peer silent this long is lost (the watch, mesh/heartbeat.h) */
+        heartbeat_timeout_ns;  /* a peer silent this long is lost (the heartbeat, mesh/heartbeat.h) */
     const atomic_bool *cancel; /* set when the daemon shuts down: formation and waits stop */
-    void (*wake)(void *arg);   /* called from the watch thread when a peer is lost */
+    void (*wake)(void *arg);   /* called from the heartbeat thread when a peer is lost */
     void *wake_arg;
 } zd_mesh_params_t;
 
@@ -61,8 +61,8 @@ void zd_mesh_set_collective_timeout_ns(zd_mesh_t *mesh, uint64_t ns);
 
 /* The worker's event fd, armed: poll it for POLLIN while idle. -1 when unavailable. */
 int zd_mesh_arm(zd_mesh_t *mesh);
-/* Progress the worker and take in what the watch saw (a lost peer). Returns the nanoseconds
- * until something is due here: UINT64_MAX (heartbeats are the watch thread's). */
+/* Progress the worker and take in what the heartbeat saw (a lost peer). Returns the nanoseconds
+ * until something is due here: UINT64_MAX (heartbeats are the heartbeat thread's). */
 uint64_t zd_mesh_tick(zd_mesh_t *mesh);
 
 /* Aborted (a peer was lost, or some rank broadcast an abort)? Fills why with a message that
@@ -85,7 +85,7 @@ bool zd_mesh_ended(const zd_mesh_t *mesh, char *why, size_t len);
 /* Was the wait cut short because the daemon is shutting down? */
 bool zd_mesh_cancelled(const zd_mesh_t *mesh);
 
-/* The mesh's liveness watch (mesh/heartbeat.h): checkpoint writers report through it. */
+/* The mesh's heartbeat (mesh/heartbeat.h): checkpoint writers report through it. */
 struct zd_heartbeat *zd_mesh_heartbeat(zd_mesh_t *mesh);
 
 /* Barrier over control messages, bounded by the collective timeout. */

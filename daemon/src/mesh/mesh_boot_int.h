@@ -1,6 +1,7 @@
 /*
- * Shared by the files of the mesh's bootstrap (mesh/mesh_boot.c, mesh/mesh_boot_rank0.c): the
- * bootstrap's state and the steps both sides take. Never included elsewhere.
+ * Shared by the files of the mesh's bootstrap (mesh/mesh_boot_common.c, mesh/mesh_boot.c,
+ * mesh/mesh_boot_rank0.c): the bootstrap's state and the steps both sides take. Never included
+ * elsewhere.
  */
 #ifndef ZD_MESH_BOOT_INT_H
 #define ZD_MESH_BOOT_INT_H
@@ -31,8 +32,8 @@ typedef struct zd_boot_conn {
     uint8_t nonce[ZD_NONCE_LEN];
     uint8_t *address;
     size_t address_len;
-    uint8_t *watch_address;
-    size_t watch_address_len;
+    uint8_t *heartbeat_address;
+    size_t heartbeat_address_len;
 } zd_boot_conn_t;
 
 /* The TCP-only bootstrap side: lives only while the mesh forms. */
@@ -55,8 +56,15 @@ typedef struct zd_boot {
     char auth_why[512];
 } zd_boot_t;
 
-/* mesh/mesh_boot.c: a roster for `world` ranks (ZS_ERR_NO_MEMORY when it cannot be had). */
+/* mesh/mesh_boot_common.c: a roster for `world` ranks (ZS_ERR_NO_MEMORY when it cannot be had). */
 zs_status_t zd_roster_alloc(zd_roster_t *r, uint32_t world);
+/* Copy the bytes the roster points to into one block it owns. */
+zs_status_t zd_roster_keep(zd_roster_t *r, uint32_t world);
+/* The bootstrap worker (TCP only) with the handler that queues received messages. */
+zs_status_t zd_boot_open(zd_boot_t *b, char *err, size_t errlen);
+/* force: the formation failed, and an endpoint's peer may never answer a flush (a stranger on
+ * the coordinator's port, a dead daemon): close without one. */
+void zd_boot_cleanup(zd_boot_t *b, bool force);
 /* HMAC-SHA256 under the job token of the nonce, the job id (its first 128 bytes) and the rank
  * (4 bytes, little-endian): what a MeshHello carries. */
 void zd_hmac(const uint8_t *token, size_t token_len, const uint8_t *nonce, const char *job_id,

@@ -50,27 +50,10 @@ static void zd_boot_server_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status
     }
 }
 
-/* Rank 0: check one hello. Fatal mismatches fail formation; a bad token only refuses. */
-static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_boot_conn_t *c,
-                                       const Zerod__Mesh__V1__MeshHello *h, bool *fatal_p,
-                                       char *why, size_t wlen)
+/* A hello with the right token: does the rank belong to this job as rank 0 sees it? */
+static zs_status_t zd_boot_check_match(const zd_mesh_params_t *p, const zd_boot_t *b,
+                                       const Zerod__Mesh__V1__MeshHello *h, char *why, size_t wlen)
 {
-    const zd_mesh_params_t *p = &mesh->p;
-    uint8_t mac[ZD_HMAC_LEN];
-
-    *fatal_p = false;
-    if (h->hmac.len != ZD_HMAC_LEN || h->rank >= 65536) {
-        return zs_errf(why, wlen, ZS_ERR_AUTH, "mesh hello from %s: malformed authentication",
-                       h->rank < 65536 ? "a peer" : "a peer with an invalid rank");
-    }
-    zd_hmac(p->token, p->token_len, c->nonce, h->job_id, h->rank, mac);
-    if (CRYPTO_memcmp(mac, h->hmac.data, ZD_HMAC_LEN) != 0) {
-        return zs_errf(why, wlen, ZS_ERR_AUTH,
-                       "mesh hello claiming rank %u of job '%s' from %s has a wrong token (HMAC "
-                       "mismatch: every daemon of a job needs the same token_file)",
-                       h->rank, h->job_id, c->from);
-    }
-    *fatal_p = true;
     if (h->protocol != ZD_MESH_PROTOCOL) {
         return zs_errf(why, wlen, ZS_ERR_VERSION,
                        "rank %u speaks mesh protocol %u (zerod %s), rank 0 speaks %d (%s)", h->rank,
@@ -111,13 +94,37 @@ static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_b
                        h->params_loaded ? "loaded" : "not loaded", (unsigned long long)p->step,
                        p->params_loaded ? "loaded" : "not loaded");
     }
-    if (h->worker_address.len == 0 || h->worker_address.len > 65536 || h->watch_address.len == 0 ||
-        h->watch_address.len > 65536) {
+    if (h->worker_address.len == 0 || h->worker_address.len > 65536 || h->heartbeat_address.len == 0 ||
+        h->heartbeat_address.len > 65536) {
         return zs_errf(why, wlen, ZS_ERR_INVALID,
                        "rank %u sent worker addresses of %zu and %zu bytes", h->rank,
-                       h->worker_address.len, h->watch_address.len);
+                       h->worker_address.len, h->heartbeat_address.len);
     }
     return ZS_OK;
+}
+
+/* Rank 0: check one hello. Fatal mismatches fail formation; a bad token only refuses. */
+static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_boot_conn_t *c,
+                                       const Zerod__Mesh__V1__MeshHello *h, bool *fatal_p,
+                                       char *why, size_t wlen)
+{
+    const zd_mesh_params_t *p = &mesh->p;
+    uint8_t mac[ZD_HMAC_LEN];
+
+    *fatal_p = false;
+    if (h->hmac.len != ZD_HMAC_LEN || h->rank >= 65536) {
+        return zs_errf(why, wlen, ZS_ERR_AUTH, "mesh hello from %s: malformed authentication",
+                       h->rank < 65536 ? "a peer" : "a peer with an invalid rank");
+    }
+    zd_hmac(p->token, p->token_len, c->nonce, h->job_id, h->rank, mac);
+    if (CRYPTO_memcmp(mac, h->hmac.data, ZD_HMAC_LEN) != 0) {
+        return zs_errf(why, wlen, ZS_ERR_AUTH,
+                       "mesh hello claiming rank %u of job '%s' from %s has a wrong token (HMAC "
+                       "mismatch: every daemon of a job needs the same token_file)",
+                       h->rank, h->job_id, c->from);
+    }
+    *fatal_p = true;
+    return zd_boot_check_match(p, b, h, why, wlen);
 }
 
 static void zd_boot_refuse(ucp_ep_h ep, zs_status_t st, const char *why)
@@ -289,16 +296,16 @@ static zs_status_t zd_boot_join(const zd_mesh_t *mesh, zd_boot_conn_t *c,
                                 size_t errlen)
 {
     c->address = malloc(h->worker_address.len);
-    c->watch_address = malloc(h->watch_address.len);
-    if (c->address == NULL || c->watch_address == NULL) {
+    c->heartbeat_address = malloc(h->heartbeat_address.len);
+    if (c->address == NULL || c->heartbeat_address == NULL) {
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory in mesh formation");
     }
     c->joined = true;
     c->rank = h->rank;
     memcpy(c->address, h->worker_address.data, h->worker_address.len);
     c->address_len = h->worker_address.len;
-    memcpy(c->watch_address, h->watch_address.data, h->watch_address.len);
-    c->watch_address_len = h->watch_address.len;
+    memcpy(c->heartbeat_address, h->heartbeat_address.data, h->heartbeat_address.len);
+    c->heartbeat_address_len = h->heartbeat_address.len;
     zs_info(ZS_SUB_MESH, "rank %u joined (%u of %u)", c->rank, joined, mesh->p.world - 1);
     return ZS_OK;
 }
@@ -402,7 +409,7 @@ static zs_status_t zd_boot_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_b
     return zs_errf(err, errlen, st, "%s", why);
 }
 
-/* Everyone is here: the roster of data and watch addresses, sent to each rank. */
+/* Everyone is here: the roster of data and heartbeat addresses, sent to each rank. */
 static zs_status_t zd_boot_welcome(const zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *roster,
                                    char *err, size_t errlen)
 {
@@ -417,23 +424,23 @@ static zs_status_t zd_boot_welcome(const zd_mesh_t *mesh, zd_boot_t *b, zd_roste
     }
     roster->data[0] = (uint8_t *)mesh->address;
     roster->data_len[0] = mesh->address_len;
-    zd_heartbeat_address(mesh->watch, (const uint8_t **)&roster->watch[0], &roster->watch_len[0]);
+    zd_heartbeat_address(mesh->heartbeat, (const uint8_t **)&roster->heartbeat[0], &roster->heartbeat_len[0]);
     for (size_t i = 0; i < b->n_conns; i++) {
         if (b->conns[i].joined) {
             uint32_t r = b->conns[i].rank;
             roster->data[r] = b->conns[i].address;
             roster->data_len[r] = b->conns[i].address_len;
-            roster->watch[r] = b->conns[i].watch_address;
-            roster->watch_len[r] = b->conns[i].watch_address_len;
+            roster->heartbeat[r] = b->conns[i].heartbeat_address;
+            roster->heartbeat_len[r] = b->conns[i].heartbeat_address_len;
         }
     }
     for (uint32_t r = 0; r < world; r++) {
         rb[r] = (ProtobufCBinaryData){roster->data_len[r], roster->data[r]};
-        rb[world + r] = (ProtobufCBinaryData){roster->watch_len[r], roster->watch[r]};
+        rb[world + r] = (ProtobufCBinaryData){roster->heartbeat_len[r], roster->heartbeat[r]};
     }
-    w.n_roster = w.n_watch_roster = world;
+    w.n_roster = w.n_heartbeat_roster = world;
     w.roster = rb;
-    w.watch_roster = rb + world;
+    w.heartbeat_roster = rb + world;
     msg.body_case = ZEROD__MESH__V1__MESH_MSG__BODY_WELCOME;
     msg.welcome = &w;
     for (size_t i = 0; i < b->n_conns; i++) {
@@ -456,7 +463,7 @@ zs_status_t zd_boot_server(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *roster, c
     while (st == ZS_OK && joined < mesh->p.world - 1) {
         zd_boot_msg_t *m;
 
-        if (zd_mesh_cancelled(mesh)) {
+        if (zd_mesh_params_cancelled(&mesh->p)) {
             return zs_errf(err, errlen, ZS_ERR_ABORTED,
                            "mesh formation stopped: the daemon is shutting down");
         }

@@ -13,13 +13,15 @@
 
 typedef Zerod__Mesh__V1__MeshMsg zd_mesh_msg_t;
 
-/* Every rank's worker addresses, by rank: the data worker and the watch worker. The bytes
- * belong to the bootstrap connections, the Welcome or this mesh. */
+/* Every rank's worker addresses, by rank: the data worker and the heartbeat worker. While the
+ * mesh forms the bytes belong to the bootstrap connections or the Welcome; zd_mesh_boot hands
+ * back a roster that owns them (`bytes`). */
 typedef struct zd_roster {
     uint8_t **data;
     size_t *data_len;
-    uint8_t **watch;
-    size_t *watch_len;
+    uint8_t **heartbeat;
+    size_t *heartbeat_len;
+    uint8_t *bytes; /* every address above, when the roster owns them */
 } zd_roster_t;
 
 typedef struct zd_peer_ref {
@@ -39,7 +41,7 @@ struct zd_mesh {
     uint64_t *barrier_seen;
     bool *left; /* ranks whose job ended normally (LEAVE) */
     uint64_t barrier_seq;
-    zd_heartbeat_t *watch; /* liveness: heartbeats and endpoint errors, on a thread of its own */
+    zd_heartbeat_t *heartbeat; /* liveness: heartbeats and endpoint errors, on a thread of its own */
     int efd;
     bool aborted;
     char why[512];
@@ -47,10 +49,17 @@ struct zd_mesh {
     bool closing;
 };
 
-/* Form the mesh (mesh/mesh_boot.c): every rank joins through rank 0's listener, authenticated, and
- * gets the roster; then zd_mesh_connect. Bounded by mesh_timeout. */
-zs_status_t zd_mesh_boot(zd_mesh_t *mesh, char *err, size_t errlen);
-/* Endpoints to every peer's data worker, then the watch (mesh/mesh.c). */
-zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, char *err, size_t errlen);
+/* Form the mesh (mesh/mesh_boot.c): every rank joins through rank 0's listener, authenticated,
+ * and gets the roster, which it owns (zd_roster_free). Bounded by mesh_timeout. */
+zs_status_t zd_mesh_boot(zd_mesh_t *mesh, zd_roster_t *roster, char *err, size_t errlen);
+/* The roster's arrays (mesh/mesh_boot_common.c) and, when it owns them, its bytes. */
+void zd_roster_free(zd_roster_t *r);
+
+/* True once the daemon is shutting down (mesh_params_t.cancel): a formation or a collective
+ * stops waiting. */
+static inline bool zd_mesh_params_cancelled(const zd_mesh_params_t *p)
+{
+    return p->cancel != NULL && atomic_load(p->cancel);
+}
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * Small UCX helpers shared by the mesh (bootstrap and data workers) and the liveness watch:
+ * Small UCX helpers shared by the mesh (bootstrap and data workers) and the heartbeat:
  * context + single-thread worker creation, fire-and-forget active messages carrying a packed
  * MeshMsg, and a bounded endpoint close.
  */
@@ -16,7 +16,7 @@
 
 #define ZD_AM_BOOT  1 /* bootstrap messages (Challenge, MeshHello, Welcome, Refuse) */
 #define ZD_AM_CTRL  2 /* Control messages on the data endpoints (abort, barrier) */
-#define ZD_AM_WATCH 3 /* Control messages on the watch endpoints (heartbeat, abort, leave) */
+#define ZD_AM_HEARTBEAT 3 /* Control messages on the heartbeat endpoints (heartbeat, abort, leave) */
 
 /* A context and a UCS_THREAD_MODE_SINGLE worker. tls: NULL for every transport, or a UCX_TLS
  * value ("tcp"). features: UCP_FEATURE_* bits. */

@@ -128,7 +128,7 @@ def zerod_rank(rank, a, env, daemon_pid, out_dir):
         opt_times.append(time.perf_counter() - t1)
     res = {"times": times[a.warmup:], "opt_times": opt_times[a.warmup:], "pss_kib": pss_kib(),
            "daemon_pss_kib": pss_kib(daemon_pid),
-           "buckets": len(engine._bucket_pieces)}
+           "buckets": len(engine._sess.buckets)}
     engine.close()
     with open(os.path.join(out_dir, "zerod%d.json" % rank), "w") as f:
         json.dump(res, f)

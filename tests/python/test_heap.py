@@ -45,13 +45,14 @@ def child():
            "zero_optimization": {"stage": 2, "reduce_bucket_size": 1 << 20}}
     engine, _, _, _ = zerod.torch.initialize(model=model, config=cfg)
     waiting, accs = [], []
+    stream = engine._grads
     for p in model.parameters():  # after zerod's own hook on p, as zerod.torch hooks it
         if hasattr(p, "register_post_accumulate_grad_hook"):
-            p.register_post_accumulate_grad_hook(lambda _p: waiting.append(len(engine._pending)))
+            p.register_post_accumulate_grad_hook(lambda _p: waiting.append(len(stream._pending)))
             continue
         with torch.enable_grad():
             accs.append(p.expand_as(p).grad_fn.next_functions[0][0])
-        accs[-1].register_hook(lambda *_: waiting.append(len(engine._pending)))
+        accs[-1].register_hook(lambda *_: waiting.append(len(stream._pending)))
     x = torch.randn(8, 2048)
     before = rss_anon_kib()
     for _ in range(5):

@@ -71,7 +71,7 @@ def child(gas, out_path):
     assert twin.a.weight.grad is not None and twin.b.weight.grad is not None
     assert model.a.weight.grad is None
     res = {"pieces": list(engine.landed_pieces), "slots": engine._sess.info["n_slots"],
-           "span": max(len(bs) for bs in engine._buckets_of)}
+           "span": max(len(bs) for bs in engine._grads._buckets_of)}
     engine.close()
     print(json.dumps(res), flush=True)
 

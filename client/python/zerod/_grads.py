@@ -2,13 +2,14 @@
 
 A stage-2 engine copies each parameter's gradient, as its hook sees it, into the slot of each
 bucket holding a piece of it, and submits a bucket's slot once every piece is in; stage 1 adds
-gradients into the full-gradient region. GradientStream is the engine's part that does it
-(ZerodEngine mixes it in): it uses the engine's _sess, _params, _lock, dtype, stage,
-micro_steps, _gas, _in_backward, _hook_error, _handles, _grad_accs and _dev (the CUDA device
-of a device session's regions, None for host memory: the slots and the grads region are then
-device memory, written by torch on the GPU).
+gradients into the full-gradient region. GradientStream is the engine's part that does it: the
+engine makes one once its parameters are bound and hands it a StreamLink, all it takes from the
+engine (the session, the parameters, the lock, dtype, stage and the CUDA device of a device
+session's regions, None for host memory: the slots and the grads region are then device memory,
+written by torch on the GPU).
 """
 import ctypes
+import dataclasses
 import functools
 import os
 
@@ -61,20 +62,62 @@ def _tensor_at(addr, numel, dtype, device=None):
         return torch.empty(0, dtype=dtype, device=device)
     if device is not None:
         # "stream": None: making the view synchronises nothing (the engine syncs where the
-        # daemon is about to read: _sync_device)
+        # daemon is about to read: sync_device)
         return _device_tensor_at(addr, numel, _ZEROD_DTYPE[dtype], device)
     esize = torch.empty((), dtype=dtype).element_size()
     buf = (ctypes.c_uint8 * (numel * esize)).from_address(addr)
     return torch.frombuffer(buf, dtype=dtype)
 
 
+def sync_device(dev):
+    """A device session (dev, the regions' torch.device): wait, on the CPU, until the work
+    queued so far on this thread's current stream of the device is done -- the copies into a
+    slot before it is submitted without an event (ZEROD_SLOT_EVENTS=0), stage 1's additions
+    into the grads region before the step, the initial values before ParamsReady -- since the
+    daemon reads the region from another process, which orders nothing with our streams.
+
+    The current stream is the one the copies went to: a hook runs on the stream of its
+    parameter's AccumulateGrad node, which is the one it then syncs when it completes a
+    bucket, and after backward() the caller's current stream has waited for those streams
+    (torch's stream semantics of backward). A forward on several streams could leave a
+    piece copied early on another stream than the one synced; torch.cuda.synchronize
+    would cover that too, at the cost of waiting for every stream. Host sessions (dev None):
+    nothing."""
+    if dev is not None:
+        torch.cuda.current_stream(dev).synchronize()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StreamLink:
+    """What a GradientStream takes from its engine (ZerodEngine._stream_link)."""
+    sess: object           # the attached libzc Session: layout, slots, grads region
+    params: list           # the parameters in registration order: params[pid]
+    lock: object           # the engine's lock, held around every call into the session
+    dtype: torch.dtype     # the parameters' and the slots' dtype
+    stage: int             # 1: add into the grads region; 2: buckets through slots
+    dev: object            # the regions' CUDA torch.device; None: host memory
+    module: torch.nn.Module  # the engine's module (LandingLinear routes its nn.Linear)
+    offload: bool          # ZeRO-Offload: the parameters are not views of the region
+
+
 class GradientStream:
-    """Buckets, slots and hooks of a ZerodEngine (see the module's text)."""
+    """Buckets, slots and hooks of a ZerodEngine (see the module's text). The engine calls
+    backward() and close(); the hooks call in on their own."""
+
+    def __init__(self, link):
+        self.link = link
+        self._in_backward = False
+        self._hook_error = None
+        self._handles = []
+        self._grad_accs = []
+        self._micro = 0  # the micro-step's index in the accumulation window, for BucketReady
+        self._build_buckets()
+        self._install_hooks()
 
     def _build_buckets(self):
-        s = self._sess
+        s, params = self.link.sess, self.link.params
         # a parameter that crosses a bucket's end is split: each bucket holds pieces
-        self._buckets_of = [[] for _ in self._params]  # [pid] -> buckets holding a piece
+        self._buckets_of = [[] for _ in params]  # [pid] -> buckets holding a piece
         self._bucket_pieces = []  # [bucket] -> [(pid, param offset, slot offset, numel)]
         self._bucket_padded = []
         self._piece_at = []       # [bucket] -> {pid: index of its piece in the bucket}
@@ -94,11 +137,11 @@ class GradientStream:
         self._open = {}
         self._max_open = max(0, s.info["n_slots"] - 1)
         self._grad_views = None
-        if self.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
+        if self.link.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
             gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]
             self._grad_views = [
-                _tensor_at(s.param_grad_ptr(pid), p.numel(), gdtype, self._dev).view(p.shape)
-                for pid, p in enumerate(self._params)]
+                _tensor_at(s.param_grad_ptr(pid), p.numel(), gdtype, self.link.dev)
+                .view(p.shape) for pid, p in enumerate(params)]
         self._reset_micro()
 
     def _reset_micro(self):
@@ -113,7 +156,7 @@ class GradientStream:
 
     def _install_hooks(self):
         post = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")  # torch >= 2.1
-        for pid, p in enumerate(self._params):
+        for pid, p in enumerate(self.link.params):
             if post:
                 h = p.register_post_accumulate_grad_hook(
                     functools.partial(_post_accumulate_hook, self, pid))
@@ -133,23 +176,72 @@ class GradientStream:
                 continue  # the node hook above finishes landed gradients too
             # a weight whose gradient landed gets none through AccumulateGrad (unless it has
             # other users), so its tensor hook does not run: the node's hook does, always
-            p = self._params[pid]
+            p = self.link.params[pid]
             with torch.enable_grad():
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
             self._handles.append(acc.register_hook(
                 functools.partial(_accumulate_node_hook, self, pid)))
             self._grad_accs.append(acc)
 
-    def _uninstall_landing(self):
-        _linear.uninstall(getattr(self, "_landing", []))
+    def close(self):
+        """The engine closes: the hooks go, LandingLinear's routes are undone, and no view of
+        a slot or of the grads region is kept."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        _linear.uninstall(self._landing)
         self._landing = []
+        self._grad_accs = []
+        self._slot_views = {}
+        self._grad_views = None
+
+    def backward(self, scaled, retain_graph, micro):
+        """scaled.backward() with the hooks handing each gradient over; then, stage 2, the
+        buckets not sent yet go. micro: the micro-step's index in the accumulation window.
+        A hook's error is raised here, once autograd has returned."""
+        self._reset_micro()
+        self._micro = micro
+        self._hook_error = None
+        for p in self.link.params:
+            p.grad = None
+        self._in_backward = True
+        try:
+            try:
+                scaled.backward(retain_graph=retain_graph)
+            except BaseException as e:
+                if self._hook_error is not None and e is not self._hook_error:
+                    raise self._hook_error from e
+                raise
+            if self._hook_error is not None:
+                raise self._hook_error
+            if self.link.stage == 2:
+                self._send_the_rest()
+        finally:
+            self._in_backward = False
+            self._pending = {}
+            self._piece_grads = {}
+            self._hook_error = None  # (its traceback holds the backward's frames)
+        if self.link.stage == 2:
+            _trim_heap()
+
+    def _send_the_rest(self):
+        """After a stage-2 backward: finish the landed gradients (their AccumulateGrad hooks
+        always run) and submit every bucket not sent yet."""
+        for pid in sorted(self._landed):
+            self._finish_landed(pid, None)
+        if self._hook_error is not None:
+            raise self._hook_error
+        with self.link.lock, torch.no_grad():
+            for b in range(len(self._bucket_pieces)):
+                if not self._sent[b]:
+                    self._send_bucket(b)
 
     # ---- gradients ----------------------------------------------------------------------
 
     def _grad_ready(self, pid):
         if not self._in_backward or self._hook_error is not None:
             return  # a backward outside engine.backward(): p.grad stays for the caller
-        p = self._params[pid]
+        p = self.link.params[pid]
         g = p.grad
         p.grad = None  # the gradient now lives in a slot / the grads region
         if pid in self._landed:
@@ -158,10 +250,10 @@ class GradientStream:
         if g is None:
             return
         try:
-            with self._lock, torch.no_grad():
+            with self.link.lock, torch.no_grad():
                 if g.is_sparse:
                     g = g.to_dense()
-                if self.stage == 1:
+                if self.link.stage == 1:
                     self._grad_views[pid].add_(g.to(self._grad_views[pid].device))
                     return
                 sent = [b for b in self._buckets_of[pid] if self._sent[b]]
@@ -184,7 +276,7 @@ class GradientStream:
             self._hook_failed(e)
 
     def _hook_failed(self, e):
-        """A hook's error: kept for engine.backward to raise once autograd returns, and every
+        """A hook's error: kept for backward() to raise once autograd returns, and every
         later hook of this backward does nothing. Raised inside the hook, it would stop autograd
         with the graph's pending nodes left in torch's thread-local ready queue, which frees
         them only when the thread ends: at exit, after Python is gone, where freeing a node's
@@ -192,15 +284,15 @@ class GradientStream:
         if self._hook_error is None:
             self._hook_error = e
 
-    def _land_weight_grad(self, pid, g2, x2):
+    def land_weight_grad(self, pid, g2, x2):
         """LandingLinear's backward: pid's gradient, g2^T @ x2, straight into the slot piece
         of each bucket of it that holds a slot or can get one (as _fill_early does: at most
         _max_open held); a piece in a bucket that cannot yet is computed into a buffer of its
         own size that the slot takes when the bucket gets one. False: no piece could land,
         or pid has a gradient already this micro-step, or a bucket of it was sent; the caller
         computes the gradient itself."""
-        with self._lock:
-            if (not self._in_backward or self._hook_error is not None or self.stage != 2
+        with self.link.lock:
+            if (not self._in_backward or self._hook_error is not None or self.link.stage != 2
                     or pid in self._arrived or pid in self._landed):
                 return False
             bs = self._buckets_of[pid]
@@ -215,7 +307,7 @@ class GradientStream:
                         _, poff, _, n = self._bucket_pieces[b][i]
                         slot = self._open.get(b)
                         if slot is None and len(self._open) < self._max_open:
-                            slot = self._sess.slot_acquire(b)
+                            slot = self.link.sess.slot_acquire(b)
                             self._open[b] = slot
                         self.landed_pieces[slot is None] += 1
                         if slot is not None:
@@ -234,7 +326,7 @@ class GradientStream:
         """pid's AccumulateGrad ran after its gradient landed: count its pieces in, add what
         other users of the weight gave (g, or None) and submit the buckets now complete."""
         try:
-            with self._lock, torch.no_grad():
+            with self.link.lock, torch.no_grad():
                 self._landed.discard(pid)
                 self._arrived.add(pid)
                 bs = self._buckets_of[pid]
@@ -273,7 +365,7 @@ class GradientStream:
         if slot is None:
             if len(self._open) >= self._max_open:
                 return
-            slot = self._sess.slot_acquire(b)
+            slot = self.link.sess.slot_acquire(b)
             self._open[b] = slot
         self._put_piece(b, slot, self._piece_at[b][pid])
 
@@ -281,7 +373,7 @@ class GradientStream:
         key = (slot.index, b)
         views = self._slot_views.get(key)
         if views is None:
-            flat = _tensor_at(slot.data, self._bucket_padded[b], self.dtype, self._dev)
+            flat = _tensor_at(slot.data, self._bucket_padded[b], self.link.dtype, self.link.dev)
             views = [flat[soff:soff + n] for _, _, soff, n in self._bucket_pieces[b]]
             self._slot_views[key] = views
         return views
@@ -292,19 +384,19 @@ class GradientStream:
         pid, poff, soff, n = self._bucket_pieces[b][i]
         self._filled[b].add(i)
         own = self._piece_grads.pop((b, i), None)
-        if own is not None:  # a landed gradient's piece (_land_weight_grad)
+        if own is not None:  # a landed gradient's piece (land_weight_grad)
             if n > 0:
-                self._sess.slot_fill(slot, soff, own.data_ptr(), n)
+                self.link.sess.slot_fill(slot, soff, own.data_ptr(), n)
             return
         g = self._pending.get(pid)
         if g is None:
             self._views(slot, b)[i].zero_()
             return
-        if (self._dev is None and g.device.type == "cpu" and g.dtype == self.dtype
+        if (self.link.dev is None and g.device.type == "cpu" and g.dtype == self.link.dtype
                 and g.is_contiguous() and n > 0):
             # zerod's copy: large pieces stream past the caches where that is faster here
             # (host memory only: a device session's slot is written by torch on the GPU)
-            self._sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
+            self.link.sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
         else:
             self._views(slot, b)[i].copy_(g.reshape(-1)[poff:poff + n])
         self._left[pid] -= 1
@@ -317,11 +409,11 @@ class GradientStream:
         gradient this micro-step) and submit it. Called with the lock held."""
         slot = self._open.pop(b, None)
         if slot is None:
-            slot = self._sess.slot_acquire(b)
+            slot = self.link.sess.slot_acquire(b)
         for i in range(len(self._bucket_pieces[b])):
             if i not in self._filled[b]:
                 self._put_piece(b, slot, i)
-        self._sess.slot_submit(slot, self.micro_steps % self._gas, self._slot_event(slot))
+        self.link.sess.slot_submit(slot, self._micro, self._slot_event(slot))
         self._sent[b] = True
 
     def _slot_event(self, slot):
@@ -330,42 +422,25 @@ class GradientStream:
         waits for it before it reads the slot, and the backward goes on at once. One event per
         slot: the slot's SlotFree comes after the daemon's wait, so recording it again for the
         slot's next bucket cannot overtake that wait. (ZEROD_SLOT_EVENTS=0: wait on the CPU
-        instead, the first version's contract, for comparison.) Host sessions: None."""
-        if self._dev is None:
+        instead, for comparison.) Host sessions: None."""
+        if self.link.dev is None:
             return None
         if not _SLOT_EVENTS:
-            self._sync_device()
+            sync_device(self.link.dev)
             return None
         ev = self._slot_events.get(slot.index)
         if ev is None:
             ev = [torch.cuda.Event(interprocess=True), None]
             self._slot_events[slot.index] = ev
-        ev[0].record(torch.cuda.current_stream(self._dev))
+        ev[0].record(torch.cuda.current_stream(self.link.dev))
         if ev[1] is None:  # the handle stays the event's across records
             ev[1] = bytes(ev[0].ipc_handle())
         return ev[1]
 
-    def _sync_device(self):
-        """A device session: wait, on the CPU, until the work queued so far on this thread's
-        current stream of the device is done -- the copies into a slot before it is submitted,
-        stage 1's additions into the grads region before the step, the initial values before
-        ParamsReady -- since the daemon reads the region from another process, which orders
-        nothing with our streams. This is the first version of the contract, CPU-synchronous;
-        interprocess CUDA events (the daemon's stream waiting on ours) come later.
 
-        The current stream is the one the copies went to: a hook runs on the stream of its
-        parameter's AccumulateGrad node, which is the one it then syncs when it completes a
-        bucket, and after backward() the caller's current stream has waited for those streams
-        (torch's stream semantics of backward). A forward on several streams could leave a
-        piece copied early on another stream than the one synced; torch.cuda.synchronize
-        would cover that too, at the cost of waiting for every stream. Host sessions: nothing."""
-        if self._dev is not None:
-            torch.cuda.current_stream(self._dev).synchronize()
+def _post_accumulate_hook(stream, pid, param):
+    stream._grad_ready(pid)
 
 
-def _post_accumulate_hook(engine, pid, param):
-    engine._grad_ready(pid)
-
-
-def _accumulate_node_hook(engine, pid, grad_inputs, grad_outputs):
-    engine._grad_ready(pid)
+def _accumulate_node_hook(stream, pid, grad_inputs, grad_outputs):
+    stream._grad_ready(pid)

@@ -342,6 +342,42 @@ def _bytes(s):
     return None if s is None else (s.encode() if isinstance(s, str) else bytes(s))
 
 
+def _group_array(groups, keep):
+    """The zc_group_t array of attach's groups (their numel arrays appended to keep)."""
+    garr = (_Group * len(groups))()
+    for i, group in enumerate(groups):
+        numels, opts = group[0], group[1]
+        arr = (c_u64 * max(1, len(numels)))(*[int(n) for n in numels])
+        keep.append(arr)
+        garr[i].n_params = len(numels)
+        garr[i].numel = arr
+        garr[i].options_json = _bytes(opts)
+    return garr
+
+
+def _param_info_array(groups, keep):
+    """The zc_param_info_t array of attach's groups' names and shapes, in registration order
+    (appended to keep), or None when no parameter has a name or a shape."""
+    infos = []
+    for group in groups:
+        n = len(group[0])
+        names = group[2] if len(group) > 2 and group[2] is not None else [""] * n
+        shapes = group[3] if len(group) > 3 and group[3] is not None else [()] * n
+        infos += list(zip(names, shapes))
+    if not any(name or shape for name, shape in infos):
+        return None
+    pi = (_ParamInfo * len(infos))()
+    for i, (name, shape) in enumerate(infos):
+        pi[i].name = _bytes(name)
+        shape = [int(d) for d in shape]
+        if 0 < len(shape) <= 8:
+            pi[i].ndim = len(shape)
+            for j, d in enumerate(shape):
+                pi[i].dims[j] = d
+    keep.append(pi)
+    return pi
+
+
 class Session:
     """One libzc session (zc_session_t). Not thread-safe, like the C handle: callers serialize.
 
@@ -383,23 +419,11 @@ class Session:
         "params_shared") and fills self.buckets with the layout."""
         lib = self._lib
         keep = []  # keep the ctypes arrays alive during the call
-        garr = (_Group * len(groups))()
-        for i, group in enumerate(groups):
-            numels, opts = group[0], group[1]
-            arr = (c_u64 * max(1, len(numels)))(*[int(n) for n in numels])
-            keep.append(arr)
-            garr[i].n_params = len(numels)
-            garr[i].numel = arr
-            garr[i].options_json = _bytes(opts)
-        infos = []  # (name, shape) per parameter, registration order
-        for group in groups:
-            n = len(group[0])
-            names = group[2] if len(group) > 2 and group[2] is not None else [""] * n
-            shapes = group[3] if len(group) > 3 and group[3] is not None else [()] * n
-            infos += list(zip(names, shapes))
         ap = _AttachParams()
         ap.field_mask = (_ATTACH_FIELD_JOB_ID | _ATTACH_FIELD_RANK | _ATTACH_FIELD_WORLD
                          | _ATTACH_FIELD_DTYPE | _ATTACH_FIELD_GROUPS | _ATTACH_FIELD_CONFIG_JSON)
+        ap.groups = _group_array(groups, keep)
+        ap.n_groups = len(groups)
         ap.job_id = _bytes(job_id)
         ap.rank = int(rank)
         ap.world = int(world)
@@ -407,8 +431,6 @@ class Session:
             ap.field_mask |= _ATTACH_FIELD_COORDINATOR
             ap.coordinator = _bytes(coordinator)
         ap.dtype = int(dtype)
-        ap.n_groups = len(groups)
-        ap.groups = garr
         ap.config_json = _bytes(config_json)
         if resume is not None:
             if resume not in RESUME:
@@ -419,21 +441,21 @@ class Session:
         if own_slices_only:
             ap.field_mask |= _ATTACH_FIELD_OWN_SLICES
             ap.own_slices_only = 1
-        if any(name or shape for name, shape in infos):
-            pi = (_ParamInfo * len(infos))()
-            for i, (name, shape) in enumerate(infos):
-                pi[i].name = _bytes(name)
-                shape = [int(d) for d in shape]
-                if 0 < len(shape) <= 8:
-                    pi[i].ndim = len(shape)
-                    for j, d in enumerate(shape):
-                        pi[i].dims[j] = d
-            keep.append(pi)
+        pi = _param_info_array(groups, keep)
+        if pi is not None:
             ap.field_mask |= _ATTACH_FIELD_PARAM_INFO
             ap.param_info = pi
         info = _AttachInfo()
         _check(lib, lib.zc_session_attach(self._h, ctypes.byref(ap), ctypes.byref(info)),
                "attach")
+        self._read_attach_info(info)
+        self.buckets = [self._read_bucket(b) for b in range(info.n_buckets)]
+        return dict(self.info)
+
+    def _read_attach_info(self, info):
+        """self.info (and memory, device) from a successful attach's zc_attach_info_t and the
+        session's getters."""
+        lib = self._lib
         self.info = {name: getattr(info, name) for name, _ in _AttachInfo._fields_}
         self.info["resumed"] = bool(info.resumed)
         rep = lib.zc_session_replaced(self._h)
@@ -452,18 +474,19 @@ class Session:
         _check(lib, lib.zc_session_batch(self._h, ctypes.byref(tb), ctypes.byref(mb)), "batch")
         self.info["train_batch_size"] = tb.value
         self.info["train_micro_batch_size_per_gpu"] = mb.value
-        self.buckets = []
-        for b in range(info.n_buckets):
-            bi = _BucketInfo()
-            _check(lib, lib.zc_session_bucket_info(self._h, b, ctypes.byref(bi)))
-            pieces = []
-            for i in range(bi.n_params):
-                pc = _BucketPiece()
-                _check(lib, lib.zc_session_bucket_piece(self._h, b, i, ctypes.byref(pc)))
-                pieces.append((pc.id, pc.param_offset, pc.slot_offset, pc.numel))
-            self.buckets.append({"group": bi.group, "n_params": bi.n_params,
-                                 "numel": bi.numel, "padded": bi.padded, "pieces": pieces})
-        return dict(self.info)
+
+    def _read_bucket(self, b):
+        """Bucket b of the attached layout, as an entry of self.buckets."""
+        lib = self._lib
+        bi = _BucketInfo()
+        _check(lib, lib.zc_session_bucket_info(self._h, b, ctypes.byref(bi)))
+        pieces = []
+        for i in range(bi.n_params):
+            pc = _BucketPiece()
+            _check(lib, lib.zc_session_bucket_piece(self._h, b, i, ctypes.byref(pc)))
+            pieces.append((pc.id, pc.param_offset, pc.slot_offset, pc.numel))
+        return {"group": bi.group, "n_params": bi.n_params, "numel": bi.numel,
+                "padded": bi.padded, "pieces": pieces}
 
     def init_param(self, pid, ptr):
         """A fresh job's initial values of parameter pid (param_numel elements of the session

@@ -4,11 +4,11 @@ A stage-2 engine on host memory hands each gradient to the daemon by copying it 
 bucket's slot (GradientStream). For the weight of an nn.Linear that copy is most of what
 zerod adds to the trainer's backward: the gradient is written once by the matrix product, read
 and written again by the copy (on the 31.7 M MLP of bench/ds_vs_zerod.py, 8-12 ms a step per
-trainer, as much as the daemon's reduce). So the engine runs each eligible Linear through
+trainer, as much as the daemon's reduce). So the stream runs each eligible Linear through
 LandingLinear, whose backward computes the weight's gradient with the matrix product torch's
 own backward uses (grad_output^T @ input, the same call, so the same bits) into the slot
 pieces of that weight, and returns no gradient for it: the parameter's AccumulateGrad node
-then has nothing to store, and the engine's hook on that node (GradientStream._finish_landed)
+then has nothing to store, and the stream's hook on that node (GradientStream._finish_landed)
 counts the pieces as in. A weight split across buckets is computed row range by row range;
 a row cut by a bucket's end comes out of a product of at least _MIN_ROWS rows into a small
 buffer (BLAS computes a single row by another kernel, whose sums round differently).
@@ -39,11 +39,11 @@ def _autocast_on():
 
 
 class LandingLinear(torch.autograd.Function):
-    """F.linear whose backward puts the weight's gradient into the engine's slots."""
+    """F.linear whose backward puts the weight's gradient into the GradientStream's slots."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, engine, pid):
-        ctx.engine, ctx.pid = engine, pid
+    def forward(ctx, x, weight, bias, stream, pid):
+        ctx.stream, ctx.pid = stream, pid
         ctx.save_for_backward(x, weight)
         return F.linear(x, weight, bias)
 
@@ -59,7 +59,7 @@ class LandingLinear(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             g2 = gy.reshape(-1, gy.shape[-1])
             x2 = x.reshape(-1, x.shape[-1])
-            if not ctx.engine._land_weight_grad(ctx.pid, g2, x2):
+            if not ctx.stream.land_weight_grad(ctx.pid, g2, x2):
                 gw = g2.t().mm(x2)
         return gx, gw, gb, None, None
 
@@ -86,31 +86,33 @@ def mm_rows_into(dest, g2, x2, off):
         dest[a - off:e - off].copy_(tmp[a - lo * cols:e - lo * cols])
 
 
-# module -> (engine, its weight's pid): weak both ways, so that a deep copy of the model (whose
-# bound forward follows the copy, which is not here) runs the plain nn.Linear.forward
+# module -> (GradientStream, its weight's pid): weak both ways, so that a deep copy of the model
+# (whose bound forward follows the copy, which is not here) runs the plain nn.Linear.forward
 _ROUTES = weakref.WeakKeyDictionary()
 
 
 def forward(module, x):
     """nn.Linear.forward of a routed module: LandingLinear when the call can land."""
     route = _ROUTES.get(module)
-    engine = route[0]() if route is not None else None
+    stream = route[0]() if route is not None else None
     w = module.weight
-    if (engine is None or not torch.is_grad_enabled() or not w.requires_grad or x.dim() < 2
-            or x.dtype != w.dtype or w is not engine._params[route[1]] or _autocast_on()):
+    if (stream is None or not torch.is_grad_enabled() or not w.requires_grad or x.dim() < 2
+            or x.dtype != w.dtype or w is not stream.link.params[route[1]] or _autocast_on()):
         return torch.nn.Linear.forward(module, x)
-    return LandingLinear.apply(x, w, module.bias, engine, route[1])
+    return LandingLinear.apply(x, w, module.bias, stream, route[1])
 
 
-def install(engine):
-    """Route the eligible nn.Linear modules of engine.module through LandingLinear; returns
-    [(module, pid)] for the engine to hook and, at close, to restore."""
-    if not _ENABLED or engine.stage != 2 or engine._dev is not None \
-            or engine._offload is not None or engine.dtype != torch.float32:
+def install(stream):
+    """Route the eligible nn.Linear modules of the stream's module (stream.link, a StreamLink)
+    through LandingLinear; returns [(module, pid)] for the stream to hook and, at close, to
+    restore."""
+    link = stream.link
+    if not _ENABLED or link.stage != 2 or link.dev is not None or link.offload \
+            or link.dtype != torch.float32:
         return []
-    pid_of = {id(p): pid for pid, p in enumerate(engine._params)}
+    pid_of = {id(p): pid for pid, p in enumerate(link.params)}
     out, taken = [], set()
-    for m in engine.module.modules():
+    for m in link.module.modules():
         if not isinstance(m, torch.nn.Linear) or type(m).forward is not torch.nn.Linear.forward:
             continue  # a subclass with its own forward computes something else
         if "forward" in m.__dict__ or id(m.weight) not in pid_of or m.weight.dim() != 2:
@@ -119,7 +121,7 @@ def install(engine):
         if pid in taken:
             continue  # one module per weight lands; other users take the plain path
         taken.add(pid)
-        _ROUTES[m] = (weakref.ref(engine), pid)
+        _ROUTES[m] = (weakref.ref(stream), pid)
         m.forward = types.MethodType(forward, m)
         out.append((m, pid))
     return out

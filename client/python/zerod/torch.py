@@ -15,189 +15,23 @@ CPU for a CPU-backend daemon (host memory), on cuda:N for `zerod --device cuda:N
 memory; docs/design-notes.md, "Device regions (trainer side)").
 """
 import json
-import os
-import re
-import sys
 import threading
 import time
 import warnings
 
 import torch
 
-from ._codes import (
-    DTYPE_BF16,
-    DTYPE_F16,
-    DTYPE_F32,
-    STATUS,
-    ZC_ERR_BUSY,
-    ZC_ERR_JOB_ENDED,
-    ZC_ERR_LAYOUT_MISMATCH,
-)
-from . import _checkpoint, _setup
+from ._codes import STATUS, ZC_ERR_BUSY, ZC_ERR_JOB_ENDED, ZC_ERR_LAYOUT_MISMATCH
+from . import _checkpoint, _config, _setup
 from ._compat import DeepSpeedSurface, add_config_arguments, init_distributed, zero  # noqa: F401
-from ._grads import _TORCH_DTYPE, GradientStream, _tensor_at, _trim_heap
-from ._libzc import MEMORY_DEVICE, Session, ZerodError, coordinator_from_env
+from ._grads import _TORCH_DTYPE, GradientStream, StreamLink, _tensor_at, sync_device
+from ._libzc import MEMORY_DEVICE, Session, ZerodError
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_distributed",
            "add_config_arguments", "zero"]
 
-# Per-group optimizer options the daemon accepts in a group's options_json (optimizer.params).
-_GROUP_OPTION_KEYS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
-_OPT_DEFAULTS = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
 # Options the daemon fixes at attach time (only lr may change afterwards, with each Step).
 _FIXED_KEYS = ("betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
-
-
-# ---- configuration and environment --------------------------------------------------------
-
-def _load_config(config):
-    if config is None:
-        return {}
-    if isinstance(config, dict):
-        return json.loads(json.dumps(config))  # a private deep copy, and JSON-able
-    if isinstance(config, (str, bytes, os.PathLike)):
-        with open(config, "r") as f:
-            cfg = json.load(f)
-        if not isinstance(cfg, dict):
-            raise ValueError("zerod: config file %s does not hold a JSON object" % config)
-        return cfg
-    raise TypeError("zerod: config must be a dict or the path of a JSON file, not %s"
-                    % type(config).__name__)
-
-
-def _section_enabled(cfg, name):
-    sec = cfg.get(name)
-    return isinstance(sec, dict) and bool(sec.get("enabled", False))
-
-
-def _config_dtype(cfg):
-    fp16, bf16 = _section_enabled(cfg, "fp16"), _section_enabled(cfg, "bf16")
-    if fp16 and bf16:
-        raise ValueError("zerod: config enables both fp16 and bf16")
-    return DTYPE_F16 if fp16 else (DTYPE_BF16 if bf16 else DTYPE_F32)
-
-
-def _config_defaults(cfg):
-    d = dict(_OPT_DEFAULTS)
-    opt = cfg.get("optimizer")
-    if isinstance(opt, dict) and isinstance(opt.get("params"), dict):
-        for k in ("lr", "betas", "eps", "weight_decay"):
-            if k in opt["params"]:
-                d[k] = opt["params"][k]
-    d["betas"] = tuple(d["betas"])
-    return d
-
-
-def _env_int(name, default):
-    v = os.environ.get(name, "")
-    if v == "":
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise ValueError("zerod: %s=%r is not an integer" % (name, v)) from None
-
-
-def _offload_cpu(cfg):
-    """zero_optimization.offload_optimizer.device is "cpu" in the DeepSpeed config."""
-    try:
-        return cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
-    except (KeyError, TypeError):
-        return False
-
-
-def _default_job():
-    stem = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else ""))[0]
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "python"
-    return "torch-" + stem
-
-
-def _read_env(job=None, socket_path=None, device_kind="cpu"):
-    """The torchrun / zerorun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT, ZEROD_SOCKET, ZEROD_JOB, and TORCHELASTIC_RESTART_COUNT (> 0: the launcher
-    restarted this process, so resume="auto" continues the job the daemon kept). Without
-    ZEROD_SOCKET the socket is zerod-<device_kind><LOCAL_RANK>.sock in ZEROD_SOCKET_DIR or
-    /run/zerod, the name zerod gives itself for --device cpu:N or cuda:N."""
-    rank = _env_int("RANK", 0)
-    world = _env_int("WORLD_SIZE", 1)
-    local_rank = _env_int("LOCAL_RANK", rank if world > 1 else 0)
-    if world < 1 or not 0 <= rank < world:
-        raise ValueError("zerod: RANK %d is not below WORLD_SIZE %d" % (rank, world))
-    # rank 0's daemon listens on MASTER_PORT + 1 (or ZEROD_COORDINATOR): torch's store, under
-    # torchrun or after init_process_group, holds MASTER_PORT itself
-    coordinator = coordinator_from_env() if world > 1 else None
-    if world > 1 and coordinator is None:
-        raise ValueError("zerod: WORLD_SIZE %d needs MASTER_ADDR and MASTER_PORT (rank 0's "
-                         "daemon listens on MASTER_PORT + 1) or ZEROD_COORDINATOR=host:port"
-                         % world)
-    # torchrun gives every local rank the same environment: ZEROD_SOCKET_DIR (as zerorun
-    # sets it) finds each rank's own daemon there
-    sock = socket_path or os.environ.get("ZEROD_SOCKET") or os.path.join(
-        os.environ.get("ZEROD_SOCKET_DIR") or "/run/zerod",
-        "zerod-%s%d.sock" % (device_kind, local_rank))
-    job = job or os.environ.get("ZEROD_JOB") or _default_job()
-    return {"rank": rank, "world": world, "local_rank": local_rank,
-            "coordinator": coordinator if world > 1 else None, "socket": sock, "job": job,
-            "restart": _env_int("TORCHELASTIC_RESTART_COUNT", 0) > 0}
-
-
-# ---- parameter groups ---------------------------------------------------------------------
-
-def _collect_groups(model, model_parameters):
-    """[{"params": [tensors in the caller's order], other keys...}], deduplicated."""
-    if model_parameters is None:
-        groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
-    else:
-        if isinstance(model_parameters, torch.Tensor):
-            model_parameters = [model_parameters]
-        mp = list(model_parameters)
-        if mp and all(isinstance(g, dict) for g in mp):
-            groups = []
-            for g in mp:
-                g = dict(g)
-                if "params" not in g:
-                    raise ValueError("zerod: a parameter group dict needs a 'params' entry")
-                ps = g["params"]
-                g["params"] = [ps] if isinstance(ps, torch.Tensor) else list(ps)
-                groups.append(g)
-        elif any(isinstance(g, dict) for g in mp):
-            raise TypeError("zerod: model_parameters mixes tensors and group dicts")
-        else:
-            groups = [{"params": mp}]
-    seen = set()
-    for gi, g in enumerate(groups):
-        if not g["params"]:
-            raise ValueError("zerod: parameter group %d is empty" % gi)
-        for p in g["params"]:
-            if not isinstance(p, torch.Tensor):
-                raise TypeError("zerod: group %d holds a %s, not a tensor" % (gi, type(p).__name__))
-            if not p.requires_grad:
-                raise ValueError("zerod: group %d holds a parameter that does not require grad "
-                                 "(pass model_parameters=[p for p in model.parameters() "
-                                 "if p.requires_grad])" % gi)
-            if id(p) in seen:
-                raise ValueError("zerod: a parameter appears twice in model_parameters")
-            seen.add(id(p))
-    return groups
-
-
-def _registration_order(model, params):
-    """Reverse parameters() order (the order backward produces gradients; docs/semantics.md).
-    Tensors that are not the model's own keep their reverse list order, after the model's."""
-    pos = {id(p): i for i, p in enumerate(model.parameters())}
-    n = len(pos)
-    keyed = [(pos.get(id(p), n + k), p) for k, p in enumerate(params)]
-    keyed.sort(key=lambda kp: kp[0], reverse=True)
-    return [p for _, p in keyed]
-
-
-def _options_json(group):
-    opts = {}
-    for k in _GROUP_OPTION_KEYS:
-        if k in group:
-            v = group[k]
-            opts[k] = [float(x) for x in v] if k == "betas" else v
-    return json.dumps(opts) if opts else None
 
 
 # ---- optimizer facade ---------------------------------------------------------------------
@@ -279,7 +113,7 @@ def _norm_opt(v):
 
 # ---- engine -------------------------------------------------------------------------------
 
-class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
+class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
     """Runs the module and streams its gradients to the local zerod.
 
     Attributes: module, global_steps (optimizer steps the daemon has completed; a step skipped
@@ -298,37 +132,21 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         self.socket_path = env["socket"]
         self._closed = True
         self._lock = threading.RLock()
-        self._in_backward = False
-        self._hook_error = None
-        self._handles = []
-        self._grad_accs = []
+        self._grads = None  # the GradientStream: buckets, slots and the backward hooks
         self._dev = None  # the CUDA device of a device session's regions; None: host memory
         # ZeRO-Offload: the parameters stay the trainer's own tensors on this GPU, the daemon
         # (CPU backend) keeps the optimizer in host memory; None otherwise
         self._offload = None
         self._host_views = None  # offload: each parameter's place in the host params region
 
-        zdtype = _config_dtype(cfg)
+        zdtype = _config.config_dtype(cfg)
         self.dtype = _TORCH_DTYPE[zdtype]
         where = self._params_device(groups)
-
-        # Registration: per group, reverse parameters() order; ids are group-major.
-        reg_groups = [_registration_order(model, g["params"]) for g in groups]
-        self._params = [p for g in reg_groups for p in g]
-        names = {id(p): n for n, p in model.named_parameters()}
-        zc_groups = [([p.numel() for p in ps], _options_json(g),
-                      [names.get(id(p), "") for p in ps], [tuple(p.shape) for p in ps])
-                     for ps, g in zip(reg_groups, groups)]
-
+        zc_groups = self._register(groups)
         self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
                                   attach_wait_s, resume)
         self._closed = False
-        if self._sess.info.get("replaced"):
-            warnings.warn("zerod: a new job replaced the one the daemon kept (%s)"
-                          % self._sess.info["replaced"], stacklevel=3)
-        if self._sess.info.get("ignored_keys"):
-            warnings.warn("zerod: config keys accepted but not used (they change nothing here): "
-                          "%s" % self._sess.info["ignored_keys"], stacklevel=3)
+        self._warn_attach_info()
         try:
             self._dev = self._check_daemon_device(where)
         except BaseException:
@@ -338,22 +156,9 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             # the daemon accepted the config: only now does the model change dtype (a refused
             # one leaves the caller's model as it was)
             self._convert(groups)
-            info = self._sess.info
-            self.resumed = info["resumed"]
-            self.stage = info["stage"]
-            self._gas = max(1, info["gradient_accumulation_steps"])
-            self._train_batch = info["train_batch_size"]
-            self._micro_batch = info["train_micro_batch_size_per_gpu"]
-            self.global_steps = info["step"]
-            self.skipped_steps = 0  # the daemon reports its count with every step
-            self.micro_steps = 0
-            self._loss_scale = info["loss_scale"] if info["loss_scale"] > 0 else 1.0
-            self._grad_norm = None
-            self._step_applied = None
-            self._boundary_override = None
+            self._take_attach_info(self._sess.info)
             self._bind_params()
-            self._build_buckets()
-            self._install_hooks()
+            self._grads = GradientStream(self._stream_link())
         except BaseException:
             self._sess.close()
             self._closed = True
@@ -363,6 +168,48 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         self._progress = _setup.Progress(cfg.get("steps_per_print", 10), self.rank)
 
     # ---- attach -------------------------------------------------------------------------
+
+    def _register(self, groups):
+        """Registration: per group, reverse parameters() order; ids are group-major. Sets
+        self._params; returns the groups as Session.attach takes them."""
+        reg_groups = [_config.registration_order(self.module, g["params"]) for g in groups]
+        self._params = [p for g in reg_groups for p in g]
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        return [([p.numel() for p in ps], _config.options_json(g),
+                 [names.get(id(p), "") for p in ps], [tuple(p.shape) for p in ps])
+                for ps, g in zip(reg_groups, groups)]
+
+    def _warn_attach_info(self):
+        """What the attach reports that the caller should know, as warnings at the line that
+        called initialize()."""
+        info = self._sess.info
+        if info.get("replaced"):
+            warnings.warn("zerod: a new job replaced the one the daemon kept (%s)"
+                          % info["replaced"], stacklevel=4)
+        if info.get("ignored_keys"):
+            warnings.warn("zerod: config keys accepted but not used (they change nothing here): "
+                          "%s" % info["ignored_keys"], stacklevel=4)
+
+    def _take_attach_info(self, info):
+        """The job as the daemons attached it: stage, batch sizes, step and loss scale."""
+        self.resumed = info["resumed"]
+        self.stage = info["stage"]
+        self._gas = max(1, info["gradient_accumulation_steps"])
+        self._train_batch = info["train_batch_size"]
+        self._micro_batch = info["train_micro_batch_size_per_gpu"]
+        self.global_steps = info["step"]
+        self.skipped_steps = 0  # the daemon reports its count with every step
+        self.micro_steps = 0
+        self._loss_scale = info["loss_scale"] if info["loss_scale"] > 0 else 1.0
+        self._grad_norm = None
+        self._step_applied = None
+        self._boundary_override = None
+
+    def _stream_link(self):
+        """What the GradientStream takes from this engine, once the parameters are bound."""
+        return StreamLink(sess=self._sess, params=self._params, lock=self._lock,
+                          dtype=self.dtype, stage=self.stage, dev=self._dev, module=self.module,
+                          offload=self._offload is not None)
 
     @staticmethod
     def _params_device(groups):
@@ -388,7 +235,7 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         on a GPU with a CPU-backend daemon when the config says
         zero_optimization.offload_optimizer.device "cpu" (self._offload is then their GPU)."""
         s = self._sess
-        if s.memory != MEMORY_DEVICE and where.type == "cuda" and _offload_cpu(
+        if s.memory != MEMORY_DEVICE and where.type == "cuda" and _config.offload_cpu(
                 getattr(self, "config", None)):
             self._offload = where
             return None
@@ -506,6 +353,11 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
         if self._closed:
             raise RuntimeError("zerod: %s on a closed engine" % what)
 
+    def _sync_device(self):
+        """A device session: wait until the work queued on this thread's current stream of
+        the device is done (_grads.sync_device); host sessions: nothing."""
+        sync_device(self._dev)
+
     # ---- public API ---------------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
@@ -520,36 +372,7 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
             raise ValueError("zerod: backward needs a scalar loss, got shape %s"
                              % tuple(loss.shape))
         scaled = loss.float() * self._loss_scale if self._loss_scale != 1.0 else loss
-        self._reset_micro()
-        self._hook_error = None
-        for p in self._params:
-            p.grad = None
-        self._in_backward = True
-        try:
-            try:
-                scaled.backward(retain_graph=retain_graph)
-            except BaseException as e:
-                if self._hook_error is not None and e is not self._hook_error:
-                    raise self._hook_error from e
-                raise
-            if self._hook_error is not None:
-                raise self._hook_error
-            if self.stage == 2:
-                for pid in sorted(self._landed):  # (their AccumulateGrad hooks always run)
-                    self._finish_landed(pid, None)
-                if self._hook_error is not None:
-                    raise self._hook_error
-                with self._lock, torch.no_grad():
-                    for b in range(len(self._bucket_pieces)):
-                        if not self._sent[b]:
-                            self._send_bucket(b)
-        finally:
-            self._in_backward = False
-            self._pending = {}
-            self._piece_grads = {}
-            self._hook_error = None  # (its traceback holds the backward's frames)
-        if self.stage == 2:
-            _trim_heap()
+        self._grads.backward(scaled, retain_graph, self.micro_steps % self._gas)
         return loss
 
     def is_gradient_accumulation_boundary(self):
@@ -633,6 +456,11 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
     def loss_scale(self):
         return self._loss_scale
 
+    @property
+    def landed_pieces(self):
+        """Weight gradient pieces LandingLinear computed [into their slot, into a buffer]."""
+        return self._grads.landed_pieces
+
     def get_global_grad_norm(self):
         """The last step's global gradient norm (unscaled, averaged, before clipping); inf when
         it was not finite; None before the first step."""
@@ -681,13 +509,7 @@ class ZerodEngine(DeepSpeedSurface, GradientStream, torch.nn.Module):
                         p.data = p.data.clone()
             self._host_views = None
             self._sync_device()  # the clones have read the device region before it is unmapped
-            for h in self._handles:
-                h.remove()
-            self._handles = []
-            self._uninstall_landing()
-            self._grad_accs = []
-            self._slot_views = {}
-            self._grad_views = None
+            self._grads.close()
             try:
                 self._sess.detach(end_job)
             except ZerodError as e:
@@ -743,6 +565,27 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     that optimizer, or a callable(optimizer); else the config's "scheduler" section. Either is
     stepped after every applied step. Everything is checked before anything changes.
     Returns (engine, optimizer, None, lr_scheduler)."""
+    _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler)
+    cfg = _config.load_config(_config.config_source(config, config_params, args))
+    client_opt = None
+    if optimizer is not None:  # DeepSpeed runs a client optimizer instead of the config's
+        client_opt, cfg, model_parameters = _setup.client_optimizer(optimizer, model,
+                                                                    model_parameters, cfg)
+    sched_cfg = _setup.check_scheduler(cfg) if lr_scheduler is None else None
+    groups = _config.collect_groups(model, model_parameters)
+    # a model on a GPU looks for its local rank's CUDA daemon, as zerorun names its socket
+    # (with offload_optimizer, for its CPU daemon)
+    on_gpu = any(p.device.type == "cuda" for g in groups for p in g["params"])
+    env = _config.read_env(job, socket_path,
+                           "cuda" if on_gpu and not _config.offload_cpu(cfg) else "cpu")
+    engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s, resume)
+    _attach_optimizer(engine, _config.config_defaults(cfg), _optimizer_groups(groups),
+                      lr_scheduler, client_opt, sched_cfg)
+    return engine, engine.optimizer, None, engine.lr_scheduler
+
+
+def _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler):
+    """initialize()'s arguments that zerod refuses, before anything is read or attached."""
     if model is None:
         raise ValueError("zerod: initialize needs model=")
     if resume not in ("auto", "never", "must"):
@@ -752,29 +595,23 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         raise ValueError("zerod: model parallelism (mpu=) is not supported")
     if training_data is not None:
         raise ValueError("zerod: training_data is not supported; build your own DataLoader")
-    if config is None:
-        config = config_params
-    if config is None and args is not None:
-        config = getattr(args, "deepspeed_config", None)
-    cfg = _load_config(config)
-    client_opt = None
-    if optimizer is not None:  # DeepSpeed runs a client optimizer instead of the config's
-        client_opt, cfg, model_parameters = _setup.client_optimizer(optimizer, model,
-                                                                    model_parameters, cfg)
-    sched_cfg = _setup.check_scheduler(cfg) if lr_scheduler is None else None
-    groups = _collect_groups(model, model_parameters)
-    # a model on a GPU looks for its local rank's CUDA daemon, as zerorun names its socket
-    # (with offload_optimizer, for its CPU daemon)
-    on_gpu = any(p.device.type == "cuda" for g in groups for p in g["params"])
-    env = _read_env(job, socket_path, "cuda" if on_gpu and not _offload_cpu(cfg) else "cpu")
-    engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s, resume)
-    defaults = _config_defaults(cfg)
+
+
+def _optimizer_groups(groups):
+    """The attached groups as ZerodOptimizer's param groups (betas as tuples)."""
     opt_groups = []
     for g in groups:
         d = dict(g)
         if "betas" in d:
             d["betas"] = tuple(d["betas"])
         opt_groups.append(d)
+    return opt_groups
+
+
+def _attach_optimizer(engine, defaults, opt_groups, lr_scheduler, client_opt, sched_cfg):
+    """engine.optimizer over opt_groups, and engine.lr_scheduler: the caller's, or the
+    config's "scheduler" section's. On failure the engine closes, keeping its job for
+    job_linger."""
     try:
         engine.optimizer = ZerodOptimizer(engine, opt_groups, defaults)
         if lr_scheduler is not None:
@@ -785,4 +622,3 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     except BaseException:
         engine.close(end_job=False)
         raise
-    return engine, engine.optimizer, None, engine.lr_scheduler

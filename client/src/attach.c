@@ -1,7 +1,8 @@
 /*
- * zc_session_attach: the Attach request, the checks of its reply (layout hash, sizes), the
- * regions the daemon sends (params, slots, stage 1's grads) mapped, and the layout rebuilt
- * here. Part of zc_session (session_int.h).
+ * A job's start on a session: zc_session_attach (the Attach request, the checks of its reply
+ * (layout hash, sizes), the regions the daemon sends (params, slots, stage 1's grads) mapped,
+ * the layout rebuilt here), zc_session_params_ready, and what the two replies said. Part of
+ * zc_session (session_int.h).
  */
 #define _GNU_SOURCE
 #include "session_int.h"
@@ -212,7 +213,7 @@ out:
  * daemon holds it: a stray write faults here instead of changing the optimizer's state. Device
  * memory has no such protection (no mprotect; CUDA's access flags are per device, not per
  * process): a device session's region stays writable, and the trainer must not write it. */
-int zc_params_protect(zc_session_t *s)
+static int zc_params_protect(zc_session_t *s)
 {
     if (!s->params_are_master || s->mem == ZS_MEM_DEVICE ||
         zs_region_protect_read(&s->params) == ZS_OK) {
@@ -277,13 +278,12 @@ static int zc_attach_region(zc_session_t *s, int *fd, size_t size, zs_region_t *
     return ZC_OK;
 }
 
-/* Check the reply's sizes against the layout and map the regions (takes the fds). */
-static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar, int *fds,
-                         uint32_t n_fds)
+/* The reply's fds and region sizes are what the stage and the layout need. */
+static int zc_attach_check_sizes(const zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
+                                 uint32_t n_fds)
 {
     uint32_t want = (s->stage == 1) ? 3 : 2;
     uint64_t need;
-    int status;
 
     if (n_fds < want) {
         return zc_fail(ZC_ERR_PROTOCOL,
@@ -316,6 +316,18 @@ static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
         return zc_fail(ZC_ERR_PROTOCOL, "attach: %u slots of %llu bytes overflow", ar->n_slots,
                        (unsigned long long)ar->slot_bytes);
     }
+    return ZC_OK;
+}
+
+/* Check the reply's sizes against the layout and map the regions (takes the fds). */
+static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar, int *fds,
+                         uint32_t n_fds)
+{
+    int status = zc_attach_check_sizes(s, ar, n_fds);
+
+    if (status != ZC_OK) {
+        return status;
+    }
     status = zc_attach_region(s, &fds[0], (size_t)ar->params_bytes, &s->params, &s->dev_params);
     if (status != ZC_OK) {
         return zc_fail_prefix(status, "attach: the params region");
@@ -340,7 +352,8 @@ static int zc_attach_map(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
     return ZC_OK;
 }
 
-/* Send Attach and wait for its reply (the fds that came with it stay in the connection). */
+/* Send Attach and wait for its reply, its Result OK (the fds that came with it stay in the
+ * connection either way). */
 static int zc_attach_request(zc_session_t *s, const zc_attach_params_t *p, zc_frame_t **reply_p)
 {
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
@@ -370,7 +383,8 @@ static int zc_attach_request(zc_session_t *s, const zc_attach_params_t *p, zc_fr
     zc_attach_fill(p, info.pi != NULL ? &info : NULL, &at, groups, pgroups);
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH;
     req.attach = &at;
-    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY, -1, reply_p);
+    status =
+        zc_session_call(s, &req, ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY, -1, "attach", reply_p);
 
 out_free:
     free(info.names);
@@ -469,10 +483,6 @@ ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *pa
         goto out_close_fds;
     }
     ar = reply->attach_reply;
-    status = zc_result_status(ar->result, "attach");
-    if (status != ZC_OK) {
-        goto out_reply;
-    }
     /* The daemon has attached us: a failure from here on leaves the connection unusable. */
     status = zc_attach_setup(s, params, ar, fds, n_fds);
     if (status != ZC_OK) {
@@ -497,4 +507,81 @@ out_close_fds:
         }
     }
     return status;
+}
+
+/* ---- ParamsReady, and what the replies said ------------------------------------------- */
+
+ZC_API int zc_session_params_ready(zc_session_t *session)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ParamsReady pr = ZEROD__IPC__V1__PARAMS_READY__INIT;
+    const Zerod__Ipc__V1__ParamsReadyReply *pr_reply;
+    zc_frame_t *reply = NULL;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(session, "params_ready");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (session->params_ready) {
+        return zc_fail(ZC_ERR_STATE, "params_ready: %s",
+                       session->resumed ? "the job was resumed; the daemon already holds its "
+                                          "parameters"
+                                        : "already sent");
+    }
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY;
+    req.params_ready = &pr;
+    status = zc_session_call(session, &req, ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY, -1,
+                             "params_ready", &reply);
+    if (status != ZC_OK) {
+        return status;
+    }
+    pr_reply = reply->params_ready_reply;
+    if (pr_reply->restored_from != NULL && pr_reply->restored_from[0] != '\0') {
+        session->restored = true;
+        session->restored_step = pr_reply->step;
+        session->restored_scale = pr_reply->loss_scale;
+    }
+    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    session->params_ready = true;
+    return zc_params_protect(session);
+}
+
+ZC_API const char *zc_session_replaced(zc_session_t *session)
+{
+    return session != NULL ? session->replaced : "";
+}
+
+ZC_API const char *zc_session_ignored_keys(zc_session_t *session)
+{
+    return session != NULL ? session->ignored_keys : "";
+}
+
+ZC_API int zc_session_batch(zc_session_t *session, uint32_t *train_batch_p, uint32_t *micro_p)
+{
+    if (session == NULL || !session->attached) {
+        return zc_fail(ZC_ERR_STATE, "batch: the session is not attached");
+    }
+    if (train_batch_p != NULL) {
+        *train_batch_p = session->train_batch;
+    }
+    if (micro_p != NULL) {
+        *micro_p = session->micro_batch;
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p)
+{
+    if (session == NULL || !session->restored) {
+        return 0;
+    }
+    if (step_p != NULL) {
+        *step_p = session->restored_step;
+    }
+    if (loss_scale_p != NULL) {
+        *loss_scale_p = session->restored_scale;
+    }
+    return 1;
 }

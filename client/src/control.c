@@ -1,8 +1,8 @@
 /*
- * The control queries of zerod/zc.h: the daemon's status and this rank's shard, as plain C
- * structs (zeroctl prints them). The session keeps the reply of each (zc_session_keep), so
- * that the strings handed out and the terms and groups read by index stay valid until the next
- * query of the same kind.
+ * The control queries of zerod/zc_control.h: the daemon's status and this rank's shard, as
+ * plain C structs (zeroctl prints them), and the export of its parameters. The session keeps
+ * the reply of each query (zc_session_keep), so that the strings handed out and the terms and
+ * groups read by index stay valid until the next query of the same kind.
  */
 #include "zc_int.h"
 
@@ -98,14 +98,9 @@ ZC_API int zc_session_daemon_status(zc_session_t *session, int timeout_ms,
     }
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_STATUS;
     req.status = &sr;
-    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY, timeout_ms,
-                                &reply);
+    status = zc_session_call(session, &req, ZEROD__IPC__V1__FRAME__BODY_STATUS_REPLY, timeout_ms,
+                             "status", &reply);
     if (status != ZC_OK) {
-        return status;
-    }
-    status = zc_result_status(reply->status_reply->result, "status");
-    if (status != ZC_OK) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
         return status;
     }
     zc_session_keep(session, ZC_KEPT_STATUS, reply);
@@ -185,14 +180,9 @@ ZC_API int zc_session_shard_info(zc_session_t *session, int timeout_ms, zc_shard
     }
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO;
     req.shard_info = &sr;
-    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY,
-                                timeout_ms, &reply);
+    status = zc_session_call(session, &req, ZEROD__IPC__V1__FRAME__BODY_SHARD_INFO_REPLY,
+                             timeout_ms, "shard", &reply);
     if (status != ZC_OK) {
-        return status;
-    }
-    status = zc_result_status(reply->shard_info_reply->result, "shard");
-    if (status != ZC_OK) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
         return status;
     }
     zc_session_keep(session, ZC_KEPT_SHARD, reply);
@@ -277,18 +267,17 @@ ZC_API int zc_session_export(zc_session_t *session, const char *path, zc_dtype_t
     er.dtype = (Zerod__Ipc__V1__DType)dtype;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_EXPORT_REQUEST;
     req.export_request = &er;
-    status = zc_session_request_fd(session, &req, fd, ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY,
-                                   timeout_ms, &reply);
+    status = zc_session_call_fd(session, &req, fd, ZEROD__IPC__V1__FRAME__BODY_EXPORT_REPLY,
+                                timeout_ms, "export", &reply);
     close(fd);
     if (status != ZC_OK) {
         return status;
     }
-    status = zc_result_status(reply->export_reply->result, "export");
-    if (status == ZC_OK && step_p != NULL) {
+    if (step_p != NULL) {
         *step_p = reply->export_reply->step;
     }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
-    return status;
+    return ZC_OK;
 }
 
 ZC_API int zc_coordinator_from_env(char *buf, size_t len)

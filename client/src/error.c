@@ -55,7 +55,8 @@ int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what)
     if (status == ZC_OK) {
         return ZC_OK;
     }
-    return zc_fail(status, "%s: %s: %s", what, zs_status_name(status),
+    return zc_fail(status, "%s%s%s: %s", what != NULL ? what : "", what != NULL ? ": " : "",
+                   zs_status_name(status),
                    (result->message != NULL && result->message[0] != '\0')
                        ? result->message
                        : zs_status_string(status));

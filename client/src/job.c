@@ -1,8 +1,8 @@
 /*
- * The daemon's job as an operator sees it (zerod/zc.h "the daemon's job"): which job a daemon
- * holds, and ending it (`zeroctl job ls`, `zeroctl job end`). The session keeps each reply
- * (zc_session_keep), so that the strings handed out stay valid until the next call of the
- * same kind.
+ * The daemon's job as an operator sees it (zerod/zc_control.h "the daemon's job"): which job a
+ * daemon holds, and ending it (`zeroctl job ls`, `zeroctl job end`). The session keeps each
+ * reply (zc_session_keep), so that the strings handed out stay valid until the next call of
+ * the same kind.
  */
 #include "zc_int.h"
 
@@ -12,7 +12,7 @@
 
 #define ZC_JOB_INFO_FIELDS (ZC_JOB_INFO_FIELD_JOB | ZC_JOB_INFO_FIELD_LIFE)
 
-/* ipc.proto Resume carries zc_resume_t's values (session.c sends it as it is) */
+/* ipc.proto Resume carries zc_resume_t's values (attach.c sends it as it is) */
 _Static_assert(ZEROD__IPC__V1__RESUME__RESUME_IF_KEPT == (int)ZC_RESUME_IF_KEPT &&
                    ZEROD__IPC__V1__RESUME__RESUME_AUTO == (int)ZC_RESUME_AUTO &&
                    ZEROD__IPC__V1__RESUME__RESUME_NEVER == (int)ZC_RESUME_NEVER &&
@@ -38,14 +38,9 @@ ZC_API int zc_session_job_list(zc_session_t *session, int timeout_ms, uint32_t *
     }
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_JOB_LIST;
     req.job_list = &jl;
-    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_JOB_LIST_REPLY,
-                                timeout_ms, &reply);
+    status = zc_session_call(session, &req, ZEROD__IPC__V1__FRAME__BODY_JOB_LIST_REPLY, timeout_ms,
+                             "job list", &reply);
     if (status != ZC_OK) {
-        return status;
-    }
-    status = zc_result_status(reply->job_list_reply->result, "job list");
-    if (status != ZC_OK) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
         return status;
     }
     *n_jobs_p = (uint32_t)reply->job_list_reply->n_jobs;
@@ -133,18 +128,13 @@ ZC_API int zc_session_job_end(zc_session_t *session, const char *job_id,
     je.job_id = (char *)(job_id != NULL ? job_id : "");
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_JOB_END;
     req.job_end = &je;
-    status = zc_session_request_fd(session, &req, fd, ZEROD__IPC__V1__FRAME__BODY_JOB_END_REPLY,
-                                   (mask & ZC_JOB_END_FIELD_TIMEOUT_MS) ? params->timeout_ms : -1,
-                                   &reply);
+    status = zc_session_call_fd(session, &req, fd, ZEROD__IPC__V1__FRAME__BODY_JOB_END_REPLY,
+                                (mask & ZC_JOB_END_FIELD_TIMEOUT_MS) ? params->timeout_ms : -1,
+                                "job end", &reply);
     if (fd >= 0) {
         close(fd);
     }
     if (status != ZC_OK) {
-        return status;
-    }
-    status = zc_result_status(reply->job_end_reply->result, "job end");
-    if (status != ZC_OK) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
         return status;
     }
     zc_session_keep(session, ZC_KEPT_JOB_END, reply);

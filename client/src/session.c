@@ -1,22 +1,19 @@
 /*
- * zc_session: one connection to the local zerod, the job's layout and the shared regions.
+ * zc_session: one connection to the local zerod. Its frames, the request API the rest of libzc
+ * is built on (zc_session_request, zc_session_call), Hello, open and close, and the checks every
+ * call of an attached session makes. The job's start is attach.c's, its layout queries
+ * layout.c's, the trainer's slots and step train.c's.
  *
  * Frames are handled in order on one thread. SlotFree frames (replies to BucketReady) may
  * arrive while any call waits for its own reply; they are always processed on the way, so a
  * slot comes back whichever call happens to read its SlotFree. A SlotFree with an error is
  * reported by the call that reads it.
  */
-#define _GNU_SOURCE
 #include "session_int.h"
 
-#include "zs/dtype.h"
-
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 zs_deadline_t zc_deadline(const zc_session_t *s, int timeout_ms)
 {
@@ -218,6 +215,31 @@ int zc_session_request_fd(zc_session_t *s, zc_frame_t *request, int fd, zc_body_
     return zc_session_wait_reply(s, request->seq, reply_case, deadline, reply_p);
 }
 
+int zc_session_call(zc_session_t *s, zc_frame_t *request, zc_body_case_t reply_case, int timeout_ms,
+                    const char *what, zc_frame_t **reply_p)
+{
+    return zc_session_call_fd(s, request, -1, reply_case, timeout_ms, what, reply_p);
+}
+
+int zc_session_call_fd(zc_session_t *s, zc_frame_t *request, int fd, zc_body_case_t reply_case,
+                       int timeout_ms, const char *what, zc_frame_t **reply_p)
+{
+    zc_frame_t *reply = NULL;
+    int status;
+
+    status = zc_session_request_fd(s, request, fd, reply_case, timeout_ms, &reply);
+    if (status != ZC_OK) {
+        return status;
+    }
+    status = zc_result_status(zc_frame_result(reply), what);
+    if (status != ZC_OK) {
+        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+        return status;
+    }
+    *reply_p = reply;
+    return ZC_OK;
+}
+
 void zc_session_keep(zc_session_t *session, zc_kept_t kind, zc_frame_t *reply)
 {
     if (session->kept[kind] != NULL) {
@@ -243,6 +265,25 @@ int zc_session_timeout_ms(const zc_session_t *session)
 
 /* ---- open / close ------------------------------------------------------------------ */
 
+/* What the daemon says of itself in its HelloReply, and the session's default deadline raised
+ * to outwait its peer deadline (unless the caller chose one). */
+static void zc_session_take_hello(zc_session_t *s, const Zerod__Ipc__V1__HelloReply *hr)
+{
+    snprintf(s->daemon.version, sizeof(s->daemon.version), "%s", hr->version);
+    snprintf(s->daemon.device, sizeof(s->daemon.device), "%s", hr->device);
+    s->daemon.pid = hr->pid;
+    s->daemon.protocol = hr->protocol;
+    s->daemon.peer_deadline_ms = hr->peer_deadline_ms;
+    if (!s->timeout_set) {
+        /* outwait the daemon: a lost or hung peer is then reported as ERR_PEER_LOST naming the
+         * rank, not as this call's own timeout */
+        uint64_t want = 2 * hr->peer_deadline_ms + ZC_PEER_DEADLINE_MARGIN_MS;
+        if (want > (uint64_t)s->timeout_ms) {
+            s->timeout_ms = want > INT32_MAX ? INT32_MAX : (int)want;
+        }
+    }
+}
+
 static int zc_session_hello(zc_session_t *s)
 {
     Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
@@ -257,51 +298,30 @@ static int zc_session_hello(zc_session_t *s)
         s->control ? ZEROD__IPC__V1__ROLE__ROLE_CONTROL : ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
     req.hello = &hello;
-    status = zc_session_request(s, &req, ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY, -1, &reply);
+    status = zc_session_call(s, &req, ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY, -1, "hello", &reply);
     if (status != ZC_OK) {
         return status;
     }
     hr = reply->hello_reply;
-    status = zc_result_status(hr->result, "hello");
-    if (status == ZC_OK && hr->protocol != ZC_PROTOCOL_VERSION) {
+    if (hr->protocol != ZC_PROTOCOL_VERSION) {
         status = zc_fail(ZC_ERR_VERSION,
                          "hello: daemon speaks protocol %u (zerod %s), libzc %s "
                          "speaks protocol %u",
                          hr->protocol, hr->version, zc_version(), ZC_PROTOCOL_VERSION);
-    }
-    if (status == ZC_OK) {
-        snprintf(s->daemon.version, sizeof(s->daemon.version), "%s", hr->version);
-        snprintf(s->daemon.device, sizeof(s->daemon.device), "%s", hr->device);
-        s->daemon.pid = hr->pid;
-        s->daemon.protocol = hr->protocol;
-        s->daemon.peer_deadline_ms = hr->peer_deadline_ms;
-        if (!s->timeout_set) {
-            /* outwait the daemon: a lost or hung peer is then reported as ERR_PEER_LOST
-             * naming the rank, not as this call's own timeout */
-            uint64_t want = 2 * hr->peer_deadline_ms + ZC_PEER_DEADLINE_MARGIN_MS;
-            if (want > (uint64_t)s->timeout_ms) {
-                s->timeout_ms = want > INT32_MAX ? INT32_MAX : (int)want;
-            }
-        }
+    } else {
+        zc_session_take_hello(s, hr);
     }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     return status;
 }
 
-ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **session_p)
+/* A session not yet connected: no regions, no job, the default deadline. */
+static zc_session_t *zc_session_alloc(void)
 {
-    uint64_t mask = params ? params->field_mask : 0;
-    const char *path = NULL;
-    zc_session_t *s;
-    int status;
+    zc_session_t *s = calloc(1, sizeof(*s));
 
-    zc_error_clear();
-    if (session_p == NULL) {
-        return zc_fail(ZC_ERR_INVALID, "zc_session_open: session_p is NULL");
-    }
-    s = calloc(1, sizeof(*s));
     if (s == NULL) {
-        return zc_fail(ZC_ERR_NO_MEMORY, "zc_session_open: out of memory");
+        return NULL;
     }
     s->conn.fd = -1;
     s->params = (zs_region_t)ZS_REGION_INIT;
@@ -313,11 +333,22 @@ ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **sessio
     s->dev_slots = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
     s->dev_grads = (zk_cuda_region_t)ZK_CUDA_REGION_INIT;
     s->timeout_ms = ZC_DEFAULT_TIMEOUT_MS;
+    return s;
+}
+
+/* The caller's open params (NULL: all defaults) into the session: deadline and role; *path_p
+ * the socket to connect to (else $ZEROD_SOCKET, else ZC_DEFAULT_SOCKET) as given, of which
+ * s->socket_path keeps a copy that may be cut to its size. */
+static int zc_session_configure(zc_session_t *s, const zc_open_params_t *params,
+                                const char **path_p)
+{
+    uint64_t mask = params ? params->field_mask : 0;
+    const char *path;
+
     if (mask & ZC_OPEN_FIELD_TIMEOUT_MS) {
         if (params->timeout_ms <= 0) {
-            status = zc_fail(ZC_ERR_INVALID, "zc_session_open: timeout_ms %d is not positive",
-                             params->timeout_ms);
-            goto err_free;
+            return zc_fail(ZC_ERR_INVALID, "zc_session_open: timeout_ms %d is not positive",
+                           params->timeout_ms);
         }
         s->timeout_ms = params->timeout_ms;
         s->timeout_set = true;
@@ -334,7 +365,28 @@ ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **sessio
         }
     }
     snprintf(s->socket_path, sizeof(s->socket_path), "%s", path);
+    *path_p = path;
+    return ZC_OK;
+}
 
+ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **session_p)
+{
+    const char *path = NULL;
+    zc_session_t *s;
+    int status;
+
+    zc_error_clear();
+    if (session_p == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "zc_session_open: session_p is NULL");
+    }
+    s = zc_session_alloc();
+    if (s == NULL) {
+        return zc_fail(ZC_ERR_NO_MEMORY, "zc_session_open: out of memory");
+    }
+    status = zc_session_configure(s, params, &path);
+    if (status != ZC_OK) {
+        goto err_free;
+    }
     status = zc_conn_connect(&s->conn, path, zs_deadline_in_ms((uint64_t)s->timeout_ms));
     if (status != ZC_OK) {
         goto err_free;
@@ -388,318 +440,4 @@ int zc_session_check_ready(const zc_session_t *s, const char *what)
                          what);
     }
     return status;
-}
-
-ZC_API int zc_session_params_ready(zc_session_t *session)
-{
-    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__ParamsReady pr = ZEROD__IPC__V1__PARAMS_READY__INIT;
-    zc_frame_t *reply = NULL;
-    int status;
-
-    zc_error_clear();
-    status = zc_session_check_attached(session, "params_ready");
-    if (status != ZC_OK) {
-        return status;
-    }
-    if (session->params_ready) {
-        return zc_fail(ZC_ERR_STATE, "params_ready: %s",
-                       session->resumed ? "the job was resumed; the daemon already holds its "
-                                          "parameters"
-                                        : "already sent");
-    }
-    req.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY;
-    req.params_ready = &pr;
-    status = zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY, -1,
-                                &reply);
-    if (status != ZC_OK) {
-        return status;
-    }
-    status = zc_result_status(reply->params_ready_reply->result, "params_ready");
-    if (status == ZC_OK && reply->params_ready_reply->restored_from != NULL &&
-        reply->params_ready_reply->restored_from[0] != '\0') {
-        session->restored = true;
-        session->restored_step = reply->params_ready_reply->step;
-        session->restored_scale = reply->params_ready_reply->loss_scale;
-    }
-    zerod__ipc__v1__frame__free_unpacked(reply, NULL);
-    if (status == ZC_OK) {
-        session->params_ready = true;
-        status = zc_params_protect(session);
-    }
-    return status;
-}
-
-ZC_API const char *zc_session_replaced(zc_session_t *session)
-{
-    return session != NULL ? session->replaced : "";
-}
-
-ZC_API const char *zc_session_ignored_keys(zc_session_t *session)
-{
-    return session != NULL ? session->ignored_keys : "";
-}
-
-ZC_API zc_dtype_t zc_session_grads_dtype(zc_session_t *session)
-{
-    return session != NULL && session->attached ? session->grads_dtype : ZC_DTYPE_F32;
-}
-
-ZC_API int zc_session_batch(zc_session_t *session, uint32_t *train_batch_p, uint32_t *micro_p)
-{
-    if (session == NULL || !session->attached) {
-        return zc_fail(ZC_ERR_STATE, "batch: the session is not attached");
-    }
-    if (train_batch_p != NULL) {
-        *train_batch_p = session->train_batch;
-    }
-    if (micro_p != NULL) {
-        *micro_p = session->micro_batch;
-    }
-    return ZC_OK;
-}
-
-ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p)
-{
-    if (session == NULL || !session->restored) {
-        return 0;
-    }
-    if (step_p != NULL) {
-        *step_p = session->restored_step;
-    }
-    if (loss_scale_p != NULL) {
-        *loss_scale_p = session->restored_scale;
-    }
-    return 1;
-}
-
-/* ---- layout queries ---------------------------------------------------------------- */
-
-/* The public zc_dtype_t, ipc.proto's DType and zs_dtype_t carry the same values: codes.c
- * checks both against ZS_DTYPE_MAP. */
-
-ZC_API size_t zc_dtype_size(zc_dtype_t dtype)
-{
-    zs_dtype_t d;
-
-    return zs_dtype_from_int((long)dtype, &d) == ZS_OK ? zs_dtype_size(d) : 0;
-}
-
-ZC_API const char *zc_dtype_name(zc_dtype_t dtype)
-{
-    zs_dtype_t d;
-
-    return zs_dtype_from_int((long)dtype, &d) == ZS_OK ? zs_dtype_name(d) : "unknown";
-}
-
-ZC_API zc_dtype_t zc_session_dtype(zc_session_t *session)
-{
-    return (session != NULL && session->attached) ? session->dtype : ZC_DTYPE_F32;
-}
-
-static int zc_session_check_param(zc_session_t *s, uint32_t id, const char *what)
-{
-    int status = zc_session_check_attached(s, what);
-
-    if (status == ZC_OK && id >= s->layout->n_params) {
-        status = zc_fail(ZC_ERR_INVALID, "%s: parameter %u is not below %u", what, id,
-                         s->layout->n_params);
-    }
-    return status;
-}
-
-ZC_API void *zc_session_param_ptr(zc_session_t *session, uint32_t id)
-{
-    if (zc_session_check_param(session, id, "param_ptr") != ZC_OK) {
-        return NULL;
-    }
-    return (uint8_t *)session->params.addr +
-           zs_layout_param_by_id(session->layout, id)->offset * session->dsize;
-}
-
-ZC_API int zc_session_params_shared(zc_session_t *session)
-{
-    return zc_session_check_attached(session, "params_shared") == ZC_OK && session->params_shared;
-}
-
-ZC_API int zc_session_memory(zc_session_t *session, int *device_p)
-{
-    int status = zc_session_check_attached(session, "memory");
-
-    if (device_p != NULL) {
-        *device_p = status == ZC_OK ? session->device : -1;
-    }
-    if (status != ZC_OK) {
-        return status;
-    }
-    return session->mem == ZS_MEM_DEVICE ? ZC_MEMORY_DEVICE : ZC_MEMORY_HOST;
-}
-
-ZC_API int zc_session_init_param(zc_session_t *session, uint32_t id, const void *src)
-{
-    const zs_layout_param_t *p;
-    int status = zc_session_check_param(session, id, "init_param");
-
-    if (status != ZC_OK) {
-        return status;
-    }
-    if (session->params_ready) {
-        return zc_fail(ZC_ERR_STATE, "init_param: the job already has its parameters");
-    }
-    if (src == NULL) {
-        return zc_fail(ZC_ERR_INVALID, "init_param: src is NULL");
-    }
-    p = zs_layout_param_by_id(session->layout, id);
-    for (uint32_t b = p->bucket; b <= p->last_bucket; b++) {
-        const zs_layout_bucket_t *bk = &session->layout->buckets[b];
-        /* this rank's slice of bucket b, or the whole bucket */
-        uint64_t lo = session->params_shared ? bk->offset + session->rank * bk->slice : bk->offset;
-        uint64_t hi = session->params_shared ? lo + bk->slice : bk->offset + bk->padded;
-
-        lo = lo > p->offset ? lo : p->offset;
-        hi = hi < p->offset + p->numel ? hi : p->offset + p->numel;
-        if (lo < hi) {
-            uint8_t *dst = (uint8_t *)session->params.addr + lo * session->dsize;
-            const uint8_t *from = (const uint8_t *)src + (lo - p->offset) * session->dsize;
-            size_t bytes = (size_t)(hi - lo) * session->dsize;
-
-            if (session->mem != ZS_MEM_DEVICE) {
-                memcpy(dst, from, bytes);
-            } else if ((status = zc_dev_copy(session, dst, from, bytes, "init_param")) != ZC_OK) {
-                return status;
-            }
-        }
-    }
-    /* a device session's copies are complete before ParamsReady can follow */
-    return session->mem == ZS_MEM_DEVICE ? zc_dev_fence(session, "init_param") : ZC_OK;
-}
-
-ZC_API uint64_t zc_session_param_numel(zc_session_t *session, uint32_t id)
-{
-    if (zc_session_check_param(session, id, "param_numel") != ZC_OK) {
-        return 0;
-    }
-    return zs_layout_param_by_id(session->layout, id)->numel;
-}
-
-int zc_session_check_bucket(zc_session_t *s, uint32_t bucket, const char *what)
-{
-    int status = zc_session_check_attached(s, what);
-
-    if (status == ZC_OK && bucket >= s->layout->n_buckets) {
-        status = zc_fail(ZC_ERR_INVALID, "%s: bucket %u is not below %u", what, bucket,
-                         s->layout->n_buckets);
-    }
-    return status;
-}
-
-ZC_API int zc_session_bucket_info(zc_session_t *session, uint32_t bucket, zc_bucket_info_t *info_p)
-{
-    const zs_layout_bucket_t *b;
-    int status;
-
-    status = zc_session_check_bucket(session, bucket, "bucket_info");
-    if (status != ZC_OK) {
-        return status;
-    }
-    if (info_p == NULL) {
-        return zc_fail(ZC_ERR_INVALID, "bucket_info: info_p is NULL");
-    }
-    b = &session->layout->buckets[bucket];
-    info_p->group = b->group;
-    info_p->n_params = b->n_params;
-    info_p->numel = b->numel;
-    info_p->padded = b->padded;
-    return ZC_OK;
-}
-
-ZC_API int zc_session_param_bucket(zc_session_t *session, uint32_t id, uint32_t *bucket_p,
-                                   uint64_t *offset_p)
-{
-    const zs_layout_param_t *p;
-    int status;
-
-    status = zc_session_check_param(session, id, "param_bucket");
-    if (status != ZC_OK) {
-        return status;
-    }
-    p = zs_layout_param_by_id(session->layout, id);
-    if (bucket_p != NULL) {
-        *bucket_p = p->bucket;
-    }
-    if (offset_p != NULL) {
-        *offset_p = p->offset - session->layout->buckets[p->bucket].offset;
-    }
-    return ZC_OK;
-}
-
-ZC_API int zc_session_bucket_param(zc_session_t *session, uint32_t bucket, uint32_t i,
-                                   uint32_t *id_p)
-{
-    const zs_layout_bucket_t *b;
-    int status;
-
-    status = zc_session_check_bucket(session, bucket, "bucket_param");
-    if (status != ZC_OK) {
-        return status;
-    }
-    b = &session->layout->buckets[bucket];
-    if (i >= b->n_params) {
-        return zc_fail(ZC_ERR_INVALID,
-                       "bucket_param: index %u is not below bucket %u's %u "
-                       "params",
-                       i, bucket, b->n_params);
-    }
-    if (id_p == NULL) {
-        return zc_fail(ZC_ERR_INVALID, "bucket_param: id_p is NULL");
-    }
-    *id_p = session->layout->params[b->first_param + i].id;
-    return ZC_OK;
-}
-
-ZC_API int zc_session_bucket_piece(zc_session_t *session, uint32_t bucket, uint32_t i,
-                                   zc_bucket_piece_t *piece_p)
-{
-    zs_layout_piece_t pc;
-    int status;
-
-    status = zc_session_check_bucket(session, bucket, "bucket_piece");
-    if (status != ZC_OK) {
-        return status;
-    }
-    if (i >= session->layout->buckets[bucket].n_params) {
-        return zc_fail(ZC_ERR_INVALID, "bucket_piece: index %u is not below bucket %u's %u pieces",
-                       i, bucket, session->layout->buckets[bucket].n_params);
-    }
-    if (piece_p == NULL) {
-        return zc_fail(ZC_ERR_INVALID, "bucket_piece: piece_p is NULL");
-    }
-    zs_layout_bucket_piece(session->layout, bucket, i, &pc);
-    piece_p->id = session->layout->params[pc.param].id;
-    piece_p->param_offset = pc.param_offset;
-    piece_p->slot_offset = pc.bucket_offset;
-    piece_p->numel = pc.numel;
-    return ZC_OK;
-}
-
-ZC_API void *zc_session_grads_ptr(zc_session_t *session)
-{
-    if (zc_session_check_attached(session, "grads_ptr") != ZC_OK) {
-        return NULL;
-    }
-    if (session->stage != 1) {
-        zc_fail(ZC_ERR_STATE, "grads_ptr: stage %u has no full-gradient region", session->stage);
-        return NULL;
-    }
-    return session->grads.addr;
-}
-
-ZC_API void *zc_session_param_grad_ptr(zc_session_t *session, uint32_t id)
-{
-    uint8_t *grads = zc_session_grads_ptr(session);
-
-    if (grads == NULL || zc_session_check_param(session, id, "param_grad_ptr") != ZC_OK) {
-        return NULL;
-    }
-    return grads + zs_layout_param_by_id(session->layout, id)->offset * session->gsize;
 }

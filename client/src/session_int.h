@@ -1,7 +1,8 @@
 /*
  * libzc internals of a session, shared by the files that make up zc_session (session.c: the
- * connection, frames and queries; attach.c: attach and the region maps; train.c: slots, step
- * and detach). Nothing else includes it: the rest of libzc goes through zc_int.h.
+ * connection, frames and requests; attach.c: attach, ParamsReady and the region maps;
+ * layout.c: the layout queries; train.c: slots, step and detach; device.c: CUDA copies into
+ * device regions). Nothing else includes it: the rest of libzc goes through zc_int.h.
  */
 #ifndef ZC_SESSION_INT_H
 #define ZC_SESSION_INT_H
@@ -97,13 +98,11 @@ int zc_session_read(zc_session_t *s, zs_deadline_t deadline, zc_frame_t **frame_
 /* Read frames until the one of body reply_case that echoes seq. */
 int zc_session_wait_reply(zc_session_t *s, uint64_t seq, zc_body_case_t reply_case,
                           zs_deadline_t deadline, zc_frame_t **reply_p);
-/* fp32 params are the daemon's master: the params region becomes read-only here. */
-int zc_params_protect(zc_session_t *s);
 /* The session is attached to a job (errors named after `what`). */
 int zc_session_check_attached(const zc_session_t *s, const char *what);
 /* ... and its parameters are there (ParamsReady acknowledged, or a resumed job). */
 int zc_session_check_ready(const zc_session_t *s, const char *what);
-/* ... and `bucket` is one of its buckets. */
+/* ... and `bucket` is one of its buckets (layout.c). */
 int zc_session_check_bucket(zc_session_t *s, uint32_t bucket, const char *what);
 
 #endif

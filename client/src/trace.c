@@ -1,7 +1,7 @@
 /*
- * The daemon's step trace (zerod/zc.h "the step trace", docs/trace.md; `zeroctl trace`). The
- * session keeps the reply (zc_session_keep), so that the job id handed out stays valid and the
- * spans can be read by index until the next trace call.
+ * The daemon's step trace (zerod/zc_control.h "the step trace", docs/trace.md; `zeroctl
+ * trace`). The session keeps the reply (zc_session_keep), so that the job id handed out stays
+ * valid and the spans can be read by index until the next trace call.
  */
 #include "zc_int.h"
 
@@ -59,15 +59,10 @@ ZC_API int zc_session_trace(zc_session_t *session, const zc_trace_params_t *para
     tr.last_step = (mask & ZC_TRACE_FIELD_LAST_STEP) ? params->last_step : 0;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_TRACE;
     req.trace = &tr;
-    status =
-        zc_session_request(session, &req, ZEROD__IPC__V1__FRAME__BODY_TRACE_REPLY,
-                           (mask & ZC_TRACE_FIELD_TIMEOUT_MS) ? params->timeout_ms : -1, &reply);
+    status = zc_session_call(session, &req, ZEROD__IPC__V1__FRAME__BODY_TRACE_REPLY,
+                             (mask & ZC_TRACE_FIELD_TIMEOUT_MS) ? params->timeout_ms : -1, "trace",
+                             &reply);
     if (status != ZC_OK) {
-        return status;
-    }
-    status = zc_result_status(reply->trace_reply->result, "trace");
-    if (status != ZC_OK) {
-        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
         return status;
     }
     zc_session_keep(session, ZC_KEPT_TRACE, reply);

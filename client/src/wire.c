@@ -441,3 +441,29 @@ const char *zc_body_name(zc_body_case_t body)
         protobuf_c_message_descriptor_get_field(&zerod__ipc__v1__frame__descriptor, (unsigned)body);
     return fd != NULL ? fd->name : "unknown";
 }
+
+const Zerod__Ipc__V1__Result *zc_frame_result(const zc_frame_t *frame)
+{
+    /* The body's oneof member (its field number is the body case) and, in its message, the
+     * field `result` of type Result: found through the generated descriptors, so that a reply
+     * added to ipc.proto needs nothing here. */
+    const ProtobufCFieldDescriptor *body, *result;
+    const ProtobufCMessage *msg;
+
+    if (frame->body_case == ZEROD__IPC__V1__FRAME__BODY__NOT_SET) {
+        return NULL;
+    }
+    body = protobuf_c_message_descriptor_get_field(&zerod__ipc__v1__frame__descriptor,
+                                                   (unsigned)frame->body_case);
+    if (body == NULL || body->type != PROTOBUF_C_TYPE_MESSAGE) {
+        return NULL;
+    }
+    msg = *(const ProtobufCMessage *const *)((const uint8_t *)frame + body->offset);
+    result = protobuf_c_message_descriptor_get_field_by_name(
+        (const ProtobufCMessageDescriptor *)body->descriptor, "result");
+    if (msg == NULL || result == NULL || result->type != PROTOBUF_C_TYPE_MESSAGE ||
+        result->descriptor != &zerod__ipc__v1__result__descriptor) {
+        return NULL;
+    }
+    return *(const Zerod__Ipc__V1__Result *const *)((const uint8_t *)msg + result->offset);
+}

@@ -81,6 +81,9 @@ void zc_conn_close_fds(zc_conn_t *conn);
 
 /* "hello_reply", "slot_free", ... for messages. */
 const char *zc_body_name(zc_body_case_t body);
+/* The Result of a frame's body (every reply has one: ipc.proto `Result result = 1`); NULL when
+ * the body carries none or left it out (both read as OK). */
+const Zerod__Ipc__V1__Result *zc_frame_result(const zc_frame_t *frame);
 
 /* ---- request API (session.c) --------------------------------------------------------- */
 
@@ -100,7 +103,7 @@ int zc_session_timeout_ms(const zc_session_t *session);
 /* Send `request` (its seq is set here) and wait for the frame of body `reply_case` that echoes
  * the seq; SlotFree frames that arrive meanwhile are processed. timeout_ms < 0: session
  * default. The caller owns *reply_p (zerod__ipc__v1__frame__free_unpacked). The reply's own
- * Result is not interpreted: the caller checks it (zc_result_status). */
+ * Result is not interpreted: zc_session_call does that. */
 int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_t reply_case,
                        int timeout_ms, zc_frame_t **reply_p);
 /* The same, with a directory descriptor passed along (ipc.proto: the daemon works in it with
@@ -108,19 +111,31 @@ int zc_session_request(zc_session_t *session, zc_frame_t *request, zc_body_case_
 int zc_session_request_fd(zc_session_t *session, zc_frame_t *request, int fd,
                           zc_body_case_t reply_case, int timeout_ms, zc_frame_t **reply_p);
 
+/* zc_session_request(_fd), then the reply's Result (zc_frame_result): OK only when both are,
+ * and then *reply_p is the reply, the caller's to free or to keep (zc_session_keep). A failed
+ * Result frees the reply and keeps "what: NAME: message" for zc_last_error(), or "NAME:
+ * message" with what NULL, for a caller that names every failure itself (zc_fail_prefix). A
+ * failed exchange keeps its own message. */
+int zc_session_call(zc_session_t *session, zc_frame_t *request, zc_body_case_t reply_case,
+                    int timeout_ms, const char *what, zc_frame_t **reply_p);
+int zc_session_call_fd(zc_session_t *session, zc_frame_t *request, int fd,
+                       zc_body_case_t reply_case, int timeout_ms, const char *what,
+                       zc_frame_t **reply_p);
+
 /* A trainer call that needs the job's parameters: the session is attached, ParamsReady was
- * sent, and every submitted slot came back. */
+ * sent, and every submitted slot came back (train.c). */
 int zc_session_prepare_call(zc_session_t *session, int timeout_ms, const char *what);
 
 /* path made absolute against this process's working directory (a daemon's is not ours), into
- * buf; ZC_ERR_INVALID / ZC_ERR_IO named after `what` otherwise. */
+ * buf; ZC_ERR_INVALID / ZC_ERR_IO named after `what` otherwise (dir.c, as the next). */
 int zc_abs_path(const char *what, const char *path, char *buf, size_t len);
 /* The directory `path` (made absolute into abs) opened with this process's rights, for the
  * daemon to work in (*fd_p: close it after the request); create: made first when missing, as
  * `mkdir -p` would (mode 0777 less the umask). Errors name `what` and the path. */
 int zc_dir_open(const char *what, const char *path, bool create, char *abs, size_t len, int *fd_p);
 
-/* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message". */
+/* Status of a reply's Result (OK when absent); when not OK, keeps "what: NAME: message" ("NAME:
+ * message" when what is NULL) (error.c). */
 int zc_result_status(const Zerod__Ipc__V1__Result *result, const char *what);
 
 /* Replies the session keeps for the public calls that read them by index afterwards

@@ -89,87 +89,113 @@ static uint64_t ckpt_bytes(const zs_ckpt_manifest_t *m)
 
 /* ---- ls -------------------------------------------------------------------------------- */
 
+/* What `checkpoint ls` finds in a directory: a table row each on stdout as it goes, and the
+ * lists of the --json answer. */
+typedef struct ckpt_ls {
+    zs_dir_t top;
+    char latest[ZS_CKPT_TAG_MAX]; /* the tag `latest` names; "" when none */
+    int json;
+    cJSON *root, *list, *left, *bad;
+} ckpt_ls_t;
+
+/* A checkpoint whose manifest was read: its row and its object of "checkpoints". */
+static void ckpt_ls_row(ckpt_ls_t *ls, const char *name, const zs_ckpt_manifest_t *m)
+{
+    int latest = strcmp(ls->latest, name) == 0;
+    cJSON *o = cJSON_CreateObject();
+
+    cJSON_AddStringToObject(o, "tag", name);
+    cJSON_AddNumberToObject(o, "step", (double)m->step);
+    cJSON_AddNumberToObject(o, "world", m->world);
+    cJSON_AddNumberToObject(o, "n_params", m->n_params);
+    cJSON_AddNumberToObject(o, "bytes", (double)ckpt_bytes(m));
+    cJSON_AddStringToObject(o, "job_id", m->job_id);
+    cJSON_AddBoolToObject(o, "latest", latest);
+    cJSON_AddItemToArray(ls->list, o);
+    if (!ls->json) {
+        printf("%-24s %10" PRIu64 " %6u %9u %14" PRIu64 " %s\n", name, m->step, m->world,
+               m->n_params, ckpt_bytes(m), latest ? "latest" : "");
+    }
+}
+
+/* One entry of the directory: a leftover of an unfinished save, a checkpoint (its manifest
+ * trusted or not), or something else, left out. */
+static void ckpt_ls_entry(ckpt_ls_t *ls, const char *name)
+{
+    zs_ckpt_manifest_t *m = NULL;
+    zs_dir_t sub = ZS_DIR_INIT;
+    char err[1024];
+    zs_status_t st;
+
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        return;
+    }
+    if (strncmp(name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) == 0 ||
+        strncmp(name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) == 0) {
+        cJSON_AddItemToArray(ls->left, cJSON_CreateString(name));
+        if (!ls->json) {
+            printf("%-24s (left by an unfinished save; the next save removes it)\n", name);
+        }
+        return;
+    }
+    if (zs_dir_sub(&ls->top, name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, err, sizeof(err)) != ZS_OK ||
+        !zs_dir_has(&sub, ZS_CKPT_MANIFEST, NULL)) {
+        zs_dir_close(&sub);
+        return; /* not a checkpoint */
+    }
+    st = zs_ckpt_manifest_read(&sub, &m, err, sizeof(err));
+    zs_dir_close(&sub);
+    if (st != ZS_OK) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "tag", name);
+        cJSON_AddStringToObject(o, "error", err);
+        cJSON_AddItemToArray(ls->bad, o);
+        if (!ls->json) {
+            printf("%-24s (not trusted: %s)\n", name, err);
+        }
+        return;
+    }
+    ckpt_ls_row(ls, name, m);
+    zs_ckpt_manifest_free(m);
+}
+
 static int ckpt_ls(const char *dir, int json)
 {
-    char latest[ZS_CKPT_TAG_MAX] = "", err[1024];
-    zs_dir_t top = ZS_DIR_INIT;
-    DIR *d = zs_dir_open(&top, dir, err, sizeof(err)) == ZS_OK ? opendir(dir) : NULL;
+    ckpt_ls_t ls = {.top = ZS_DIR_INIT, .latest = "", .json = json};
+    char err[1024];
+    DIR *d = zs_dir_open(&ls.top, dir, err, sizeof(err)) == ZS_OK ? opendir(dir) : NULL;
     struct dirent *e;
-    cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "checkpoints");
-    cJSON *left = cJSON_AddArrayToObject(root, "leftovers");
-    cJSON *bad = cJSON_AddArrayToObject(root, "unverified");
 
+    ls.root = cJSON_CreateObject();
+    ls.list = cJSON_AddArrayToObject(ls.root, "checkpoints");
+    ls.left = cJSON_AddArrayToObject(ls.root, "leftovers");
+    ls.bad = cJSON_AddArrayToObject(ls.root, "unverified");
     if (d == NULL) {
         zctl_error(errno == ENOENT ? ZC_ERR_NOT_FOUND : ZC_ERR_IO, "checkpoint dir %s: %s", dir,
                    strerror(errno));
-        zs_dir_close(&top);
-        cJSON_Delete(root);
+        zs_dir_close(&ls.top);
+        cJSON_Delete(ls.root);
         return ZC_EXIT_BAD;
     }
-    if (zs_ckpt_resolve(&top, NULL, latest, sizeof(latest), err, sizeof(err)) != ZS_OK) {
-        latest[0] = '\0';
+    if (zs_ckpt_resolve(&ls.top, NULL, ls.latest, sizeof(ls.latest), err, sizeof(err)) != ZS_OK) {
+        ls.latest[0] = '\0';
     }
     if (!json) {
         printf("%-24s %10s %6s %9s %14s %s\n", "TAG", "STEP", "WORLD", "PARAMS", "BYTES", "");
     }
     while ((e = readdir(d)) != NULL) {
-        zs_ckpt_manifest_t *m = NULL;
-        zs_dir_t sub = ZS_DIR_INIT;
-        zs_status_t st;
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
-            continue;
-        }
-        if (strncmp(e->d_name, ZS_CKPT_TMP_PREFIX, strlen(ZS_CKPT_TMP_PREFIX)) == 0 ||
-            strncmp(e->d_name, ZS_CKPT_OLD_PREFIX, strlen(ZS_CKPT_OLD_PREFIX)) == 0) {
-            cJSON_AddItemToArray(left, cJSON_CreateString(e->d_name));
-            if (!json) {
-                printf("%-24s (left by an unfinished save; the next save removes it)\n", e->d_name);
-            }
-            continue;
-        }
-        if (zs_dir_sub(&top, e->d_name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, err, sizeof(err)) !=
-                ZS_OK ||
-            !zs_dir_has(&sub, ZS_CKPT_MANIFEST, NULL)) {
-            zs_dir_close(&sub);
-            continue; /* not a checkpoint */
-        }
-        st = zs_ckpt_manifest_read(&sub, &m, err, sizeof(err));
-        zs_dir_close(&sub);
-        if (st != ZS_OK) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "tag", e->d_name);
-            cJSON_AddStringToObject(o, "error", err);
-            cJSON_AddItemToArray(bad, o);
-            if (!json) {
-                printf("%-24s (not trusted: %s)\n", e->d_name, err);
-            }
-            continue;
-        }
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "tag", e->d_name);
-        cJSON_AddNumberToObject(o, "step", (double)m->step);
-        cJSON_AddNumberToObject(o, "world", m->world);
-        cJSON_AddNumberToObject(o, "n_params", m->n_params);
-        cJSON_AddNumberToObject(o, "bytes", (double)ckpt_bytes(m));
-        cJSON_AddStringToObject(o, "job_id", m->job_id);
-        cJSON_AddBoolToObject(o, "latest", strcmp(latest, e->d_name) == 0);
-        cJSON_AddItemToArray(list, o);
-        if (!json) {
-            printf("%-24s %10" PRIu64 " %6u %9u %14" PRIu64 " %s\n", e->d_name, m->step, m->world,
-                   m->n_params, ckpt_bytes(m), strcmp(latest, e->d_name) == 0 ? "latest" : "");
-        }
-        zs_ckpt_manifest_free(m);
+        ckpt_ls_entry(&ls, e->d_name);
     }
     closedir(d);
-    zs_dir_close(&top);
+    zs_dir_close(&ls.top);
     if (json) {
-        cJSON_AddNumberToObject(root, "schema_version", 1);
-        cJSON_AddStringToObject(root, "command", "checkpoint ls");
-        cJSON_AddStringToObject(root, "dir", dir);
-        cJSON_AddStringToObject(root, "latest", latest);
-        return zctl_print_json(root, 0) == ZCTL_EXIT_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
+        cJSON_AddNumberToObject(ls.root, "schema_version", 1);
+        cJSON_AddStringToObject(ls.root, "command", "checkpoint ls");
+        cJSON_AddStringToObject(ls.root, "dir", dir);
+        cJSON_AddStringToObject(ls.root, "latest", ls.latest);
+        return zctl_print_json(ls.root, 0) == ZCTL_EXIT_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
     }
-    cJSON_Delete(root);
+    cJSON_Delete(ls.root);
     return ZC_EXIT_OK;
 }
 
@@ -321,34 +347,53 @@ static int ckpt_export_data(const zs_ckpt_manifest_t *m, const zs_layout_t *layo
     return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
 }
 
+/* OUT's directory (into outdir), and OUT.tmp in it (into tmp) until the file is whole; returns
+ * OUT's name in its directory. */
+static const char *ckpt_export_paths(const char *out, char *outdir, size_t outdir_len, char *tmp,
+                                     size_t tmp_len)
+{
+    const char *slash = strrchr(out, '/');
+    const char *name = slash == NULL ? out : slash + 1;
+
+    zs_ckpt_pathf(outdir, outdir_len, "%.*s",
+                  slash == NULL  ? 1
+                  : slash == out ? 1
+                                 : (int)(slash - out),
+                  slash == NULL ? "." : out);
+    zs_ckpt_pathf(tmp, tmp_len, "%s.tmp", name);
+    return name;
+}
+
+/* The safetensors header of every parameter: its name, dtype and shape; NULL when out of
+ * memory. */
+static zs_st_meta_t *ckpt_export_meta(const zs_ckpt_manifest_t *m, bool bf16)
+{
+    zs_st_meta_t *meta = calloc(m->n_params ? m->n_params : 1, sizeof(*meta));
+
+    for (uint32_t i = 0; meta != NULL && i < m->n_params; i++) {
+        meta[i] = (zs_st_meta_t){m->params[i].name, bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32,
+                                 m->params[i].ndim, m->params[i].dims};
+    }
+    return meta;
+}
+
 static int ckpt_export_run(const ckpt_export_t *x, const zs_dir_t *ckpt,
                            const zs_ckpt_manifest_t *m, unsigned tensor, bool bf16)
 {
     char err[1024], tmp[4096], step_s[32], outdir[4096];
-    const char *path = ckpt->shown, *slash = strrchr(x->out, '/'), *name;
+    const char *path = ckpt->shown;
+    const char *name = ckpt_export_paths(x->out, outdir, sizeof(outdir), tmp, sizeof(tmp));
     zs_dir_t od = ZS_DIR_INIT;
     zs_layout_t *layout = NULL;
     zs_ckpt_reader_t *rd = NULL;
     zs_st_writer_t *w = NULL;
-    zs_st_meta_t *meta = calloc(m->n_params ? m->n_params : 1, sizeof(*meta));
+    zs_st_meta_t *meta = ckpt_export_meta(m, bf16);
     const char *kv[] = {"format", "pt",          "zerod_step",
                         step_s,   "zerod_state", zs_ckpt_tensor_names[tensor]};
     int rc = ZC_EXIT_BAD;
     zs_status_t st;
 
     snprintf(step_s, sizeof(step_s), "%" PRIu64, m->step);
-    /* OUT's directory, and OUT.tmp in it until the file is whole */
-    zs_ckpt_pathf(outdir, sizeof(outdir), "%.*s",
-                  slash == NULL     ? 1
-                  : slash == x->out ? 1
-                                    : (int)(slash - x->out),
-                  slash == NULL ? "." : x->out);
-    name = slash == NULL ? x->out : slash + 1;
-    zs_ckpt_pathf(tmp, sizeof(tmp), "%s.tmp", name);
-    for (uint32_t i = 0; meta != NULL && i < m->n_params; i++) {
-        meta[i] = (zs_st_meta_t){m->params[i].name, bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32,
-                                 m->params[i].ndim, m->params[i].dims};
-    }
     st = meta != NULL ? zs_ckpt_layout(m, &layout, err, sizeof(err)) : ZS_ERR_NO_MEMORY;
     if (st == ZS_OK) {
         st = zs_ckpt_reader_open(ckpt, m, &rd, err, sizeof(err));

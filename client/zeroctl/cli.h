@@ -2,8 +2,8 @@
  * What every zeroctl command shares (cli.c): exit codes, the JSON output and its error object,
  * usage errors from getopt, and the daemon sockets of a directory.
  *
- * Errors: a command reports each with zctl_error() (a line "zeroctl: MESSAGE" on stderr, as
- * ever). main() ends every command with zctl_finish(): under --json, a command that failed
+ * Errors: a command reports each with zctl_error() (a line "zeroctl: MESSAGE" on stderr).
+ * main() ends every command with zctl_finish(): under --json, a command that failed
  * without printing its JSON output prints instead
  *
  *   {"schema_version": 1, "command": "status", "error": {"status": "ERR_UNREACHABLE",
@@ -22,7 +22,8 @@
 #define ZCTL_MAX_DAEMONS    256 /* sockets asked at once (-s, or those of a directory) */
 #define ZCTL_SOCKET_MAX     108 /* sizeof(sockaddr_un.sun_path) */
 
-/* conventions.md "Command-line tools" */
+/* Exit codes, the same for every command: 0 ok, 1 the daemon returned an error, 2 usage, 7 the
+ * daemon unreachable. */
 enum {
     ZCTL_EXIT_OK = 0,
     ZCTL_EXIT_DAEMON = 1,

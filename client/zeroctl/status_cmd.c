@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ZST_TIMEOUT_MS      10000 /* one daemon (as ever) */
+#define ZST_TIMEOUT_MS      10000 /* one daemon */
 #define ZST_HOST_TIMEOUT_MS 5000  /* each daemon of the host table */
 #define ZST_MIB             (1024.0 * 1024.0)
 
@@ -412,7 +412,7 @@ static int zst_single(const zeroctl_status_opts_t *o)
 
     zst_query(&d);
     if (d.status != ZC_OK) {
-        /* as ever: a session that did not open is unreachable (7) or a bad path (2) */
+        /* a session that did not open is unreachable (7) or a bad path (2) */
         zctl_error_json(o->loop_s > 0, d.status, "%s", d.msg);
         rc = d.opened ? ZCTL_EXIT_DAEMON
                       : (d.status == ZC_ERR_INVALID ? ZCTL_EXIT_USAGE : zctl_exit_of(d.status));

@@ -7,9 +7,9 @@
  *   zeroctl [--json] checkpoint ls|verify|export ...   (files only: ckpt_cmd.c)
  *   zeroctl export --checkpoint CKPT ... OUT
  *
- * Exit codes (conventions.md): 0 ok, 1 the daemon returned an error, 2 usage, 7 daemon
- * unreachable. --json prints one object with "schema_version" (the stable interface), also for
- * an error (cli.h); the human output is a table with units in the header.
+ * Exit codes: 0 ok, 1 the daemon returned an error, 2 usage, 7 daemon unreachable (cli.h).
+ * --json prints one object with "schema_version" (the stable interface), also for an error
+ * (cli.h); the human output is a table with units in the header.
  */
 #define _GNU_SOURCE
 #include "ckpt_cmd.h"

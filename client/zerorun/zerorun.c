@@ -11,14 +11,11 @@
  */
 #define _GNU_SOURCE
 #include "zr_int.h"
-#include "zs/version.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
-#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -32,229 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ZR_DEFAULT_SOCKET_DIR "/run/zerod"
-#define ZR_DEFAULT_TIMEOUT_S  30.0
-#define ZR_TOKEN_BYTES        32
-
-enum {
-    OPT_SPAWN = 1000,
-    OPT_ADDR,
-    OPT_PORT,
-    OPT_JOB,
-    OPT_SOCKET_DIR,
-    OPT_DAEMON,
-    OPT_TIMEOUT,
-    OPT_KEEP_LOGS,
-    OPT_DEVICE,
-    OPT_VERSION,
-};
-
-typedef struct zr_opts {
-    int nproc;
-    bool spawn_daemons;
-    bool keep_logs;
-    const char *master_addr;
-    const char *master_port; /* NULL: find a free one */
-    const char *job;         /* NULL: zerorun-<pid>-<time> */
-    const char *socket_dir;
-    const char *daemon;
-    const char *device; /* cpu, cuda or auto */
-    double timeout_s;
-    char **cmd;
-} zr_opts_t;
-
-static void zr_usage(FILE *out)
-{
-    fprintf(
-        out,
-        "Usage: zerorun --nproc N [OPTIONS] -- CMD [ARGS...]\n"
-        "Run N ranks of a training command on this host (like torchrun), optionally with a\n"
-        "private zerod per rank.\n"
-        "\n"
-        "Options:\n"
-        "  -n, --nproc N          number of ranks (1..%d)\n"
-        "      --spawn-daemons    start one zerod per rank (--device cpu:<rank> or\n"
-        "                         cuda:<rank>) in a private directory, wait for each to be\n"
-        "                         ready, stop them at the end\n"
-        "      --device KIND      the daemons' devices: cpu (cpu:<rank>), cuda (cuda:<rank>:\n"
-        "                         one GPU per rank) or auto (default: cuda when this host has\n"
-        "                         a GPU per rank, /dev/nvidia<N>, else cpu)\n"
-        "      --master-addr A    MASTER_ADDR (default 127.0.0.1)\n"
-        "      --master-port P    MASTER_PORT (default: a free TCP port on MASTER_ADDR)\n"
-        "      --job ID           ZEROD_JOB (default: zerorun-<pid>-<unix time>)\n"
-        "      --socket-dir DIR   without --spawn-daemons: where the daemons' sockets are\n"
-        "                         (default $ZEROD_SOCKET_DIR, else %s); with it: where the\n"
-        "                         private directory is made (default $XDG_RUNTIME_DIR, else /tmp)\n"
-        "      --daemon PATH      zerod binary (default: zerod next to zerorun, then\n"
-        "                         ../daemon/zerod from a build tree, then $PATH)\n"
-        "      --timeout SEC      deadline for the daemons to be ready (default %g)\n"
-        "      --keep-logs        keep the private directory (daemon logs) after a good run\n"
-        "  -h, --help             print this help and exit\n"
-        "      --version          print the version and exit\n"
-        "\n"
-        "Each rank i gets torchrun's environment of one node: RANK=i, LOCAL_RANK=i,\n"
-        "ROLE_RANK=i, WORLD_SIZE=N, LOCAL_WORLD_SIZE=N, ROLE_WORLD_SIZE=N, GROUP_RANK=0,\n"
-        "GROUP_WORLD_SIZE=1, ROLE_NAME=default, MASTER_ADDR, MASTER_PORT (rank 0's daemon\n"
-        "listens on MASTER_PORT + 1; torch's store may take MASTER_PORT),\n"
-        "TORCHELASTIC_RESTART_COUNT=0, TORCHELASTIC_MAX_RESTARTS=0, TORCHELASTIC_RUN_ID=<job>,\n"
-        "TORCHELASTIC_USE_AGENT_STORE=False, and OMP_NUM_THREADS=1 when N > 1 and it is not\n"
-        "set (a notice says so); and zerod's: ZEROD_JOB=<job> and ZEROD_SOCKET, the socket of\n"
-        "daemon i with --spawn-daemons, else DIR/zerod-cpu<i>.sock (or zerod-cuda<i>.sock; DIR\n"
-        "as for --socket-dir), the name zerod gives itself with --device cpu:<i> (cuda:<i>)\n"
-        "--socket auto. A trainer on a GPU uses cuda:$LOCAL_RANK, its daemon's.\n"
-        "zerorun never restarts a trainer (TORCHELASTIC_RESTART_COUNT stays 0): a job whose\n"
-        "trainer died, run again, starts afresh with zerod.torch's resume=\"auto\".\n"
-        "\n"
-        "A CMD ending in .py runs as \"$PYTHON -u CMD ARGS...\" (python3 from $PATH when PYTHON\n"
-        "is unset), as torchrun runs a script. Trainers read /dev/null as stdin; every line\n"
-        "they write to stdout or stderr comes out on zerorun's stdout or stderr as\n"
-        "\"[rank i] line\".\n"
-        "\n"
-        "With --spawn-daemons, the private directory (mode 0700) holds the sockets, a random\n"
-        "job token (token, mode 0600, given to each zerod as --token-file) and each daemon's\n"
-        "output (zerod-<i>.log). It is removed at the end, unless the job failed or --keep-logs\n"
-        "is given: then its path is printed.\n"
-        "\n"
-        "On the first rank that fails, zerorun prints its rank and exit code or signal, sends\n"
-        "SIGTERM to the others (SIGKILL %d s later) and exits 1. SIGINT, SIGTERM or SIGHUP stop\n"
-        "the trainers, then the daemons, the same way (a second signal kills at once); zerorun\n"
-        "then exits 128+signal. Each child runs in a process group of its own, killed when the\n"
-        "child exits. Children die with zerorun even if it is SIGKILLed (their own children\n"
-        "and the private directory then outlive it).\n"
-        "\n"
-        "Exit status: 0 every rank succeeded, 1 a rank or daemon failed, 2 usage error,\n"
-        "130/143/129 stopped by SIGINT/SIGTERM/SIGHUP.\n",
-        ZR_MAX_NPROC, ZR_DEFAULT_SOCKET_DIR, ZR_DEFAULT_TIMEOUT_S, ZR_GRACE_MS / 1000);
-}
-
-static int zr_usage_error(void)
-{
-    fprintf(stderr, "Try 'zerorun --help'.\n");
-    return ZR_EXIT_USAGE;
-}
-
-/* Returns -1 to go on, else the exit status. */
-static int zr_parse_opts(int argc, char **argv, zr_opts_t *o)
-{
-    static const struct option longopts[] = {
-        {"nproc", required_argument, NULL, 'n'},
-        {"spawn-daemons", no_argument, NULL, OPT_SPAWN},
-        {"master-addr", required_argument, NULL, OPT_ADDR},
-        {"master-port", required_argument, NULL, OPT_PORT},
-        {"job", required_argument, NULL, OPT_JOB},
-        {"socket-dir", required_argument, NULL, OPT_SOCKET_DIR},
-        {"daemon", required_argument, NULL, OPT_DAEMON},
-        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"keep-logs", no_argument, NULL, OPT_KEEP_LOGS},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    char *end;
-    long v;
-    int c;
-
-    memset(o, 0, sizeof(*o));
-    o->master_addr = "127.0.0.1";
-    o->device = "auto";
-    o->timeout_s = ZR_DEFAULT_TIMEOUT_S;
-    /* '+': stop at CMD, so that its own options are not ours even without "--" */
-    while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'n':
-            v = strtol(optarg, &end, 10);
-            if (optarg[0] == '\0' || *end != '\0' || v < 1 || v > ZR_MAX_NPROC) {
-                fprintf(stderr, "zerorun: --nproc '%s' is not an integer in 1..%d\n", optarg,
-                        ZR_MAX_NPROC);
-                return zr_usage_error();
-            }
-            o->nproc = (int)v;
-            break;
-        case OPT_SPAWN:
-            o->spawn_daemons = true;
-            break;
-        case OPT_ADDR:
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "zerorun: --master-addr is empty\n");
-                return zr_usage_error();
-            }
-            o->master_addr = optarg;
-            break;
-        case OPT_PORT:
-            v = strtol(optarg, &end, 10);
-            if (optarg[0] == '\0' || *end != '\0' || v < 1 || v > 65535) {
-                fprintf(stderr, "zerorun: --master-port '%s' is not a port in 1..65535\n", optarg);
-                return zr_usage_error();
-            }
-            o->master_port = optarg;
-            break;
-        case OPT_JOB:
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "zerorun: --job is empty\n");
-                return zr_usage_error();
-            }
-            o->job = optarg;
-            break;
-        case OPT_SOCKET_DIR:
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "zerorun: --socket-dir is empty\n");
-                return zr_usage_error();
-            }
-            o->socket_dir = optarg;
-            break;
-        case OPT_DAEMON:
-            if (strchr(optarg, '/') != NULL && access(optarg, X_OK) != 0) {
-                fprintf(stderr, "zerorun: --daemon '%s': %s\n", optarg, strerror(errno));
-                return zr_usage_error();
-            }
-            o->daemon = optarg;
-            break;
-        case OPT_TIMEOUT:
-            o->timeout_s = strtod(optarg, &end);
-            if (optarg[0] == '\0' || *end != '\0' || !isfinite(o->timeout_s) ||
-                o->timeout_s <= 0.0 || o->timeout_s > 86400.0) {
-                fprintf(stderr,
-                        "zerorun: --timeout '%s' is not a number of seconds in (0, 86400]\n",
-                        optarg);
-                return zr_usage_error();
-            }
-            break;
-        case OPT_KEEP_LOGS:
-            o->keep_logs = true;
-            break;
-        case OPT_DEVICE:
-            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0 &&
-                strcmp(optarg, "auto") != 0) {
-                fprintf(stderr, "zerorun: --device '%s' is not cpu, cuda or auto\n", optarg);
-                return zr_usage_error();
-            }
-            o->device = optarg;
-            break;
-        case 'h':
-            zr_usage(stdout);
-            return ZR_EXIT_OK;
-        case OPT_VERSION:
-            printf("zerorun %s\n", ZS_VERSION);
-            return ZR_EXIT_OK;
-        default:
-            return zr_usage_error();
-        }
-    }
-    if (o->nproc == 0) {
-        fprintf(stderr, "zerorun: --nproc is required\n");
-        return zr_usage_error();
-    }
-    if (optind >= argc) {
-        fprintf(stderr, "zerorun: no command to run (zerorun --nproc N -- CMD [ARGS...])\n");
-        return zr_usage_error();
-    }
-    o->cmd = argv + optind;
-    return -1;
-}
-
-#define ZR_PORT_LO 20000u
-#define ZR_PORT_HI 32768u
+#define ZR_TOKEN_BYTES 32
+#define ZR_PORT_LO     20000u
+#define ZR_PORT_HI     32768u
 
 /* ---- job setup --------------------------------------------------------------------------- */
 
@@ -664,15 +441,92 @@ static int zr_trainers_run(zr_run_t *r, const zr_opts_t *o, const char *job, con
     return zr_trainers_supervise(r, started);
 }
 
+/* The run's children and the supervision loop's arrays, for o->nproc ranks; 0 or -1 (out of
+ * memory, reported). */
+static int zr_run_alloc(zr_run_t *r, const zr_opts_t *o)
+{
+    size_t cap = 1 + 2 * (size_t)o->nproc;
+
+    r->nproc = o->nproc;
+    r->timeout_s = o->timeout_s;
+    r->sfd = -1;
+    r->trainers = zr_children_alloc(o->nproc);
+    r->daemons = o->spawn_daemons ? zr_children_alloc(o->nproc) : NULL;
+    r->pfd = calloc(cap, sizeof(*r->pfd));
+    r->streams = calloc(cap, sizeof(*r->streams));
+    r->ranks = calloc(cap, sizeof(*r->ranks));
+    if (r->trainers == NULL || (o->spawn_daemons && r->daemons == NULL) || r->pfd == NULL ||
+        r->streams == NULL || r->ranks == NULL) {
+        fprintf(stderr, "zerorun: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void zr_run_free(zr_run_t *r)
+{
+    for (int i = 0; i < r->nproc; i++) {
+        free(r->trainers[i].socket_path);
+        if (r->daemons != NULL) {
+            free(r->daemons[i].log_path);
+        }
+    }
+    free(r->trainers);
+    free(r->daemons);
+    free(r->pfd);
+    free(r->streams);
+    free(r->ranks);
+    close(r->sfd);
+}
+
+/* The job's id (--job, else zerorun-<pid>-<unix time>) and MASTER_PORT (--master-port, else a
+ * free one); 0 or -1 (reported). */
+static int zr_job_names(const zr_opts_t *o, char *job, size_t job_len, char *port, size_t port_len)
+{
+    if (o->job != NULL) {
+        snprintf(job, job_len, "%s", o->job);
+    } else {
+        snprintf(job, job_len, "zerorun-%d-%lld", (int)getpid(), (long long)time(NULL));
+    }
+    if (o->master_port != NULL) {
+        snprintf(port, port_len, "%s", o->master_port);
+        return 0;
+    }
+    return zr_free_port(o->master_addr, port, port_len);
+}
+
+/* The job once set up: the sockets, the daemons (with --spawn-daemons, in dir), the trainers,
+ * then the daemons stopped. Returns the exit status. */
+static int zr_job_run(zr_run_t *r, const zr_opts_t *o, const char *dir, const char *job,
+                      const char *port)
+{
+    int rc, stop_rc;
+
+    rc = zr_socket_paths(r, o, o->spawn_daemons ? dir : NULL) != 0 ? ZR_EXIT_FAIL : ZR_EXIT_OK;
+    if (rc == ZR_EXIT_OK && o->spawn_daemons) {
+        rc = zr_daemons_up(r, o, dir);
+    }
+    if (rc == ZR_EXIT_OK) {
+        rc = zr_trainers_run(r, o, job, port);
+    }
+    stop_rc = zr_daemons_stop(r);
+    if (rc == ZR_EXIT_OK) {
+        rc = stop_rc;
+    }
+    if (rc == ZR_EXIT_OK && r->stop_signal != 0) {
+        rc = 128 + r->stop_signal; /* a signal while the daemons stopped */
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     zr_opts_t o;
     zr_run_t r;
     char job[128], port[16], dir[PATH_MAX] = "";
-    size_t cap;
-    int rc, stop_rc;
+    int rc;
 
-    rc = zr_parse_opts(argc, argv, &o);
+    rc = zr_opts_parse(argc, argv, &o);
     if (rc >= 0) {
         return rc;
     }
@@ -681,50 +535,14 @@ int main(int argc, char **argv)
     if (zr_device(&r, &o) != 0) { /* before anything is allocated */
         return ZR_EXIT_USAGE;
     }
-    r.nproc = o.nproc;
-    r.timeout_s = o.timeout_s;
-    r.sfd = -1;
-    cap = 1 + 2 * (size_t)o.nproc;
-    r.trainers = zr_children_alloc(o.nproc);
-    r.daemons = o.spawn_daemons ? zr_children_alloc(o.nproc) : NULL;
-    r.pfd = calloc(cap, sizeof(*r.pfd));
-    r.streams = calloc(cap, sizeof(*r.streams));
-    r.ranks = calloc(cap, sizeof(*r.ranks));
-    if (r.trainers == NULL || (o.spawn_daemons && r.daemons == NULL) || r.pfd == NULL ||
-        r.streams == NULL || r.ranks == NULL) {
-        fprintf(stderr, "zerorun: out of memory\n");
-        return ZR_EXIT_FAIL;
-    }
-    if (o.job != NULL) {
-        snprintf(job, sizeof(job), "%s", o.job);
-    } else {
-        snprintf(job, sizeof(job), "zerorun-%d-%lld", (int)getpid(), (long long)time(NULL));
-    }
-    if (o.master_port != NULL) {
-        snprintf(port, sizeof(port), "%s", o.master_port);
-    } else if (zr_free_port(o.master_addr, port, sizeof(port)) != 0) {
-        return ZR_EXIT_FAIL;
-    }
-    if (zr_signals_init(&r) != 0) {
+    if (zr_run_alloc(&r, &o) != 0 || zr_job_names(&o, job, sizeof(job), port, sizeof(port)) != 0 ||
+        zr_signals_init(&r) != 0) {
         return ZR_EXIT_FAIL;
     }
     if (o.spawn_daemons && zr_make_dir(&o, dir, sizeof(dir)) != 0) {
         return ZR_EXIT_FAIL;
     }
-    rc = zr_socket_paths(&r, &o, o.spawn_daemons ? dir : NULL) != 0 ? ZR_EXIT_FAIL : ZR_EXIT_OK;
-    if (rc == ZR_EXIT_OK && o.spawn_daemons) {
-        rc = zr_daemons_up(&r, &o, dir);
-    }
-    if (rc == ZR_EXIT_OK) {
-        rc = zr_trainers_run(&r, &o, job, port);
-    }
-    stop_rc = zr_daemons_stop(&r);
-    if (rc == ZR_EXIT_OK) {
-        rc = stop_rc;
-    }
-    if (rc == ZR_EXIT_OK && r.stop_signal != 0) {
-        rc = 128 + r.stop_signal; /* a signal while the daemons stopped */
-    }
+    rc = zr_job_run(&r, &o, dir, job, port);
     if (dir[0] != '\0') {
         if (rc == ZR_EXIT_FAIL || o.keep_logs) {
             fprintf(stderr, "zerorun: daemon logs kept in %s\n", dir);
@@ -732,17 +550,6 @@ int main(int argc, char **argv)
             zr_remove_dir(dir);
         }
     }
-    for (int i = 0; i < r.nproc; i++) {
-        free(r.trainers[i].socket_path);
-        if (r.daemons != NULL) {
-            free(r.daemons[i].log_path);
-        }
-    }
-    free(r.trainers);
-    free(r.daemons);
-    free(r.pfd);
-    free(r.streams);
-    free(r.ranks);
-    close(r.sfd);
+    zr_run_free(&r);
     return rc;
 }

@@ -1,4 +1,5 @@
-/* zerorun internals: the job's processes and their supervision (zr_proc.c). */
+/* zerorun internals: the command line (zr_opts.c), the job's processes and their supervision
+ * (zr_proc.c), shared with zerorun.c, which sets the job up and runs it. */
 #ifndef ZEROD_ZERORUN_ZR_INT_H
 #define ZEROD_ZERORUN_ZR_INT_H
 
@@ -23,6 +24,29 @@ enum {
 #define ZR_DRAIN_MS       500   /* read what is left in the pipes after the last trainer exits */
 
 #define ZR_ARRAY_SIZE(a)  (sizeof(a) / sizeof((a)[0]))
+
+/* The command line's defaults (zr_opts.c; --help says them). */
+#define ZR_DEFAULT_SOCKET_DIR "/run/zerod" /* of the daemons' sockets, without --spawn-daemons */
+#define ZR_DEFAULT_TIMEOUT_S  30.0         /* --timeout */
+
+/* The command line. */
+typedef struct zr_opts {
+    int nproc;
+    bool spawn_daemons;
+    bool keep_logs;
+    const char *master_addr;
+    const char *master_port; /* NULL: find a free one */
+    const char *job;         /* NULL: zerorun-<pid>-<time> */
+    const char *socket_dir;
+    const char *daemon;
+    const char *device; /* cpu, cuda or auto */
+    double timeout_s;
+    char **cmd;
+} zr_opts_t;
+
+/* argv into o (zr_opts.c). Returns -1 to go on, else the exit status: ZR_EXIT_OK after --help
+ * or --version, ZR_EXIT_USAGE for a bad command line (reported on stderr). */
+int zr_opts_parse(int argc, char **argv, zr_opts_t *o);
 
 /* One variable set in a child's environment. */
 typedef struct zr_env {

@@ -560,6 +560,32 @@ static int zr_min_timeout(int timeout, int64_t deadline, int64_t now)
     return (timeout < 0 || left < timeout) ? (int)left : timeout;
 }
 
+/* The grace after SIGTERM is over, or a second signal came: SIGKILL every trainer left, naming
+ * each (unless the user forced it with that signal). */
+static void zr_trainers_kill(zr_run_t *r)
+{
+    for (int i = 0; i < r->nproc && !r->force; i++) {
+        if (r->trainers[i].running) {
+            fprintf(stderr,
+                    "zerorun: rank %d (pid %d) still runs %d s after SIGTERM; "
+                    "killing it\n",
+                    i, (int)r->trainers[i].pid, ZR_GRACE_MS / 1000);
+        }
+    }
+    zr_trainers_signal(r, SIGKILL);
+}
+
+/* The trainers still running ZR_KILL_WAIT_MS after SIGKILL, named on stderr. */
+static void zr_trainers_report_unkilled(const zr_run_t *r)
+{
+    for (int i = 0; i < r->nproc; i++) {
+        if (r->trainers[i].running) {
+            fprintf(stderr, "zerorun: rank %d (pid %d) did not exit after SIGKILL\n", i,
+                    (int)r->trainers[i].pid);
+        }
+    }
+}
+
 int zr_trainers_supervise(zr_run_t *r, int started)
 {
     int rc = ZR_EXIT_OK;
@@ -597,26 +623,13 @@ int zr_trainers_supervise(zr_run_t *r, int started)
         }
         now = zr_now_ms();
         if (stopping && !killed && (r->force || (kill_at >= 0 && now >= kill_at))) {
-            for (int i = 0; i < r->nproc && !r->force; i++) {
-                if (r->trainers[i].running) {
-                    fprintf(stderr,
-                            "zerorun: rank %d (pid %d) still runs %d s after SIGTERM; "
-                            "killing it\n",
-                            i, (int)r->trainers[i].pid, ZR_GRACE_MS / 1000);
-                }
-            }
-            zr_trainers_signal(r, SIGKILL);
+            zr_trainers_kill(r);
             killed = true;
             kill_at = -1;
             give_up_at = now + ZR_KILL_WAIT_MS;
         }
         if (give_up_at >= 0 && now >= give_up_at && live > 0) {
-            for (int i = 0; i < r->nproc; i++) {
-                if (r->trainers[i].running) {
-                    fprintf(stderr, "zerorun: rank %d (pid %d) did not exit after SIGKILL\n", i,
-                            (int)r->trainers[i].pid);
-                }
-            }
+            zr_trainers_report_unkilled(r);
             rc = ZR_EXIT_FAIL;
             break;
         }

@@ -12,7 +12,7 @@ const char *__tsan_default_suppressions(void)
     /* libuv closes descriptors with a raw close(2) syscall (uv__close_nocancel) that TSan
      * cannot intercept, while it sees the accept4/socket/eventfd that created them. So TSan
      * keeps a closed descriptor's creation as the last write to its number and reports the
-     * next thread that gets the number from the kernel (a memfd the engine thread creates) as
+     * next thread that gets the number from the kernel (a memfd the runner thread creates) as
      * racing with the loop thread. Ignore the interceptors libuv itself calls; our code's
      * calls, the callbacks libuv runs included, are still checked. */
     return "called_from_lib:libuv.so.1\n";

@@ -452,7 +452,7 @@ zs_status_t zd_backend_wait_event(zd_backend_t *be, uint32_t slot, const uint8_t
     if (st != ZS_OK) {
         return st;
     }
-    for (;;) { /* the engine polls: a trainer's stuck stream cannot hold it past the deadline */
+    for (;;) { /* the runner polls: a trainer's stuck stream cannot hold it past the deadline */
         cudaError_t e = cudaEventQuery((cudaEvent_t)ev->event);
         if (e == cudaSuccess) {
             return ZS_OK;

@@ -45,8 +45,8 @@ void zd_backend_region_cleanup(zd_backend_t *be, zs_region_t *region);
 
 /* The kernels on job memory, with zk's arguments; the message of a failure in
  * zd_backend_error().
- * On the CUDA backend each call has finished when it returns (the first version: the NCCL
- * collectives between them run on their own stream and wait for themselves). */
+ * On the CUDA backend each call has finished when it returns (the NCCL collectives between them
+ * run on their own stream and wait for themselves). */
 zs_status_t zd_backend_sumsq(zd_backend_t *be, const float *x, size_t n, double *sumsq_p,
                              int *nonfinite_p);
 zs_status_t zd_backend_adam(zd_backend_t *be, const zk_adam_params_t *p, float *master, float *m,

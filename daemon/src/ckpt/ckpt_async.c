@@ -1,11 +1,11 @@
 /*
- * Asynchronous checkpoint saves (docs/checkpoints.md): the engine thread copies this rank's
+ * Asynchronous checkpoint saves (docs/checkpoints.md): the runner thread copies this rank's
  * shard (master, m, v) into a staging buffer and replies; a writer thread writes the copy and
- * reports how it went to every rank at once over the mesh's heartbeat endpoints (mesh/heartbeat.h); rank 0's
- * writer waits for every rank's report (or the first failure), then writes the manifest and commits
- * by rename, exactly as a synchronous save does. The writer touches
- * nothing of the job that changes (the layout, names and id are fixed while the job lives), and
- * the job does not go before its writer is done.
+ * reports how it went to every rank at once over the mesh's heartbeat endpoints (mesh/heartbeat.h);
+ * rank 0's writer waits for every rank's report (or the first failure), then writes the manifest
+ * and commits by rename, exactly as a synchronous save does. The writer touches nothing of the job
+ * that changes (the layout, names and id are fixed while the job lives), and the job does not go
+ * before its writer is done.
  */
 #define _GNU_SOURCE
 #include "ckpt/ckpt_int.h"
@@ -106,7 +106,7 @@ static void zd_ckpt_async_settle(zd_ckpt_async_t *a)
         }
         free(reps);
     }
-    char name[ZS_CKPT_TAG_MAX + 16];
+    char name[ZD_CKPT_TMP_NAME_MAX];
 
     zd_ckpt_tmp_name(a->tag, name, sizeof(name));
     (void)zs_ckpt_remove(&a->dir, name, why, sizeof(why));
@@ -226,15 +226,14 @@ static zs_status_t zd_ckpt_async_stage(zd_ckpt_async_t *a, zd_ckpt_t *ck, const 
     return zd_ckpt_stage_copy(sh, a->stage);
 }
 
-zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
-                                const char *tag, const zs_dir_t *dir, const zs_dir_t *tmp,
-                                char *err, size_t errlen)
+/* A writer for save `ck->seq` of this shard, holding nothing yet. */
+static zd_ckpt_async_t *zd_ckpt_async_new(const zd_ckpt_t *ck, const zd_ckpt_shard_t *sh,
+                                          const zd_ckpt_req_t *req, const char *tag)
 {
     zd_ckpt_async_t *a = calloc(1, sizeof(*a));
-    zs_status_t st;
 
     if (a == NULL) {
-        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+        return NULL;
     }
     pthread_mutex_init(&a->lock, NULL);
     pthread_cond_init(&a->cond, NULL);
@@ -254,6 +253,44 @@ zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const 
         a->cred = *req->cred;
         a->has_cred = true;
     }
+    return a;
+}
+
+/* Rank 0's part of the save that the writer finishes: the manifest's head and a copy of the
+ * trainer's state (the request goes when the save replies). */
+static zs_status_t zd_ckpt_async_head(zd_ckpt_async_t *a, const zd_ckpt_shard_t *sh,
+                                      const zd_ckpt_req_t *req, const char *tag, char *err,
+                                      size_t errlen)
+{
+    zs_status_t st = zd_ckpt_manifest_head(sh, tag, &a->head);
+
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "cannot describe the checkpoint's files: out of memory");
+    }
+    a->has_state = req->trainer_state != NULL;
+    if (a->has_state) {
+        a->state = malloc(req->trainer_state_len ? req->trainer_state_len : 1);
+        if (a->state == NULL) {
+            return zs_errf(err, errlen, ZS_ERR_NO_MEMORY,
+                           "a copy of the trainer's state (%zu bytes) does not fit in memory",
+                           req->trainer_state_len);
+        }
+        memcpy(a->state, req->trainer_state, req->trainer_state_len);
+        a->state_len = req->trainer_state_len;
+    }
+    return ZS_OK;
+}
+
+zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                const char *tag, const zs_dir_t *dir, const zs_dir_t *tmp,
+                                char *err, size_t errlen)
+{
+    zd_ckpt_async_t *a = zd_ckpt_async_new(ck, sh, req, tag);
+    zs_status_t st;
+
+    if (a == NULL) {
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+    }
     st = zs_dir_dup(dir, &a->dir, err, errlen);
     if (st == ZS_OK) {
         st = zs_dir_dup(tmp, &a->tmp, err, errlen);
@@ -264,26 +301,21 @@ zs_status_t zd_ckpt_async_start(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, const 
     }
     if (st == ZS_OK) {
         st = zd_ckpt_async_stage(a, ck, sh);
-    }
-    if (st == ZS_OK && sh->rank == 0) {
-        st = zd_ckpt_manifest_head(sh, tag, &a->head);
-        a->has_state = req->trainer_state != NULL;
-        if (st == ZS_OK && a->has_state) {
-            a->state = malloc(req->trainer_state_len ? req->trainer_state_len : 1);
-            st = a->state != NULL ? ZS_OK : ZS_ERR_NO_MEMORY;
-            if (st == ZS_OK) {
-                memcpy(a->state, req->trainer_state, req->trainer_state_len);
-                a->state_len = req->trainer_state_len;
-            }
+        if (st != ZS_OK) {
+            st = zs_errf(err, errlen, st, "a staging copy of %llu elements: %s",
+                         (unsigned long long)(3 * sh->layout->shard_numel),
+                         st == ZS_ERR_NO_MEMORY ? "does not fit in memory" : zs_status_string(st));
         }
     }
+    if (st == ZS_OK && sh->rank == 0) {
+        st = zd_ckpt_async_head(a, sh, req, tag, err, errlen);
+    }
     if (st == ZS_OK && zs_thread_start(&a->thread, false, zd_ckpt_async_main, a) != 0) {
-        st = ZS_ERR_NO_MEMORY;
+        st = zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "cannot start the checkpoint writer thread");
     }
     if (st != ZS_OK) {
         zd_ckpt_async_free(a);
-        return zs_errf(err, errlen, st, "a staging copy of %llu elements does not fit in memory",
-                       (unsigned long long)(3 * sh->layout->shard_numel));
+        return st;
     }
     ck->async = a;
     return ZS_OK;

@@ -1,7 +1,7 @@
 /*
  * ExportRequest (docs/checkpoints.md, `zeroctl export` of a live job): the daemon writes its
  * job's parameters -- every rank's params region holds all of them -- into one safetensors
- * file with the names and shapes of the attach. It runs on the engine thread, between steps,
+ * file with the names and shapes of the attach. It runs on the runner thread, between steps,
  * so the file holds one step's parameters. The file is created for the requesting user, with
  * its rights (zs/dir.h): in the directory it opened and passed, under a new name, handed to it
  * from the descriptor the daemon created (never a path looked up again).

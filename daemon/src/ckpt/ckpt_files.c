@@ -141,7 +141,7 @@ void zd_ckpt_tmp_name(const char *tag, char *name, size_t len)
 zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,
                             size_t errlen)
 {
-    char name[ZS_CKPT_TAG_MAX + 16];
+    char name[ZD_CKPT_TMP_NAME_MAX];
     int fd = fcntl(dir->fd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
@@ -210,7 +210,7 @@ static zs_status_t zd_ckpt_set_latest(const zs_dir_t *dir, const char *tag, char
 zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *dir, const char *tag,
                            const zs_dir_t *tmp, char *err, size_t errlen)
 {
-    char tname[ZS_CKPT_TAG_MAX + 16], old[ZS_CKPT_TAG_MAX + 16];
+    char tname[ZD_CKPT_TMP_NAME_MAX], old[ZD_CKPT_TMP_NAME_MAX];
     zs_status_t st = zs_dir_fsync(tmp, err, errlen);
 
     zd_ckpt_tmp_name(tag, tname, sizeof(tname));
@@ -242,22 +242,44 @@ zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *di
     return st == ZS_OK ? zd_ckpt_set_latest(dir, tag, err, errlen) : st;
 }
 
-/* Rank 0 after a commit: keep the newest keep_last committed checkpoints of this job in DIR (by
- * step, as their manifests say; other jobs', unverifiable ones and the one just saved are never
- * removed). */
-void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
-                   uint32_t keep_last)
+typedef struct {
+    char tag[ZS_CKPT_TAG_MAX];
+    uint64_t step;
+} zd_ckpt_entry_t;
+
+/* The step of checkpoint `name` in dir when it is a verifiable one of this job. */
+static bool zd_ckpt_entry_step(const zs_dir_t *dir, const char *name, const char *job_id,
+                               uint64_t *step_p)
 {
-    typedef struct {
-        char tag[ZS_CKPT_TAG_MAX];
-        uint64_t step;
-    } entry_t;
-    entry_t *ents = NULL;
+    zs_ckpt_manifest_t *m = NULL;
+    zs_dir_t sub = ZS_DIR_INIT;
+    char err[ZS_MSG_MAX];
+    bool ours;
+
+    if (name[0] == '.' || zs_ckpt_tag_check(name, err, sizeof(err)) != ZS_OK ||
+        zs_dir_sub(dir, name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, err, sizeof(err)) != ZS_OK) {
+        return false;
+    }
+    ours = zs_ckpt_manifest_read(&sub, &m, err, sizeof(err)) == ZS_OK &&
+           strcmp(m->job_id, job_id) == 0;
+    if (ours) {
+        *step_p = m->step;
+    }
+    zs_ckpt_manifest_free(m);
+    zs_dir_close(&sub);
+    return ours;
+}
+
+/* The committed checkpoints of this job in dir, by tag and step (*n_p of them; NULL and 0 when
+ * none, or when dir cannot be read). */
+static zd_ckpt_entry_t *zd_ckpt_list_job(const zs_dir_t *dir, const char *job_id, size_t *n_p)
+{
+    zd_ckpt_entry_t *ents = NULL;
     size_t n = 0, cap = 0;
-    int fd = keep_last > 0 ? fcntl(dir->fd, F_DUPFD_CLOEXEC, 0) : -1;
+    int fd = fcntl(dir->fd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
-    char err[ZS_MSG_MAX];
+    uint64_t step;
 
     if (fd >= 0 && d == NULL) {
         close(fd);
@@ -266,35 +288,40 @@ void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag
         rewinddir(d); /* a duplicate shares the offset of every other reading of dir */
     }
     while (d != NULL && (e = readdir(d)) != NULL) {
-        zs_ckpt_manifest_t *m = NULL;
-        zs_dir_t sub = ZS_DIR_INIT;
-        if (e->d_name[0] == '.' || zs_ckpt_tag_check(e->d_name, err, sizeof(err)) != ZS_OK ||
-            zs_dir_sub(dir, e->d_name, ZS_MAY_READ | ZS_MAY_EXEC, &sub, err, sizeof(err)) !=
-                ZS_OK) {
-            continue;
+        if (!zd_ckpt_entry_step(dir, e->d_name, job_id, &step)) {
+            continue; /* not ours, or not verifiable: never removed */
         }
-        if (zs_ckpt_manifest_read(&sub, &m, err, sizeof(err)) != ZS_OK ||
-            strcmp(m->job_id, job_id) != 0) {
-            zs_ckpt_manifest_free(m); /* not ours, or not verifiable: never removed */
-            zs_dir_close(&sub);
-            continue;
-        }
-        zs_dir_close(&sub);
         if (n == cap) {
-            entry_t *ne = realloc(ents, (cap = cap ? 2 * cap : 16) * sizeof(*ents));
+            zd_ckpt_entry_t *ne = realloc(ents, (cap = cap ? 2 * cap : 16) * sizeof(*ents));
             if (ne == NULL) {
-                zs_ckpt_manifest_free(m);
                 break;
             }
             ents = ne;
         }
         zs_ckpt_pathf(ents[n].tag, sizeof(ents[n].tag), "%s", e->d_name);
-        ents[n++].step = m->step;
-        zs_ckpt_manifest_free(m);
+        ents[n++].step = step;
     }
     if (d != NULL) {
         closedir(d);
     }
+    *n_p = n;
+    return ents;
+}
+
+/* Rank 0 after a commit: keep the newest keep_last committed checkpoints of this job in DIR (by
+ * step, as their manifests say; other jobs', unverifiable ones and the one just saved are never
+ * removed). */
+void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
+                   uint32_t keep_last)
+{
+    zd_ckpt_entry_t *ents;
+    size_t n = 0;
+    char err[ZS_MSG_MAX];
+
+    if (keep_last == 0) {
+        return;
+    }
+    ents = zd_ckpt_list_job(dir, job_id, &n);
     while (n > keep_last) { /* drop the oldest until keep_last remain */
         size_t oldest = 0;
         for (size_t i = 1; i < n; i++) {
@@ -334,7 +361,6 @@ zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, 
     }
     return zs_dir_adopt(dir, fd, req->dir, req->cred, want, err, errlen);
 }
-
 
 zs_status_t zd_ckpt_stage_copy(const zd_ckpt_shard_t *sh, float *stage)
 {

@@ -33,6 +33,7 @@ zs_status_t zd_ckpt_number(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, char *err, 
 zs_status_t zd_ckpt_open_dir(const zd_ckpt_req_t *req, int want, zs_dir_t *dir, char *err,
                              size_t errlen);
 /* ".zerod-tmp-TAG": where a save of TAG is written before its commit. */
+#define ZD_CKPT_TMP_NAME_MAX (ZS_CKPT_TAG_MAX + 16)
 void zd_ckpt_tmp_name(const char *tag, char *name, size_t len);
 /* This rank's file into tmp: from stage (master, m, v one after another), or, stage NULL, from
  * the shard itself. */

@@ -117,11 +117,37 @@ static zs_status_t zd_ckpt_save_synced(const zd_ckpt_shard_t *sh, const zd_ckpt_
     return zd_ckpt_agree(sh, st, "checkpoint save (committing)", err, errlen);
 }
 
+/* Every rank opens dir, agrees on the tag, and opens the temporary directory rank 0 made
+ * there for this save (its name in tname, ZD_CKPT_TMP_NAME_MAX bytes). */
+static zs_status_t zd_ckpt_save_dirs(const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                     zs_dir_t *dir, char *tag, zs_dir_t *tmp, char *tname,
+                                     char *err, size_t errlen)
+{
+    zs_status_t st;
+
+    st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_WRITE | ZS_MAY_EXEC, dir, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_tag(sh, req, tag, err, errlen);
+    }
+    if (st == ZS_OK && sh->rank == 0) {
+        st = zd_ckpt_prepare(dir, tag, tmp, err, errlen);
+    }
+    st = zd_ckpt_agree(sh, st, "checkpoint save (preparing the directory)", err, errlen);
+    zd_ckpt_tmp_name(st == ZS_OK ? tag : "", tname, ZD_CKPT_TMP_NAME_MAX);
+    if (st == ZS_OK) { /* rank 0 made it: every rank writes into it */
+        if (sh->rank != 0) {
+            st = zs_dir_sub(dir, tname, ZS_MAY_WRITE | ZS_MAY_EXEC, tmp, err, errlen);
+        }
+        st = zd_ckpt_agree(sh, st, "checkpoint save (opening the directory)", err, errlen);
+    }
+    return st;
+}
+
 static zs_status_t zd_ckpt_save_run(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh,
                                     const zd_ckpt_req_t *req, zd_ckpt_out_t *out, char *err,
                                     size_t errlen)
 {
-    char tag[ZS_CKPT_TAG_MAX], tname[ZS_CKPT_TAG_MAX + 16];
+    char tag[ZS_CKPT_TAG_MAX], tname[ZD_CKPT_TMP_NAME_MAX];
     zs_dir_t dir = ZS_DIR_INIT, tmp = ZS_DIR_INIT;
     bool has_state = sh->rank == 0 && req->trainer_state != NULL;
     uint64_t t0 = zs_time_now_ns();
@@ -135,21 +161,7 @@ static zs_status_t zd_ckpt_save_run(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh,
     if (st != ZS_OK) {
         return st;
     }
-    st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_WRITE | ZS_MAY_EXEC, &dir, err, errlen);
-    if (st == ZS_OK) {
-        st = zd_ckpt_tag(sh, req, tag, err, errlen);
-    }
-    if (st == ZS_OK && sh->rank == 0) {
-        st = zd_ckpt_prepare(&dir, tag, &tmp, err, errlen);
-    }
-    st = zd_ckpt_agree(sh, st, "checkpoint save (preparing the directory)", err, errlen);
-    zd_ckpt_tmp_name(st == ZS_OK ? tag : "", tname, sizeof(tname));
-    if (st == ZS_OK) { /* rank 0 made it: every rank writes into it */
-        if (sh->rank != 0) {
-            st = zs_dir_sub(&dir, tname, ZS_MAY_WRITE | ZS_MAY_EXEC, &tmp, err, errlen);
-        }
-        st = zd_ckpt_agree(sh, st, "checkpoint save (opening the directory)", err, errlen);
-    }
+    st = zd_ckpt_save_dirs(sh, req, &dir, tag, &tmp, tname, err, errlen);
     if (st != ZS_OK) {
         goto out;
     }

@@ -1,5 +1,5 @@
-/* The daemon's own settings: one table (conventions.md "Config") for zerod.conf, ZEROD_* and
- * flags. */
+/* The daemon's own settings: one config table (zs/config.h) for zerod.conf, ZEROD_* and flags
+ * (docs/daemon-config.md). */
 #ifndef ZD_DAEMON_CONFIG_H
 #define ZD_DAEMON_CONFIG_H
 

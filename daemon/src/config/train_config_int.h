@@ -1,16 +1,39 @@
 /*
- * Inside the training config: the key table (config/train_config_keys.c) that the parser and the
- * printers of config/train_config.c walk.
+ * Inside the training config: the key table (config/train_config_keys.c) that the parser
+ * (config/train_config.c) and the printers walk, and its navigation
+ * (config/train_config_table.c).
  */
 #ifndef ZD_TRAIN_CONFIG_INT_H
 #define ZD_TRAIN_CONFIG_INT_H
 
 #include "config/train_config.h"
 
+/* The longest key path a message shows. */
+#define ZD_TC_PATHLEN 192
+
 /* Rows a table may have (the parser's per-call `seen` flags). */
 #define ZD_TC_MAX_KEYS 320
 
 extern const zd_tc_key_t zd_tc_keys[];
 extern const size_t zd_tc_n_keys;
+
+/* ---- config/train_config_table.c ------------------------------------------------------------ */
+
+/* The last component of k's path. */
+const char *zd_tc_leaf(const zd_tc_key_t *k);
+/* Is k a direct child of parent ("" is the root)? */
+bool zd_tc_is_child(const zd_tc_key_t *parent, const zd_tc_key_t *k);
+/* parent's child named `name` (case as written), or NULL. */
+const zd_tc_key_t *zd_tc_child(const zd_tc_key_t *parent, const char *name);
+/* The row of a full path, or NULL. */
+const zd_tc_key_t *zd_tc_find(const char *path);
+/* `shown` "." `name`, the name as printable ASCII (a client's key must not forge a log line). */
+void zd_tc_join(char *buf, size_t len, const char *shown, const char *name);
+/* "; did you mean 'fp16.loss_scale'?" or "; 'stage' is a key of 'zero_optimization'" for an
+ * unknown key `name` under parent; "" when nothing is close. */
+void zd_tc_suggest(const zd_tc_key_t *parent, const char *shown_parent, const char *name, char *buf,
+                   size_t len);
+/* " (known keys of 'optimizer.params': lr, betas, ...)" */
+void zd_tc_known(const zd_tc_key_t *parent, const char *shown_parent, char *buf, size_t len);
 
 #endif

@@ -2,7 +2,7 @@
  * One job on this daemon (docs/architecture.md): its lifecycle -- attach (a fresh job, or a
  * re-attach of the job kept after its trainer went), the mesh of its daemons, ParamsReady, buckets,
  * steps, detach, linger -- and its state (layout, fp32 shard, shared regions, loss scaler), private
- * to job/job.c and job/step.c. The engine thread alone calls these; each returns a status and, on
+ * to job/job.c and job/step.c. The runner thread alone calls these; each returns a status and, on
  * failure, a message naming the field, the rank or the limit in err.
  */
 #ifndef ZD_JOB_H
@@ -25,14 +25,14 @@
 #include <stdint.h>
 
 /* The trainer connection of the last job an operator ended (zeroctl job end, here or on a
- * peer), so that its next call is told why (ERR_JOB_ENDED). The engine's; job/job_ctl.c writes it.
+ * peer), so that its next call is told why (ERR_JOB_ENDED). The runner's; job/job_ctl.c writes it.
  */
 typedef struct zd_job_ended {
     uint64_t conn; /* 0: none */
     char msg[ZS_MSG_MAX];
 } zd_job_ended_t;
 
-/* What a job needs from the daemon: settings, the kernels, and a way back to the engine. */
+/* What a job needs from the daemon: settings, the kernels, and a way back to the runner. */
 typedef struct zd_job_env {
     const zk_exec_t *exec;
     bool cuda; /* the CUDA backend on GPU cuda_device (backend/backend.h); false: the CPU's */
@@ -99,7 +99,7 @@ zs_status_t zd_job_detach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
 /* Connection `conn` closed: if it held the job, the partial micro-step is dropped, the mesh of
  * a world > 1 job aborted, and the job kept for job_linger. */
 void zd_job_disconnect(zd_job_t *job, const zd_job_env_t *env, uint64_t conn);
-/* Work the engine does while no request waits: one slice's sum of squares that is due (the
+/* Work the runner does while no request waits: one slice's sum of squares that is due (the
  * step's norm then has it). False when there was none (or no job). */
 bool zd_job_idle_work(zd_job_t *job);
 /* Between requests: take in a lost mesh, and drop the job when its linger ran out. Returns the

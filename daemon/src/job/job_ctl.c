@@ -2,7 +2,7 @@
  * A job's life beyond its trainer (docs/design-notes.md "A job's life"): what an attach does
  * with the job kept after its trainer went (re-attach it, replace it, or refuse, naming the job,
  * its age and the command that ends it), `zeroctl job end` (an optional final checkpoint, the
- * peers told over the mesh), and a peer's END. The engine thread alone runs these.
+ * peers told over the mesh), and a peer's END. The runner thread alone runs these.
  */
 #define _GNU_SOURCE
 #include "job/job_ctl.h"
@@ -22,7 +22,7 @@ static double zd_secs_since(uint64_t then_ns, uint64_t now_ns)
     return then_ns != 0 && now_ns > then_ns ? (double)(now_ns - then_ns) * 1e-9 : 0.0;
 }
 
-/* The trainer of an ended job is told why at its next call (the engine answers it). */
+/* The trainer of an ended job is told why at its next call (the runner answers it). */
 static void zd_job_ended_record(const zd_job_env_t *env, uint64_t conn, const char *msg)
 {
     if (env->ended == NULL || conn == 0) {

@@ -1,7 +1,7 @@
 /*
  * What an operator does to the daemon's job (docs/design-notes.md "A job's life"): end it
  * (`zeroctl job end`, the control role's JobEnd), with an optional final checkpoint, the job's
- * other daemons told over its mesh; and how `zeroctl job ls` names its state. The engine thread
+ * other daemons told over its mesh; and how `zeroctl job ls` names its state. The runner thread
  * alone calls zd_job_end; the attach policy (re-attach, replace, refuse) is job/job_ctl.c's too,
  * behind zd_job_attach.
  */

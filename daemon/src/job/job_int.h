@@ -17,7 +17,7 @@
 #include "zs/mem.h"
 
 /* A slice's sum of squares (double, zk_sumsq's order) and non-finite flag, taken once its
- * gradient is complete: after the reduce-scatter of its last micro-step, while the engine has
+ * gradient is complete: after the reduce-scatter of its last micro-step, while the runner has
  * no request waiting (zd_step_idle_norm), or at the step for one still without. fresh: they
  * hold the slice's content now; due: the slice is complete and its sum not taken yet. */
 typedef struct zd_slice_norm {
@@ -84,6 +84,15 @@ struct zd_job {
     char end_why[256];
 };
 
+/* ---- job/job_create.c ----------------------------------------------------------------------- */
+
+/* A job from an attach spec: checked, laid out within env->max_shard_bytes, every region
+ * allocated. The mesh is not formed yet. */
+zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *env, zd_job_t **job_p,
+                          char *err, size_t errlen);
+/* Everything a job holds, and the job. */
+void zd_job_destroy(zd_job_t *job);
+
 /* ---- job/job.c ------------------------------------------------------------------------------ */
 
 /* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
@@ -144,7 +153,7 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, char *err, size_t errlen);
  * the trace. */
 zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, uint32_t micro_step,
                                 uint64_t arrived_ns, char *err, size_t errlen);
-/* The sum of squares of one slice that is due (zd_slice_norm_t), for the engine to call while
+/* The sum of squares of one slice that is due (zd_slice_norm_t), for the runner to call while
  * no request waits; false when none is due. */
 bool zd_step_idle_norm(zd_job_t *job);
 /* docs/semantics.md §4 in order (group_lr: NULL or one per group). On ZS_ERR_LOSS_SCALE the

@@ -199,7 +199,7 @@ bool zd_step_idle_norm(zd_job_t *job)
  * contribution of an accumulation window overwrites (no read of a zero accumulator), later ones
  * add. `last`: the window's last contribution, whose slice's sum of squares the collective
  * takes in the same pass where it can (the direct path); else it is due (the step's norm then
- * only adds the slices' sums, taken while the engine had nothing else to do). */
+ * only adds the slices' sums, taken while the runner had nothing else to do). */
 static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtype_t dtype,
                                          uint32_t b, bool last, char *err, size_t errlen)
 {
@@ -261,7 +261,7 @@ zs_status_t zd_step_reduce_slot(zd_job_t *job, uint32_t slot, uint32_t bucket, u
 {
     const char *src = (const char *)job->slots.addr + (uint64_t)slot * job->slot_bytes;
 
-    if (job->trace != NULL && arrived_ns != 0) { /* its wait for the engine since it arrived */
+    if (job->trace != NULL && arrived_ns != 0) { /* its wait for the runner since it arrived */
         zd_trace_span_t span = {.kind = ZD_TRACE_BUCKET,
                                 .start_ns = arrived_ns,
                                 .step = job->step + 1,
@@ -314,7 +314,7 @@ static zs_status_t zd_step_consume_grads(zd_job_t *job, char *err, size_t errlen
 
 /* 1. The sum of squares and the overflow flag of the accumulator, global over the ranks
  * (SUM and MAX, in rank order so every rank gets the same bits). This rank's sum is its slices'
- * sums added in bucket order, each taken while the engine was idle or, if not yet, here. */
+ * sums added in bucket order, each taken while the runner was idle or, if not yet, here. */
 static zs_status_t zd_step_norm(zd_job_t *job, double *sumsq_p, bool *nonfinite_p, char *err,
                                 size_t errlen)
 {
@@ -446,6 +446,27 @@ static uint64_t zd_step_lap_trace(const zd_job_t *job, uint64_t *t, zd_trace_kin
 }
 
 /* The phases of docs/semantics.md §4; ns[phase] gets the duration of each phase that ran. */
+/* This rank's reduced gradients in place (stage 1 consumes them now), stale slices zeroed, then
+ * step 1: the global sum of squares; *t_p starts the norm's lap. */
+static zs_status_t zd_step_grads_in(zd_job_t *job, double *sumsq, bool *nonfinite, uint64_t *t_p,
+                                    char *err, size_t errlen)
+{
+    zs_status_t st;
+
+    if (job->cfg.stage == 1) {
+        st = zd_step_consume_grads(job, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+    }
+    *t_p = zs_time_now_ns();
+    st = zd_step_zero_stale(job, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_step_norm(job, sumsq, nonfinite, err, errlen);
+    }
+    return st;
+}
+
 static zs_status_t zd_step_pipeline(zd_job_t *job, const double *group_lr, zd_step_out_t *out,
                                     uint64_t *ns, char *err, size_t errlen)
 {
@@ -456,17 +477,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const double *group_lr, zd_st
     uint64_t t;
 
     zd_test_pause("step", job->id, job->step + 1);
-    if (job->cfg.stage == 1) {
-        st = zd_step_consume_grads(job, err, errlen);
-        if (st != ZS_OK) {
-            return st;
-        }
-    }
-    t = zs_time_now_ns();
-    st = zd_step_zero_stale(job, err, errlen);
-    if (st == ZS_OK) {
-        st = zd_step_norm(job, &sumsq, &nonfinite, err, errlen);
-    }
+    st = zd_step_grads_in(job, &sumsq, &nonfinite, &t, err, errlen);
     if (st != ZS_OK) {
         return st;
     }

@@ -45,7 +45,7 @@ struct zd_heartbeat {
     /* under lock */
     bool stop;
     bool cmd_abort, cmd_leave, leave_done;
-    bool aborted; /* the engine aborted the job (zd_heartbeat_abort): no report will come */
+    bool aborted; /* the runner aborted the job (zd_heartbeat_abort): no report will come */
     uint32_t abort_rank;
     char abort_why[512];
     bool lost;
@@ -76,7 +76,7 @@ static void zd_heartbeat_broadcast(zd_heartbeat_t *w, Zerod__Mesh__V1__Control__
     }
 }
 
-/* Record the first loss; tell the others (unless it came from them) and wake the engine. */
+/* Record the first loss; tell the others (unless it came from them) and wake the runner. */
 static void zd_heartbeat_set_lost(zd_heartbeat_t *w, uint32_t rank, const char *why, bool broadcast)
 {
     pthread_mutex_lock(&w->lock);

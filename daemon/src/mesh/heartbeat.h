@@ -1,13 +1,13 @@
 /*
- * the heartbeat of one mesh (docs/architecture.md, docs/design-notes.md): a thread of its own
+ * The heartbeat of one mesh (docs/architecture.md, docs/design-notes.md): a thread of its own
  * with a TCP-only UCX worker and an endpoint to every peer in peer-failure mode. It sends a
  * heartbeat every heartbeat_interval and declares a rank lost on whichever comes first: its
  * endpoint fails (a killed daemon's kernel resets the connection at once) or nothing arrived from
- * it for heartbeat_timeout (a hung host, a cut network). It does not depend on the engine thread,
+ * it for heartbeat_timeout (a hung host, a cut network). It does not depend on the runner thread,
  * which may be busy in a long Adam step, so a short heartbeat_timeout is safe.
  *
  * On a loss it broadcasts ABORT to the other ranks, records why (naming the rank) and calls
- * the notify callback (from its own thread), which wakes the engine. The engine polls
+ * the notify callback (from its own thread), which wakes the runner. The runner polls
  * zd_heartbeat_lost() wherever it waits on the mesh.
  */
 #ifndef ZD_HEARTBEAT_H
@@ -50,7 +50,7 @@ zs_status_t zd_heartbeat_start(zd_heartbeat_t *hb, uint8_t *const *addrs, const 
  * (either may be NULL). Thread-safe. */
 bool zd_heartbeat_lost(zd_heartbeat_t *hb, uint32_t *lost_rank_p, char *why, size_t len);
 
-/* The engine aborted the job: tell every peer (ABORT, best effort) and stop checking. */
+/* The runner aborted the job: tell every peer (ABORT, best effort) and stop checking. */
 void zd_heartbeat_abort(zd_heartbeat_t *hb, uint32_t lost_rank, const char *why);
 
 /* The job ends normally on this rank: tell the peers (LEAVE) and wait briefly until it is out,

@@ -289,7 +289,8 @@ static zs_status_t zd_mesh_connect(zd_mesh_t *mesh, const zd_roster_t *roster, c
                            "cannot reach rank %u's worker address: %s", r, ucs_status_string(us));
         }
     }
-    return zd_heartbeat_start(mesh->heartbeat, roster->heartbeat, roster->heartbeat_len, err, errlen);
+    return zd_heartbeat_start(mesh->heartbeat, roster->heartbeat, roster->heartbeat_len, err,
+                              errlen);
 }
 
 /* ---- lifetime ------------------------------------------------------------------------- */

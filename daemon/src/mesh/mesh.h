@@ -2,8 +2,8 @@
  * The daemon mesh of one job (docs/architecture.md): UCX bootstrap through rank 0's ucp_listener,
  * HMAC authentication, roster exchange, data endpoints from worker addresses, aborts and
  * barriers as active messages; liveness (heartbeats, endpoint errors) is the heartbeat's
- * (mesh/heartbeat.h), which runs on a thread of its own. Used only from the engine thread (UCX
- * single-thread mode); the engine progresses the worker, both inside collectives and when idle (it
+ * (mesh/heartbeat.h), which runs on a thread of its own. Used only from the runner thread (UCX
+ * single-thread mode); the runner progresses the worker, both inside collectives and when idle (it
  * polls the worker's event fd next to its queue), so the libuv loop never touches UCX.
  */
 #ifndef ZD_MESH_H
@@ -35,10 +35,10 @@ typedef struct zd_mesh_params {
     uint64_t mesh_timeout_ns;
     uint64_t collective_timeout_ns;
     uint64_t heartbeat_interval_ns;
-    uint64_t
-        heartbeat_timeout_ns;  /* a peer silent this long is lost (the heartbeat, mesh/heartbeat.h) */
-    const atomic_bool *cancel; /* set when the daemon shuts down: formation and waits stop */
-    void (*wake)(void *arg);   /* called from the heartbeat thread when a peer is lost */
+    uint64_t heartbeat_timeout_ns; /* a peer silent this long is lost (the heartbeat,
+                                      mesh/heartbeat.h) */
+    const atomic_bool *cancel;     /* set when the daemon shuts down: formation and waits stop */
+    void (*wake)(void *arg);       /* called from the heartbeat thread when a peer is lost */
     void *wake_arg;
 } zd_mesh_params_t;
 
@@ -55,7 +55,7 @@ uint32_t zd_mesh_world(const zd_mesh_t *mesh);
 ucp_worker_h zd_mesh_worker(zd_mesh_t *mesh);
 ucp_ep_h zd_mesh_ep(zd_mesh_t *mesh, uint32_t rank);
 uint64_t zd_mesh_collective_timeout_ns(const zd_mesh_t *mesh);
-/* Change it (the engine thread, between collectives): a checkpoint's agreement waits for the
+/* Change it (the runner thread, between collectives): a checkpoint's agreement waits for the
  * slowest rank's disk; a lost peer is still noticed by its heartbeat. */
 void zd_mesh_set_collective_timeout_ns(zd_mesh_t *mesh, uint64_t ns);
 

@@ -3,8 +3,8 @@
  * TCP-only bootstrap context), the other ranks connect until mesh_timeout, answer a challenge with
  * a MeshHello (HMAC under the job token), and once every rank said hello rank 0 sends each the
  * roster of data and heartbeat worker addresses -- or a Refuse naming what differs. Rank 0's side
- * is in mesh/mesh_boot_rank0.c; here the bootstrap's common steps, the other ranks' side and the
- * formation.
+ * is in mesh/mesh_boot_rank0.c, what both sides share in mesh/mesh_boot_common.c; here the other
+ * ranks' side and the formation, which hands mesh/mesh.c the roster.
  */
 #define _GNU_SOURCE
 #include "mesh/mesh_boot_int.h"

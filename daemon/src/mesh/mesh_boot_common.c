@@ -25,7 +25,8 @@ zs_status_t zd_roster_alloc(zd_roster_t *r, uint32_t world)
     r->data_len = calloc(world, sizeof(*r->data_len));
     r->heartbeat = calloc(world, sizeof(*r->heartbeat));
     r->heartbeat_len = calloc(world, sizeof(*r->heartbeat_len));
-    if (r->data == NULL || r->data_len == NULL || r->heartbeat == NULL || r->heartbeat_len == NULL) {
+    if (r->data == NULL || r->data_len == NULL || r->heartbeat == NULL ||
+        r->heartbeat_len == NULL) {
         return ZS_ERR_NO_MEMORY;
     }
     return ZS_OK;

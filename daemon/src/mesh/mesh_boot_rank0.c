@@ -94,8 +94,8 @@ static zs_status_t zd_boot_check_match(const zd_mesh_params_t *p, const zd_boot_
                        h->params_loaded ? "loaded" : "not loaded", (unsigned long long)p->step,
                        p->params_loaded ? "loaded" : "not loaded");
     }
-    if (h->worker_address.len == 0 || h->worker_address.len > 65536 || h->heartbeat_address.len == 0 ||
-        h->heartbeat_address.len > 65536) {
+    if (h->worker_address.len == 0 || h->worker_address.len > 65536 ||
+        h->heartbeat_address.len == 0 || h->heartbeat_address.len > 65536) {
         return zs_errf(why, wlen, ZS_ERR_INVALID,
                        "rank %u sent worker addresses of %zu and %zu bytes", h->rank,
                        h->worker_address.len, h->heartbeat_address.len);
@@ -424,7 +424,8 @@ static zs_status_t zd_boot_welcome(const zd_mesh_t *mesh, zd_boot_t *b, zd_roste
     }
     roster->data[0] = (uint8_t *)mesh->address;
     roster->data_len[0] = mesh->address_len;
-    zd_heartbeat_address(mesh->heartbeat, (const uint8_t **)&roster->heartbeat[0], &roster->heartbeat_len[0]);
+    zd_heartbeat_address(mesh->heartbeat, (const uint8_t **)&roster->heartbeat[0],
+                         &roster->heartbeat_len[0]);
     for (size_t i = 0; i < b->n_conns; i++) {
         if (b->conns[i].joined) {
             uint32_t r = b->conns[i].rank;

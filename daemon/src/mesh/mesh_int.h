@@ -1,7 +1,7 @@
 /*
  * The mesh's state, shared by mesh/mesh.c (the data side: endpoints, control messages, barriers,
- * aborts) and mesh/mesh_boot.c (formation: the listener, challenge, hello, HMAC, roster). Never
- * included elsewhere.
+ * aborts) and the formation's files (mesh/mesh_boot*.c: the listener, challenge, hello, HMAC,
+ * roster). Never included elsewhere.
  */
 #ifndef ZD_MESH_INT_H
 #define ZD_MESH_INT_H
@@ -41,7 +41,8 @@ struct zd_mesh {
     uint64_t *barrier_seen;
     bool *left; /* ranks whose job ended normally (LEAVE) */
     uint64_t barrier_seq;
-    zd_heartbeat_t *heartbeat; /* liveness: heartbeats and endpoint errors, on a thread of its own */
+    zd_heartbeat_t
+        *heartbeat; /* liveness: heartbeats and endpoint errors, on a thread of its own */
     int efd;
     bool aborted;
     char why[512];

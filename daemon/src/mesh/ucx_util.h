@@ -14,9 +14,10 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
-#define ZD_AM_BOOT  1 /* bootstrap messages (Challenge, MeshHello, Welcome, Refuse) */
-#define ZD_AM_CTRL  2 /* Control messages on the data endpoints (abort, barrier) */
-#define ZD_AM_HEARTBEAT 3 /* Control messages on the heartbeat endpoints (heartbeat, abort, leave) */
+#define ZD_AM_BOOT 1 /* bootstrap messages (Challenge, MeshHello, Welcome, Refuse) */
+#define ZD_AM_CTRL 2 /* Control messages on the data endpoints (abort, barrier) */
+#define ZD_AM_HEARTBEAT                                                                            \
+    3 /* Control messages on the heartbeat endpoints (heartbeat, abort, leave) */
 
 /* A context and a UCS_THREAD_MODE_SINGLE worker. tls: NULL for every transport, or a UCX_TLS
  * value ("tcp"). features: UCP_FEATURE_* bits. */

@@ -1,12 +1,12 @@
 /*
- * What a daemon tells Prometheus and its health checks (docs/metrics.md). The loop and engine
- * threads publish into one snapshot under one mutex, at cheap points: the engine whenever it
+ * What a daemon tells Prometheus and its health checks (docs/metrics.md). The loop and runner
+ * threads publish into one snapshot under one mutex, at cheap points: the runner whenever it
  * publishes its status (zd_runner_status_t: the job, with its step statistics), the loop on its
  * heartbeat timer and when it refuses a connection or drops a bad client. The HTTP endpoint
  * (server/metrics_http.c) formats from a copy of that snapshot only, so a scrape never waits on the
- * loop or the engine, and they never wait on a scrape beyond one memcpy.
+ * loop or the runner, and they never wait on a scrape beyond one memcpy.
  *
- * The step statistics (zd_step_stats_t) belong to the job: job/step.c measures them on the engine
+ * The step statistics (zd_step_stats_t) belong to the job: job/step.c measures them on the runner
  * thread (CLOCK_MONOTONIC), and they travel with the job's status, so a new job starts from
  * zero and a scrape sees one consistent step.
  */
@@ -51,7 +51,7 @@ void zd_hist_observe(zd_hist_t *h, double seconds);
 #define ZD_RATE_STEPS     64
 #define ZD_RATE_WINDOW_NS (10ull * 1000000000ull)
 
-/* A job's step statistics (engine thread; copied out with the job's status). */
+/* A job's step statistics (runner thread; copied out with the job's status). */
 typedef struct zd_step_stats {
     zd_hist_t phase[ZD_PHASE_COUNT];
     uint64_t xfer_bytes[ZD_XFER_COUNT]; /* every call since the job began */
@@ -66,7 +66,7 @@ typedef struct zd_step_stats {
     uint64_t n_step_ends;                /* steps that ran, committed or skipped */
 } zd_step_stats_t;
 
-/* A step ran and ended at now_ns (engine thread). */
+/* A step ran and ended at now_ns (runner thread). */
 void zd_step_rate_note(zd_step_stats_t *s, uint64_t now_ns);
 /* Steps per second (docs/metrics.md "Step rate"): those that ended in the last
  * ZD_RATE_WINDOW_NS, or since since_ns (the job's creation) when that is later, over that
@@ -135,7 +135,7 @@ zs_status_t zd_metrics_create(const char *device, zd_metrics_t **metrics_p);
 void zd_metrics_destroy(zd_metrics_t *m);
 
 /* Publishers: any thread; m == NULL is a no-op. */
-/* The engine's job (NULL: none), as its status says. */
+/* The runner's job (NULL: none), as its status says. */
 void zd_metrics_publish_job(zd_metrics_t *m, const zd_job_status_t *job);
 /* The loop is alive at now_ns (monotonic). */
 void zd_metrics_heartbeat(zd_metrics_t *m, uint64_t now_ns);

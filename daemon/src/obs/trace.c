@@ -1,5 +1,5 @@
 /*
- * The step trace's ring (obs/trace.h, docs/trace.md). The engine thread adds spans under the ring's
+ * The step trace's ring (obs/trace.h, docs/trace.md). The runner thread adds spans under the ring's
  * mutex; a reader finds the last complete steps and copies their spans under it. The ring's
  * pages are made resident when it is created (MAP_POPULATE), so that the daemon's memory does
  * not grow as the ring fills (tests/integration/leak_check.sh holds RSS to two pages).

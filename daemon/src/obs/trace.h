@@ -1,7 +1,7 @@
 /*
  * The step trace (docs/trace.md, `zeroctl trace`): a fixed ring of spans -- a bucket's arrival,
  * each collective, the norm, Adam, the all-gather, a checkpoint save, the step itself -- that
- * the engine thread records always (trace_buffer spans; 0 turns it off), and that a
+ * the runner thread records always (trace_buffer spans; 0 turns it off), and that a
  * TraceRequest reads on the loop thread (rpc/rpc_trace.c). One mutex guards the ring: the writer
  * holds it for one span's copy, a reader for one pass over the ring, so neither waits long on
  * the other. The ring holds the job this daemon last attached, from its attach on: a new job
@@ -22,7 +22,7 @@
 /* The kinds of span; their values go on the wire (ipc.proto TraceKind) and never change. */
 typedef enum zd_trace_kind {
     ZD_TRACE_STEP = 1,           /* a Step request: the whole pipeline */
-    ZD_TRACE_BUCKET = 2,         /* a BucketReady arrived; dur: its wait for the engine */
+    ZD_TRACE_BUCKET = 2,         /* a BucketReady arrived; dur: its wait for the runner */
     ZD_TRACE_REDUCE_SCATTER = 3, /* one bucket into the accumulator */
     ZD_TRACE_NORM = 4,           /* overflow check, global sum of squares, loss scaler */
     ZD_TRACE_ALL_REDUCE = 5,     /* the norm's all-reduce of two scalars (inside NORM) */
@@ -64,7 +64,7 @@ zs_status_t zd_trace_create(uint32_t capacity, zd_trace_t **trace_p);
 /* After every writer and reader stopped. NULL is a no-op. */
 void zd_trace_destroy(zd_trace_t *trace);
 
-/* ---- the writer: the engine thread ------------------------------------------------------- */
+/* ---- the writer: the runner thread ------------------------------------------------------- */
 
 /* A new job: the ring empties and is this job's. */
 void zd_trace_begin(zd_trace_t *trace, const char *job_id, uint32_t rank, uint32_t world);

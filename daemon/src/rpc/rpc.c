@@ -180,7 +180,7 @@ static uint64_t zd_rpc_heap_in_use(void)
 #endif
 }
 
-/* Status, from what the engine published: it comes back at once even while the engine is busy
+/* Status, from what the runner published: it comes back at once even while the runner is busy
  * for long (a mesh forming, a peer awaited, a big step). */
 static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
 {
@@ -193,7 +193,7 @@ static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
     char formulas[ZD_MEM_COUNT][40];
     uint64_t now = zs_time_now_ns();
 
-    zd_runner_status_get(rpc->engine, &st);
+    zd_runner_status_get(rpc->runner, &st);
     s.result = &r;
     s.version = (char *)ZS_VERSION;
     s.pid = (int32_t)getpid();
@@ -264,7 +264,7 @@ static void zd_rpc_submit(const zd_rpc_t *rpc, zd_req_t *req)
     if (rpc->submit != NULL) {
         rpc->submit(rpc->submit_arg, req);
     } else {
-        zd_runner_submit(rpc->engine, req);
+        zd_runner_submit(rpc->runner, req);
     }
 }
 
@@ -311,6 +311,28 @@ static zs_status_t zd_rpc_take_fds(const zd_rpc_session_t *s, const zd_frame_t *
     return ZS_OK;
 }
 
+/* The requests the loop thread answers itself, without the runner: true when f is one. */
+static bool zd_rpc_answer_now(const zd_rpc_t *rpc, zd_rpc_session_t *s, const zd_frame_t *f,
+                              zd_reply_t **reply_p)
+{
+    switch (f->body_case) {
+    case ZEROD__IPC__V1__FRAME__BODY_JOB_LIST: /* rpc/rpc_job.c */
+        *reply_p = zd_rpc_job_list(rpc, f->seq);
+        return true;
+    case ZEROD__IPC__V1__FRAME__BODY_TRACE: /* rpc/rpc_trace.c */
+        *reply_p = zd_rpc_trace(rpc, f);
+        return true;
+    case ZEROD__IPC__V1__FRAME__BODY_HELLO:
+        *reply_p = zd_rpc_hello(rpc, s, f);
+        return true;
+    case ZEROD__IPC__V1__FRAME__BODY_STATUS:
+        *reply_p = zd_rpc_status(rpc, f);
+        return true;
+    default:
+        return false;
+    }
+}
+
 zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t *payload,
                          size_t len, zd_fdq_t *fds, zd_reply_t **reply_p, bool *submitted_p,
                          bool *close_p, char *why, size_t whylen)
@@ -339,17 +361,7 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *s, const uint8_t
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return st;
     }
-    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_JOB_LIST ||
-        f->body_case == ZEROD__IPC__V1__FRAME__BODY_TRACE) { /* rpc/rpc_job.c, rpc/rpc_trace.c */
-        bool trace = f->body_case == ZEROD__IPC__V1__FRAME__BODY_TRACE;
-        *reply_p = trace ? zd_rpc_trace(rpc, f) : zd_rpc_job_list(rpc, f->seq);
-        zerod__ipc__v1__frame__free_unpacked(f, NULL);
-        return ZS_OK;
-    }
-    if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO ||
-        f->body_case == ZEROD__IPC__V1__FRAME__BODY_STATUS) {
-        *reply_p = f->body_case == ZEROD__IPC__V1__FRAME__BODY_HELLO ? zd_rpc_hello(rpc, s, f)
-                                                                     : zd_rpc_status(rpc, f);
+    if (zd_rpc_answer_now(rpc, s, f, reply_p)) {
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
         return ZS_OK;
     }

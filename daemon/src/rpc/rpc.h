@@ -1,8 +1,8 @@
 /*
  * rpc: the one place that knows ipc.proto (with rpc/rpc_check.c). It decodes a connection's frames,
- * answers what needs no engine (Hello, Status from the published status, a slot submitted
- * twice, a malformed or forbidden frame), turns the rest into engine requests (runner/runner.h),
- * and encodes the engine's results as replies. Loop thread only.
+ * answers what needs no runner (Hello, Status from the published status, a slot submitted
+ * twice, a malformed or forbidden frame), turns the rest into runner requests (runner/runner.h),
+ * and encodes the runner's results as replies. Loop thread only.
  *
  * A connection's session owns its slot bookkeeping: the slots the job gave it at attach, and
  * which of them are in flight (a BucketReady accepted, its SlotFree not yet sent).
@@ -51,12 +51,12 @@ void zd_fdq_close(zd_fdq_t *q);
 
 /* What the daemon tells its clients besides results. */
 typedef struct zd_rpc {
-    zd_runner_t *engine;
+    zd_runner_t *runner;
     const char *device;
     const char *socket_path;
     uint64_t peer_deadline_ms; /* HelloReply: how long the daemon takes to fail a call */
-    zd_trace_t *trace;         /* TraceRequest's ring (the engine's); NULL: tracing is off */
-    /* Where requests go: NULL sends them to zd_runner_submit(engine); a unit test takes them
+    zd_trace_t *trace;         /* TraceRequest's ring (the runner's); NULL: tracing is off */
+    /* Where requests go: NULL sends them to zd_runner_submit(runner); a unit test takes them
      * here instead (and frees each with zd_req_free). */
     void (*submit)(void *arg, zd_req_t *req);
     void *submit_arg;
@@ -65,8 +65,8 @@ typedef struct zd_rpc {
 /* One frame's payload (the bytes after the length prefix), with the descriptors that came
  * before or with it (fds: the frame takes those it declares, oldest first, and owns them from
  * then). Either it is answered here
- * (*reply_p: the reply to send; NULL when it went to the engine, *submitted_p, or when no reply
- * could be built) or handed to the engine. Returns ZS_OK, or the status of a refusal with the
+ * (*reply_p: the reply to send; NULL when it went to the runner, *submitted_p, or when no reply
+ * could be built) or handed to the runner. Returns ZS_OK, or the status of a refusal with the
  * reason in why: a malformed or forbidden frame (*close_p: close the connection once *reply_p is
  * out), or a request refused in its own reply (a slot submitted twice, an unusable Attach). */
 zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *session, const uint8_t *payload,
@@ -76,11 +76,11 @@ zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *session, const u
 /* An ErrorReply for a fault below the protocol (framing, a timeout, a refused peer). */
 zd_reply_t *zd_rpc_error(uint64_t seq, zs_status_t status, const char *msg);
 
-/* An engine result for this session's connection, encoded; the session's slots follow it.
+/* A runner result for this session's connection, encoded; the session's slots follow it.
  * Takes the result (frees it). NULL when no reply could be built (out of memory). */
 zd_reply_t *zd_rpc_result(zd_rpc_session_t *session, zd_resp_t *resp);
 
-/* The connection closed: the engine hears of it when it held a trainer. */
+/* The connection closed: the runner hears of it when it held a trainer. */
 void zd_rpc_closed(const zd_rpc_t *rpc, zd_rpc_session_t *session);
 
 #endif

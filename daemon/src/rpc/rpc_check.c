@@ -30,6 +30,27 @@ zs_status_t zd_rpc_decode(const uint8_t *payload, size_t len, zd_frame_t **frame
     return ZS_OK;
 }
 
+/* The first frame of a connection: the protocol it speaks and the role it takes. */
+static zs_status_t zd_rpc_check_hello(zd_role_t role, const Zerod__Ipc__V1__Hello *h, char *err,
+                                      size_t errlen)
+{
+    if (role != ZD_ROLE_NONE) {
+        return zs_errf(err, errlen, ZS_ERR_PROTOCOL, "hello: sent twice on one connection");
+    }
+    if (h->protocol != ZD_IPC_PROTOCOL) {
+        return zs_errf(err, errlen, ZS_ERR_VERSION,
+                       "hello.protocol: client speaks protocol %u (version %s), daemon speaks "
+                       "protocol %d (version %s)",
+                       h->protocol, h->version ? h->version : "?", ZD_IPC_PROTOCOL, ZS_VERSION);
+    }
+    if (h->role != ZEROD__IPC__V1__ROLE__ROLE_TRAINER &&
+        h->role != ZEROD__IPC__V1__ROLE__ROLE_CONTROL) {
+        return zs_errf(err, errlen, ZS_ERR_PROTOCOL,
+                       "hello.role: %d is neither trainer (1) nor control (2)", (int)h->role);
+    }
+    return ZS_OK;
+}
+
 zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *f, char *err, size_t errlen)
 {
     const char *name = zd_rpc_body_name(f->body_case);
@@ -41,23 +62,7 @@ zs_status_t zd_rpc_check(zd_role_t role, const zd_frame_t *f, char *err, size_t 
                        "unknown message: the frame has no body this daemon knows (protocol %d)",
                        ZD_IPC_PROTOCOL);
     case ZEROD__IPC__V1__FRAME__BODY_HELLO:
-        if (role != ZD_ROLE_NONE) {
-            return zs_errf(err, errlen, ZS_ERR_PROTOCOL, "hello: sent twice on one connection");
-        }
-        if (f->hello->protocol != ZD_IPC_PROTOCOL) {
-            return zs_errf(err, errlen, ZS_ERR_VERSION,
-                           "hello.protocol: client speaks protocol %u (version %s), daemon speaks "
-                           "protocol %d (version %s)",
-                           f->hello->protocol, f->hello->version ? f->hello->version : "?",
-                           ZD_IPC_PROTOCOL, ZS_VERSION);
-        }
-        if (f->hello->role != ZEROD__IPC__V1__ROLE__ROLE_TRAINER &&
-            f->hello->role != ZEROD__IPC__V1__ROLE__ROLE_CONTROL) {
-            return zs_errf(err, errlen, ZS_ERR_PROTOCOL,
-                           "hello.role: %d is neither trainer (1) nor control (2)",
-                           (int)f->hello->role);
-        }
-        return ZS_OK;
+        return zd_rpc_check_hello(role, f->hello, err, errlen);
     case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
     case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
     case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:

@@ -1,6 +1,6 @@
 /*
  * What a request frame may be (docs/architecture.md): the payload decoded into a
- * zerod.ipc.v1.Frame, and the message allowed now, from this role. Free of libuv and of the engine,
+ * zerod.ipc.v1.Frame, and the message allowed now, from this role. Free of libuv and of the runner,
  * so that unit tests and the libFuzzer target drive exactly the code the daemon runs. Part of rpc.
  */
 #ifndef ZD_RPC_CHECK_H

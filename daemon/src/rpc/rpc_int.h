@@ -38,9 +38,9 @@ zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, int fd, zd_req_t 
 /* ---- rpc/rpc_job.c: the operator's job control
  * --------------------------------------------------- */
 
-/* JobListReply, from what the engine last published: at once, like Status. */
+/* JobListReply, from what the runner last published: at once, like Status. */
 zd_reply_t *zd_rpc_job_list(const zd_rpc_t *rpc, uint64_t seq);
-/* JobEndReply of an engine result (r: its Result). */
+/* JobEndReply of a runner result (r: its Result). */
 zd_reply_t *zd_rpc_job_end_reply(const zd_resp_t *resp, Zerod__Ipc__V1__Result *r);
 
 /* ---- rpc/rpc_stores.c: the kernels' copy plan, for the trainer

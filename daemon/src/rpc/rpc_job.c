@@ -1,6 +1,6 @@
 /*
  * The operator's job control on the wire (ipc.proto JobList, JobEnd; `zeroctl job`): the list
- * is answered on the loop from the engine's published status, the end is the engine's
+ * is answered on the loop from the runner's published status, the end is the runner's
  * (job/job_ctl.c). Part of rpc.
  */
 #include "rpc/rpc_int.h"
@@ -39,7 +39,7 @@ zd_reply_t *zd_rpc_job_list(const zd_rpc_t *rpc, uint64_t seq)
     Zerod__Ipc__V1__JobInfo ji = ZEROD__IPC__V1__JOB_INFO__INIT;
     Zerod__Ipc__V1__JobInfo *jobs[1] = {&ji};
 
-    zd_runner_status_get(rpc->engine, &st);
+    zd_runner_status_get(rpc->runner, &st);
     lr.result = &r;
     if (st.has_job) {
         zd_rpc_job_info(&st.job, &ji);

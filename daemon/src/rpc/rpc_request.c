@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- what goes to the engine ------------------------------------------------------------------
+/* ---- what goes to the runner ------------------------------------------------------------------
  */
 
 /* An Attach's spec, pointing into the frame and into arrays made here (freed together). */
@@ -103,12 +103,12 @@ static zs_status_t zd_rpc_group_names(const Zerod__Ipc__V1__Group *gr, size_t g,
     return ZS_OK;
 }
 
-/* Every count the client controls is bounded before it is used. */
-static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, size_t errlen)
+/* The counts and codes of an Attach the client controls, bounded before anything is sized by
+ * them: *n_params_p is the parameters of every group. */
+static zs_status_t zd_rpc_attach_counts(const Zerod__Ipc__V1__Attach *at, size_t *n_params_p,
+                                        zs_dtype_t *dtype_p, char *err, size_t errlen)
 {
-    const Zerod__Ipc__V1__Attach *at = f->attach;
-    zd_rpc_attach_mem_t *m;
-    size_t n_params = 0, k = 0;
+    size_t n_params = 0;
 
     if (at->n_groups == 0 || at->n_groups > ZS_LAYOUT_MAX_GROUPS) {
         return zs_errf(err, errlen, ZS_ERR_INVALID,
@@ -127,9 +127,25 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
                        "attach: resume %d is not one of IF_KEPT, AUTO, NEVER, MUST (0..3)",
                        (int)at->resume);
     }
-    if (zs_dtype_from_int((long)at->dtype, &req->u.attach.dtype) != ZS_OK) {
+    if (zs_dtype_from_int((long)at->dtype, dtype_p) != ZS_OK) {
         return zs_errf(err, errlen, ZS_ERR_INVALID, "attach: dtype %d is not fp32, fp16 or bf16",
                        (int)at->dtype);
+    }
+    *n_params_p = n_params;
+    return ZS_OK;
+}
+
+/* Every count the client controls is bounded before it is used. */
+static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, size_t errlen)
+{
+    const Zerod__Ipc__V1__Attach *at = f->attach;
+    zd_rpc_attach_mem_t *m;
+    size_t n_params = 0, k = 0;
+    zs_status_t st;
+
+    st = zd_rpc_attach_counts(at, &n_params, &req->u.attach.dtype, err, errlen);
+    if (st != ZS_OK) {
+        return st;
     }
     m = calloc(1, sizeof(*m));
     if (m == NULL || (m->gnp = calloc(at->n_groups, sizeof(*m->gnp))) == NULL ||
@@ -143,7 +159,7 @@ static zs_status_t zd_rpc_attach_spec(zd_frame_t *f, zd_req_t *req, char *err, s
                        n_params);
     }
     for (size_t g = 0, dim_at = 0; g < at->n_groups; g++) {
-        zs_status_t st = zd_rpc_group_names(at->groups[g], g, k, m, &dim_at, err, errlen);
+        st = zd_rpc_group_names(at->groups[g], g, k, m, &dim_at, err, errlen);
         if (st != ZS_OK) {
             m->frame = NULL; /* the caller frees the frame */
             zd_rpc_release_attach(m);
@@ -217,26 +233,12 @@ static zs_status_t zd_rpc_request_ckpt(const zd_frame_t *f, zd_req_t *req, char 
     }
 }
 
-/* The engine request of a checked frame; takes the frame and fd (its directory, or -1). */
-zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, int fd, zd_req_t **req_p, char *err,
-                           size_t errlen)
+/* The training requests of zd_rpc_request: attach, params ready, bucket ready, step, detach. */
+static zs_status_t zd_rpc_request_train(const zd_rpc_session_t *s, zd_frame_t *f, zd_req_t *req,
+                                        char *err, size_t errlen)
 {
-    zd_req_t *req = calloc(1, sizeof(*req));
     zs_status_t st = ZS_OK;
 
-    if (req == NULL) {
-        zerod__ipc__v1__frame__free_unpacked(f, NULL);
-        if (fd >= 0) {
-            close(fd);
-        }
-        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory queueing a request");
-    }
-    req->fd = fd;
-    req->cred = s->cred;
-    req->conn_id = s->conn_id;
-    req->seq = f->seq;
-    req->release = zd_rpc_release_frame;
-    req->mem = f;
     switch (f->body_case) {
     case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
         req->kind = ZD_REQ_ATTACH;
@@ -268,6 +270,40 @@ zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, int fd, zd_req_t 
     case ZEROD__IPC__V1__FRAME__BODY_DETACH:
         req->kind = ZD_REQ_DETACH;
         req->u.detach.end_job = f->detach->end_job;
+        break;
+    default:
+        break;
+    }
+    return st;
+}
+
+/* The runner request of a checked frame; takes the frame and fd (its directory, or -1). */
+zs_status_t zd_rpc_request(zd_rpc_session_t *s, zd_frame_t *f, int fd, zd_req_t **req_p, char *err,
+                           size_t errlen)
+{
+    zd_req_t *req = calloc(1, sizeof(*req));
+    zs_status_t st = ZS_OK;
+
+    if (req == NULL) {
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        if (fd >= 0) {
+            close(fd);
+        }
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory queueing a request");
+    }
+    req->fd = fd;
+    req->cred = s->cred;
+    req->conn_id = s->conn_id;
+    req->seq = f->seq;
+    req->release = zd_rpc_release_frame;
+    req->mem = f;
+    switch (f->body_case) {
+    case ZEROD__IPC__V1__FRAME__BODY_ATTACH:
+    case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
+    case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
+    case ZEROD__IPC__V1__FRAME__BODY_STEP:
+    case ZEROD__IPC__V1__FRAME__BODY_DETACH:
+        st = zd_rpc_request_train(s, f, req, err, errlen);
         break;
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_SAVE:
     case ZEROD__IPC__V1__FRAME__BODY_CHECKPOINT_WAIT:

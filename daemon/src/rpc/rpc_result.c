@@ -1,5 +1,5 @@
 /*
- * The engine's results as replies (rpc/rpc.h, zd_rpc_result): an attach's reply with its regions'
+ * The runner's results as replies (rpc/rpc.h, zd_rpc_result): an attach's reply with its regions'
  * fds, a step's, the shard's info, a checkpoint's, a slot freed; the session's slots follow.
  */
 #define _GNU_SOURCE
@@ -166,48 +166,33 @@ static zd_reply_t *zd_rpc_encode_ckpt(const zd_resp_t *resp, Zerod__Ipc__V1__Res
     return zd_rpc_pack(&f);
 }
 
-zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
+/* The reply to a training request (attach, params ready, step, detach), which may change what
+ * the connection holds. */
+static zd_reply_t *zd_rpc_encode_train(zd_rpc_session_t *s, zd_resp_t *resp,
+                                       Zerod__Ipc__V1__Result *r)
 {
     Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
-    Zerod__Ipc__V1__Result r = zd_rpc_result_of(resp->status, resp->msg);
     Zerod__Ipc__V1__AttachReply ar = ZEROD__IPC__V1__ATTACH_REPLY__INIT;
     Zerod__Ipc__V1__ParamsReadyReply pr = ZEROD__IPC__V1__PARAMS_READY_REPLY__INIT;
     Zerod__Ipc__V1__StepReply sr = ZEROD__IPC__V1__STEP_REPLY__INIT;
     Zerod__Ipc__V1__CopyStores cs = ZEROD__IPC__V1__COPY_STORES__INIT;
     Zerod__Ipc__V1__DetachReply dr = ZEROD__IPC__V1__DETACH_REPLY__INIT;
-    zd_reply_t *reply = NULL;
 
     f.seq = resp->seq;
-    if (resp->status == ZS_ERR_ABORTED) { /* the daemon stops: the request did not run */
-        reply = zd_rpc_error(resp->seq, resp->status, resp->msg);
-        zd_resp_free(resp);
-        return reply;
-    }
-    switch (resp->kind) {
-    case ZD_REQ_ATTACH:
+    if (resp->kind == ZD_REQ_ATTACH) {
         zd_rpc_attach_reply(s, resp, &ar);
-        ar.result = &r;
+        ar.result = r;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY;
         f.attach_reply = &ar;
-        break;
-    case ZD_REQ_PARAMS_READY:
-        pr.result = &r;
+    } else if (resp->kind == ZD_REQ_PARAMS_READY) {
+        pr.result = r;
         pr.step = resp->u.ckpt.step;
         pr.restored_from = (char *)resp->u.ckpt.path;
         pr.loss_scale = resp->u.ckpt.loss_scale;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY;
         f.params_ready_reply = &pr;
-        break;
-    case ZD_REQ_BUCKET_READY:
-        if (resp->u.slot_free.slot < ZD_MAX_SLOTS) {
-            s->slot_busy &= ~(1ull << resp->u.slot_free.slot);
-        }
-        reply = zd_rpc_slot_free(resp->seq, resp->u.slot_free.slot, resp->u.slot_free.bucket,
-                                 resp->status, resp->msg);
-        zd_resp_free(resp);
-        return reply;
-    case ZD_REQ_STEP:
-        sr.result = &r;
+    } else if (resp->kind == ZD_REQ_STEP) {
+        sr.result = r;
         sr.step = resp->u.step.step;
         sr.loss_scale = resp->u.step.loss_scale;
         sr.skipped_steps = resp->u.step.skipped_steps;
@@ -216,34 +201,55 @@ zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
         sr.copy_stores = zd_rpc_copy_stores(&cs);
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_STEP_REPLY;
         f.step_reply = &sr;
-        break;
-    case ZD_REQ_DETACH:
+    } else {            /* ZD_REQ_DETACH */
         s->n_slots = 0; /* the connection holds no job any more */
         s->slot_busy = 0;
-        dr.result = &r;
+        dr.result = r;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY;
         f.detach_reply = &dr;
-        break;
+    }
+    return zd_rpc_pack_result(resp, &f);
+}
+
+/* The one reply of a finished request, built from its response; NULL for none. */
+static zd_reply_t *zd_rpc_encode(zd_rpc_session_t *s, zd_resp_t *resp)
+{
+    Zerod__Ipc__V1__Result r = zd_rpc_result_of(resp->status, resp->msg);
+
+    if (resp->status == ZS_ERR_ABORTED) { /* the daemon stops: the request did not run */
+        return zd_rpc_error(resp->seq, resp->status, resp->msg);
+    }
+    switch (resp->kind) {
+    case ZD_REQ_ATTACH:
+    case ZD_REQ_PARAMS_READY:
+    case ZD_REQ_STEP:
+    case ZD_REQ_DETACH:
+        return zd_rpc_encode_train(s, resp, &r);
+    case ZD_REQ_BUCKET_READY:
+        if (resp->u.slot_free.slot < ZD_MAX_SLOTS) {
+            s->slot_busy &= ~(1ull << resp->u.slot_free.slot);
+        }
+        return zd_rpc_slot_free(resp->seq, resp->u.slot_free.slot, resp->u.slot_free.bucket,
+                                resp->status, resp->msg);
     case ZD_REQ_SHARD_INFO:
-        reply = zd_rpc_encode_shard(resp, &r);
-        zd_resp_free(resp);
-        return reply;
+        return zd_rpc_encode_shard(resp, &r);
     case ZD_REQ_CKPT_SAVE:
     case ZD_REQ_CKPT_WAIT:
     case ZD_REQ_CKPT_LOAD:
     case ZD_REQ_EXPORT:
-        reply = zd_rpc_encode_ckpt(resp, &r);
-        zd_resp_free(resp);
-        return reply;
+        return zd_rpc_encode_ckpt(resp, &r);
     case ZD_REQ_JOB_END: /* rpc/rpc_job.c */
-        reply = zd_rpc_job_end_reply(resp, &r);
-        zd_resp_free(resp);
-        return reply;
+        return zd_rpc_job_end_reply(resp, &r);
     case ZD_REQ_DISCONNECT:
-        zd_resp_free(resp);
-        return NULL;
+        break;
     }
-    reply = zd_rpc_pack_result(resp, &f);
+    return NULL;
+}
+
+zd_reply_t *zd_rpc_result(zd_rpc_session_t *s, zd_resp_t *resp)
+{
+    zd_reply_t *reply = zd_rpc_encode(s, resp);
+
     zd_resp_free(resp);
     return reply;
 }

@@ -1,6 +1,6 @@
 /*
  * The step trace on the wire (ipc.proto TraceRequest; `zeroctl trace`, docs/trace.md): answered
- * at once on the loop from the trace's ring (obs/trace.c), like Status, whatever the engine is busy
+ * at once on the loop from the trace's ring (obs/trace.c), like Status, whatever the runner is busy
  * with. Part of rpc.
  */
 #include "obs/trace.h"

@@ -38,15 +38,15 @@ struct zd_runner {
     uint64_t job_linger_ns;   /* reloadable */
     zd_runner_status_t pub;   /* what Status reports */
     atomic_bool cancel;       /* shutdown, readable without the lock (mesh waits poll it) */
-    /* the watchdog's view (zd_runner_health), written by the engine thread alone */
+    /* the watchdog's view (zd_runner_health), written by the runner thread alone */
     _Atomic uint64_t beat_ns, phase_since_ns;
     atomic_int phase; /* ZD_RUNNER_PHASE_IDLE, _TEARDOWN, or the zd_req_kind_t in progress */
     uint64_t beat_interval_ns;
     void (*notify)(void *arg);
     void *notify_arg;
     zd_metrics_t *metrics; /* the published job goes there too (its own lock, taken inside ours) */
-    zd_trace_t *trace;     /* the step trace: written by the engine thread, read by TraceRequest */
-    /* engine thread */
+    zd_trace_t *trace;     /* the step trace: written by the runner thread, read by TraceRequest */
+    /* runner thread */
     zd_job_env_t env;
     char token_file[512];
     char ckpt_dir[4096];
@@ -132,7 +132,7 @@ static void zd_runner_publish(zd_runner_t *e)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* Say what the engine is about to be busy with (NULL: nothing), publishing the job too. */
+/* Say what the runner is about to be busy with (NULL: nothing), publishing the job too. */
 static void zd_runner_busy(void *arg, const char *what)
 {
     zd_runner_t *e = arg;
@@ -387,7 +387,7 @@ static void zd_runner_wake(void *arg)
     uint64_t one = 1;
 
     if (write(e->wake_fd, &one, sizeof(one)) < 0) {
-        /* the counter is saturated: the engine is awake anyway */
+        /* the counter is saturated: the runner is awake anyway */
     }
 }
 
@@ -408,7 +408,7 @@ static void zd_runner_idle(zd_runner_t *e)
         n = 2;
     }
     if (e->beat_interval_ns != 0 && timeout_ns > e->beat_interval_ns) {
-        timeout_ns = e->beat_interval_ns; /* wake to beat: the watchdog sees an idle engine live */
+        timeout_ns = e->beat_interval_ns; /* wake to beat: the watchdog sees an idle runner live */
     }
     atomic_store(&e->beat_ns, zs_time_now_ns());
     poll(fds, n, timeout_ns == UINT64_MAX ? -1 : (int)((timeout_ns + 999999) / 1000000));
@@ -433,7 +433,7 @@ static zd_req_t *zd_runner_next(zd_runner_t *e, bool *shutdown_p)
     return req;
 }
 
-/* The stop: the job ends here, on the engine thread that owns it, while the loop still runs and
+/* The stop: the job ends here, on the runner thread that owns it, while the loop still runs and
  * tells systemd (EXTEND_TIMEOUT_USEC) that a large job's teardown -- an async checkpoint's
  * write to finish, its memory to free -- is under way. */
 static void zd_runner_teardown(zd_runner_t *e)
@@ -595,7 +595,38 @@ static void zd_runner_env_init(zd_runner_t *e, const zd_runner_params_t *p)
     env->ckpt_staging_keep = p->ckpt_staging_keep;
 }
 
-zs_status_t zd_runner_create(const zd_runner_params_t *p, zd_runner_t **engine_p)
+/* The runner's wake eventfd, its kernel threads and its own thread; on failure nothing of them
+ * is left. */
+static zs_status_t zd_runner_start(zd_runner_t *e, const zd_runner_params_t *p)
+{
+    zs_status_t st;
+
+    e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->wake_fd < 0) {
+        zs_error(ZS_SUB_ENGINE, "eventfd: %m");
+        return ZS_ERR_IO;
+    }
+    if (p->threads > 1) {
+        st = zk_pool_create(p->threads, &e->pool);
+        if (st != ZS_OK) {
+            zs_error(ZS_SUB_ENGINE, "cannot start %u kernel threads: %s", p->threads,
+                     zk_last_error());
+            close(e->wake_fd);
+            return st;
+        }
+        e->exec.pool = e->pool;
+    }
+    if (zs_thread_start(&e->thread, false, zd_runner_main, e) != 0) {
+        zs_error(ZS_SUB_ENGINE, "cannot start the engine thread: %m");
+        zk_pool_destroy(e->pool);
+        close(e->wake_fd);
+        return ZS_ERR_NO_MEMORY;
+    }
+    e->thread_started = true;
+    return ZS_OK;
+}
+
+zs_status_t zd_runner_create(const zd_runner_params_t *p, zd_runner_t **runner_p)
 {
     zd_runner_t *e = calloc(1, sizeof(*e));
     zs_status_t st;
@@ -618,44 +649,20 @@ zs_status_t zd_runner_create(const zd_runner_params_t *p, zd_runner_t **engine_p
         zs_error(ZS_SUB_ENGINE, "a step trace of %u spans is above the %u allowed", p->trace_spans,
                  ZD_TRACE_MAX_SPANS);
     }
-    if (st != ZS_OK) { /* ZS_ERR_NO_MEMORY: obs/trace.c said why */
-        goto err_free;
-    }
-    e->env.trace = e->trace;
-    e->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (e->wake_fd < 0) {
-        zs_error(ZS_SUB_ENGINE, "eventfd: %m");
-        st = ZS_ERR_IO;
-        goto err_trace;
-    }
-    if (p->threads > 1) {
-        st = zk_pool_create(p->threads, &e->pool);
+    if (st == ZS_OK) { /* else ZS_ERR_NO_MEMORY: obs/trace.c said why */
+        e->env.trace = e->trace;
+        st = zd_runner_start(e, p);
         if (st != ZS_OK) {
-            zs_error(ZS_SUB_ENGINE, "cannot start %u kernel threads: %s", p->threads,
-                     zk_last_error());
-            goto err_fd;
+            zd_trace_destroy(e->trace);
         }
-        e->exec.pool = e->pool;
     }
-    if (zs_thread_start(&e->thread, false, zd_runner_main, e) != 0) {
-        zs_error(ZS_SUB_ENGINE, "cannot start the engine thread: %m");
-        st = ZS_ERR_NO_MEMORY;
-        goto err_pool;
+    if (st != ZS_OK) {
+        pthread_mutex_destroy(&e->lock);
+        free(e);
+        return st;
     }
-    e->thread_started = true;
-    *engine_p = e;
+    *runner_p = e;
     return ZS_OK;
-
-err_pool:
-    zk_pool_destroy(e->pool);
-err_fd:
-    close(e->wake_fd);
-err_trace:
-    zd_trace_destroy(e->trace);
-err_free:
-    pthread_mutex_destroy(&e->lock);
-    free(e);
-    return st;
 }
 
 void zd_runner_destroy(zd_runner_t *e)

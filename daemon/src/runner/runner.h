@@ -3,7 +3,8 @@
  * thread, runs every request in arrival order against the daemon's job (job/), and between
  * requests keeps the job's mesh alive and its linger counted. Requests and results are plain C
  * (rpc/ converts ipc.proto): this header holds no protobuf and no job internals. The libuv loop
- * submits requests and takes results, and never waits on the runner.
+ * submits requests and takes results, and never waits on the runner. Operators know it by its
+ * log subsystem, `engine` (ZEROD_LOG_SUBSYS), which its log and watchdog lines keep.
  */
 #ifndef ZD_RUNNER_H
 #define ZD_RUNNER_H
@@ -107,46 +108,46 @@ typedef struct zd_runner_params {
     uint64_t ckpt_every_steps, ckpt_every_seconds;
     uint32_t ckpt_keep_last;
     bool ckpt_async, ckpt_staging_keep;
-    void (*notify)(void *arg); /* results are ready (called from the engine thread) */
+    void (*notify)(void *arg); /* results are ready (called from the runner thread) */
     void *notify_arg;
-    uint64_t beat_interval_ns; /* 0, or the longest the idle engine sleeps without a beat */
+    uint64_t beat_interval_ns; /* 0, or the longest the idle runner sleeps without a beat */
     zd_metrics_t *metrics;     /* NULL, or where the published status goes too (obs/metrics.h) */
     uint32_t trace_spans;      /* the step trace's ring (obs/trace.h, trace_buffer); 0: off */
 } zd_runner_params_t;
 
-zs_status_t zd_runner_create(const zd_runner_params_t *params, zd_runner_t **engine_p);
+zs_status_t zd_runner_create(const zd_runner_params_t *params, zd_runner_t **runner_p);
 /* Joins the thread (after zd_runner_shutdown), drops the job. NULL is a no-op. */
-void zd_runner_destroy(zd_runner_t *engine);
+void zd_runner_destroy(zd_runner_t *runner);
 
-/* Hand a request over (the engine frees it). */
-void zd_runner_submit(zd_runner_t *engine, zd_req_t *req);
-/* The step trace the engine records (NULL: off); TraceRequest reads it on any thread. */
-zd_trace_t *zd_runner_trace(zd_runner_t *engine);
+/* Hand a request over (the runner frees it). */
+void zd_runner_submit(zd_runner_t *runner, zd_req_t *req);
+/* The step trace the runner records (NULL: off); TraceRequest reads it on any thread. */
+zd_trace_t *zd_runner_trace(zd_runner_t *runner);
 /* Results ready to send, oldest first; the caller frees each with zd_resp_free. */
-zd_resp_t *zd_runner_take_results(zd_runner_t *engine);
+zd_resp_t *zd_runner_take_results(zd_runner_t *runner);
 /* Finish the request in progress, fail the queued ones with ERR_ABORTED, stop the thread. */
-void zd_runner_shutdown(zd_runner_t *engine);
+void zd_runner_shutdown(zd_runner_t *runner);
 /* True once the thread has stopped and every result was queued. */
-bool zd_runner_stopped(zd_runner_t *engine);
+bool zd_runner_stopped(zd_runner_t *runner);
 
 /* Reloadable settings (SIGHUP). */
-void zd_runner_set_limits(zd_runner_t *engine, uint64_t max_shard_bytes, uint64_t job_linger_ns);
+void zd_runner_set_limits(zd_runner_t *runner, uint64_t max_shard_bytes, uint64_t job_linger_ns);
 
-/* What Status reports. The engine thread publishes it whenever it changes, and says what it is
- * busy with, so that the loop answers Status at once even while the engine is occupied for long
+/* What Status reports. The runner thread publishes it whenever it changes, and says what it is
+ * busy with, so that the loop answers Status at once even while the runner is occupied for long
  * (forming a mesh, waiting for a peer, a step on a big shard). */
 typedef struct zd_runner_status {
     uint64_t start_ns;
     bool has_job;
     zd_job_status_t job;
-    char activity[256]; /* what the engine is doing; "" when it waits for work */
+    char activity[256]; /* what the runner is doing; "" when it waits for work */
     uint64_t activity_since_ns;
 } zd_runner_status_t;
 
 /* A copy of the last published status (any thread). */
-void zd_runner_status_get(zd_runner_t *engine, zd_runner_status_t *status_p);
+void zd_runner_status_get(zd_runner_t *runner, zd_runner_status_t *status_p);
 
-/* What the watchdog (server/sdnotify.c) asks, lock-free from any thread: the engine's phase and its
+/* What the watchdog (server/sdnotify.c) asks, lock-free from any thread: the runner's phase and its
  * last sign of life. It beats when it enters a phase, when it publishes an activity (a request's
  * begin and end, "forming the mesh", ...), and on every idle wake -- at least every
  * beat_interval_ns when that is set. */
@@ -158,6 +159,6 @@ typedef struct zd_runner_health {
     uint64_t beat_ns;  /* the last sign of life */
 } zd_runner_health_t;
 
-void zd_runner_health(zd_runner_t *engine, zd_runner_health_t *health_p);
+void zd_runner_health(zd_runner_t *runner, zd_runner_health_t *health_p);
 
 #endif

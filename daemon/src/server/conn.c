@@ -185,7 +185,7 @@ void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char *msg)
 
 /* ---- receiving ------------------------------------------------------------------------ */
 
-/* One whole frame (length prefix and payload) to rpc: answered here, or sent to the engine
+/* One whole frame (length prefix and payload) to rpc: answered here, or sent to the runner
  * (counted for back-pressure). Returns false when the connection is being closed. */
 static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
 {
@@ -384,7 +384,31 @@ static bool zd_conn_throttled(zd_conn_t *c)
            uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) > ZD_CONN_MAX_UNREAD;
 }
 
-/* Decode and dispatch the buffered frames while the connection may hand the engine more, and
+/* After a pump that read on: give back the memory of a big frame that is out, and run
+ * frame_timeout from the first byte of the frame still incomplete (a frame that completed
+ * restarts it for the next one). */
+static void zd_conn_settle(zd_conn_t *c, bool progressed)
+{
+    if (progressed && c->cap > ZD_BUFFER_KEEP && c->len <= c->cap / 4) {
+        size_t cap = ZD_BUFFER_KEEP;
+        while (cap < c->len) {
+            cap *= 2;
+        }
+        (void)zd_conn_resize(c, cap); /* the big frame is out: give its memory back */
+    }
+    if (c->len > 0) {
+        if (progressed || !uv_is_active((uv_handle_t *)&c->timer)) {
+            /* from now, not from the start of a loop iteration that may have run long */
+            uv_update_time(c->srv->loop);
+            c->late_read = false;
+            uv_timer_start(&c->timer, zd_frame_timer_cb, c->srv->frame_timeout_ms, 0);
+        }
+    } else {
+        uv_timer_stop(&c->timer);
+    }
+}
+
+/* Decode and dispatch the buffered frames while the connection may hand the runner more, and
  * read from it only then (back-pressure, ZD_CONN_MAX_*). */
 void zd_conn_pump(zd_conn_t *c)
 {
@@ -430,25 +454,7 @@ void zd_conn_pump(zd_conn_t *c)
         uv_read_start((uv_stream_t *)&c->pipe, zd_alloc_cb, zd_read_cb);
         c->reading = true;
     }
-    if (progressed && c->cap > ZD_BUFFER_KEEP && c->len <= c->cap / 4) {
-        size_t cap = ZD_BUFFER_KEEP;
-        while (cap < c->len) {
-            cap *= 2;
-        }
-        (void)zd_conn_resize(c, cap); /* the big frame is out: give its memory back */
-    }
-    /* frame_timeout runs from the first byte of the frame still incomplete: a frame that
-     * completed restarts it for the next one */
-    if (c->len > 0) {
-        if (progressed || !uv_is_active((uv_handle_t *)&c->timer)) {
-            /* from now, not from the start of a loop iteration that may have run long */
-            uv_update_time(c->srv->loop);
-            c->late_read = false;
-            uv_timer_start(&c->timer, zd_frame_timer_cb, c->srv->frame_timeout_ms, 0);
-        }
-    } else {
-        uv_timer_stop(&c->timer);
-    }
+    zd_conn_settle(c, progressed);
 }
 
 /* ---- connections ---------------------------------------------------------------------- */

@@ -259,6 +259,23 @@ bool zd_metrics_http_available(void)
 #endif
 }
 
+/* Where the endpoints listen, and who can read them. */
+static void zd_http_log_listening(const zd_metrics_http_t *h, const char *listen)
+{
+    if (h->where.kind == ZD_LISTEN_TCP) {
+        /* INFO, not WARN: TCP is what the operator asked for explicitly, on every start; a WARN
+         * that is always there teaches to ignore WARN lines (tests fail on unexpected ones) */
+        zs_info(ZS_SUB_MAIN,
+                "metrics_listen %s (TCP): /metrics /healthz /readyz; any local user (and any host "
+                "that reaches this address) can read them -- a unix socket path, or the default "
+                "auto, admits only the daemon socket's users",
+                listen);
+    } else {
+        zs_info(ZS_SUB_MAIN,
+                "metrics_listen %s (unix socket, mode 0660): /metrics /healthz /readyz", listen);
+    }
+}
+
 zs_status_t zd_metrics_http_start(uv_loop_t *loop, zd_metrics_t *m, const char *listen,
                                   bool has_gid, gid_t gid, zd_metrics_http_t **http_p)
 {
@@ -307,18 +324,7 @@ zs_status_t zd_metrics_http_start(uv_loop_t *loop, zd_metrics_t *m, const char *
     h->timer.data = h;
     uv_timer_start(&h->timer, zd_http_beat_cb, ZD_METRICS_HEARTBEAT_NS / 1000000u,
                    ZD_METRICS_HEARTBEAT_NS / 1000000u);
-    if (h->where.kind == ZD_LISTEN_TCP) {
-        /* INFO, not WARN: TCP is what the operator asked for explicitly, on every start; a WARN
-         * that is always there teaches to ignore WARN lines (tests fail on unexpected ones) */
-        zs_info(ZS_SUB_MAIN,
-                "metrics_listen %s (TCP): /metrics /healthz /readyz; any local user (and any host "
-                "that reaches this address) can read them -- a unix socket path, or the default "
-                "auto, admits only the daemon socket's users",
-                listen);
-    } else {
-        zs_info(ZS_SUB_MAIN,
-                "metrics_listen %s (unix socket, mode 0660): /metrics /healthz /readyz", listen);
-    }
+    zd_http_log_listening(h, listen);
     *http_p = h;
     return ZS_OK;
 }

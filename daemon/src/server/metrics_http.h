@@ -1,7 +1,7 @@
 /*
  * The HTTP endpoint of metrics_listen (docs/metrics.md): /metrics, /healthz and /readyz, served
  * by libmicrohttpd's own thread from the metrics snapshot (obs/metrics.h) only -- it never calls
- * into the loop or the engine -- and the loop's heartbeat timer that /healthz reads. The loop
+ * into the loop or the runner -- and the loop's heartbeat timer that /healthz reads. The loop
  * thread starts and stops it.
  */
 #ifndef ZD_METRICS_HTTP_H

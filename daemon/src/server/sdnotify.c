@@ -1,10 +1,10 @@
 /*
  * The daemon's messages to its service manager (server/sdnotify.h). Two timers on the loop:
  *
- * - watchdog, every half $WATCHDOG_USEC: WATCHDOG=1, but only while the engine makes progress
- *   (the loop does, or the timer would not fire). The engine makes progress when one of these
+ * - watchdog, every half $WATCHDOG_USEC: WATCHDOG=1, but only while the runner makes progress
+ *   (the loop does, or the timer would not fire). The runner makes progress when one of these
  *   holds, checked at each tick:
- *     1. it beat within the last watchdog interval: it beats on every idle wake (the idle engine
+ *     1. it beat within the last watchdog interval: it beats on every idle wake (the idle runner
  *        wakes at least every quarter interval for that), on entering and leaving a request,
  *        and whenever it publishes an activity ("forming the mesh", ...);
  *     2. it is inside one request (or the stop's teardown) that began less than the peer
@@ -17,9 +17,9 @@
  *        threads other than the loop read or wrote bytes since the last tick (rchar + wchar of
  *        /proc/self/task/<tid>/io): a big write is slow but moves, a hung file system does not.
  *   Otherwise the pings stop (one ERROR says why) and, after WatchdogSec, systemd kills the
- *   daemon with SIGABRT -- its core shows where the engine hangs -- and restarts it.
+ *   daemon with SIGABRT -- its core shows where the runner hangs -- and restarts it.
  * - tick, every second: a STATUS= that the step rate limit held back, and during a stop that
- *   the engine still works on (a request to finish, a large job to tear down),
+ *   the runner still works on (a request to finish, a large job to tear down),
  *   EXTEND_TIMEOUT_USEC= under the same progress rule.
  */
 #define _GNU_SOURCE
@@ -46,7 +46,7 @@ struct zd_sdnotify {
     uv_timer_t watchdog;
     uv_timer_t tick;
     int open_handles;
-    zd_runner_t *engine;
+    zd_runner_t *runner;
     const char *socket_path;
     uint64_t wd_ns, peer_deadline_ns;
     char status[512];   /* the last STATUS= sent */
@@ -150,7 +150,7 @@ static void zd_sdnotify_status(zd_sdnotify_t *n)
     char key[sizeof(n->key)], text[sizeof(n->status)];
     uint64_t now = zs_time_now_ns();
 
-    zd_runner_status_get(n->engine, &st);
+    zd_runner_status_get(n->runner, &st);
     zd_sdnotify_describe(n, &st, key, sizeof(key), text, sizeof(text));
     if (strcmp(text, n->status) == 0 ||
         (strcmp(key, n->key) == 0 && now - n->status_ns < ZD_SDNOTIFY_STEP_NS)) {
@@ -165,7 +165,7 @@ static void zd_sdnotify_status(zd_sdnotify_t *n)
 /* ---- progress -------------------------------------------------------------------------------- */
 
 /* rchar + wchar of every thread but the loop (the main thread: its reads of clients, and of
- * these very files, say nothing of the engine); ZD_SDNOTIFY_NO_IO when /proc cannot tell. */
+ * these very files, say nothing of the runner); ZD_SDNOTIFY_NO_IO when /proc cannot tell. */
 static uint64_t zd_sdnotify_io_bytes(void)
 {
     DIR *d = opendir("/proc/self/task");
@@ -215,7 +215,7 @@ static bool zd_sdnotify_progress(zd_sdnotify_t *n, uint64_t window_ns, uint64_t 
     bool io_moved = io != ZD_SDNOTIFY_NO_IO && io != *io_p;
 
     *io_p = io;
-    zd_runner_health(n->engine, &h);
+    zd_runner_health(n->runner, &h);
     if (h.beat_ns >= now || now - h.beat_ns < window_ns) {
         return true;
     }
@@ -225,7 +225,7 @@ static bool zd_sdnotify_progress(zd_sdnotify_t *n, uint64_t window_ns, uint64_t 
     if (zd_sdnotify_io_phase(h.phase) && io_moved) {
         return true;
     }
-    zd_runner_status_get(n->engine, &st);
+    zd_runner_status_get(n->runner, &st);
     snprintf(why, len,
              "the engine shows no progress: %.200s for %.1f s, no sign of life for %.1f s",
              st.activity[0] != '\0' ? st.activity : "idle", (double)(now - h.since_ns) * 1e-9,
@@ -263,7 +263,7 @@ static void zd_sdnotify_tick_cb(uv_timer_t *t)
     char why[512];
 
     zd_sdnotify_status(n);
-    if (n->stopping && !zd_runner_stopped(n->engine) &&
+    if (n->stopping && !zd_runner_stopped(n->runner) &&
         zd_sdnotify_progress(n, n->wd_ns != 0 ? n->wd_ns : ZD_SDNOTIFY_EXTEND_NS, &n->ext_io, why,
                              sizeof(why))) {
         zd_sdnotify_send("EXTEND_TIMEOUT_USEC=%llu",
@@ -271,7 +271,7 @@ static void zd_sdnotify_tick_cb(uv_timer_t *t)
     }
 }
 
-zd_sdnotify_t *zd_sdnotify_start(uv_loop_t *loop, zd_runner_t *engine, const char *socket_path,
+zd_sdnotify_t *zd_sdnotify_start(uv_loop_t *loop, zd_runner_t *runner, const char *socket_path,
                                  uint64_t peer_deadline_ns)
 {
 #ifdef ZD_HAVE_SYSTEMD
@@ -286,7 +286,7 @@ zd_sdnotify_t *zd_sdnotify_start(uv_loop_t *loop, zd_runner_t *engine, const cha
         zs_error(ZS_SUB_MAIN, "out of memory for the service manager's notifications");
         return NULL;
     }
-    n->engine = engine;
+    n->runner = runner;
     n->socket_path = socket_path;
     n->peer_deadline_ns = peer_deadline_ns;
     n->wd_ns = zd_sdnotify_watchdog_ns();
@@ -308,7 +308,7 @@ zd_sdnotify_t *zd_sdnotify_start(uv_loop_t *loop, zd_runner_t *engine, const cha
     return n;
 #else
     (void)loop;
-    (void)engine;
+    (void)runner;
     (void)socket_path;
     (void)peer_deadline_ns;
     return NULL;
@@ -332,7 +332,7 @@ void zd_sdnotify_stopping(zd_sdnotify_t *n)
     n->stopping = true;
     zd_sdnotify_send("STOPPING=1");
     zd_sdnotify_status(n);
-    zd_runner_status_get(n->engine, &st);
+    zd_runner_status_get(n->runner, &st);
     if (zd_sdnotify_job_bytes(&st) >= ZD_SDNOTIFY_LARGE_JOB) {
         zd_sdnotify_send("EXTEND_TIMEOUT_USEC=%llu",
                          (unsigned long long)(ZD_SDNOTIFY_EXTEND_NS / ZS_NSEC_PER_USEC));

@@ -1,6 +1,6 @@
 /*
  * The daemon's front: the listening Unix socket (bound and removed with care), accepting a
- * client (SO_PEERCRED, per-uid limits), routing the engine's results to their connections,
+ * client (SO_PEERCRED, per-uid limits), routing the runner's results to their connections,
  * signals and an orderly stop. A connection's own framing and back-pressure are in server/conn.c.
  */
 #define _GNU_SOURCE
@@ -127,7 +127,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
     zd_conn_pump(c);
 }
 
-/* ---- engine replies, signals, shutdown ------------------------------------------------ */
+/* ---- runner replies, signals, shutdown ------------------------------------------------ */
 
 static void zd_server_close_all(zd_server_t *srv)
 {
@@ -144,11 +144,11 @@ static void zd_server_close_all(zd_server_t *srv)
     uv_close((uv_handle_t *)&srv->sig_hup, NULL);
     zd_sdnotify_close(srv->notify);
     srv->notify = NULL;
-    zd_metrics_http_stop(srv->http); /* /healthz answered until the engine stopped */
+    zd_metrics_http_stop(srv->http); /* /healthz answered until the runner stopped */
     srv->http = NULL;
 }
 
-/* Hand engine results to their connections as replies (a result for a closed connection is
+/* Hand runner results to their connections as replies (a result for a closed connection is
  * dropped); each ends one request of the connection's back-pressure count. */
 static void zd_server_deliver(zd_server_t *srv, zd_resp_t *r)
 {
@@ -170,11 +170,11 @@ static void zd_async_cb(uv_async_t *a)
 {
     zd_server_t *srv = a->data;
 
-    zd_server_deliver(srv, zd_runner_take_results(srv->engine));
+    zd_server_deliver(srv, zd_runner_take_results(srv->runner));
     zd_sdnotify_update(srv->notify); /* STATUS= when the job changed */
-    if (srv->stopping && zd_runner_stopped(srv->engine) && !uv_is_closing((uv_handle_t *)a)) {
+    if (srv->stopping && zd_runner_stopped(srv->runner) && !uv_is_closing((uv_handle_t *)a)) {
         /* every reply is out (or queued in libuv): close connections after their writes */
-        zd_resp_t *late = zd_runner_take_results(srv->engine);
+        zd_resp_t *late = zd_runner_take_results(srv->runner);
         if (late == NULL) {
             zd_server_close_all(srv);
         } else {
@@ -184,7 +184,8 @@ static void zd_async_cb(uv_async_t *a)
     }
 }
 
-static void zd_runner_notify(void *arg)
+/* The runner has results (called on its thread): wake the loop. */
+static void zd_server_results_ready(void *arg)
 {
     uv_async_send(arg);
 }
@@ -209,7 +210,7 @@ static void zd_server_stop(zd_server_t *srv, const char *why)
     if (srv->listening) {
         zd_server_unlisten(srv);
     }
-    zd_runner_shutdown(srv->engine);
+    zd_runner_shutdown(srv->runner);
     uv_async_send(&srv->async);
 }
 
@@ -230,7 +231,7 @@ static void zd_signal_cb(uv_signal_t *h, int signum)
             zs_error(ZS_SUB_CFG, "SIGHUP: reload failed, keeping the running config: %s", err);
             return;
         }
-        zd_runner_set_limits(srv->engine, fresh.max_shard_bytes, fresh.job_linger_ns);
+        zd_runner_set_limits(srv->runner, fresh.max_shard_bytes, fresh.job_linger_ns);
         srv->frame_timeout_ms = fresh.frame_timeout_ns / 1000000ull;
         zs_info(ZS_SUB_CFG,
                 "SIGHUP: reloaded job_linger=%llu ms max_shard_bytes=%llu frame_timeout=%llu ms",
@@ -331,8 +332,8 @@ static zs_status_t zd_server_listen(zd_server_t *srv)
     return s;
 }
 
-/* The engine, with the config's limits; false when it cannot start (logged). */
-static bool zd_server_start_engine(zd_server_t *srv)
+/* The runner, with the config's limits; false when it cannot start (logged). */
+static bool zd_server_start_runner(zd_server_t *srv)
 {
     const zd_config_t *cfg = srv->params->config;
     zd_runner_params_t ep;
@@ -358,7 +359,7 @@ static bool zd_server_start_engine(zd_server_t *srv)
     ep.ckpt_keep_last = (uint32_t)cfg->checkpoint_keep_last;
     ep.ckpt_async = cfg->checkpoint_async != 0;
     ep.ckpt_staging_keep = cfg->checkpoint_staging_keep != 0;
-    ep.notify = zd_runner_notify;
+    ep.notify = zd_server_results_ready;
     ep.notify_arg = &srv->async;
     if (cfg->metrics_listen != NULL && cfg->metrics_listen[0] != '\0' &&
         zd_metrics_create(srv->params->device, &srv->metrics) != ZS_OK) {
@@ -368,11 +369,11 @@ static bool zd_server_start_engine(zd_server_t *srv)
     ep.trace_spans = (uint32_t)cfg->trace_buffer;
     ep.beat_interval_ns =
         zd_sdnotify_watchdog_ns() / 4; /* server/sdnotify.c: the watchdog's rule */
-    if (zd_runner_create(&ep, &srv->engine) != ZS_OK) {
+    if (zd_runner_create(&ep, &srv->runner) != ZS_OK) {
         return false;
     }
-    srv->rpc.engine = srv->engine;
-    srv->rpc.trace = zd_runner_trace(srv->engine);
+    srv->rpc.runner = srv->runner;
+    srv->rpc.trace = zd_runner_trace(srv->runner);
     srv->rpc.device = srv->params->device;
     srv->rpc.socket_path = srv->params->socket_path;
     srv->rpc.peer_deadline_ms = zd_config_peer_deadline_ns(cfg) / 1000000u;
@@ -426,7 +427,7 @@ int zd_server_run(const zd_server_params_t *params)
     }
     uv_async_init(srv->loop, &srv->async, zd_async_cb);
     srv->async.data = srv;
-    if (!zd_server_start_engine(srv)) {
+    if (!zd_server_start_runner(srv)) {
         uv_close((uv_handle_t *)&srv->async, NULL);
         uv_run(srv->loop, UV_RUN_DEFAULT);
         goto out_free;
@@ -437,19 +438,19 @@ int zd_server_run(const zd_server_params_t *params)
                               srv->allowed_gid, &srv->http) != ZS_OK) {
         zd_server_stop(srv, "start-up failed");
         uv_run(srv->loop, UV_RUN_DEFAULT);
-        goto out_engine;
+        goto out_runner;
     }
     zd_server_announce(params);
-    srv->notify = zd_sdnotify_start(srv->loop, srv->engine, params->socket_path,
+    srv->notify = zd_sdnotify_start(srv->loop, srv->runner, params->socket_path,
                                     zd_config_peer_deadline_ns(cfg));
     uv_run(srv->loop, UV_RUN_DEFAULT);
     rc = 0;
     zs_info(ZS_SUB_MAIN, "stopped");
 
-out_engine:
-    zd_runner_destroy(srv->engine);
+out_runner:
+    zd_runner_destroy(srv->runner);
 out_free:
-    zd_metrics_destroy(srv->metrics); /* after the engine and the HTTP thread stopped */
+    zd_metrics_destroy(srv->metrics); /* after the runner and the HTTP thread stopped */
     uv_loop_close(srv->loop);
     free(srv);
     return rc;

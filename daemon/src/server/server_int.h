@@ -1,5 +1,5 @@
 /* Private to the server: the listening daemon (server/server.c) and its client connections
- * (server/conn.c). One loop thread owns both; nothing here is shared with the engine thread. */
+ * (server/conn.c). One loop thread owns both; nothing here is shared with the runner thread. */
 #ifndef ZD_SERVER_INT_H
 #define ZD_SERVER_INT_H
 
@@ -17,7 +17,7 @@
 #define ZD_READ_CHUNK (256u << 10)
 /* Warnings a local user can cause at will (bad frames, refused connections): per uid, a burst
  * of ZD_WARN_BURST per ZD_WARN_INTERVAL_NS, then a count of what was suppressed. */
-/* Back-pressure: a connection whose requests wait in the engine beyond these bounds, or whose
+/* Back-pressure: a connection whose requests wait in the runner beyond these bounds, or whose
  * replies wait for it to read beyond ZD_CONN_MAX_UNREAD, is not read from until they drain
  * (its writes then stall in the kernel), so what one client makes the daemon hold is bounded
  * whatever it sends. A trainer has at most bucket_slots (<= ZD_MAX_SLOTS) BucketReady and one
@@ -61,7 +61,7 @@ typedef struct zd_conn {
      * read once before the frame is judged (zd_frame_timer_cb) */
     bool late_read;
     int open_handles;
-    /* requests with the engine, oldest first: each gets exactly one reply, in order */
+    /* requests with the runner, oldest first: each gets exactly one reply, in order */
     uint32_t inflight, inflight_head;
     uint64_t inflight_bytes;
     uint32_t inflight_len[ZD_CONN_MAX_INFLIGHT];
@@ -73,7 +73,7 @@ struct zd_server {
     uv_pipe_t listener;
     uv_async_t async;
     uv_signal_t sig_term, sig_int, sig_hup;
-    zd_runner_t *engine;
+    zd_runner_t *runner;
     struct zd_sdnotify
         *notify; /* READY, STATUS, WATCHDOG to systemd (server/sdnotify.h); NULL: none */
     /* metrics_listen: the snapshot (obs/metrics.h) and its HTTP endpoint (server/metrics_http.h);
@@ -110,7 +110,7 @@ zd_conn_t *zd_conn_new(zd_server_t *srv);
 void zd_conn_pump(zd_conn_t *c);
 /* Queue a reply (takes it). */
 void zd_conn_send(zd_conn_t *c, zd_reply_t *reply);
-/* An engine result for this connection: its reply goes out and one request leaves the
+/* A runner result for this connection: its reply goes out and one request leaves the
  * back-pressure count. Takes r. */
 void zd_conn_result(zd_conn_t *c, zd_resp_t *r);
 /* An ErrorReply naming the problem, then close (bad frame, wrong role, ...). */

@@ -44,7 +44,7 @@ ZDT_TEST(zd_rpc_job, job_list_is_answered_here_from_the_published_status)
     frame_t *f;
 
     cr_assert_eq(zd_runner_create(&ep, &engine), ZS_OK);
-    rpc.engine = engine;
+    rpc.runner = engine;
     hello(sess, ZEROD__IPC__V1__ROLE__ROLE_CONTROL);
     o = send_ok(sess, &in);
     zd_runner_destroy(engine);

@@ -5,10 +5,10 @@
  *   zd_gen_man conf OUT                     zerod.conf(5), from the daemon's config table
  *   zd_gen_man help NAME SECTION BINARY OUT NAME(SECTION) from `BINARY --help`
  *
- * The --help reader knows the shape every zerod tool prints (conventions.md "Command-line
- * tools"): "Usage: ..." lines, a description up to the first blank line, then blocks: a line
- * "Heading:" starts a section, a line indented two spaces starting with '-' (or a term followed
- * by two spaces) is an item, deeper-indented lines continue it, anything else is a paragraph.
+ * The --help reader knows the shape every zerod tool prints: "Usage: ..." lines, a description up
+ * to the first blank line, then blocks: a line "Heading:" starts a section, a line indented two
+ * spaces starting with '-' (or a term followed by two spaces) is an item, deeper-indented lines
+ * continue it, anything else is a paragraph.
  */
 #define _GNU_SOURCE
 #include "config/daemon_config.h"
@@ -255,7 +255,7 @@ static const zd_man_extra_t zd_man_extras[] = {
      "a large job to tear down).\n"
      ".PP\n"
      "With WatchdogSec= ($WATCHDOG_USEC) the event loop sends WATCHDOG=1 every half interval, "
-     "but only while the engine thread makes progress: it beat within the interval (it does on "
+     "but only while the runner thread makes progress: it beat within the interval (it does on "
      "every idle wake, at least every quarter interval, and on entering or leaving a request); "
      "or it is inside one request that began less than "
      "max(mesh_timeout, collective_timeout) + heartbeat_timeout ago (a collective or the "

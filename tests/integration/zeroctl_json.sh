@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zeroctl --json is the stable interface (conventions.md "Command-line tools"): it parses, has
+# zeroctl --json is the stable interface for scripts: it parses, has
 # schema_version 1, and its numbers agree with train_mlp's layout; exit codes 0/1/2/7.
 #   zeroctl_json.sh ZEROD TRAIN_MLP ZEROCTL RUNDIR
 set -euo pipefail

@@ -1,5 +1,5 @@
 /*
- * Config tables (conventions.md "Config"): one row per key. The same table parses an INI file
+ * Config tables: one row per key. The same table parses an INI file
  * (inih), ZEROD_<NAME> environment variables and command-line flags, in that rising order of
  * precedence; prints the effective config; and rejects a bad value naming key and value.
  *

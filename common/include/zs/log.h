@@ -1,5 +1,5 @@
 /*
- * Logging (conventions.md "Logging").
+ * Logging: one line per message, each with a level and a subsystem, to stderr or journald.
  *
  *   zs_warn(ZS_SUB_IPC, "peer %d closed: %m", rank);
  *

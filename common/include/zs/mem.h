@@ -17,7 +17,7 @@ extern "C" {
 #define ZS_CACHE_LINE 64
 #define ZS_PAGE_ALIGN 4096
 
-/* Where a buffer lives (conventions.md: every buffer knows its memory type). */
+/* Where a buffer lives: every buffer zerod passes around knows its memory type. */
 typedef enum zs_mem_type {
     ZS_MEM_HOST = 0,
     ZS_MEM_HOST_PINNED = 1,

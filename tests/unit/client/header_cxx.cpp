@@ -1,4 +1,4 @@
-// The public header is plain C99 that also compiles as C++ (conventions.md "Public API"):
+// The public header is plain C99 that also compiles as C++:
 // this file must build with -Wall -Wextra -Werror as C++, and the names must link.
 #include <zerod/zc.h>
 

@@ -1,6 +1,6 @@
 /*
- * Helpers of the daemon's unit tests: the log check of conventions.md ("tests fail on a WARN or
- * ERROR they did not expect").
+ * Helpers of the daemon's unit tests: the log check (a test fails on a WARN or ERROR it did not
+ * expect).
  *
  * Criterion ignores a failure in a suite's .fini, and the log sink runs under the log's lock
  * (no assertion may jump out of it), so the sink only records, and ZDT_TEST(suite, name) is a

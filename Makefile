@@ -11,7 +11,8 @@
 #                the DeepSpeed example ported by its import (tests/python/test_deepspeed_port.py)
 #   make test-torch2      build + the Python tests (ctest -L python) under torch 2.x
 #                (the venv of tests/python/torch2_venv.sh, ~5 GB, created once; in build-torch2/)
-#   make lint    clang-format check + cppcheck
+#   make lint    clang-format, cppcheck, the layers (tools/check_layers.py), the tour docs'
+#                names (tools/check_doc_refs.py)
 #   make install PREFIX=/usr/local
 BUILD       ?= build
 PREFIX      ?= /usr/local
@@ -120,6 +121,8 @@ lint:
 	    --suppress=missingIncludeSystem --suppress=unknownMacro --std=c11 \
 	    -I common/include -I kernels/include -I client/include \
 	    $(filter %.c,$(SOURCES))
+	@python3 tools/check_layers.py $(if $(wildcard $(BUILD)/CMakeCache.txt),--objects $(BUILD))
+	@python3 tools/check_doc_refs.py
 	@echo "lint: clean"
 
 install: build

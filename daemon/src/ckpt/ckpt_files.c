@@ -61,8 +61,8 @@ zs_status_t zd_ckpt_write_rank(const zd_ckpt_shard_t *sh, const float *stage, ui
 
 void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
 
-/* The manifest of a save as the job stands now (files come later: zd_ckpt_manifest_finish);
- * names, shapes and group options are borrowed from the job. */
+/* The manifest of a save as the job stands now, without its files (zd_ckpt_manifest_finish adds
+ * them); names, shapes and group options are borrowed from the job. */
 zs_status_t zd_ckpt_manifest_head(const zd_ckpt_shard_t *sh, const char *tag,
                                   zs_ckpt_manifest_t *mp)
 {

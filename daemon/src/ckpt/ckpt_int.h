@@ -40,8 +40,8 @@ void zd_ckpt_tmp_name(const char *tag, char *name, size_t len);
 zs_status_t zd_ckpt_write_rank(const zd_ckpt_shard_t *sh, const float *stage, uint64_t step,
                                const zs_dir_t *tmp, uint64_t *bytes_p, uint64_t *xxh3_p, char *err,
                                size_t errlen);
-/* The manifest of a save as the shard stands now (its files come later); borrows the shard's
- * names, shapes and group options. */
+/* The manifest of a save as the shard stands now, without its files (added once written); borrows
+ * the shard's names, shapes and group options. */
 zs_status_t zd_ckpt_manifest_head(const zd_ckpt_shard_t *sh, const char *tag,
                                   zs_ckpt_manifest_t *m);
 zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,

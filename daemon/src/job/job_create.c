@@ -280,8 +280,8 @@ void zd_job_destroy(zd_job_t *job)
     free(job);
 }
 
-/* The daemon's backend for this job. The CUDA backend runs world-1 jobs for now: its NCCL
- * communicator is formed at world 1 (job/job_mesh.c); a mesh of CUDA daemons is not built yet. */
+/* The daemon's backend for this job. The CUDA backend runs world-1 jobs only: its NCCL
+ * communicator is formed at world 1 (job/job_mesh.c), and a CUDA job of world > 1 is refused. */
 static zs_status_t zd_job_backend(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
 {
     int device = env->cuda ? env->cuda_device : -1;

@@ -18,14 +18,15 @@
  * to the same value.
  */
 #define _GNU_SOURCE
+#include "zs/config_types.h"
 #include "config_int.h"
-#include "zs/config.h"
 #include "zs/error.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,3 +1,8 @@
+/*
+ * The `local` collectives (coll/coll.h) of a world-1 job: a reduce-scatter is the accumulate
+ * kernel into the shard's accumulator (a cast when it overwrites), and an all-gather, an
+ * all-reduce and a barrier have nobody to exchange with.
+ */
 #include "coll/coll.h"
 
 #include <stdio.h>

@@ -1,3 +1,9 @@
+/*
+ * The runner thread (runner/runner.h): takes requests in arrival order off one queue, runs each
+ * against the daemon's job (job/job.h, job/job_ctl.h) and pushes exactly one result back for the
+ * loop; between requests it sleeps in poll() on its eventfd and the mesh's worker fd, does the
+ * job's idle work, and publishes the status and health that Status and the watchdog read.
+ */
 #define _GNU_SOURCE
 #include "runner/runner.h"
 

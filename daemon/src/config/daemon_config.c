@@ -1,3 +1,7 @@
+/*
+ * The daemon's config table (config/daemon_config.h; docs/daemon-config.md): every key of
+ * zerod.conf with its default, doc and bounds, and the checks between keys at start-up.
+ */
 #include "config/daemon_config.h"
 #include "obs/metrics.h"
 #include "obs/trace.h"

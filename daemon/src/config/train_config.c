@@ -1,3 +1,9 @@
+/*
+ * The training config parsed (config/train_config.h): a walk of the JSON against the key table,
+ * each value checked and stored where its row says, refused and ignored keys handled as their
+ * fate says, defaults for what was not given, the rules between keys, the batch triple, a
+ * group's options, and the hash of what changes the math.
+ */
 #include "config/train_config.h"
 #include "config/train_config_int.h"
 
@@ -15,8 +21,6 @@
 #include <xxhash.h>
 
 #define ZD_TC_N_KEYS zd_tc_n_keys
-
-/* ---- table navigation --------------------------------------------------------------------- */
 
 /* ---- messages ----------------------------------------------------------------------------- */
 

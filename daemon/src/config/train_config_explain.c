@@ -3,6 +3,7 @@
  * (`zeroctl config`, `zerod --print-training-config`): the config as given, the table's
  * default, or derived (the batch triple, grad_accum_dtype's default).
  */
+#include "config/train_config.h"
 #include "config/train_config_int.h"
 
 #include "zs/dtype.h"

@@ -1,21 +1,18 @@
 /*
- * Inside the training config: the key table (config/train_config_keys.c) that the parser
- * (config/train_config.c) and the printers walk, and its navigation
- * (config/train_config_table.c).
+ * Inside the training config: what the parser (config/train_config.c) and the printers share
+ * besides the key table (config/train_config_keys.h): the table's navigation and an unknown
+ * key's hint (config/train_config_table.c).
  */
 #ifndef ZD_TRAIN_CONFIG_INT_H
 #define ZD_TRAIN_CONFIG_INT_H
 
-#include "config/train_config.h"
+#include "config/train_config_types.h"
 
 /* The longest key path a message shows. */
 #define ZD_TC_PATHLEN 192
 
 /* Rows a table may have (the parser's per-call `seen` flags). */
 #define ZD_TC_MAX_KEYS 320
-
-extern const zd_tc_key_t zd_tc_keys[];
-extern const size_t zd_tc_n_keys;
 
 /* ---- config/train_config_table.c ------------------------------------------------------------ */
 

@@ -4,6 +4,7 @@
  * ignoring it cannot change the math, or refused with the reason. config/train_config.c walks it;
  * docs/training-config.md is printed from it.
  */
+#include "config/train_config_keys.h"
 #include "config/train_config_int.h"
 
 #include "zs/config.h"

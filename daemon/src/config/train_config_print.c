@@ -5,6 +5,7 @@
  */
 #include "config/train_config.h"
 #include "config/train_config_int.h"
+#include "config/train_config_keys.h"
 
 #include <stdio.h>
 #include <string.h>

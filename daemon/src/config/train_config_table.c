@@ -4,6 +4,7 @@
  * config/.
  */
 #include "config/train_config_int.h"
+#include "config/train_config_keys.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -4,6 +4,7 @@
  * job/job_info.c, the arithmetic in job/step.c.
  */
 #define _GNU_SOURCE
+#include "job/job.h"
 #include "job/job_int.h"
 #include "mesh/mesh.h"
 #include "zs/error.h"

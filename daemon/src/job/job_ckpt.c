@@ -5,6 +5,7 @@
  * daemon's own checkpoints (when to save, whether to resume).
  */
 #define _GNU_SOURCE
+#include "job/job_ckpt.h"
 #include "job/job_int.h"
 #include "zs/time.h"
 

@@ -4,6 +4,7 @@
  * trainer.
  */
 #define _GNU_SOURCE
+#include "job/job_info.h"
 #include "job/job_int.h"
 #include "zs/error.h"
 

@@ -1,6 +1,6 @@
 /*
- * The job's state, shared by job/job.c (its lifecycle) and job/step.c (the arithmetic of a step):
- * never included elsewhere.
+ * The job's state and the calls between the files of job/ (its lifecycle, its creation, its mesh,
+ * its checkpoints, the arithmetic of a step): never included elsewhere.
  */
 #ifndef ZD_JOB_INT_H
 #define ZD_JOB_INT_H
@@ -9,7 +9,8 @@
 #include "ckpt/ckpt.h"
 #include "coll/coll.h"
 #include "config/train_config.h"
-#include "job/job.h"
+#include "job/job_env.h"
+#include "job/job_types.h"
 #include "job/scaler.h"
 #include "obs/trace.h"
 #include "zs/ckpt.h"

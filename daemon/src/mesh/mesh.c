@@ -4,6 +4,7 @@
  * mesh/mesh_boot.c.
  */
 #define _GNU_SOURCE
+#include "mesh/mesh.h"
 #include "mesh/mesh_int.h"
 #include "zs/error.h"
 #include "zs/log.h"

@@ -9,6 +9,7 @@
 #ifndef ZD_MESH_H
 #define ZD_MESH_H
 
+#include "mesh/mesh_params.h"
 #include "zs/status.h"
 #include "zs/time.h"
 
@@ -17,30 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <ucp/api/ucp.h>
-
-#define ZD_MESH_PROTOCOL 2
-#define ZD_TOKEN_MAX     4096
-
-typedef struct zd_mesh zd_mesh_t;
-
-typedef struct zd_mesh_params {
-    const char *job_id;
-    uint32_t rank, world;
-    const char *coordinator; /* host:port of rank 0's listener */
-    uint64_t layout_hash, config_hash;
-    uint64_t step;
-    bool params_loaded;
-    const uint8_t *token;
-    size_t token_len;
-    uint64_t mesh_timeout_ns;
-    uint64_t collective_timeout_ns;
-    uint64_t heartbeat_interval_ns;
-    uint64_t heartbeat_timeout_ns; /* a peer silent this long is lost (the heartbeat,
-                                      mesh/heartbeat.h) */
-    const atomic_bool *cancel;     /* set when the daemon shuts down: formation and waits stop */
-    void (*wake)(void *arg);       /* called from the heartbeat thread when a peer is lost */
-    void *wake_arg;
-} zd_mesh_params_t;
 
 /* Form the mesh; blocks (bounded by mesh_timeout) until every rank joined, or fails naming
  * what differs (ZS_ERR_AUTH, ZS_ERR_LAYOUT_MISMATCH, ZS_ERR_CONFIG, ZS_ERR_UNREACHABLE,
@@ -90,10 +67,5 @@ struct zd_heartbeat *zd_mesh_heartbeat(zd_mesh_t *mesh);
 
 /* Barrier over control messages, bounded by the collective timeout. */
 zs_status_t zd_mesh_barrier(zd_mesh_t *mesh, char *err, size_t errlen);
-
-/* Read the job token: the file must be a regular file, owned by this user, mode 0600 or
- * stricter, 16..4096 bytes. */
-zs_status_t zd_mesh_read_token(const char *path, uint8_t *buf, size_t *len_p, char *err,
-                               size_t errlen);
 
 #endif

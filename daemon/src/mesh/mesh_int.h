@@ -7,7 +7,7 @@
 #define ZD_MESH_INT_H
 
 #include "mesh/heartbeat.h"
-#include "mesh/mesh.h"
+#include "mesh/mesh_params.h"
 #include "mesh/ucx_util.h"
 #include "zerod/mesh/v1/mesh.pb-c.h"
 

@@ -5,31 +5,20 @@
  * and encodes the runner's results as replies. Loop thread only.
  *
  * A connection's session owns its slot bookkeeping: the slots the job gave it at attach, and
- * which of them are in flight (a BucketReady accepted, its SlotFree not yet sent).
+ * which of them are in flight (a BucketReady accepted, its SlotFree not yet sent). The types are
+ * rpc/rpc_types.h's, a reply's bytes rpc/rpc_reply.h's.
  */
 #ifndef ZD_RPC_H
 #define ZD_RPC_H
 
+#include "rpc/rpc_reply.h"
+#include "rpc/rpc_types.h"
 #include "runner/runner.h"
 #include "zs/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* Bytes for one connection: the length prefix and a packed Frame, and file descriptors to
- * pass with the first bytes (SCM_RIGHTS). */
-typedef struct zd_reply {
-    uint8_t *buf;
-    size_t len;
-    int fds[3];
-    int n_fds;
-} zd_reply_t;
-
-/* Frees the bytes and closes the fds not yet sent. NULL is a no-op. */
-void zd_reply_free(zd_reply_t *reply);
-
-typedef struct zd_rpc_session zd_rpc_session_t;
 
 zd_rpc_session_t *zd_rpc_session_create(uint64_t conn_id);
 void zd_rpc_session_destroy(zd_rpc_session_t *session);
@@ -39,28 +28,8 @@ void zd_rpc_session_set_cred(zd_rpc_session_t *session, const zs_cred_t *cred);
 /* The connection's peer pid (SO_PEERCRED): named when its trainer holds the job. */
 void zd_rpc_session_set_pid(zd_rpc_session_t *session, int32_t pid);
 
-/* Descriptors received on a connection (SCM_RIGHTS), oldest first, until a frame claims them
- * (Frame.fds, ipc.proto). */
-#define ZD_FDQ_MAX 4u
-typedef struct zd_fdq {
-    int fd[ZD_FDQ_MAX];
-    unsigned n;
-} zd_fdq_t;
 /* Close every descriptor still queued. */
 void zd_fdq_close(zd_fdq_t *q);
-
-/* What the daemon tells its clients besides results. */
-typedef struct zd_rpc {
-    zd_runner_t *runner;
-    const char *device;
-    const char *socket_path;
-    uint64_t peer_deadline_ms; /* HelloReply: how long the daemon takes to fail a call */
-    zd_trace_t *trace;         /* TraceRequest's ring (the runner's); NULL: tracing is off */
-    /* Where requests go: NULL sends them to zd_runner_submit(runner); a unit test takes them
-     * here instead (and frees each with zd_req_free). */
-    void (*submit)(void *arg, zd_req_t *req);
-    void *submit_arg;
-} zd_rpc_t;
 
 /* One frame's payload (the bytes after the length prefix), with the descriptors that came
  * before or with it (fds: the frame takes those it declares, oldest first, and owns them from
@@ -72,13 +41,6 @@ typedef struct zd_rpc {
 zs_status_t zd_rpc_frame(const zd_rpc_t *rpc, zd_rpc_session_t *session, const uint8_t *payload,
                          size_t len, zd_fdq_t *fds, zd_reply_t **reply_p, bool *submitted_p,
                          bool *close_p, char *why, size_t whylen);
-
-/* An ErrorReply for a fault below the protocol (framing, a timeout, a refused peer). */
-zd_reply_t *zd_rpc_error(uint64_t seq, zs_status_t status, const char *msg);
-
-/* A runner result for this session's connection, encoded; the session's slots follow it.
- * Takes the result (frees it). NULL when no reply could be built (out of memory). */
-zd_reply_t *zd_rpc_result(zd_rpc_session_t *session, zd_resp_t *resp);
 
 /* The connection closed: the runner hears of it when it held a trainer. */
 void zd_rpc_closed(const zd_rpc_t *rpc, zd_rpc_session_t *session);

@@ -5,8 +5,8 @@
 #ifndef ZD_RPC_INT_H
 #define ZD_RPC_INT_H
 
-#include "rpc/rpc.h"
 #include "rpc/rpc_check.h"
+#include "rpc/rpc_types.h"
 
 struct zd_rpc_session {
     uint64_t conn_id;

@@ -3,6 +3,7 @@
  * place that packs a frame with its length prefix, an ErrorReply, a SlotFree.
  */
 #define _GNU_SOURCE
+#include "rpc/rpc_reply.h"
 #include "rpc/rpc_int.h"
 
 #include "zs/frame.h"

@@ -3,8 +3,8 @@
  * fds, a step's, the shard's info, a checkpoint's, a slot freed; the session's slots follow.
  */
 #define _GNU_SOURCE
-#include "rpc/rpc.h"
 #include "rpc/rpc_int.h"
+#include "rpc/rpc_reply.h"
 
 #include "config/daemon_config.h"
 #include "zs/error.h"

@@ -4,6 +4,7 @@
  * signals and an orderly stop. A connection's own framing and back-pressure are in server/conn.c.
  */
 #define _GNU_SOURCE
+#include "server/server.h"
 #include "server/metrics_http.h"
 #include "server/sdnotify.h"
 #include "server/server_int.h"

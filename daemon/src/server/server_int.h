@@ -5,7 +5,6 @@
 
 #include "config/daemon_config.h"
 #include "rpc/rpc.h"
-#include "server/server.h"
 #include "server/unix_listen.h"
 #include "zs/log.h"
 
@@ -81,7 +80,7 @@ struct zd_server {
     zd_metrics_t *metrics;
     struct zd_metrics_http *http;
     zd_rpc_t rpc;
-    const zd_server_params_t *params;
+    const struct zd_server_params *params; /* server/server.h */
     uint64_t frame_timeout_ms;
     gid_t allowed_gid;
     bool has_allowed_gid;

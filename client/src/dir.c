@@ -1,5 +1,5 @@
 /*
- * Paths the daemon acts on for this process (checkpoint.c, control.c's export, job.c's job end):
+ * Paths the daemon acts on for this process (checkpoint.c, control.c's export, control_job.c's job end):
  * made absolute against this process's working directory, and directories opened here, with
  * this process's rights, to be passed along with the request.
  */

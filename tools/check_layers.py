@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The daemon's rooms and doors (docs/architecture.md "Folders and arrows"), checked.
+"""The daemon's folders and the arrows between them (docs/architecture.md "Layers"), checked.
 
 Sources (always):
   - daemon/src/<folder>/ files include their own folder's headers and the interface headers of
@@ -12,8 +12,8 @@ Sources (always):
   - no function over MAX_FN lines and no file over MAX_FILE lines in daemon/ and client/ (C and
     Python).
 Objects (with --objects BUILD_DIR, after a build): the symbols each object file takes from the
-others (nm): no circle between objects of different daemon folders, and none at all in client/,
-common/ and kernels/; a circle inside one daemon folder is listed, not refused.
+others (nm): no circle of calls between objects anywhere in daemon/, client/, common/ and
+kernels/, but the ones ALLOWED_CIRCLES names (listed, not refused).
 
 Exit status 1 when a rule is broken, each break on a line of its own; 0 with a summary.
 """

@@ -1,7 +1,7 @@
 /*
- * Paths the daemon acts on for this process (checkpoint.c, control.c's export, control_job.c's job end):
- * made absolute against this process's working directory, and directories opened here, with
- * this process's rights, to be passed along with the request.
+ * Paths the daemon acts on for this process (checkpoint.c, control.c's export, control_job.c's
+ * job end): made absolute against this process's working directory, and directories opened
+ * here, with this process's rights, to be passed along with the request.
  */
 #define _GNU_SOURCE
 #include "zc_int.h"

@@ -11,13 +11,19 @@
   client_opt   optimizer=torch.optim.AdamW(...) and a StepLR on it == the same in the config
   progress     steps_per_print: rank 0's progress line
   ignored      a key ignored with a warning names itself
+  as_deepspeed a config file read as DeepSpeed reads it: the bf16 section of DeepSpeedExamples'
+               cifar config (fp16's loss-scale keys) attaches with one warning naming them,
+               "steps_per_print": Infinity (Accelerate's) never prints, "stage": "1" is 1,
+               "bfloat16" is bf16; a config with three problems names all three at once
   accum        stage 1 with data_types.grad_accum_dtype fp32 == stage 2, bit for bit (bf16,
                gas 4); the default (the param dtype, DeepSpeed's) sums in bf16 and differs
 
     test_ds_config.py [CASE ...] [--world N]     (default: every case, world 1)
 """
 import io
+import json
 import logging
+import os
 import sys
 import warnings
 
@@ -227,6 +233,61 @@ def case_ignored(sock, tmp):
     print("ignored: %s" % text)
 
 
+def _attach_file(sock, tmp, name, cfg):
+    """initialize() with cfg written to a file (json.dump writes Infinity as Python's json does);
+    returns the engine and the warnings it gave."""
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        engine, _, _, _ = zt.initialize(model=zr.MLP(1), config=path, job="cfg-ds",
+                                        socket_path=sock)
+    return engine, [str(x.message) for x in w if "zerod" in str(x.message)]
+
+
+def case_as_deepspeed(sock, tmp):
+    cifar_bf16 = {"enabled": True, "bf16_master_weights_and_grads": False, "loss_scale": 0,
+                  "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 1,
+                  "initial_scale_power": 15}
+    cfg = zr.config(dtype="bf16", extra={"bf16": cifar_bf16, "steps_per_print": float("inf"),
+                                         "zero_optimization": {"stage": "1"}})
+    log = logging.getLogger("zerod")
+    buf = io.StringIO()
+    h = logging.StreamHandler(buf)
+    log.addHandler(h)
+    log.setLevel(logging.INFO)
+    try:
+        engine, warned = _attach_file(sock, tmp, "cifar.json", cfg)
+        assert engine.stage == 1 and engine.dtype == torch.bfloat16, (engine.stage, engine.dtype)
+        _train_with(engine, 3)
+        engine.close()
+    finally:
+        log.removeHandler(h)
+    assert len(warned) == 1, warned
+    for k in ("loss_scale", "loss_scale_window", "hysteresis", "min_loss_scale",
+              "initial_scale_power"):
+        assert "bf16.%s" % k in warned[0], (k, warned[0])
+    assert "step=" not in buf.getvalue(), "steps_per_print Infinity printed: " + buf.getvalue()
+    print("as_deepspeed: cifar's bf16 section, Infinity, \"1\": one warning: %s" % warned[0])
+    # the old section name
+    cfg = zr.config(extra={"bfloat16": {"enabled": True}})
+    del cfg["bf16"]
+    engine, warned = _attach_file(sock, tmp, "bfloat16.json", cfg)
+    assert engine.dtype == torch.bfloat16 and not warned, (engine.dtype, warned)
+    engine.close()
+    # every problem at once
+    cfg = zr.config(extra={"gradient_clipping": -1, "zero_optimization": {"stage": "two"},
+                           "optimizer": {"params": {"lr": float("nan")}}})
+    model = zr.MLP(1)
+    msg = _expect_error(lambda: zt.initialize(model=model, config=cfg, job="cfg-ds",
+                                              socket_path=sock),
+                        zerod.ZerodError, "3 problems in the config",
+                        "'zero_optimization.stage': expected 1 or 2, got a string \"two\"",
+                        "'gradient_clipping'", "'optimizer.params.lr'", "got nan")
+    print("as_deepspeed: refused at once: %s" % msg)
+
+
 def _accum_run(world, stage, accum):
     extra = {"data_types": {"grad_accum_dtype": accum}} if accum else None
     cfg = zr.config(stage=stage, gas=4, dtype="bf16", extra=extra)
@@ -254,7 +315,8 @@ def case_accum(world):
 
 
 CASES = {"batch": case_batch, "scheduler": case_scheduler, "refused": case_refused,
-         "client_opt": case_client_opt, "progress": case_progress, "ignored": case_ignored}
+         "client_opt": case_client_opt, "progress": case_progress, "ignored": case_ignored,
+         "as_deepspeed": case_as_deepspeed}
 
 
 def main():

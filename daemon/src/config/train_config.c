@@ -1,8 +1,9 @@
 /*
  * The training config parsed (config/train_config.h): a walk of the JSON against the key table,
  * each value checked and stored where its row says, refused and ignored keys handled as their
- * fate says, defaults for what was not given, the rules between keys, the batch triple, a
- * group's options, and the hash of what changes the math.
+ * fate says, defaults for what was not given, the rules between keys, and a group's options
+ * (config/train_config_resolve.c: the batch triple and the hash). The walk goes on past a
+ * problem, so that one message lists every problem of the config.
  */
 #include "config/train_config.h"
 #include "config/train_config_int.h"
@@ -10,19 +11,20 @@
 #include "zs/config.h"
 #include "zs/error.h"
 
-#define XXH_STATIC_LINKING_ONLY
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <xxhash.h>
 
 #define ZD_TC_N_KEYS zd_tc_n_keys
 
 /* ---- messages ----------------------------------------------------------------------------- */
+
+/* The problems one message lists in full (more are counted); each is cut to its length. */
+#define ZD_TC_MAX_PROBLEMS 16
+#define ZD_TC_PROBLEM_LEN  320
 
 /* What one parse call writes to, and where values land. */
 typedef struct zd_tc_ctx {
@@ -34,21 +36,62 @@ typedef struct zd_tc_ctx {
     bool ignored_full;
     char *err;
     size_t errlen;
+    unsigned n_problems;
+    char problems[ZD_TC_MAX_PROBLEMS][ZD_TC_PROBLEM_LEN];
     bool seen[ZD_TC_MAX_KEYS];
 } zd_tc_ctx_t;
 
 static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Note one problem of the config; the walk goes on. */
 static zs_status_t zd_tc_fail(zd_tc_ctx_t *ctx, const char *fmt, ...)
 {
     va_list ap;
-    zs_status_t st;
 
-    va_start(ap, fmt);
-    st = zs_verrf(ctx->err, ctx->errlen, ZS_ERR_CONFIG, fmt, ap);
-    va_end(ap);
-    return st;
+    if (ctx->n_problems < ZD_TC_MAX_PROBLEMS) {
+        va_start(ap, fmt);
+        vsnprintf(ctx->problems[ctx->n_problems], ZD_TC_PROBLEM_LEN, fmt, ap);
+        va_end(ap);
+    }
+    ctx->n_problems++;
+    return ZS_ERR_CONFIG;
+}
+
+/* The one message: the problem, or "3 problems in the config: (1) ...; (2) ...; (3) ...", as
+ * many as fit in err and then "; and N more". */
+static zs_status_t zd_tc_report(zd_tc_ctx_t *ctx)
+{
+    char more[48];
+    size_t used;
+    unsigned shown = 0;
+
+    if (ctx->n_problems == 0) {
+        return ZS_OK;
+    }
+    if (ctx->n_problems == 1) {
+        return zs_errf(ctx->err, ctx->errlen, ZS_ERR_CONFIG, "%s", ctx->problems[0]);
+    }
+    if (ctx->err == NULL || ctx->errlen == 0) {
+        return ZS_ERR_CONFIG;
+    }
+    used = (size_t)snprintf(ctx->err, ctx->errlen, "%u problems in the config:", ctx->n_problems);
+    for (; shown < ctx->n_problems && shown < ZD_TC_MAX_PROBLEMS; shown++) {
+        const char *p = ctx->problems[shown];
+        /* "; (12) " and the problem, and room for "; and N more" unless it is the last */
+        size_t need = strlen(p) + 8 + (shown + 1 < ctx->n_problems ? 16 : 0);
+        if (used + need >= ctx->errlen) {
+            break;
+        }
+        used += (size_t)snprintf(ctx->err + used, ctx->errlen - used, "%s (%u) %s",
+                                 shown > 0 ? ";" : "", shown + 1, p);
+    }
+    if (shown < ctx->n_problems && used < ctx->errlen) {
+        snprintf(more, sizeof(more), "%s and %u more", shown > 0 ? ";" : "",
+                 ctx->n_problems - shown);
+        snprintf(ctx->err + used, ctx->errlen - used, "%s", more);
+    }
+    return ZS_ERR_CONFIG;
 }
 
 static const char *zd_tc_json_type(const cJSON *item)
@@ -101,8 +144,8 @@ static void zd_tc_render(const cJSON *item, bool typed, char *buf, size_t len)
     if (typed && !cJSON_IsNull(item)) {
         n = snprintf(buf, len, "%s ", zd_tc_json_type(item));
     }
-    if (cJSON_IsNumber(item) && !isfinite(item->valuedouble)) {
-        text = item->valuedouble > 0 ? "inf" : "-inf"; /* cJSON prints null */
+    if (cJSON_IsNumber(item) && !isfinite(item->valuedouble)) { /* cJSON prints null */
+        text = isnan(item->valuedouble) ? "nan" : (item->valuedouble > 0 ? "inf" : "-inf");
     }
     snprintf(buf + n, len - (size_t)n, "%s", text);
     if (strlen(buf) > 72) {
@@ -265,6 +308,10 @@ static zs_status_t zd_tc_number(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, zd_tc_ty
         return zd_tc_bad_value(ctx, k, type, shown, item);
     }
     v = item->valuedouble;
+    if ((k->flags & ZD_TC_INF_NEVER) && v == INFINITY) {
+        *v_p = v;
+        return ZS_OK;
+    }
     if (!isfinite(v) || (type == ZD_TC_INT && floor(v) != v)) {
         return zd_tc_bad_value(ctx, k, type, shown, item);
     }
@@ -345,7 +392,7 @@ static zs_status_t zd_tc_set_leaf(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const 
             return zd_tc_set_choice(ctx, k, shown, item);
         }
         if (st == ZS_OK) {
-            zd_tc_store(ctx, k, k->offset, v);
+            zd_tc_store(ctx, k, k->offset, isinf(v) ? 0 : v); /* Infinity: never (0) */
         }
         return st;
     case ZD_TC_ENUM:
@@ -423,40 +470,67 @@ static zs_status_t zd_tc_refuse(zd_tc_ctx_t *ctx, const zd_tc_key_t *k, const ch
     return zd_tc_fail(ctx, "config key '%s': %s is not supported (%s)", shown, got, k->doc);
 }
 
+static void zd_tc_walk(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent, const char *shown,
+                       const cJSON *obj);
+
+/* The member `item` of the JSON object `obj` (the value of row `parent`) that row k (honoured)
+ * names, shown as `shown`. */
+static void zd_tc_member(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent, const zd_tc_key_t *k,
+                         const char *shown, const cJSON *item, const cJSON *obj)
+{
+    cJSON *lax = NULL;
+
+    if (k->flags & ZD_TC_ALIAS) { /* DeepSpeed reads the alias only without the section */
+        const zd_tc_key_t *section = zd_tc_find(k->def);
+        const cJSON *given = cJSON_GetObjectItemCaseSensitive(obj, zd_tc_leaf(section));
+        if (given != NULL && !cJSON_IsNull(given)) {
+            zd_tc_ignore(ctx, shown);
+            return;
+        }
+        k = section;
+    }
+    ctx->seen[k - zd_tc_keys] = true;
+    if (k->type == ZD_TC_OBJECT) {
+        if (!(k->flags & ZD_TC_OPAQUE)) {
+            zd_tc_walk(ctx, k, shown, item);
+        } else if (!cJSON_IsObject(item)) {
+            zd_tc_bad_value(ctx, k, ZD_TC_OBJECT, shown, item);
+        }
+        return;
+    }
+    if (parent->flags & ZD_TC_LAX) {
+        lax = zd_tc_lax(k, item);
+    }
+    zd_tc_set_leaf(ctx, k, shown, lax != NULL ? lax : item);
+    cJSON_Delete(lax);
+}
+
 /* Every member of the JSON object `obj`, which is the value of row `parent` (shown as
- * `shown`). */
-static zs_status_t zd_tc_walk(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent, const char *shown,
-                              const cJSON *obj)
+ * `shown`); its problems go to ctx. */
+static void zd_tc_walk(zd_tc_ctx_t *ctx, const zd_tc_key_t *parent, const char *shown,
+                       const cJSON *obj)
 {
     const cJSON *item;
     char child[ZD_TC_PATHLEN];
-    zs_status_t st = ZS_OK;
 
     if (!cJSON_IsObject(obj)) {
-        return zd_tc_bad_value(ctx, parent, ZD_TC_OBJECT, shown, obj);
+        zd_tc_bad_value(ctx, parent, ZD_TC_OBJECT, shown, obj);
+        return;
     }
     cJSON_ArrayForEach(item, obj)
     {
         const zd_tc_key_t *k = zd_tc_child(parent, item->string);
         zd_tc_join(child, sizeof(child), shown, item->string);
         if (k == NULL) {
-            st = zd_tc_unknown(ctx, parent, shown, item->string, child);
+            zd_tc_unknown(ctx, parent, shown, item->string, child);
         } else if (k->fate == ZD_TC_REFUSED) {
-            st = zd_tc_refuse(ctx, k, child, item);
+            zd_tc_refuse(ctx, k, child, item);
         } else if (k->fate == ZD_TC_IGNORED) {
             zd_tc_ignore(ctx, child);
         } else {
-            ctx->seen[k - zd_tc_keys] = true;
-            st = k->type != ZD_TC_OBJECT      ? zd_tc_set_leaf(ctx, k, child, item)
-                 : !(k->flags & ZD_TC_OPAQUE) ? zd_tc_walk(ctx, k, child, item)
-                 : cJSON_IsObject(item)       ? ZS_OK
-                                              : zd_tc_bad_value(ctx, k, ZD_TC_OBJECT, child, item);
-        }
-        if (st != ZS_OK) {
-            return st;
+            zd_tc_member(ctx, parent, k, child, item, obj);
         }
     }
-    return ZS_OK;
 }
 
 /* Every row's default, parsed like a value (so a default is in its own range). */
@@ -466,7 +540,7 @@ static zs_status_t zd_tc_defaults(zd_tc_ctx_t *ctx)
         const zd_tc_key_t *k = &zd_tc_keys[i];
         cJSON *def;
         zs_status_t st;
-        if (k->def == NULL || k->fate != ZD_TC_HONOURED) {
+        if (k->def == NULL || k->fate != ZD_TC_HONOURED || k->type == ZD_TC_OBJECT) {
             continue;
         }
         def = cJSON_Parse(k->def);
@@ -505,25 +579,24 @@ static zs_status_t zd_tc_accum_rule(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
 }
 
 /* Rules between keys, once every key is read. */
-static zs_status_t zd_tc_rules(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
+static void zd_tc_rules(zd_tc_ctx_t *ctx, zd_train_config_t *cfg)
 {
     const zd_tc_key_t *awm = zd_tc_find("optimizer.params.adam_w_mode");
 
     if (cfg->fp16_enabled && cfg->bf16_enabled) {
-        return zd_tc_fail(ctx, "config keys 'fp16.enabled' and 'bf16.enabled' are both true; "
-                               "choose one");
+        zd_tc_fail(ctx, "config keys 'fp16.enabled' and 'bf16.enabled' are both true; choose one");
     }
     cfg->dtype =
         cfg->fp16_enabled ? ZS_DTYPE_F16 : (cfg->bf16_enabled ? ZS_DTYPE_BF16 : ZS_DTYPE_F32);
     if (cfg->optimizer_adamw) {
         if (awm != NULL && ctx->seen[awm - zd_tc_keys] && !cfg->opt.adam_w_mode) {
-            return zd_tc_fail(ctx, "config key 'optimizer.params.adam_w_mode': false contradicts "
-                                   "optimizer.type \"AdamW\" (use type \"Adam\" for L2 mode)");
+            zd_tc_fail(ctx, "config key 'optimizer.params.adam_w_mode': false contradicts "
+                            "optimizer.type \"AdamW\" (use type \"Adam\" for L2 mode)");
         }
         cfg->opt.adam_w_mode = true;
     }
     cfg->gas_given = ctx->seen[zd_tc_find("gradient_accumulation_steps") - zd_tc_keys];
-    return zd_tc_accum_rule(ctx, cfg);
+    zd_tc_accum_rule(ctx, cfg);
 }
 
 zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char *ignored,
@@ -543,70 +616,28 @@ zs_status_t zd_train_config_parse(const char *json, zd_train_config_t *cfg, char
     if (ignored != NULL && ignored_len > 0) {
         ignored[0] = '\0';
     }
-    st = zd_tc_defaults(&ctx);
-    if (st != ZS_OK) {
-        return st;
+    if (zd_tc_defaults(&ctx) != ZS_OK) {
+        return zd_tc_report(&ctx);
     }
     if (json != NULL && *json != '\0') {
-        root = cJSON_Parse(json);
-        if (root == NULL) {
-            const char *at = cJSON_GetErrorPtr();
-            return zd_tc_fail(&ctx, "config: not valid JSON near '%.20s'", at != NULL ? at : "?");
+        st = zd_tc_json_parse(json, "config", &root, err, errlen);
+        if (st != ZS_OK) {
+            return st;
         }
         if (!cJSON_IsObject(root)) {
-            st = zd_tc_fail(&ctx, "config: expected a JSON object at the top level");
+            zd_tc_fail(&ctx, "config: expected a JSON object at the top level");
             goto out;
         }
-        st = zd_tc_walk(&ctx, &zd_tc_keys[0], "", root);
-        if (st != ZS_OK) {
-            goto out;
-        }
+        zd_tc_walk(&ctx, &zd_tc_keys[0], "", root);
     }
-    st = zd_tc_rules(&ctx, &tmp);
+    zd_tc_rules(&ctx, &tmp);
+out:
+    cJSON_Delete(root);
+    st = zd_tc_report(&ctx);
     if (st == ZS_OK) {
         *cfg = tmp;
     }
-out:
-    cJSON_Delete(root);
     return st;
-}
-
-/* DeepSpeed's _set_batch_related_parameters and _batch_assertion, with one difference: neither
- * batch size given is not an error (zerod needs none; the engine then reports none). */
-zs_status_t zd_train_config_resolve_batch(zd_train_config_t *cfg, uint32_t world, char *err,
-                                          size_t errlen)
-{
-    uint64_t tb = cfg->train_batch_size, mb = cfg->micro_batch_size;
-    uint64_t gas = cfg->gas_given ? cfg->gradient_accumulation_steps : 0;
-    uint64_t w = world > 0 ? world : 1;
-
-    if (tb == 0 && mb == 0) {
-        return ZS_OK;
-    }
-    if (tb != 0 && mb != 0 && gas == 0) {
-        gas = tb / mb / w;
-    } else if (tb != 0 && mb == 0) {
-        gas = gas == 0 ? 1 : gas;
-        mb = tb / w / gas;
-    } else if (tb == 0) {
-        gas = gas == 0 ? 1 : gas;
-        tb = mb * gas * w;
-    }
-    if (tb == 0 || mb == 0 || gas == 0 || tb != mb * gas * w || tb > UINT32_MAX) {
-        return zs_errf(err, errlen, ZS_ERR_CONFIG,
-                       "config keys 'train_batch_size' %llu%s, 'train_micro_batch_size_per_gpu' "
-                       "%llu%s and 'gradient_accumulation_steps' %llu%s disagree: with world %llu "
-                       "the batch must be micro x gradient_accumulation_steps x world = %llu, "
-                       "every term at least 1",
-                       (unsigned long long)tb, cfg->train_batch_size ? "" : " (derived)",
-                       (unsigned long long)mb, cfg->micro_batch_size ? "" : " (derived)",
-                       (unsigned long long)gas, cfg->gas_given ? "" : " (derived)",
-                       (unsigned long long)w, (unsigned long long)(mb * gas * w));
-    }
-    cfg->train_batch_size = (uint32_t)tb;
-    cfg->micro_batch_size = (uint32_t)mb;
-    cfg->gradient_accumulation_steps = (uint32_t)gas;
-    return ZS_OK;
 }
 
 zs_status_t zd_group_opts_parse(const char *json, const zd_group_opts_t *base, uint32_t group,
@@ -627,40 +658,15 @@ zs_status_t zd_group_opts_parse(const char *json, const zd_group_opts_t *base, u
         return ZS_OK;
     }
     snprintf(shown, sizeof(shown), "groups[%u].options", group);
-    root = cJSON_Parse(json);
-    if (root == NULL) {
-        return zd_tc_fail(&ctx, "%s: not valid JSON", shown);
+    st = zd_tc_json_parse(json, shown, &root, err, errlen);
+    if (st != ZS_OK) {
+        return st;
     }
-    st = zd_tc_walk(&ctx, zd_tc_find("optimizer.params"), shown, root);
+    zd_tc_walk(&ctx, zd_tc_find("optimizer.params"), shown, root);
     cJSON_Delete(root);
+    st = zd_tc_report(&ctx);
     if (st == ZS_OK) {
         *opts = tmp;
     }
     return st;
-}
-
-uint64_t zd_train_config_hash(const zd_train_config_t *c)
-{
-    char buf[1024];
-    int n;
-
-    /* A canonical text of every field that changes the math (the rows flagged ZD_TC_MATH; a
-     * unit test holds the two together); %a keeps doubles exact. The text is the one of
-     * earlier versions, so their hashes still match. */
-    n = snprintf(buf, sizeof(buf),
-                 "v1 stage=%u bucket=%llu rr=%d dtype=%d ls=%a isp=%d win=%u hyst=%u ch=%d "
-                 "min=%a bf16chk=%d clip=%a G=%u mean=%d adamw=%d lr=%a b1=%a b2=%a eps=%a "
-                 "wd=%a bc=%d awm=%d off=%d",
-                 c->stage, (unsigned long long)c->reduce_bucket_size, c->round_robin_gradients,
-                 (int)c->dtype, c->static_loss_scale, c->initial_scale_power, c->loss_scale_window,
-                 c->hysteresis, c->consecutive_hysteresis, c->min_loss_scale,
-                 c->bf16_check_overflow, c->gradient_clipping, c->gradient_accumulation_steps,
-                 c->allreduce_mean, c->optimizer_adamw, c->opt.lr, c->opt.beta1, c->opt.beta2,
-                 c->opt.eps, c->opt.weight_decay, c->opt.bias_correction, c->opt.adam_w_mode,
-                 c->offload_cpu);
-    if (c->grad_accum_dtype != c->dtype && n > 0 && (size_t)n < sizeof(buf)) {
-        /* only when it differs, so that the hash of every earlier config stays the same */
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, " gad=%d", (int)c->grad_accum_dtype);
-    }
-    return XXH3_64bits(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }

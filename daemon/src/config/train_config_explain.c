@@ -9,6 +9,7 @@
 #include "zs/dtype.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,27 @@ static cJSON *zd_tce_derived(const zd_tc_key_t *k, const zd_train_config_t *cfg)
     return NULL;
 }
 
+/* A given value as the parser read it: a string of a section DeepSpeed validates with pydantic
+ * converted ("2" is 2), Infinity and NaN as strings (JSON has no such numbers). */
+static cJSON *zd_tce_as_read(const zd_tc_key_t *k, const cJSON *given)
+{
+    char parent[ZD_TC_PATHLEN];
+    size_t n = (size_t)(zd_tc_leaf(k) - k->path);
+    const zd_tc_key_t *p;
+    cJSON *lax, *value;
+
+    snprintf(parent, sizeof(parent), "%.*s", (int)(n > 0 ? n - 1 : 0), k->path);
+    p = zd_tc_find(parent);
+    lax = p != NULL && (p->flags & ZD_TC_LAX) ? zd_tc_lax(k, given) : NULL;
+    value = lax != NULL ? lax : cJSON_Duplicate(given, true);
+    if (cJSON_IsNumber(value) && !isfinite(value->valuedouble)) {
+        double v = value->valuedouble;
+        cJSON_Delete(value);
+        value = cJSON_CreateString(isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity"));
+    }
+    return value;
+}
+
 /* One row: {"key", "value", "source"}; NULL when the key has no value (not given, no
  * default). */
 static cJSON *zd_tce_row(const zd_tc_key_t *k, const cJSON *root, const zd_train_config_t *cfg)
@@ -60,7 +82,7 @@ static cJSON *zd_tce_row(const zd_tc_key_t *k, const cJSON *root, const zd_train
     const char *source = "config";
 
     if (given != NULL && !cJSON_IsNull(given)) {
-        value = cJSON_Duplicate(given, true);
+        value = zd_tce_as_read(k, given);
     } else if ((value = zd_tce_derived(k, cfg)) != NULL) {
         source = "derived";
     } else if (k->def != NULL && strcmp(k->def, "null") != 0) {
@@ -77,11 +99,38 @@ static cJSON *zd_tce_row(const zd_tc_key_t *k, const cJSON *root, const zd_train
     return row;
 }
 
+/* A section given by its alias (DeepSpeed's "bfloat16") renamed to the section it stands for,
+ * where the section itself is not given (as the parser reads it). */
+static void zd_tce_resolve_aliases(cJSON *root)
+{
+    for (size_t i = 1; i < zd_tc_n_keys && cJSON_IsObject(root); i++) {
+        const zd_tc_key_t *k = &zd_tc_keys[i];
+        const char *name = zd_tc_leaf(k);
+        const cJSON *section;
+        cJSON *alias;
+        if (!(k->flags & ZD_TC_ALIAS) || cJSON_GetObjectItemCaseSensitive(root, name) == NULL) {
+            continue;
+        }
+        section = cJSON_GetObjectItemCaseSensitive(root, k->def);
+        if (section == NULL || cJSON_IsNull(section)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(root, k->def);
+            alias = cJSON_DetachItemFromObjectCaseSensitive(root, name);
+            cJSON_AddItemToObject(root, k->def, alias);
+        }
+    }
+}
+
 char *zd_train_config_explain(const char *json, const zd_train_config_t *cfg)
 {
-    cJSON *root = json != NULL && *json != '\0' ? cJSON_Parse(json) : NULL;
+    cJSON *root = NULL;
     cJSON *rows = cJSON_CreateArray();
     char *text;
+
+    /* a config that does not parse has no given values: every row is a default */
+    if (json != NULL && *json != '\0' &&
+        zd_tc_json_parse(json, "config", &root, NULL, 0) == ZS_OK) {
+        zd_tce_resolve_aliases(root);
+    }
 
     for (size_t i = 1; i < zd_tc_n_keys && rows != NULL; i++) {
         const zd_tc_key_t *k = &zd_tc_keys[i];

@@ -133,6 +133,19 @@ static const zd_tc_choice_t zd_tc_scheduler_choices[] = {
         path, ZD_TC_PAIR, ZD_TC_HONOURED, def, min, max, NULL, ZD_TC_STORE_F64, ZD_TC_OFF(field1), \
             ZD_TC_OFF(field2), flags, doc                                                          \
     }
+/* A section DeepSpeed validates with a pydantic model: a string its lax mode converts is taken
+ * ("2" for an int, "true" for a bool). */
+#define ZD_TC_MODEL(path, doc)                                                                     \
+    {                                                                                              \
+        path, ZD_TC_OBJECT, ZD_TC_HONOURED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, ZD_TC_LAX,   \
+            doc                                                                                    \
+    }
+/* Another name of the section `section`, read in its place when that one is not given. */
+#define ZD_TC_ALIAS_OF(path, section, doc)                                                         \
+    {                                                                                              \
+        path, ZD_TC_OBJECT, ZD_TC_HONOURED, section, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0,           \
+            ZD_TC_ALIAS, doc                                                                       \
+    }
 /* A whole DeepSpeed feature: its keys are ignored (listed) unless its `enabled` is true. */
 #define ZD_TC_FEATURE(path, doc)                                                                   \
     {                                                                                              \
@@ -162,6 +175,11 @@ static const zd_tc_choice_t zd_tc_scheduler_choices[] = {
 #define ZD_TC_STAGE3     "a stage 3 key: no effect at stages 1 and 2 (DeepSpeed ignores it there too)"
 #define ZD_TC_ENGINE     "read by the trainer's engine (zerod.torch), not by the daemon's math"
 #define ZD_TC_NO_NVME    "NVMe offload is not implemented"
+#define ZD_TC_WHOLE_MODULE                                                                         \
+    "zerod.torch converts the whole module to the param dtype, buffers included (module.to)"
+#define ZD_TC_BF16_NO_SCALE                                                                        \
+    "fp16's loss scaling, which bf16 does not need (DeepSpeed before 0.17 ignored it under bf16 "  \
+    "too; later versions refuse it)"
 
 const zd_tc_key_t zd_tc_keys[] = {
     {"", ZD_TC_OBJECT, ZD_TC_HONOURED, NULL, 0, 0, NULL, ZD_TC_STORE_NONE, 0, 0, ZD_TC_OPEN,
@@ -179,11 +197,12 @@ const zd_tc_key_t zd_tc_keys[] = {
     ZD_TC_REFUSE("managed_gradient_accumulation", ZD_TC_BOOL, "true",
                  "the engine counts micro-steps; to step early, call "
                  "engine.set_gradient_accumulation_boundary(True)"),
-    ZD_TC_INTEGER("steps_per_print", "10", 1, 1e9, ZD_TC_STORE_U32, steps_per_print, 0,
+    ZD_TC_INTEGER("steps_per_print", "10", 1, 1e9, ZD_TC_STORE_U32, steps_per_print,
+                  ZD_TC_INF_NEVER,
                   "rank 0's engine logs step, loss scale, lr, grad norm, samples/s and skipped "
-                  "steps every N optimizer steps"),
+                  "steps every N optimizer steps; Infinity (as Accelerate writes it): never"),
     /* zero */
-    ZD_TC_SECTION("zero_optimization", "ZeRO stage and buckets"),
+    ZD_TC_MODEL("zero_optimization", "ZeRO stage and buckets"),
     ZD_TC_CHOICE("zero_optimization.stage", ZD_TC_INT, "2", zd_tc_stage_choices, ZD_TC_STORE_U32,
                  ZD_TC_OFF(stage), ZD_TC_MATH,
                  "1: optimizer state sharded; 2: gradients sharded too"),
@@ -197,7 +216,7 @@ const zd_tc_key_t zd_tc_keys[] = {
                "accepted; zerod is always contiguous"),
     ZD_TC_FLAG("zero_optimization.round_robin_gradients", "false", round_robin_gradients,
                ZD_TC_MATH, "reorder each group's params round-robin before the layout"),
-    ZD_TC_SECTION("zero_optimization.offload_optimizer", "where the optimizer state lives"),
+    ZD_TC_MODEL("zero_optimization.offload_optimizer", "where the optimizer state lives"),
     ZD_TC_CHOICE("zero_optimization.offload_optimizer.device", ZD_TC_ENUM, "\"none\"",
                  zd_tc_offload_opt_choices, ZD_TC_STORE_BOOL, ZD_TC_OFF(offload_cpu), ZD_TC_MATH,
                  "cpu: shard and Adam in host memory, CPU Adam even on a CUDA backend"),
@@ -221,7 +240,7 @@ const zd_tc_key_t zd_tc_keys[] = {
                  "SuperOffload is not implemented"),
     ZD_TC_IGNORE("zero_optimization.offload_optimizer.cpuadam_cores_perc", ZD_TC_NUMBER,
                  "the daemon's `threads` setting sizes its Adam"),
-    ZD_TC_SECTION("zero_optimization.offload_param", "parameter offload, a stage 3 feature"),
+    ZD_TC_MODEL("zero_optimization.offload_param", "parameter offload, a stage 3 feature"),
     ZD_TC_CHOICE("zero_optimization.offload_param.device", ZD_TC_ENUM, "\"none\"",
                  zd_tc_offload_param_choices, ZD_TC_STORE_NONE, 0, 0, "only \"none\""),
     ZD_TC_IGNORE("zero_optimization.offload_param.pin_memory", ZD_TC_BOOL, ZD_TC_OWN_MEMORY),
@@ -282,12 +301,16 @@ const zd_tc_key_t zd_tc_keys[] = {
     ZD_TC_IGNORE("zero_optimization.stage3_model_persistence_threshold", ZD_TC_INT, ZD_TC_STAGE3),
     ZD_TC_IGNORE("zero_optimization.stage3_max_live_parameters", ZD_TC_INT, ZD_TC_STAGE3),
     ZD_TC_IGNORE("zero_optimization.stage3_max_reuse_distance", ZD_TC_INT, ZD_TC_STAGE3),
+    ZD_TC_IGNORE("zero_optimization.stage3_module_granularity_threshold", ZD_TC_INT, ZD_TC_STAGE3),
+    ZD_TC_IGNORE("zero_optimization.stage3_use_all_reduce_for_fetch_params", ZD_TC_BOOL,
+                 ZD_TC_STAGE3),
+    ZD_TC_IGNORE("zero_optimization.stage3_allgather_sequential", ZD_TC_BOOL, ZD_TC_STAGE3),
     ZD_TC_IGNORE("zero_optimization.stage3_gather_16bit_weights_on_model_save", ZD_TC_BOOL,
                  ZD_TC_STAGE3),
     ZD_TC_IGNORE("zero_optimization.stage3_gather_fp16_weights_on_model_save", ZD_TC_BOOL,
                  ZD_TC_STAGE3),
     /* precision */
-    ZD_TC_SECTION("fp16", "fp16 params and grads, loss scaling"),
+    ZD_TC_MODEL("fp16", "fp16 params and grads, loss scaling"),
     ZD_TC_FLAG("fp16.enabled", "false", fp16_enabled, ZD_TC_MATH,
                "fp16 params and grads (fp16 and bf16 both false: fp32)"),
     ZD_TC_REAL("fp16.loss_scale", "0", 0, 1e38, static_loss_scale, ZD_TC_MATH,
@@ -307,7 +330,7 @@ const zd_tc_key_t zd_tc_keys[] = {
                  "the script"),
     ZD_TC_REFUSE("fp16.fp16_master_weights_and_grads", ZD_TC_BOOL, "false",
                  "zerod always keeps an fp32 master"),
-    ZD_TC_SECTION("bf16", "bf16 params and grads"),
+    ZD_TC_MODEL("bf16", "bf16 params and grads"),
     ZD_TC_FLAG("bf16.enabled", "false", bf16_enabled, ZD_TC_MATH,
                "bf16 params and grads (not together with fp16.enabled)"),
     ZD_TC_FLAG("bf16.check_grad_overflow", "true", bf16_check_overflow, ZD_TC_MATH,
@@ -318,7 +341,15 @@ const zd_tc_key_t zd_tc_keys[] = {
                  "zerod always keeps an fp32 master"),
     ZD_TC_REFUSE("bf16.bf16_optimizer_states", ZD_TC_BOOL, "false",
                  "zerod keeps Adam's moments in fp32"),
-    ZD_TC_REFUSE("bfloat16", ZD_TC_OBJECT, NULL, "the old name of \"bf16\": rename the section"),
+    ZD_TC_IGNORE("bf16.loss_scale", ZD_TC_NUMBER, ZD_TC_BF16_NO_SCALE),
+    ZD_TC_IGNORE("bf16.initial_scale_power", ZD_TC_INT, ZD_TC_BF16_NO_SCALE),
+    ZD_TC_IGNORE("bf16.loss_scale_window", ZD_TC_INT, ZD_TC_BF16_NO_SCALE),
+    ZD_TC_IGNORE("bf16.hysteresis", ZD_TC_INT, ZD_TC_BF16_NO_SCALE),
+    ZD_TC_IGNORE("bf16.consecutive_hysteresis", ZD_TC_BOOL, ZD_TC_BF16_NO_SCALE),
+    ZD_TC_IGNORE("bf16.min_loss_scale", ZD_TC_NUMBER, ZD_TC_BF16_NO_SCALE),
+    ZD_TC_ALIAS_OF("bfloat16", "bf16",
+                   "the old name of \"bf16\", read as it when \"bf16\" is not given and ignored "
+                   "when it is (DeepSpeed's rule)"),
     ZD_TC_SECTION("data_types", "dtypes of gradient accumulation"),
     ZD_TC_CHOICE("data_types.grad_accum_dtype", ZD_TC_ENUM, "null", zd_tc_accum_choices,
                  ZD_TC_STORE_I32, ZD_TC_OFF(grad_accum_code), ZD_TC_MATH | ZD_TC_NOCASE,
@@ -327,6 +358,8 @@ const zd_tc_key_t zd_tc_keys[] = {
                  "stage 2 sums in fp32 whatever this says"),
     ZD_TC_REFUSE("data_types.param_dtype", ZD_TC_ENUM, "null",
                  "the param dtype comes from fp16.enabled / bf16.enabled"),
+    ZD_TC_REFUSE("data_types.buffer_dtype", ZD_TC_ENUM, "null", ZD_TC_WHOLE_MODULE),
+    ZD_TC_REFUSE("data_types.keep_in_fp32_modules", ZD_TC_ENUM, "\"auto\"", ZD_TC_WHOLE_MODULE),
     ZD_TC_FEATURE("amp", "NVIDIA Apex AMP"),
     ZD_TC_REFUSE("amp.enabled", ZD_TC_BOOL, "false",
                  "Apex AMP does not work with ZeRO (DeepSpeed refuses it too): use bf16 or fp16"),
@@ -379,6 +412,12 @@ const zd_tc_key_t zd_tc_keys[] = {
                  "chooses DeepSpeed's Adam implementation; the math is the same"),
     ZD_TC_IGNORE("optimizer.params.set_grad_none", ZD_TC_BOOL,
                  "gradients live in zerod's regions, not in .grad"),
+    ZD_TC_IGNORE("optimizer.params.foreach", ZD_TC_BOOL,
+                 "chooses torch's Adam implementation (with torch_adam); the math is the same"),
+    ZD_TC_REFUSE("optimizer.params.fp32_optimizer_states", ZD_TC_BOOL, "true",
+                 "zerod keeps Adam's moments in fp32"),
+    ZD_TC_REFUSE("optimizer.params.max_grad_norm", ZD_TC_NUMBER, NULL,
+                 "write gradient_clipping (DeepSpeed refuses it too)"),
     ZD_TC_FLAG("zero_allow_untested_optimizer", "false", zero_allow_untested_optimizer, 0,
                "as in DeepSpeed, initialize() refuses a client optimizer other than Adam or "
                "AdamW unless true; zerod then says it runs Adam/AdamW only"),
@@ -423,8 +462,9 @@ const zd_tc_key_t zd_tc_keys[] = {
     ZD_TC_IGNORE("activation_checkpointing", ZD_TC_OBJECT,
                  "configures deepspeed.checkpointing, which zerod does not provide; "
                  "torch.utils.checkpoint gives the same gradients"),
-    ZD_TC_IGNORE("checkpoint", ZD_TC_OBJECT,
-                 "DeepSpeed's checkpoint file options; zerod's checkpoints have their own format"),
+    ZD_TC_PASSED("checkpoint",
+                 "read by engine.save_checkpoint (docs/checkpoints.md): writer.decoupled (return "
+                 "before the commit), tag_validation and use_node_local_storage (checked)"),
     ZD_TC_IGNORE("aio", ZD_TC_OBJECT, ZD_TC_NO_NVME),
     ZD_TC_IGNORE("nebula", ZD_TC_OBJECT, "a DeepSpeed checkpoint service"),
     ZD_TC_IGNORE("autotuning", ZD_TC_OBJECT, "DeepSpeed's launcher feature"),

@@ -68,6 +68,12 @@ static void zd_tc_meaning(const zd_tc_key_t *k, bool md, char *buf, size_t len)
     }
 }
 
+/* The default, NULL when none (an alias's def is the section it names). */
+static const char *zd_tc_default(const zd_tc_key_t *k)
+{
+    return (k->flags & ZD_TC_ALIAS) ? NULL : k->def;
+}
+
 static const char *zd_tc_fate_name(const zd_tc_key_t *k)
 {
     static const char *const names[] = {"honoured", "ignored", "refused"};
@@ -89,13 +95,13 @@ void zd_train_config_print_keys(FILE *out, zd_train_config_format_t fmt)
         zd_tc_allowed(k, md, allowed, sizeof(allowed));
         zd_tc_meaning(k, md, meaning, sizeof(meaning));
         if (md) {
-            snprintf(def, sizeof(def), "%s%s%s", k->def != NULL ? "`" : "",
-                     k->def != NULL ? k->def : "", k->def != NULL ? "`" : "");
+            snprintf(def, sizeof(def), "%s%s%s", zd_tc_default(k) != NULL ? "`" : "",
+                     zd_tc_default(k) != NULL ? k->def : "", zd_tc_default(k) != NULL ? "`" : "");
             fprintf(out, "| `%s` | %s | %s | %s | %s | %s |\n", k->path, zd_tc_type_name(k), def,
                     allowed, zd_tc_fate_name(k), meaning);
         } else {
             fprintf(out, "%-44s %-16s %-13s %s\n    %s\n", k->path, zd_tc_type_name(k),
-                    k->def != NULL ? k->def : "-",
+                    zd_tc_default(k) != NULL ? k->def : "-",
                     k->fate != ZD_TC_HONOURED ? zd_tc_fate_name(k) : allowed, meaning);
         }
     }

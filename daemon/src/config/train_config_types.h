@@ -92,12 +92,17 @@ typedef enum zd_tc_store {
 } zd_tc_store_t;
 
 enum {
-    ZD_TC_MATH = 1u << 0,     /* changes what a step computes: part of zd_train_config_hash */
-    ZD_TC_OPEN = 1u << 1,     /* object: an unknown child that is not a typo is ignored */
-    ZD_TC_NOCASE = 1u << 2,   /* enum: choices match whatever the case */
-    ZD_TC_MIN_OPEN = 1u << 3, /* the range excludes min */
-    ZD_TC_MAX_OPEN = 1u << 4, /* the range excludes max */
-    ZD_TC_OPAQUE = 1u << 5,   /* object: handed whole to the trainer's engine, which checks it */
+    ZD_TC_MATH = 1u << 0,      /* changes what a step computes: part of zd_train_config_hash */
+    ZD_TC_OPEN = 1u << 1,      /* object: an unknown child that is not a typo is ignored */
+    ZD_TC_NOCASE = 1u << 2,    /* enum: choices match whatever the case */
+    ZD_TC_MIN_OPEN = 1u << 3,  /* the range excludes min */
+    ZD_TC_MAX_OPEN = 1u << 4,  /* the range excludes max */
+    ZD_TC_OPAQUE = 1u << 5,    /* object: handed whole to the trainer's engine, which checks it */
+    ZD_TC_LAX = 1u << 6,       /* object: DeepSpeed validates it with a pydantic model, whose lax
+                                  mode converts strings ("2", "true") to its fields' types */
+    ZD_TC_ALIAS = 1u << 7,     /* object: another name of the section `def` names, read in its
+                                  place when that one is not given (and ignored when it is) */
+    ZD_TC_INF_NEVER = 1u << 8, /* int: Infinity is taken, as "never", and stored as 0 */
 };
 
 /* A value of an enum (name), or of an int (value; name is its decimal text). refused == NULL:
@@ -112,8 +117,9 @@ typedef struct zd_tc_key {
     const char *path; /* dotted, "" for the root; a parent comes before its children */
     zd_tc_type_t type;
     zd_tc_fate_t fate;
-    const char *def;               /* JSON text of the default, parsed like a value; NULL: none */
-    double min, max;               /* INT, NUMBER, PAIR */
+    const char *def; /* JSON text of the default, parsed like a value; NULL: none. An alias: the
+                        path of the section it names */
+    double min, max; /* INT, NUMBER, PAIR */
     const zd_tc_choice_t *choices; /* ENUM, INT (optional); ends with a NULL name */
     zd_tc_store_t store;
     size_t offset, offset2; /* offsetof in zd_train_config_t */

@@ -209,19 +209,6 @@ out:
     return status;
 }
 
-/* Where the params region is the daemon's fp32 master, the trainer only reads it once the
- * daemon holds it: a stray write faults here instead of changing the optimizer's state. Device
- * memory has no such protection (no mprotect; CUDA's access flags are per device, not per
- * process): a device session's region stays writable, and the trainer must not write it. */
-static int zc_params_protect(zc_session_t *s)
-{
-    if (!s->params_are_master || s->mem == ZS_MEM_DEVICE ||
-        zs_region_protect_read(&s->params) == ZS_OK) {
-        return ZC_OK;
-    }
-    return zc_fail(ZC_ERR_IO, "cannot make the params region read-only: %s", strerror(errno));
-}
-
 /* Where the reply says the regions live (AttachReply.memory, .device). */
 static int zc_attach_memory(zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar)
 {
@@ -432,11 +419,7 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     if (status != ZC_OK) {
         return status;
     }
-    status = zc_attach_map(s, ar, fds, n_fds);
-    if (status == ZC_OK && s->params_ready) {
-        status = zc_params_protect(s);
-    }
-    return status;
+    return zc_attach_map(s, ar, fds, n_fds);
 }
 
 static void zc_attach_info_fill(const zc_session_t *s, const Zerod__Ipc__V1__AttachReply *ar,
@@ -545,7 +528,37 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
     }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     session->params_ready = true;
-    return zc_params_protect(session);
+    return ZC_OK;
+}
+
+ZC_API int zc_session_params_reload(zc_session_t *session)
+{
+    Zerod__Ipc__V1__Frame req = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__ParamsReady pr = ZEROD__IPC__V1__PARAMS_READY__INIT;
+    zc_frame_t *reply = NULL;
+    int status;
+
+    zc_error_clear();
+    status = zc_session_check_attached(session, "params_reload");
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (!session->params_ready) {
+        return zc_fail(ZC_ERR_STATE, "params_reload: the job has no parameters yet (write them "
+                                     "and call zc_session_params_ready first)");
+    }
+    if (session->params_are_master) {
+        return ZC_OK; /* the region is the master: the write already reached it */
+    }
+    pr.reload = true;
+    req.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY;
+    req.params_ready = &pr;
+    status = zc_session_call(session, &req, ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY, -1,
+                             "params_reload", &reply);
+    if (status == ZC_OK) {
+        zerod__ipc__v1__frame__free_unpacked(reply, NULL);
+    }
+    return status;
 }
 
 ZC_API const char *zc_session_replaced(zc_session_t *session)

@@ -46,8 +46,7 @@ struct zc_session {
     double restored_scale;
     char ignored_keys[256]; /* AttachReply.ignored_keys */
     char replaced[512];     /* AttachReply.replaced */
-    bool params_are_master; /* fp32: the params region is the daemon's master: read-only once
-                               ready */
+    bool params_are_master; /* fp32: the params region is the daemon's master */
     bool params_shared;     /* one params region for the host's ranks: write only our slices */
     uint32_t rank;
     zs_layout_t *layout;

@@ -108,14 +108,6 @@ zs_status_t zs_region_map_fd(int fd, size_t size, zs_region_t *region)
     return ZS_OK;
 }
 
-zs_status_t zs_region_protect_read(zs_region_t *region)
-{
-    if (region->addr == NULL || region->size == 0) {
-        return ZS_OK;
-    }
-    return mprotect(region->addr, region->size, PROT_READ) == 0 ? ZS_OK : ZS_ERR_INVALID;
-}
-
 void zs_region_cleanup(zs_region_t *region)
 {
     if (region == NULL) {

@@ -394,69 +394,59 @@ Test(zerod_step, clipping_engages_and_reports_the_norm)
     free(grads);
 }
 
-/* The permissions of the mapping holding p in this process ("rw-s", "r--s"), from
- * /proc/self/maps (a sanitizer's SIGSEGV handler would turn a faulting write into a report). */
-static void perms_at(const void *p, char perms[5])
+/* Weights written into the params region after ParamsReady reach the master: fp32's region is
+ * the master itself; a 16-bit write is followed by zc_session_params_reload. A step with zero
+ * gradients (Adam moves nothing; the weight decay scales by at most 1 - 5e-4) then keeps the
+ * written values, 0.5 away from the ones the master held. */
+static void written_params_reach_the_master(zc_dtype_t dt, const char *job)
 {
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    uintptr_t a = (uintptr_t)p;
+    th_model_t m = model_two_groups();
+    th_session_t ts;
+    float *init = calloc(m.total, sizeof(float));
+    float *zero = calloc(m.total, sizeof(float));
+    float *got = calloc(m.total, sizeof(float));
+    zc_step_result_t res;
+    uint64_t k = 0;
 
-    cr_assert_not_null(f);
-    perms[0] = '\0';
-    while (fgets(line, sizeof(line), f) != NULL) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && a >= lo && a < hi) {
-            break;
+    cr_assert(init != NULL && zero != NULL && got != NULL);
+    make_init(&m, init);
+    th_attach(&ts, job, &m, dt, config_for(dt, 2, 1));
+    th_init_params(&ts, init);
+    for (uint32_t id = 0; id < m.n_params; id++) {
+        void *p = zc_session_param_ptr(ts.s, id);
+        for (uint64_t i = 0; i < m.numel[id]; i++, k++) {
+            init[k] = th_round(dt, init[k] + 0.5f);
+            th_store(dt, p, i, init[k]);
         }
-        perms[0] = '\0';
     }
-    fclose(f);
-    cr_assert_neq(perms[0], '\0', "no mapping holds %p", p);
-}
-
-/* fp32: the params region is the daemon's master, so once ParamsReady is acknowledged the
- * trainer's mapping is read-only: a stray write faults instead of changing the optimizer's
- * state behind its back. */
-Test(zerod_step, fp32_params_region_is_read_only_once_ready)
-{
-    th_model_t m = model_two_groups();
-    th_session_t ts;
-    float *init = calloc(m.total, sizeof(float));
-    char perms[5];
-
-    cr_assert_not_null(init);
-    make_init(&m, init);
-    th_attach(&ts, "ro_fp32", &m, ZC_DTYPE_F32, config_for(ZC_DTYPE_F32, 2, 1));
-    perms_at(zc_session_param_ptr(ts.s, 0), perms);
-    cr_assert_str_eq(perms, "rw-s", "before ParamsReady the trainer writes the initial values");
-    th_init_params(&ts, init);
-    perms_at(zc_session_param_ptr(ts.s, 0), perms);
-    cr_assert_str_eq(perms, "r--s");
+    cr_assert_eq(zc_session_params_reload(ts.s), ZC_OK, "%s", zc_last_error());
+    th_submit(&ts, zero, 0);
+    cr_assert_eq(th_step(&ts, &res), ZC_OK, "%s", zc_last_error());
+    th_read_params(&ts, got);
+    for (k = 0; k < m.total; k++) {
+        cr_assert(fabsf(got[k] - init[k]) <= 0.01f,
+                  "%s element %llu: %g after the step, %g written", job, (unsigned long long)k,
+                  got[k], init[k]);
+    }
     th_end(&ts);
     free(init);
+    free(zero);
+    free(got);
 }
 
-/* bf16 keeps a separate fp32 master: the params region stays the trainer's to write (the next
- * all-gather overwrites it, as before). */
-Test(zerod_step, bf16_params_region_stays_writable)
+Test(zerod_step, fp32_params_written_after_ready_are_the_master)
 {
-    th_model_t m = model_two_groups();
-    th_session_t ts;
-    float *init = calloc(m.total, sizeof(float));
-    volatile uint16_t *p;
-    char perms[5];
+    written_params_reach_the_master(ZC_DTYPE_F32, "w_fp32");
+}
 
-    cr_assert_not_null(init);
-    make_init(&m, init);
-    th_attach(&ts, "rw_bf16", &m, ZC_DTYPE_BF16, config_for(ZC_DTYPE_BF16, 2, 1));
-    th_init_params(&ts, init);
-    p = zc_session_param_ptr(ts.s, 0);
-    p[0] = (uint16_t)(p[0] ^ 1u); /* a write: it does not fault */
-    perms_at((const void *)p, perms);
-    cr_assert_str_eq(perms, "rw-s");
-    th_end(&ts);
-    free(init);
+Test(zerod_step, bf16_params_written_after_ready_reach_the_master_on_reload)
+{
+    written_params_reach_the_master(ZC_DTYPE_BF16, "w_bf16");
+}
+
+Test(zerod_step, fp16_params_written_after_ready_reach_the_master_on_reload)
+{
+    written_params_reach_the_master(ZC_DTYPE_F16, "w_fp16");
 }
 
 /* zc_session_init_param at world 1 (no shared region): the whole parameter goes in, and once

@@ -203,14 +203,20 @@ typedef struct zc_attach_info {
  * initial values written at zc_session_param_ptr() (or, with own_slices_only, through
  * zc_session_init_param()) and be confirmed with
  * zc_session_params_ready(). With fp32 parameters the params region is the daemon's fp32
- * master itself (no second copy): from zc_session_params_ready() on (at once for a resumed
- * job) it is mapped read-only, and a write into it faults (host memory; device memory has no
- * such protection: zc_session_memory). A daemon on the CUDA backend sends device regions,
+ * master itself (no second copy): a later write into it changes the master (weights loaded
+ * after attach); with 16-bit parameters follow such a write with zc_session_params_reload().
+ * A daemon on the CUDA backend sends device regions,
  * imported here on its GPU: ZC_ERR_UNSUPPORTED when libzc was built without CUDA,
  * ZC_ERR_NO_DEVICE when this process sees no GPU, ZC_ERR_CUDA when the driver refuses. */
 ZC_API int zc_session_attach(zc_session_t *session, const zc_attach_params_t *params,
                              zc_attach_info_t *info_p);
 ZC_API int zc_session_params_ready(zc_session_t *session);
+/* Once the job has its parameters (after zc_session_params_ready, or on a resumed attach), the
+ * trainer wrote new values into the params region (weights loaded after attach): the daemon
+ * loads its fp32 master shard from them again, keeping Adam's moments and the step. Every
+ * rank's trainer writes the same values and calls it before its next step; with fp32
+ * parameters (the region is the master) it returns at once. */
+ZC_API int zc_session_params_reload(zc_session_t *session);
 /* After an attach: the kept job it replaced and why ("job 'x' at step 12, kept 40 s: ..."), or
  * "" (never NULL). */
 ZC_API const char *zc_session_replaced(zc_session_t *session);
@@ -249,9 +255,8 @@ ZC_API int zc_session_params_shared(zc_session_t *session);
  * complete when the call returns. The trainer's own writes must be complete (its stream
  * synchronized) before it calls zc_session_params_ready, zc_session_slot_submit (the slot's bucket;
  * or use zc_session_slot_submit_event) or zc_session_step (stage 1's grads region); after the step
- * reply the params region holds the new values. fp32 params are still the daemon's master, but
- * device memory cannot be made read-only: the trainer must not write the params region after
- * zc_session_params_ready. */
+ * reply the params region holds the new values. fp32 params are still the daemon's master: a
+ * write after zc_session_params_ready changes it, as on the host. */
 ZC_API int zc_session_memory(zc_session_t *session, int *device_p);
 
 /* A fresh job, before zc_session_params_ready(): parameter `id`'s initial values (numel

@@ -247,6 +247,7 @@ def _bind(lib):
     fn("zc_session_attach", ctypes.c_int,
        [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
     fn("zc_session_params_ready", ctypes.c_int, [vp])
+    fn("zc_session_params_reload", ctypes.c_int, [vp])
     fn("zc_session_ignored_keys", ctypes.c_char_p, [vp])
     fn("zc_session_replaced", ctypes.c_char_p, [vp])
     fn("zc_session_grads_dtype", ctypes.c_int, [vp])
@@ -502,6 +503,11 @@ class Session:
         if self._lib.zc_session_restored(self._h, ctypes.byref(step), ctypes.byref(scale)):
             return step.value, scale.value
         return None
+
+    def params_reload(self):
+        """The trainer wrote new values into the params region (weights loaded after attach):
+        the daemon's master takes them (nothing to do for fp32, whose region is the master)."""
+        _check(self._lib, self._lib.zc_session_params_reload(self._h), "params_reload")
 
     @property
     def dtype(self):

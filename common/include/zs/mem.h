@@ -48,8 +48,6 @@ zs_status_t zs_region_create(const char *name, size_t size, zs_region_t *region)
 /* Map a region received as an fd; checks that the fd is at least `size` bytes. Takes
  * ownership of fd on success only. */
 zs_status_t zs_region_map_fd(int fd, size_t size, zs_region_t *region);
-/* Make a mapped region read-only in this process (mprotect); ZS_ERR_INVALID if it fails. */
-zs_status_t zs_region_protect_read(zs_region_t *region);
 /* Unmap and close; safe on a cleared or never-created region. */
 void zs_region_cleanup(zs_region_t *region);
 

@@ -226,12 +226,24 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
 /* ---- the trainer's requests -------------------------------------------------------------- */
 
 /* conn holds the job, its mesh is up, and (loaded) the job has its parameters. */
-zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn, bool reload,
                                 zd_ckpt_out_t *out, char *err, size_t errlen)
 {
     zs_status_t st = zd_job_require_trainer(job, conn, false, err, errlen);
 
     if (st != ZS_OK) {
+        return st;
+    }
+    out->path[0] = '\0';
+    if (reload) {
+        if (!job->params_loaded) {
+            return zs_errf(err, errlen, ZS_ERR_STATE,
+                           "job '%s' has no parameters to reload yet (send ParamsReady first)",
+                           job->id);
+        }
+        st = zd_step_reload_master(job, err, errlen);
+        out->step = job->step;
+        out->loss_scale = job->scaler.cur_scale;
         return st;
     }
     if (job->params_loaded) {

@@ -27,8 +27,10 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
                           const zd_job_spec_t *spec, zd_attach_out_t *out, char *err,
                           size_t errlen);
 /* A fresh job's trainer wrote the initial values into the params region. With checkpoint_dir
- * set and a checkpoint of this job there, the job resumes from it instead (*out says so). */
-zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,
+ * set and a checkpoint of this job there, the job resumes from it instead (*out says so).
+ * reload: a job that has its parameters; the trainer wrote new ones into the region (weights
+ * loaded after attach), and this rank's master shard is loaded from them again. */
+zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn, bool reload,
                                 zd_ckpt_out_t *out, char *err, size_t errlen);
 /* Stage 2: slot `slot` holds bucket `bucket` of micro-step `micro_step`: reduce-scatter it. */
 zs_status_t zd_job_bucket_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,

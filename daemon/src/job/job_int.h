@@ -141,6 +141,9 @@ zs_status_t zd_job_ckpt_restore(zd_job_t *job, const zd_job_env_t *env, zd_ckpt_
 /* Fresh job: load the fp32 master from this rank's slices of the params region, then
  * all-gather so every rank starts from the owners' values. */
 zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen);
+/* Weights written after attach: the fp32 master from this rank's slices of the params region,
+ * without a collective (every rank's trainer wrote the same values). Adam's state stays. */
+zs_status_t zd_step_reload_master(zd_job_t *job, char *err, size_t errlen);
 /* Recast this rank's slices from the master and all-gather every bucket (a re-formed mesh, or
  * an interrupted all-gather). */
 /* Sum of squares of this rank's fp32 master (0 before a shared master is loaded). */

@@ -127,7 +127,7 @@ zs_status_t zd_step_refresh_params(zd_job_t *job, char *err, size_t errlen)
     return st;
 }
 
-zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen)
+zs_status_t zd_step_reload_master(zd_job_t *job, char *err, size_t errlen)
 {
     const zs_layout_t *l = job->layout;
     zs_status_t st = ZS_OK;
@@ -139,6 +139,16 @@ zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen)
     }
     if (st != ZS_OK) {
         return zs_errf(err, errlen, st, "loading parameters: %s", zd_backend_error(job->be));
+    }
+    return ZS_OK;
+}
+
+zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen)
+{
+    zs_status_t st = zd_step_reload_master(job, err, errlen);
+
+    if (st != ZS_OK) {
+        return st;
     }
     job->params_loaded = true;
     if (job->world > 1) {

@@ -248,6 +248,7 @@ static zs_status_t zd_rpc_request_train(const zd_rpc_session_t *s, zd_frame_t *f
         break;
     case ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY:
         req->kind = ZD_REQ_PARAMS_READY;
+        req->u.params_ready.reload = f->params_ready->reload;
         break;
     case ZEROD__IPC__V1__FRAME__BODY_BUCKET_READY:
         req->kind = ZD_REQ_BUCKET_READY;

@@ -297,7 +297,8 @@ static void zd_runner_run_job(zd_runner_t *e, zd_req_t *req, zd_resp_t *r)
             zd_job_attach(&e->job, env, conn, &req->u.attach, &r->u.attach, r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_PARAMS_READY:
-        r->status = zd_job_params_ready(e->job, env, conn, &r->u.ckpt, r->msg, sizeof(r->msg));
+        r->status = zd_job_params_ready(e->job, env, conn, req->u.params_ready.reload, &r->u.ckpt,
+                                        r->msg, sizeof(r->msg));
         break;
     case ZD_REQ_BUCKET_READY:
         r->status = zd_job_bucket_ready_event(

@@ -50,6 +50,9 @@ typedef struct zd_req {
             uint8_t event[64];  /* its bytes when event_len is 64 */
         } bucket_ready;
         struct {
+            bool reload; /* ParamsReady.reload: the master from the params region again */
+        } params_ready;
+        struct {
             const double *group_lr;
             size_t n_group_lr;
         } step;

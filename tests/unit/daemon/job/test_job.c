@@ -137,7 +137,8 @@ static void expect_attach_refused(uint64_t conn, zs_status_t want, const char *n
 
 static void params_ready(uint64_t conn)
 {
-    expect_status(zd_job_params_ready(job, &env, conn, &ck_out, err, sizeof(err)), ZS_OK, NULL);
+    expect_status(zd_job_params_ready(job, &env, conn, false, &ck_out, err, sizeof(err)), ZS_OK,
+                  NULL);
 }
 
 static zd_shard_out_t shard(void)
@@ -298,8 +299,8 @@ ZDT_TEST(zd_job, requests_without_a_job_are_refused_naming_attach)
     zd_step_out_t o;
     zd_shard_out_t s;
 
-    expect_status(zd_job_params_ready(NULL, &env, CONN_A, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
-                  "send Attach first");
+    expect_status(zd_job_params_ready(NULL, &env, CONN_A, false, &ck_out, err, sizeof(err)),
+                  ZS_ERR_STATE, "send Attach first");
     expect_status(zd_job_bucket_ready(NULL, &env, CONN_A, 0, 0, 0, err, sizeof(err)), ZS_ERR_STATE,
                   "send Attach first");
     expect_status(zd_job_step(NULL, &env, CONN_A, NULL, 0, &o, err, sizeof(err)), ZS_ERR_STATE,
@@ -314,8 +315,8 @@ ZDT_TEST(zd_job, requests_from_another_connection_are_refused)
     zd_step_out_t o;
 
     attach(CONN_A);
-    expect_status(zd_job_params_ready(job, &env, CONN_B, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
-                  "no job attached on this connection");
+    expect_status(zd_job_params_ready(job, &env, CONN_B, false, &ck_out, err, sizeof(err)),
+                  ZS_ERR_STATE, "no job attached on this connection");
     params_ready(CONN_A);
     expect_status(zd_job_bucket_ready(job, &env, CONN_B, 0, 0, 0, err, sizeof(err)), ZS_ERR_STATE,
                   "no job attached on this connection");
@@ -342,8 +343,8 @@ ZDT_TEST(zd_job, params_ready_twice_is_refused)
 {
     attach(CONN_A);
     params_ready(CONN_A);
-    expect_status(zd_job_params_ready(job, &env, CONN_A, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
-                  "already has its parameters");
+    expect_status(zd_job_params_ready(job, &env, CONN_A, false, &ck_out, err, sizeof(err)),
+                  ZS_ERR_STATE, "already has its parameters");
 }
 
 ZDT_TEST(zd_job, bucket_ready_out_of_range_is_refused_naming_the_range)
@@ -498,8 +499,8 @@ ZDT_TEST(zd_job, detach_keeps_the_job_and_a_reattach_resumes_it)
     cr_assert_eq(out.step, 1);
     cr_assert(memcmp(params.addr, before, params.size) == 0,
               "the re-attached params region does not hold the job's values");
-    expect_status(zd_job_params_ready(job, &env, CONN_B, &ck_out, err, sizeof(err)), ZS_ERR_STATE,
-                  "a resumed job keeps them");
+    expect_status(zd_job_params_ready(job, &env, CONN_B, false, &ck_out, err, sizeof(err)),
+                  ZS_ERR_STATE, "a resumed job keeps them");
     backward_f32(CONN_B, 0.5f);
     cr_assert_eq(step(CONN_B).step, 2);
 }
@@ -652,6 +653,34 @@ ZDT_TEST(zd_job, an_fp16_overflow_skips_the_step_and_halves_the_scale)
     o = step(CONN_A);
     cr_assert(!o.skipped);
     cr_assert_eq(o.step, 1);
+}
+
+/* Weights written into the 16-bit params region after ParamsReady reach the master with a
+ * reload, so the next step starts from them instead of undoing them. */
+ZDT_TEST(zd_job, a_reload_takes_the_written_params_into_the_master)
+{
+    const uint16_t f16_two = 0x4000;
+    const uint16_t *p;
+    zd_step_out_t o;
+
+    attach_f16();
+    fill_f16(&params, 0, out.params_bytes / 2, f16_two);
+    expect_status(zd_job_params_ready(job, &env, CONN_A, true, &ck_out, err, sizeof(err)), ZS_OK,
+                  NULL);
+    backward_f16(0); /* zero gradients: Adam moves nothing, the step recasts the master */
+    o = step(CONN_A);
+    cr_assert(!o.skipped);
+    p = (const uint16_t *)params.addr;
+    for (size_t i = 0; i < spec.numel[0]; i++) {
+        cr_assert_eq(p[i], f16_two, "element %zu is 0x%04x after the step", i, p[i]);
+    }
+}
+
+ZDT_TEST(zd_job, a_reload_before_the_parameters_is_refused)
+{
+    attach(CONN_A);
+    expect_status(zd_job_params_ready(job, &env, CONN_A, true, &ck_out, err, sizeof(err)),
+                  ZS_ERR_STATE, "no parameters to reload");
 }
 
 ZDT_TEST(zd_job, an_fp16_overflow_at_the_minimum_scale_is_an_error)

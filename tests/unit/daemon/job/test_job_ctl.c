@@ -120,7 +120,7 @@ static void first_trainer_goes(bool detach)
     zd_ckpt_out_t ck;
 
     attach(CONN_A);
-    expect(zd_job_params_ready(job, &env, CONN_A, &ck, err, sizeof(err)), ZS_OK, NULL);
+    expect(zd_job_params_ready(job, &env, CONN_A, false, &ck, err, sizeof(err)), ZS_OK, NULL);
     if (detach) {
         expect(zd_job_detach(&job, &env, CONN_A, false, err, sizeof(err)), ZS_OK, NULL);
     } else {
@@ -288,7 +288,7 @@ ZDT_TEST(zd_job_ctl, end_with_a_checkpoint_saves_first_and_keeps_the_job_when_it
     zdt_expect_warn("its final checkpoint failed");
     expect(zd_job_end(&job, &env, &req, &eo, err, sizeof(err)), ZS_ERR_STATE, "no parameters");
     cr_assert_not_null(job, "a failed final checkpoint ended the job");
-    expect(zd_job_params_ready(job, &env, CONN_A, &ck, err, sizeof(err)), ZS_OK, NULL);
+    expect(zd_job_params_ready(job, &env, CONN_A, false, &ck, err, sizeof(err)), ZS_OK, NULL);
     req.ckpt_dir = "relative/dir";
     expect(zd_job_end(&job, &env, &req, &eo, err, sizeof(err)), ZS_ERR_INVALID, "absolute");
     req.ckpt_dir = ckpt;

@@ -1,0 +1,2 @@
+"""deepspeed.utils.timer: the engine's throughput timer."""
+from ..._compat import ThroughputTimer  # noqa: F401

@@ -39,46 +39,63 @@ static zs_status_t zd_ckpt_all_reduce(const zd_ckpt_shard_t *sh, double *v,
     return st;
 }
 
-/* The first failed rank's status and message, to every rank: text as one double a byte. */
-static zs_status_t zd_ckpt_first_cause(const zd_ckpt_shard_t *sh, uint32_t first, zs_status_t mine,
-                                       const char *what, char *err, size_t errlen)
+zs_status_t zd_ckpt_share_text(const zd_ckpt_shard_t *sh, uint32_t from, double head,
+                               const char *text, size_t max, double *head_p, char *out,
+                               size_t outlen, char *why, size_t wlen)
 {
-    enum { N = 1 + ZD_CKPT_CAUSE_MAX };
-    double *v = calloc(N, sizeof(double));
-    zd_reduce_op_t *ops = calloc(N, sizeof(*ops));
-    char why[ZS_MSG_MAX] = "", cause[ZD_CKPT_CAUSE_MAX + 1] = "";
+    size_t n = 1 + max;
+    double *v = calloc(n, sizeof(double));
+    zd_reduce_op_t *ops = calloc(n, sizeof(*ops));
     zs_status_t st;
+    size_t i = 0;
 
     if (v == NULL || ops == NULL) {
         free(v);
         free(ops);
-        return mine != ZS_OK ? mine : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
+        snprintf(why, wlen, "out of memory");
+        return ZS_ERR_NO_MEMORY;
     }
-    if (sh->rank == first) {
-        size_t len = strlen(err);
-        v[0] = (double)mine;
-        for (size_t i = 0; i < len && i < ZD_CKPT_CAUSE_MAX; i++) {
-            v[1 + i] = (double)(unsigned char)err[i];
+    if (sh->rank == from) {
+        v[0] = head;
+        for (size_t k = 0; text[k] != '\0' && k < max; k++) {
+            v[1 + k] = (double)(unsigned char)text[k];
         }
     }
-    for (unsigned i = 0; i < N; i++) {
-        ops[i] = ZD_REDUCE_SUM; /* every other rank adds zeros */
+    for (size_t k = 0; k < n; k++) {
+        ops[k] = ZD_REDUCE_SUM; /* every other rank adds zeros */
     }
-    st = zd_ckpt_all_reduce(sh, v, ops, N, why, sizeof(why));
-    for (unsigned i = 0; st == ZS_OK && i < ZD_CKPT_CAUSE_MAX && v[1 + i] != 0; i++) {
-        cause[i] = (char)(unsigned char)v[1 + i];
+    st = zd_ckpt_all_reduce(sh, v, ops, (unsigned)n, why, wlen);
+    for (; st == ZS_OK && i < max && i + 1 < outlen && v[1 + i] != 0; i++) {
+        out[i] = (char)(unsigned char)v[1 + i];
     }
-    if (sh->rank == first) {
-        st = mine; /* err holds its own message */
-    } else if (st != ZS_OK) {
-        st = mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
-    } else {
-        st = zs_errf(err, errlen, mine != ZS_OK ? mine : (zs_status_t)(int)v[0],
-                     "%s failed on rank %u: %s; nothing was changed", what, first, cause);
+    if (outlen > 0) {
+        out[i] = '\0';
+    }
+    if (head_p != NULL) {
+        *head_p = st == ZS_OK ? v[0] : 0;
     }
     free(v);
     free(ops);
     return st;
+}
+
+/* The first failed rank's status and message, to every rank. */
+static zs_status_t zd_ckpt_first_cause(const zd_ckpt_shard_t *sh, uint32_t first, zs_status_t mine,
+                                       const char *what, char *err, size_t errlen)
+{
+    char why[ZS_MSG_MAX] = "", cause[ZD_CKPT_CAUSE_MAX + 1] = "";
+    double status = 0;
+    zs_status_t st = zd_ckpt_share_text(sh, first, (double)mine, err, ZD_CKPT_CAUSE_MAX, &status,
+                                        cause, sizeof(cause), why, sizeof(why));
+
+    if (sh->rank == first) {
+        return mine; /* err holds its own message */
+    }
+    if (st != ZS_OK) {
+        return mine != ZS_OK ? mine : zs_errf(err, errlen, st, "%s: %s", what, why);
+    }
+    return zs_errf(err, errlen, mine != ZS_OK ? mine : (zs_status_t)(int)status,
+                   "%s failed on rank %u: %s; nothing was changed", what, first, cause);
 }
 
 /* Every rank passes its own outcome (its message in err); all learn whether every rank

@@ -117,20 +117,19 @@ static zs_status_t zd_ckpt_async_commit(zd_ckpt_async_t *a, const zd_ckpt_report
                                         size_t errlen)
 {
     zs_ckpt_file_t *files = calloc(a->world, sizeof(*files));
-    uint64_t sxxh3 = 0;
+    zd_ckpt_state_sums_t sums;
     zs_status_t st =
         files != NULL ? ZS_OK : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
 
-    if (st == ZS_OK && a->has_state) {
-        st = zs_dir_write_file(&a->tmp, ZS_CKPT_TRAINER_STATE, a->state, a->state_len, &sxxh3, err,
-                               errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_write_state(&a->tmp, a->has_state ? a->state : NULL, a->state_len, &sums, err,
+                                 errlen);
     }
     if (st == ZS_OK) {
         st = zd_ckpt_async_gather(a, mine, files, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zd_ckpt_manifest_finish(&a->head, &a->tmp, files, a->has_state, a->state_len, sxxh3,
-                                     err, errlen);
+        st = zd_ckpt_manifest_finish(&a->head, &a->tmp, files, &sums, err, errlen);
     }
     zd_test_pause("ckpt", a->sh.job_id, a->step);
     if (st == ZS_OK) {

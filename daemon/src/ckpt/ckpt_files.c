@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 zs_status_t zd_ckpt_write_rank(const zd_ckpt_shard_t *sh, const float *stage, uint64_t step,
@@ -69,7 +70,7 @@ zs_status_t zd_ckpt_manifest_head(const zd_ckpt_shard_t *sh, const char *tag,
     zs_ckpt_manifest_t m;
 
     memset(&m, 0, sizeof(m));
-    if (zs_ckpt_manifest_alloc(&m, sh->layout->n_groups, 0, sh->world + 1) != ZS_OK) {
+    if (zs_ckpt_manifest_alloc(&m, sh->layout->n_groups, 0, sh->world + 2) != ZS_OK) {
         zd_ckpt_manifest_release(&m);
         return ZS_ERR_NO_MEMORY;
     }
@@ -113,19 +114,77 @@ void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m)
 }
 
 /* Every rank's file (files[world]) and the trainer state into the manifest; write it into tmp. */
-zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
-                                    const zs_ckpt_file_t *files, bool has_state,
-                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
-                                    size_t errlen)
+#define ZD_CKPT_BUNDLE_MAGIC "ZDBUNDL1"
+
+zs_status_t zd_ckpt_write_state(const zs_dir_t *tmp, const void *bytes, size_t len,
+                                zd_ckpt_state_sums_t *sums, char *err, size_t errlen)
 {
+    const uint8_t *b = bytes;
+    size_t head = sizeof(ZD_CKPT_BUNDLE_MAGIC) - 1 + 8, pt_len = len;
+    zs_status_t st;
+
+    memset(sums, 0, sizeof(*sums));
+    if (bytes == NULL) {
+        return ZS_OK;
+    }
+    if (len >= head && memcmp(b, ZD_CKPT_BUNDLE_MAGIC, head - 8) == 0) {
+        uint64_t n = 0;
+        for (unsigned i = 0; i < 8; i++) {
+            n |= (uint64_t)b[head - 8 + i] << (8 * i);
+        }
+        if (n > len - head) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "the trainer's state names %" PRIu64 " bytes of %s in %zu bytes", n,
+                           ZS_CKPT_TRAINER_STATE, len - head);
+        }
+        pt_len = (size_t)n;
+        b += head;
+        sums->has_module = true;
+        sums->module_bytes = len - head - pt_len;
+        st = zs_dir_write_file(tmp, ZD_CKPT_MODULE, b + pt_len, len - head - pt_len,
+                               &sums->module_xxh3, err, errlen);
+        if (st != ZS_OK) {
+            return st;
+        }
+    }
+    sums->has_state = true;
+    sums->state_bytes = pt_len;
+    return zs_dir_write_file(tmp, ZS_CKPT_TRAINER_STATE, b, pt_len, &sums->state_xxh3, err, errlen);
+}
+
+zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
+                                    const zs_ckpt_file_t *files, const zd_ckpt_state_sums_t *sums,
+                                    char *err, size_t errlen)
+{
+    struct stat sb;
+
+    /* a rank whose directory only looked like rank 0's (a leftover temporary directory of the
+     * same name on a host of its own) wrote its file elsewhere: nothing is committed */
+    for (uint32_t r = 0; r < m->world; r++) {
+        if (!zs_dir_has(tmp, files[r].name, &sb) || !S_ISREG(sb.st_mode) ||
+            (uint64_t)sb.st_size != files[r].bytes) {
+            return zs_errf(err, errlen, ZS_ERR_INVALID,
+                           "rank %u's file %s (%" PRIu64 " bytes) is not in %s: rank %u wrote "
+                           "into another directory than rank 0's; every rank must save into one "
+                           "directory that every rank's host shares",
+                           r, files[r].name, files[r].bytes, tmp->shown, r);
+        }
+    }
     m->n_files = m->world;
     memcpy(m->files, files, m->world * sizeof(*files));
-    if (has_state) {
+    if (sums->has_state) {
         zs_ckpt_file_t *f = &m->files[m->n_files++];
         zs_ckpt_pathf(f->name, sizeof(f->name), "%s", ZS_CKPT_TRAINER_STATE);
         f->rank = -1;
-        f->bytes = state_bytes;
-        f->xxh3 = state_xxh3;
+        f->bytes = sums->state_bytes;
+        f->xxh3 = sums->state_xxh3;
+    }
+    if (sums->has_module) {
+        zs_ckpt_file_t *f = &m->files[m->n_files++];
+        zs_ckpt_pathf(f->name, sizeof(f->name), "%s", ZD_CKPT_MODULE);
+        f->rank = -1;
+        f->bytes = sums->module_bytes;
+        f->xxh3 = sums->module_xxh3;
     }
     return zs_ckpt_manifest_write(tmp, m, err, errlen);
 }

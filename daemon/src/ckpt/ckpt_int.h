@@ -23,6 +23,11 @@ struct zd_ckpt {
 /* Every rank's file size and checksum (files[world]) to every rank. */
 zs_status_t zd_ckpt_gather_sums(const zd_ckpt_shard_t *sh, uint64_t bytes, uint64_t xxh3,
                                 zs_ckpt_file_t *files, char *err, size_t errlen);
+/* Rank from's text (at most max bytes) and a number, head, to every rank (a collective): out
+ * gets the text, *head_p (may be NULL) the number; why says what failed. */
+zs_status_t zd_ckpt_share_text(const zd_ckpt_shard_t *sh, uint32_t from, double head,
+                               const char *text, size_t max, double *head_p, char *out,
+                               size_t outlen, char *why, size_t wlen);
 /* ck->seq: which save this is, rank 0's count, the same on every rank. */
 zs_status_t zd_ckpt_number(zd_ckpt_t *ck, const zd_ckpt_shard_t *sh, char *err, size_t errlen);
 
@@ -44,10 +49,22 @@ zs_status_t zd_ckpt_write_rank(const zd_ckpt_shard_t *sh, const float *stage, ui
  * the shard's names, shapes and group options. */
 zs_status_t zd_ckpt_manifest_head(const zd_ckpt_shard_t *sh, const char *tag,
                                   zs_ckpt_manifest_t *m);
+/* What rank 0's trainer hands over (zd_ckpt_req_t.trainer_state) is the bytes of
+ * trainer_state.pt, or a bundle of them and module.safetensors (the module's tied names and
+ * buffers): "ZDBUNDL1", trainer_state.pt's size (8 bytes, little-endian), its bytes, then
+ * module.safetensors to the end (docs/checkpoints.md). */
+#define ZD_CKPT_MODULE "module.safetensors"
+/* Rank 0's files beside the rank files, as written (size and checksum each). */
+typedef struct zd_ckpt_state_sums {
+    bool has_state, has_module;
+    uint64_t state_bytes, state_xxh3, module_bytes, module_xxh3;
+} zd_ckpt_state_sums_t;
+/* Rank 0: the trainer's bytes (len of them; NULL: none) into tmp, as one file or two. */
+zs_status_t zd_ckpt_write_state(const zs_dir_t *tmp, const void *bytes, size_t len,
+                                zd_ckpt_state_sums_t *sums, char *err, size_t errlen);
 zs_status_t zd_ckpt_manifest_finish(zs_ckpt_manifest_t *m, const zs_dir_t *tmp,
-                                    const zs_ckpt_file_t *files, bool has_state,
-                                    uint64_t state_bytes, uint64_t state_xxh3, char *err,
-                                    size_t errlen);
+                                    const zs_ckpt_file_t *files, const zd_ckpt_state_sums_t *sums,
+                                    char *err, size_t errlen);
 void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
 /* Rank 0: the directory made ready, the temporary directory created. */
 zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,

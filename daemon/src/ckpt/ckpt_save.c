@@ -77,17 +77,18 @@ static zs_status_t zd_ckpt_save_synced(const zd_ckpt_shard_t *sh, const zd_ckpt_
                                        char *err, size_t errlen)
 {
     zs_ckpt_file_t *files = calloc(sh->world, sizeof(*files));
-    uint64_t bytes = 0, xxh3 = 0, sxxh3 = 0;
-    bool has_state = sh->rank == 0 && req->trainer_state != NULL;
+    uint64_t bytes = 0, xxh3 = 0;
+    zd_ckpt_state_sums_t sums;
     zs_status_t st =
         files != NULL ? ZS_OK : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
 
     if (st == ZS_OK) {
         st = zd_ckpt_write_synced(sh, tmp, &bytes, &xxh3, err, errlen);
     }
-    if (st == ZS_OK && has_state) {
-        st = zs_dir_write_file(tmp, ZS_CKPT_TRAINER_STATE, req->trainer_state,
-                               req->trainer_state_len, &sxxh3, err, errlen);
+    memset(&sums, 0, sizeof(sums));
+    if (st == ZS_OK && sh->rank == 0) {
+        st = zd_ckpt_write_state(tmp, req->trainer_state, req->trainer_state_len, &sums, err,
+                                 errlen);
     }
     zd_test_pause("ckpt", sh->job_id, sh->step);
     st = zd_ckpt_agree(sh, st, "checkpoint save (writing the shards)", err, errlen);
@@ -99,8 +100,7 @@ static zs_status_t zd_ckpt_save_synced(const zd_ckpt_shard_t *sh, const zd_ckpt_
         memset(&m, 0, sizeof(m));
         st = zd_ckpt_manifest_head(sh, tag, &m);
         if (st == ZS_OK) {
-            st = zd_ckpt_manifest_finish(&m, tmp, files, has_state, req->trainer_state_len, sxxh3,
-                                         err, errlen);
+            st = zd_ckpt_manifest_finish(&m, tmp, files, &sums, err, errlen);
         } else {
             st = zs_errf(err, errlen, st, "out of memory for the manifest");
         }
@@ -117,29 +117,93 @@ static zs_status_t zd_ckpt_save_synced(const zd_ckpt_shard_t *sh, const zd_ckpt_
     return zd_ckpt_agree(sh, st, "checkpoint save (committing)", err, errlen);
 }
 
+/* Every rank saves under rank 0's tag: one of its own (DeepSpeed's tutorial tags a save with
+ * the rank's loss) would send its file where rank 0 never looks. Every rank learns rank 0's tag
+ * and directory (dir0, ZD_CKPT_DIR_MAX + 1 bytes, for messages), and the ranks agree. */
+static zs_status_t zd_ckpt_same_tag(const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                    const char *tag, char *dir0, char *err, size_t errlen)
+{
+    const char *what = "checkpoint save (agreeing on the tag)";
+    char tag0[ZS_CKPT_TAG_MAX], why[ZS_MSG_MAX] = "";
+    zs_status_t st = zd_ckpt_share_text(sh, 0, 0, tag, ZS_CKPT_TAG_MAX - 1, NULL, tag0,
+                                        sizeof(tag0), why, sizeof(why));
+
+    if (st == ZS_OK) {
+        st = zd_ckpt_share_text(sh, 0, 0, req->dir != NULL ? req->dir : "", ZD_CKPT_DIR_MAX, NULL,
+                                dir0, ZD_CKPT_DIR_MAX + 1, why, sizeof(why));
+    }
+    if (st != ZS_OK) {
+        return zs_errf(err, errlen, st, "%s: %s", what, why);
+    }
+    if (strcmp(tag0, tag) != 0) {
+        st = zs_errf(err, errlen, ZS_ERR_INVALID,
+                     "the ranks save under different tags: rank 0 '%s', rank %u '%s'; zerod "
+                     "commits a checkpoint under one tag, so every rank must pass the same one "
+                     "(DeepSpeed's checkpoint.tag_validation Warn or Ignore cannot let them "
+                     "differ here)",
+                     tag0, sh->rank, tag);
+    }
+    return zd_ckpt_agree(sh, st, what, err, errlen);
+}
+
+/* A rank that does not find the temporary directory rank 0 has just made: its directory is not
+ * rank 0's (another path, or the same path on a host that does not share it). */
+static zs_status_t zd_ckpt_not_shared(const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
+                                      const char *dir0, const char *tname, char *err, size_t errlen)
+{
+    const char *mine = req->dir != NULL ? req->dir : "";
+    const char *fix = "every rank must save into one directory that every rank's host shares "
+                      "(node-local checkpoint directories are not supported)";
+
+    if (strcmp(mine, dir0) != 0) {
+        return zs_errf(err, errlen, ZS_ERR_INVALID,
+                       "rank %u saves into %s, rank 0 into %s, and they are not one directory "
+                       "(rank %u's has no %s, which rank 0 has just made in its own): %s",
+                       sh->rank, mine, dir0, sh->rank, tname, fix);
+    }
+    return zs_errf(err, errlen, ZS_ERR_INVALID,
+                   "rank %u's %s is not the directory rank 0 saves into at that path (it has no "
+                   "%s, which rank 0 has just made there): rank %u's host does not share rank 0's "
+                   "filesystem there; %s",
+                   sh->rank, mine, tname, sh->rank, fix);
+}
+
 /* Every rank opens dir, agrees on the tag, and opens the temporary directory rank 0 made
  * there for this save (its name in tname, ZD_CKPT_TMP_NAME_MAX bytes). */
 static zs_status_t zd_ckpt_save_dirs(const zd_ckpt_shard_t *sh, const zd_ckpt_req_t *req,
                                      zs_dir_t *dir, char *tag, zs_dir_t *tmp, char *tname,
                                      char *err, size_t errlen)
 {
-    zs_status_t st;
+    char *dir0 = malloc(ZD_CKPT_DIR_MAX + 1);
+    zs_status_t st = dir0 != NULL ? ZS_OK : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "out of memory");
 
-    st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_WRITE | ZS_MAY_EXEC, dir, err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_open_dir(req, ZS_MAY_READ | ZS_MAY_WRITE | ZS_MAY_EXEC, dir, err, errlen);
+    }
     if (st == ZS_OK) {
         st = zd_ckpt_tag(sh, req, tag, err, errlen);
     }
-    if (st == ZS_OK && sh->rank == 0) {
-        st = zd_ckpt_prepare(dir, tag, tmp, err, errlen);
+    st = zd_ckpt_agree(sh, st, "checkpoint save (opening the directory)", err, errlen);
+    if (st == ZS_OK) {
+        st = zd_ckpt_same_tag(sh, req, tag, dir0, err, errlen);
     }
-    st = zd_ckpt_agree(sh, st, "checkpoint save (preparing the directory)", err, errlen);
+    if (st == ZS_OK) {
+        if (sh->rank == 0) {
+            st = zd_ckpt_prepare(dir, tag, tmp, err, errlen);
+        }
+        st = zd_ckpt_agree(sh, st, "checkpoint save (preparing the directory)", err, errlen);
+    }
     zd_ckpt_tmp_name(st == ZS_OK ? tag : "", tname, ZD_CKPT_TMP_NAME_MAX);
     if (st == ZS_OK) { /* rank 0 made it: every rank writes into it */
         if (sh->rank != 0) {
             st = zs_dir_sub(dir, tname, ZS_MAY_WRITE | ZS_MAY_EXEC, tmp, err, errlen);
+            if (st == ZS_ERR_NOT_FOUND) {
+                st = zd_ckpt_not_shared(sh, req, dir0, tname, err, errlen);
+            }
         }
         st = zd_ckpt_agree(sh, st, "checkpoint save (opening the directory)", err, errlen);
     }
+    free(dir0);
     return st;
 }
 

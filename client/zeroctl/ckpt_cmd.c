@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "ckpt_cmd.h"
+#include "ckpt_module.h"
 
 #include "cli.h"
 #include "zerod/zc.h"
@@ -364,15 +365,62 @@ static const char *ckpt_export_paths(const char *out, char *outdir, size_t outdi
     return name;
 }
 
-/* The safetensors header of every parameter: its name, dtype and shape; NULL when out of
- * memory. */
-static zs_st_meta_t *ckpt_export_meta(const zs_ckpt_manifest_t *m, bool bf16)
+/* ---- the module's other state_dict() entries (ckpt_module.c) ------------------------------ */
+
+/* The extras' data after the parameters': a tied name as its parameter, the rest as fp32. */
+static int ckpt_export_extras(const ckpt_module_t *mod, const zs_layout_t *layout,
+                              zs_ckpt_reader_t *rd, zs_st_writer_t *w, unsigned tensor, bool bf16,
+                              char *err, size_t errlen)
 {
-    zs_st_meta_t *meta = calloc(m->n_params ? m->n_params : 1, sizeof(*meta));
+    zs_status_t st = ZS_OK;
+
+    for (unsigned k = 0; k < mod->n && st == ZS_OK; k++) {
+        const ckpt_extra_t *e = &mod->x[k];
+        size_t n = (size_t)e->numel;
+        float *buf = malloc((n ? n : 1) * sizeof(float));
+        uint16_t *half = NULL;
+        if (buf == NULL) {
+            snprintf(err, errlen, "out of memory for '%s' (%zu elements)", e->name, n);
+            return ZC_EXIT_BAD;
+        }
+        if (e->param >= 0) {
+            ckpt_fill_t f = {rd, tensor, buf};
+            st = zs_ckpt_runs(layout, (uint32_t)e->param, 0, n, ckpt_fill_run, &f, err, errlen);
+            half = bf16 ? malloc((n ? n : 1) * sizeof(uint16_t)) : NULL;
+            for (size_t j = 0; half != NULL && j < n; j++) {
+                half[j] = ckpt_bf16(buf[j]);
+            }
+            st = st == ZS_OK && bf16 && half == NULL ? ZS_ERR_NO_MEMORY : st;
+        } else {
+            for (size_t j = 0; j < n; j++) {
+                buf[j] = ckpt_extra_float(mod, e, j);
+            }
+        }
+        if (st == ZS_OK) {
+            st = zs_st_put(w, half != NULL ? (const void *)half : (const void *)buf,
+                           n * (half != NULL ? 2 : 4), err, errlen);
+        }
+        free(buf);
+        free(half);
+    }
+    return st == ZS_OK ? ZC_EXIT_OK : ZC_EXIT_BAD;
+}
+
+/* The safetensors header of every parameter, then of every extra: its name, dtype and shape;
+ * NULL when out of memory. */
+static zs_st_meta_t *ckpt_export_meta(const zs_ckpt_manifest_t *m, const ckpt_module_t *mod,
+                                      bool bf16)
+{
+    zs_st_meta_t *meta = calloc(m->n_params + mod->n + 1, sizeof(*meta));
 
     for (uint32_t i = 0; meta != NULL && i < m->n_params; i++) {
         meta[i] = (zs_st_meta_t){m->params[i].name, bf16 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32,
                                  m->params[i].ndim, m->params[i].dims};
+    }
+    for (unsigned k = 0; meta != NULL && k < mod->n; k++) {
+        const ckpt_extra_t *e = &mod->x[k];
+        meta[m->n_params + k] = (zs_st_meta_t){
+            e->name, bf16 && e->param >= 0 ? ZS_DTYPE_BF16 : ZS_DTYPE_F32, e->ndim, e->dims};
     }
     return meta;
 }
@@ -387,14 +435,23 @@ static int ckpt_export_run(const ckpt_export_t *x, const zs_dir_t *ckpt,
     zs_layout_t *layout = NULL;
     zs_ckpt_reader_t *rd = NULL;
     zs_st_writer_t *w = NULL;
-    zs_st_meta_t *meta = ckpt_export_meta(m, bf16);
+    zs_st_meta_t *meta = NULL;
     const char *kv[] = {"format", "pt",          "zerod_step",
                         step_s,   "zerod_state", zs_ckpt_tensor_names[tensor]};
+    ckpt_module_t mod;
     int rc = ZC_EXIT_BAD;
-    zs_status_t st;
+    zs_status_t st = ZS_OK;
 
     snprintf(step_s, sizeof(step_s), "%" PRIu64, m->step);
-    st = meta != NULL ? zs_ckpt_layout(m, &layout, err, sizeof(err)) : ZS_ERR_NO_MEMORY;
+    memset(&mod, 0, sizeof(mod));
+    /* the master weights are the model's: its tied names and buffers go with them */
+    if (tensor == 0 && ckpt_module_open(ckpt, m, &mod, err, sizeof(err)) != 0) {
+        st = ZS_ERR_IO;
+    }
+    meta = st == ZS_OK ? ckpt_export_meta(m, &mod, bf16) : NULL;
+    st = st != ZS_OK    ? st
+         : meta != NULL ? zs_ckpt_layout(m, &layout, err, sizeof(err))
+                        : ZS_ERR_NO_MEMORY;
     if (st == ZS_OK) {
         st = zs_ckpt_reader_open(ckpt, m, &rd, err, sizeof(err));
     }
@@ -405,10 +462,13 @@ static int ckpt_export_run(const ckpt_export_t *x, const zs_dir_t *ckpt,
         st = zs_dir_unlink(&od, tmp, err, sizeof(err)); /* an export that died */
     }
     if (st == ZS_OK) {
-        st = zs_st_create(&od, tmp, meta, m->n_params, kv, 3, &w, err, sizeof(err));
+        st = zs_st_create(&od, tmp, meta, m->n_params + mod.n, kv, 3, &w, err, sizeof(err));
     }
     if (st == ZS_OK) {
         rc = ckpt_export_data(m, layout, rd, w, tensor, bf16, err, sizeof(err));
+        if (rc == ZC_EXIT_OK) {
+            rc = ckpt_export_extras(&mod, layout, rd, w, tensor, bf16, err, sizeof(err));
+        }
         st = rc == ZC_EXIT_OK ? zs_st_finish(w, NULL, NULL, err, sizeof(err)) : ZS_ERR_IO;
         if (rc != ZC_EXIT_OK) {
             zs_st_abort(w);
@@ -426,12 +486,13 @@ static int ckpt_export_run(const ckpt_export_t *x, const zs_dir_t *ckpt,
         rc = ZC_EXIT_BAD;
     } else {
         rc = ZC_EXIT_OK;
-        printf("%s: %u tensors (%s %s) from %s at step %" PRIu64 "\n", x->out, m->n_params,
+        printf("%s: %u tensors (%s %s) from %s at step %" PRIu64 "\n", x->out, m->n_params + mod.n,
                zs_ckpt_tensor_names[tensor], bf16 ? "bf16" : "fp32", path, m->step);
     }
     zs_ckpt_reader_close(rd);
     zs_layout_destroy(layout);
     zs_dir_close(&od);
+    ckpt_module_close(&mod);
     free(meta);
     return rc;
 }

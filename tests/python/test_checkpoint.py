@@ -14,6 +14,22 @@ daemons.
         a flipped byte, a missing rank file, a manifest of a newer format, a directory without
         permission, and a full disk (RLIMIT_FSIZE) each give an error naming the file and the
         fault; training goes on and the previous checkpoint still loads.
+    test_checkpoint.py dirs
+        world 2, each rank saving into its own directory (tempfile.mkdtemp()), or into one
+        holding a leftover temporary directory of rank 0's name: every rank fails within
+        seconds, naming the rank and the directories; a save into one directory then works.
+    test_checkpoint.py tags
+        world 2, a tag per rank (the tutorial's loss): every rank fails at once naming both
+        tags, under checkpoint.tag_validation Warn, Fail and Ignore.
+    test_checkpoint.py sync
+        world 2: save_checkpoint returns with DIR/latest naming the committed checkpoint
+        (export reads it at once); checkpoint.writer.decoupled returns before, and
+        wait_checkpoint() returns the committed path.
+    test_checkpoint.py consolidate
+        a model with tied weights, buffers and a frozen parameter: a strict load_state_dict()
+        of get_fp32_state_dict_from_zero_checkpoint(), of
+        convert_zero_checkpoint_to_fp32_state_dict()'s file and of `zeroctl export`'s gives
+        the trained module's state.
 
 The data of a step is one global batch of 12 rows, a function of the step; rank r of W takes
 rows [12r/W, 12(r+1)/W), so every world size trains on the same data.
@@ -537,6 +553,210 @@ def import_ds():
     print("import: a real DeepSpeed ZeRO-2 checkpoint continues in zerod")
 
 
+# ---- where and under which tag the ranks save ------------------------------------------------
+
+def save_outcome(engine, save_dir, tag=None):
+    """(seconds, None) when the save worked, else (seconds, its message)."""
+    t0 = time.monotonic()
+    try:
+        engine.save_checkpoint(save_dir, tag=tag)
+        return time.monotonic() - t0, None
+    except zf_error() as e:
+        return time.monotonic() - t0, str(e)
+
+
+def rank_dirs(shared):
+    import tempfile
+    model, engine = engine_for(2)
+    train(engine, 2)
+    own = tempfile.mkdtemp(prefix="zd-ckpt-rank%d-" % engine.rank)
+    outcomes = [(own,) + save_outcome(engine, own)]
+    # a directory of its own that holds a temporary directory of the name rank 0 makes (a
+    # node-local disk at the same path where an earlier save of rank 0's died)
+    stale = os.path.join(shared, "stale%d" % engine.rank)
+    os.makedirs(os.path.join(stale, ".zerod-tmp-global_step2"))
+    outcomes.append((stale,) + save_outcome(engine, stale))
+    train(engine, 1)
+    outcomes.append((shared,) + save_outcome(engine, os.path.join(shared, "one")))
+    engine.close()
+    shutil.rmtree(own, ignore_errors=True)
+    return outcomes
+
+
+def dirs_mode():
+    # rank 0's writer logs the failed commit of the save beside a leftover
+    with zf.Cluster(2, allowed_errors=r"rank 1's file rank_00001.safetensors .* is not in") as c:
+        t0 = time.monotonic()
+        res = c.run(rank_dirs, (c.tmp,), timeout=50)
+        for r in range(2):
+            own0, own1 = res[0][0][0], res[1][0][0]
+            secs, msg = res[r][0][1:]
+            assert msg is not None, "rank %d: a save into per-rank directories worked" % r
+            for w in ("rank 1", own0, own1, "one directory"):
+                assert w in msg, "rank %d: %r does not name %r" % (r, msg, w)
+            assert secs < 10, "rank %d failed after %.1f s" % (r, secs)
+            secs, msg = res[r][1][1:]
+            assert msg is not None and "rank 1's file rank_00001.safetensors" in msg, (r, msg)
+            assert secs < 10, "rank %d failed after %.1f s" % (r, secs)
+            assert res[r][2][2] is None, "rank %d: the shared save failed: %s" % (r, res[r][2][2])
+        print("per-rank directories: both ranks fail in %.2f s: %s" % (res[1][0][1], res[0][0][2]))
+        print("leftover temporary directory: %s" % res[0][1][2])
+        for stale in ("stale0", "stale1"):
+            assert not os.path.exists(os.path.join(c.tmp, stale, "latest")), stale
+        with open(os.path.join(c.tmp, "one", "latest")) as f:
+            assert f.read().strip() == "global_step3"
+        print("dirs: %.1f s in all" % (time.monotonic() - t0))
+
+
+def rank_tags(mode):
+    import zerod.torch
+    model = zr.MLP(1)
+    cfg = zr.config(stage=2, bucket=700)
+    if mode is not None:
+        cfg["checkpoint"] = {"tag_validation": mode}
+    engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=zr.param_groups(model),
+                                             config=cfg)
+    train(engine, 1)
+    x, t = global_batch(engine.global_steps, engine.world_size, engine.rank)
+    loss = zr.loss_fn(engine(x), t)  # the getting-started tutorial's ckpt_id = loss.item()
+    save_dir = os.path.join(os.environ["ZD_TEST_TMP"], "tags")
+    out = save_outcome(engine, save_dir, tag=loss.item())
+    engine.close()
+    return loss.item(), out
+
+
+def tags_mode():
+    with zf.Cluster(2) as c:
+        os.environ["ZD_TEST_TMP"] = c.tmp
+        for mode in (None, "Fail", "Ignore"):
+            res = c.run(rank_tags, (mode,), job="tags%s" % mode, timeout=50)
+            for r in range(2):
+                secs, msg = res[r][1]
+                assert msg is not None, "rank %d saved under a tag of its own" % r
+                for w in ("rank 0 '%s'" % res[0][0], "rank 1 '%s'" % res[1][0], "one tag"):
+                    assert w in msg, "rank %d: %r does not name %r" % (r, msg, w)
+                assert secs < 5, "rank %d failed after %.1f s" % (r, secs)
+            assert not os.path.exists(os.path.join(c.tmp, "tags", "latest"))
+            print("tag_validation %s: both ranks fail in %.2f s: %s" % (mode, res[0][1][0],
+                                                                        res[0][1][1]))
+
+
+def rank_sync(save_dir):
+    import zerod.torch
+    out = []
+    for decoupled in (False, True):
+        model = zr.MLP(1)
+        cfg = zr.config(stage=2, bucket=700,
+                        extra={"checkpoint": {"writer": {"decoupled": decoupled}}})
+        engine, _, _, _ = zerod.torch.initialize(
+            model=model, model_parameters=zr.param_groups(model), config=cfg,
+            job="sync%d" % decoupled)
+        train(engine, 2 + decoupled)
+        engine.save_checkpoint(save_dir)
+        if engine.rank == 0:  # at once, as an export or an upload would
+            with open(os.path.join(save_dir, "latest")) as f:
+                latest = f.read().strip()
+        else:
+            latest = None
+        waited = engine.wait_checkpoint()
+        out.append((latest, waited))
+        engine.close()
+    return out
+
+
+def sync_mode():
+    with zf.Cluster(2) as c:
+        ckpt = os.path.join(c.tmp, "ckpt")
+        res = c.run(rank_sync, (ckpt,), timeout=50)
+        (latest, waited), (latest_d, waited_d) = res[0]
+        assert latest == "global_step2", "latest right after save_checkpoint: %r" % latest
+        assert waited == os.path.join(ckpt, "global_step2"), waited
+        sd = export(ckpt, "master", os.path.join(c.tmp, "m.safetensors"))
+        assert len(sd) == len(list(zr.MLP(1).parameters())), sorted(sd)
+        # decoupled: written in the background; wait_checkpoint() names it once committed
+        assert latest_d in ("global_step2", "global_step3"), latest_d
+        assert waited_d == os.path.join(ckpt, "global_step3"), waited_d
+        for r in range(2):
+            assert res[r][1][1] == waited_d, res[r]
+        with open(os.path.join(ckpt, "latest")) as f:
+            assert f.read().strip() == "global_step3"
+        print("sync: latest names global_step2 as save_checkpoint returns; decoupled: "
+              "wait_checkpoint() -> %s" % waited_d)
+
+
+class TiedNet(torch.nn.Module):
+    """GPT-2's shape in small: the output layer is the embedding (tied), a BatchNorm's running
+    statistics and a persistent mask are buffers, a frozen parameter is not trained."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.wte = torch.nn.Embedding(16, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.mid = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 16, bias=False)
+        self.head.weight = self.wte.weight
+        self.register_buffer("mask", torch.tril(torch.ones(4, 4)))
+        self.scale = torch.nn.Parameter(torch.full((8,), 0.5), requires_grad=False)
+
+    def forward(self, ids):
+        h = self.norm(self.wte(ids)) * self.scale
+        return self.head(torch.tanh(self.mid(h)))
+
+
+def rank_consolidate(ckpt):
+    import zerod.torch
+    model = TiedNet()
+    cfg = zr.config(stage=2, bucket=700)
+    engine, _, _, _ = zerod.torch.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=cfg)
+    for step in range(4):
+        ids = torch.arange(12) % 16 if step % 2 else (torch.arange(12) * 5) % 16
+        logits = engine(ids)
+        engine.backward(torch.nn.functional.cross_entropy(logits, (ids + 1) % 16))
+        engine.step()
+    engine.save_checkpoint(ckpt)
+    want = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    engine.close()
+    return want
+
+
+def consolidate_mode():
+    from zerod._consolidate import (convert_zero_checkpoint_to_fp32_state_dict,
+                                    get_fp32_state_dict_from_zero_checkpoint,
+                                    load_state_dict_from_zero_checkpoint)
+    with zf.Cluster(1) as c:
+        ckpt = os.path.join(c.tmp, "ckpt")
+        want = c.run(rank_consolidate, (ckpt,))[0]
+        assert "head.weight" in want and "norm.running_mean" in want and "mask" in want, want
+        sd = get_fp32_state_dict_from_zero_checkpoint(ckpt)
+        assert sd["head.weight"] is sd["wte.weight"], "the tied names are not one tensor"
+        fresh = TiedNet()
+        fresh.load_state_dict(sd)  # strict
+        for k, v in fresh.state_dict().items():
+            assert torch.equal(v, want[k]), "%s differs from the trained module's" % k
+        out = os.path.join(c.tmp, "fp32.bin")
+        assert convert_zero_checkpoint_to_fp32_state_dict(ckpt, out) == out
+        fresh = TiedNet()
+        fresh.load_state_dict(torch.load(out))
+        assert all(torch.equal(v, want[k]) for k, v in fresh.state_dict().items())
+        fresh = load_state_dict_from_zero_checkpoint(TiedNet(), ckpt, tag="global_step4")
+        assert all(torch.equal(v, want[k]) for k, v in fresh.state_dict().items())
+        # zeroctl export: the tied name as a copy, buffers and the frozen parameter as fp32
+        exported = export(ckpt, "master", os.path.join(c.tmp, "model.safetensors"))
+        assert sorted(exported) == sorted(want), sorted(exported)
+        fresh = TiedNet()
+        fresh.load_state_dict(exported)  # strict
+        for k, v in fresh.state_dict().items():
+            assert torch.equal(v, want[k]), "zeroctl export: %s differs" % k
+        # a moment is the trained parameters' only
+        assert sorted(export(ckpt, "exp_avg", os.path.join(c.tmp, "m.safetensors"))) == \
+            sorted(n for n, p in TiedNet().named_parameters() if p.requires_grad)
+        print("consolidate: %d keys (tied head.weight, BatchNorm statistics, mask, frozen "
+              "scale) load strictly, equal to the trained module's" % len(sd))
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "resume"
     if mode == "resume":
@@ -554,6 +774,14 @@ def main():
         import_ds()
     elif mode == "export":
         export_mode()
+    elif mode == "dirs":
+        dirs_mode()
+    elif mode == "tags":
+        tags_mode()
+    elif mode == "sync":
+        sync_mode()
+    elif mode == "consolidate":
+        consolidate_mode()
     elif mode == "crash":
         if "--long" in sys.argv and os.environ.get("ZEROD_LONG_TESTS") != "1":
             zf.skip("the long crash test (20 trials, ~1 min) runs with ZEROD_LONG_TESTS=1")

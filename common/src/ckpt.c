@@ -759,7 +759,7 @@ bool zs_ckpt_own_file(const char *name)
     char rest[32];
 
     if (strcmp(name, ZS_CKPT_MANIFEST) == 0 || strcmp(name, ZS_CKPT_MANIFEST_SUM) == 0 ||
-        strcmp(name, ZS_CKPT_TRAINER_STATE) == 0) {
+        strcmp(name, ZS_CKPT_TRAINER_STATE) == 0 || strcmp(name, "module.safetensors") == 0) {
         return true;
     }
     /* rank_NNNNN.safetensors; the reports older zerods left beside them (.rank_NNNNN.sum, .err,

@@ -57,7 +57,7 @@ zs_status_t zd_ckpt_share_text(const zd_ckpt_shard_t *sh, uint32_t from, double 
     }
     if (sh->rank == from) {
         v[0] = head;
-        for (size_t k = 0; text[k] != '\0' && k < max; k++) {
+        for (size_t k = 0; k < max && text[k] != '\0'; k++) {
             v[1 + k] = (double)(unsigned char)text[k];
         }
     }

@@ -299,7 +299,6 @@ def add_config_arguments(parser):
 # ---- interpreter exit ---------------------------------------------------------------------
 
 _open_engines = weakref.WeakSet()
-_crashed = []  # an uncaught exception ends the script
 
 
 def close_at_exit(engine):
@@ -309,20 +308,14 @@ def close_at_exit(engine):
     _open_engines.add(engine)
 
 
-def _note_crash(exc_type, exc, tb, _previous=sys.excepthook):
-    _crashed.append(exc_type)
-    _previous(exc_type, exc, tb)
-
-
 @atexit.register
 def _close_open_engines():
-    if _crashed:
+    # the interpreter sets sys.last_value when an uncaught exception ended the script, before
+    # the atexit handlers run; the host's sys.excepthook stays its own
+    if getattr(sys, "last_value", None) is not None:
         return
     for engine in list(_open_engines):
         try:
             engine.close()
         except Exception as e:  # the interpreter is going: say it, end the others
             print("zerod: closing the engine at exit failed: %s" % e, file=sys.stderr)
-
-
-sys.excepthook = _note_crash

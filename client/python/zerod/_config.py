@@ -43,9 +43,20 @@ def load_config(config):
                     % type(config).__name__)
 
 
+def _lax_true(v):
+    """A bool of fp16 / bf16 as DeepSpeed's pydantic models (and the daemon) read it: "true",
+    "yes", "on", "1", "t", "y" (any case) and 1 are true; a value neither true nor false is the
+    daemon's to refuse."""
+    if isinstance(v, str):
+        return v.lower() in ("1", "on", "t", "true", "y", "yes")
+    return v is True or (not isinstance(v, bool) and v == 1)
+
+
 def _section_enabled(cfg, name):
     sec = cfg.get(name)
-    return isinstance(sec, dict) and bool(sec.get("enabled", False))
+    if name == "bf16" and sec is None:
+        sec = cfg.get("bfloat16")  # DeepSpeed's old name, read only without "bf16"
+    return isinstance(sec, dict) and _lax_true(sec.get("enabled", False))
 
 
 def config_dtype(cfg):
@@ -122,7 +133,9 @@ def read_env(job=None, socket_path=None, device_kind="cpu"):
 # ---- parameter groups ---------------------------------------------------------------------
 
 def collect_groups(model, model_parameters):
-    """[{"params": [tensors in the caller's order], other keys...}], deduplicated."""
+    """[{"params": [tensors in the caller's order], other keys...}], deduplicated. Frozen
+    parameters (requires_grad False) are left out, as DeepSpeed's ZeRO 1/2 leaves them out of
+    its partitions: they stay the module's own tensors, never attached."""
     if model_parameters is None:
         groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     else:
@@ -149,10 +162,11 @@ def collect_groups(model, model_parameters):
         for p in g["params"]:
             if not isinstance(p, torch.Tensor):
                 raise TypeError("zerod: group %d holds a %s, not a tensor" % (gi, type(p).__name__))
-            if not p.requires_grad:
-                raise ValueError("zerod: group %d holds a parameter that does not require grad "
-                                 "(pass model_parameters=[p for p in model.parameters() "
-                                 "if p.requires_grad])" % gi)
+        g["params"] = [p for p in g["params"] if p.requires_grad]
+        if not g["params"]:
+            raise ValueError("zerod: parameter group %d holds only frozen parameters "
+                             "(requires_grad False)" % gi)
+        for p in g["params"]:
             if id(p) in seen:
                 raise ValueError("zerod: a parameter appears twice in model_parameters")
             seen.add(id(p))

@@ -142,6 +142,54 @@ def client_scheduler(lr_scheduler, client_opt, engine_opt):
     return lr_scheduler
 
 
+def broadcast_from_rank0(module, params):
+    """A fresh job: DeepSpeed's engine broadcasts rank 0's parameters at initialize, so every
+    rank starts from rank 0's model even when the ranks built theirs differently (no seed).
+    zerod's daemons take each shard's initial values from the rank that owns it, which would
+    start such ranks from a mix; with torch.distributed initialized (init_distributed()), rank
+    0's values go to every rank first, as in DeepSpeed."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    seen = set()
+    with torch.no_grad():
+        for p in list(module.parameters()) + list(params):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if p.dtype in (torch.float32, torch.float64):
+                dist.broadcast(p.data, src=0)
+            else:  # gloo has no bf16: widened, which is exact, and back
+                wide = p.data.float()
+                dist.broadcast(wide, src=0)
+                p.data.copy_(wide)
+
+
+def lrs_seen(engine_opt, client_opt):
+    """What group_lrs compares with: each group's lr in the engine's and the client's optimizer
+    (None without a client optimizer, or when their groups do not pair up)."""
+    if client_opt is None or len(client_opt.param_groups) != len(engine_opt.param_groups):
+        return None
+    return [(float(mine["lr"]), float(theirs["lr"]))
+            for mine, theirs in zip(engine_opt.param_groups, client_opt.param_groups)]
+
+
+def group_lrs(engine_opt, client_opt, seen):
+    """Each group's lr for the daemon, and lrs_seen for the next call. With a client optimizer
+    (initialize(optimizer=)), a change made on it since the last call (a scheduler built on it
+    and stepped by the caller, as Accelerate does) reaches the engine's optimizer, and one made
+    on the engine's (its scheduler) reaches it: whichever changed wins."""
+    groups = engine_opt.param_groups
+    if seen is not None:
+        for mine, theirs, (last_mine, last_theirs) in zip(groups, client_opt.param_groups, seen):
+            if float(mine["lr"]) != last_mine:
+                theirs["lr"] = mine["lr"]
+            elif float(theirs["lr"]) != last_theirs:
+                mine["lr"] = theirs["lr"]
+        seen = lrs_seen(engine_opt, client_opt)
+    return [float(g["lr"]) for g in groups], seen
+
+
 def check_client_scheduler(lr_scheduler):
     if lr_scheduler is not None and not (hasattr(lr_scheduler, "step") or callable(lr_scheduler)):
         raise TypeError("zerod: lr_scheduler= must be a scheduler or a callable building one "
@@ -156,7 +204,8 @@ class Progress:
     printed to stdout when the application configured no logging (as DeepSpeed's logger)."""
 
     def __init__(self, every, rank):
-        self.every = int(every) if every else 0
+        # Infinity (Accelerate writes it; the daemon took it): never, as in DeepSpeed
+        self.every = int(every) if every and every != float("inf") else 0
         self.enabled = self.every > 0 and rank == 0
         self._t0 = time.monotonic()
         self._steps0 = None

@@ -97,6 +97,13 @@ class _StubFinder:
 
 
 def _load(path):
+    # zerod's own `deepspeed` (zerod._ds_alias) is not the one the pickles name
+    from ._ds_alias import suspended
+    with suspended():
+        return _load_pickles(path)
+
+
+def _load_pickles(path):
     import importlib.util
     import torch
     stub = importlib.util.find_spec("deepspeed") is None

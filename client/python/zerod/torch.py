@@ -22,10 +22,12 @@ import warnings
 import torch
 
 from ._codes import STATUS, ZC_ERR_BUSY, ZC_ERR_JOB_ENDED, ZC_ERR_LAYOUT_MISMATCH
-from . import _checkpoint, _config, _setup
-from ._compat import DeepSpeedSurface, add_config_arguments, init_distributed, zero  # noqa: F401
+from . import _checkpoint, _compat, _config, _setup
+from ._compat import (  # noqa: F401
+    DeepSpeedOptimizerSurface, DeepSpeedSurface, add_config_arguments, init_distributed)
 from ._grads import _TORCH_DTYPE, GradientStream, StreamLink, _tensor_at, sync_device
 from ._libzc import MEMORY_DEVICE, Session, ZerodError
+from ._writes import ParamWrites
 
 __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_distributed",
            "add_config_arguments", "zero"]
@@ -36,7 +38,7 @@ _FIXED_KEYS = ("betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
 
 # ---- optimizer facade ---------------------------------------------------------------------
 
-class ZerodOptimizer(torch.optim.Optimizer):
+class ZerodOptimizer(DeepSpeedOptimizerSurface, torch.optim.Optimizer):
     """The optimizer half of initialize()'s result. The Adam math runs in the daemon; this
     object holds the param groups (lr changes reach the daemon with the next step, so
     torch.optim.lr_scheduler works) and saves/loads the hyper-parameters."""
@@ -157,6 +159,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             # one leaves the caller's model as it was)
             self._convert(groups)
             self._take_attach_info(self._sess.info)
+            if not self.resumed:
+                _setup.broadcast_from_rank0(self.module, self._params)
             self._bind_params()
             self._grads = GradientStream(self._stream_link())
         except BaseException:
@@ -164,6 +168,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             self._closed = True
             raise
         self.optimizer = None  # set by initialize()
+        self._client_opt = None  # initialize(optimizer=): its groups' lr changes reach ours
+        self._lr_seen = None
         self.lr_scheduler = None  # initialize()'s: stepped after each applied step, saved
         self._progress = _setup.Progress(cfg.get("steps_per_print", 10), self.rank)
 
@@ -308,6 +314,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         # one params region for the host's ranks: each writes only its own slices
         own_only = fresh and s.info.get("params_shared", False)
         self._host_views = [] if offload else None
+        views = []
         with torch.no_grad():
             for pid, p in enumerate(self._params):
                 n = s.param_numel(pid)
@@ -325,6 +332,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                     s.init_param(pid, src.data_ptr())
                 elif fresh:
                     view.copy_(p.data)  # offload: from the GPU, complete on return
+                views.append(view)
                 if offload:
                     self._host_views.append(view)
                 else:
@@ -339,6 +347,9 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                     self._loss_scale = restored[1]
         if self.resumed:
             self._offload_fetch()
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        self._writes = ParamWrites(self._params, views, [names.get(id(p), "") for p in
+                                                         self._params], offload)
 
     def _offload_fetch(self):
         """ZeRO-Offload: the parameters on the GPU take the host params region's values (after
@@ -361,6 +372,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
     # ---- public API ---------------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
+        self.tput_timer.start()
         return self.module(*args, **kwargs)
 
     def backward(self, loss, retain_graph=False):
@@ -371,6 +383,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         if loss.numel() != 1:
             raise ValueError("zerod: backward needs a scalar loss, got shape %s"
                              % tuple(loss.shape))
+        self._take_param_writes()
         scaled = loss.float() * self._loss_scale if self._loss_scale != 1.0 else loss
         self._grads.backward(scaled, retain_graph, self.micro_steps % self._gas)
         return loss
@@ -389,6 +402,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         self._check_open("step")
         boundary = self.is_gradient_accumulation_boundary()
         self.micro_steps += 1
+        self.tput_timer.stop(global_step=boundary)
         if not boundary:
             return
         self.optimizer.step()
@@ -402,7 +416,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
 
     def _optimizer_step(self):
         self._check_open("step")
-        lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
+        self._take_param_writes()
+        lrs = self._group_lrs()
         with self._lock:
             # a device session: stage 1's gradients added into the grads region are there,
             # and nothing queued still reads the parameters the daemon is about to overwrite
@@ -418,6 +433,31 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         self._grad_norm = res["grad_norm"]
         return res
 
+    def _take_param_writes(self):
+        """Weights written into the parameters since the last look (zerod._writes) go to the
+        daemon's master before anything reads it."""
+        if self._writes.take():
+            self._reload()
+
+    def reload_params(self):
+        """Every rank, after writing the parameters in a way torch does not count (through
+        `p.data`, `p.data.copy_(t)`): the daemon's fp32 master takes their values, keeping
+        Adam's moments and the step. In-place writes torch counts (load_state_dict, copy_ under
+        no_grad, torch.nn.init) and `p.data = t` are found before the next backward, step or
+        save without this call."""
+        self._check_open("reload_params")
+        self._writes.take_all()
+        self._reload()
+
+    def _reload(self):
+        with self._lock:
+            self._sync_device()  # the written values are in the region before the daemon reads
+            self._sess.params_reload()
+
+    def _group_lrs(self):
+        lrs, self._lr_seen = _setup.group_lrs(self.optimizer, self._client_opt, self._lr_seen)
+        return lrs
+
     # ---- checkpoints (docs/checkpoints.md) --------------------------------------------------
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True,
@@ -425,20 +465,20 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         """Like DeepSpeed's: every rank at the same step; the daemons write their shards and
         commit save_dir/tag (default global_step<N>) and save_dir/latest atomically. Rank 0's
         client_state, lr_scheduler, optimizer hyper-parameters and RNG go into the same
-        checkpoint. Returns True once every daemon holds a copy of its shard; the files are
-        written meanwhile (wait_checkpoint() waits for them). Returns True."""
+        checkpoint, with the module's buffers and tied names. Returns True once save_dir/tag
+        is committed and save_dir/latest names it; with the config's checkpoint.writer.decoupled
+        (DeepSpeed's asynchronous saves), once every daemon holds a copy of its shard, the
+        files written meanwhile (wait_checkpoint() waits for them)."""
         del exclude_frozen_parameters  # frozen parameters are never attached
+        self._take_param_writes()
         return _checkpoint.save(self, save_dir, tag, client_state, save_latest, timeout_ms)
 
     def wait_checkpoint(self, timeout_ms=0):
-        """Every rank: return once the last save_checkpoint is on disk and committed (saves
-        are written in the background; a later save or load, and close(), wait as well).
-        Raises ZerodError when that save failed. Returns its path, or None."""
-        self._check_open("wait_checkpoint")
-        with self._lock:
-            self._ckpt_pending = False
-            info = self._sess.checkpoint_wait(timeout_ms)
-        return info["path"] or None
+        """Every rank: return once the last save_checkpoint is on disk and committed (with
+        checkpoint.writer.decoupled saves are written in the background; a later save or load,
+        and close(), wait as well). Raises ZerodError when that save failed. Returns its path,
+        or None when there was none."""
+        return _checkpoint.wait(self, timeout_ms)
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,
@@ -472,6 +512,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         return self._gas
 
     def get_lr(self):
+        self._group_lrs()
         return [g["lr"] for g in self.optimizer.param_groups]
 
     def zero_grad(self, set_to_none=True):
@@ -539,7 +580,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
                lr_scheduler=None, config=None, config_params=None, job=None, socket_path=None,
                timeout_ms=None, attach_wait_s=2.0, mpu=None, dist_init_required=None,
-               collate_fn=None, resume="auto"):
+               collate_fn=None, resume="auto", distributed_port=None, mesh_param=None):
     """Attach `model` to the local zerod, like deepspeed.initialize.
 
     config: a DeepSpeed config dict or the path of a JSON file (docs/training-config.md); fp16/bf16
@@ -564,8 +605,11 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     the config's optimizer section (the daemon runs it). lr_scheduler: a scheduler built on
     that optimizer, or a callable(optimizer); else the config's "scheduler" section. Either is
     stepped after every applied step. Everything is checked before anything changes.
-    Returns (engine, optimizer, None, lr_scheduler)."""
-    _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler)
+    training_data: a torch Dataset; the third element returned is then DeepSpeed's loader over
+    it, engine.deepspeed_io(training_data) (collate_fn its collate function).
+    distributed_port is accepted (torch.distributed is init_distributed()'s).
+    Returns (engine, optimizer, training_dataloader or None, lr_scheduler)."""
+    _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler, mesh_param)
     cfg = _config.load_config(_config.config_source(config, config_params, args))
     client_opt = None
     if optimizer is not None:  # DeepSpeed runs a client optimizer instead of the config's
@@ -579,12 +623,20 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     env = _config.read_env(job, socket_path,
                            "cuda" if on_gpu and not _config.offload_cpu(cfg) else "cpu")
     engine = ZerodEngine(model, groups, cfg, env, timeout_ms, attach_wait_s, resume)
+    _compat.close_at_exit(engine)
     _attach_optimizer(engine, _config.config_defaults(cfg), _optimizer_groups(groups),
                       lr_scheduler, client_opt, sched_cfg)
-    return engine, engine.optimizer, None, engine.lr_scheduler
+    if training_data is not None:
+        engine.collate_fn = collate_fn
+        try:
+            engine.training_dataloader = engine.deepspeed_io(training_data)
+        except BaseException:
+            engine.close(end_job=False)
+            raise
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
-def _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler):
+def _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler, mesh_param):
     """initialize()'s arguments that zerod refuses, before anything is read or attached."""
     if model is None:
         raise ValueError("zerod: initialize needs model=")
@@ -593,8 +645,10 @@ def _refuse_unsupported(model, resume, mpu, training_data, lr_scheduler):
     _setup.check_client_scheduler(lr_scheduler)
     if mpu is not None:
         raise ValueError("zerod: model parallelism (mpu=) is not supported")
-    if training_data is not None:
-        raise ValueError("zerod: training_data is not supported; build your own DataLoader")
+    if mesh_param is not None:
+        raise ValueError("zerod: mesh_param (tensor or sequence parallel meshes) is not "
+                         "supported")
+    _compat.check_dataset(training_data)
 
 
 def _optimizer_groups(groups):
@@ -614,11 +668,18 @@ def _attach_optimizer(engine, defaults, opt_groups, lr_scheduler, client_opt, sc
     job_linger."""
     try:
         engine.optimizer = ZerodOptimizer(engine, opt_groups, defaults)
+        engine._client_opt = client_opt
         if lr_scheduler is not None:
             engine.lr_scheduler = _setup.client_scheduler(lr_scheduler, client_opt,
                                                           engine.optimizer)
         elif sched_cfg is not None:
             engine.lr_scheduler = _setup.build_scheduler(sched_cfg, engine.optimizer)
+        engine._lr_seen = _setup.lrs_seen(engine.optimizer, client_opt)
     except BaseException:
         engine.close(end_job=False)
         raise
+
+
+# DeepSpeed's namespace here too (deepspeed.comm, .accelerator, ...), and a later `import
+# deepspeed` answered by zerod.deepspeed: a DeepSpeed script ports by changing one line
+from .deepspeed._namespace import *  # noqa: E402,F401,F403

@@ -16,9 +16,9 @@
 #include <string.h>
 
 /* The tracks of one rank (Trace Event "tid"), in display order. */
-enum { TR_STEP = 1, TR_BUCKETS, TR_RS, TR_NORM, TR_ADAM, TR_AG, TR_CKPT, TR_COUNT };
+enum { TR_STEP = 1, TR_BUCKETS, TR_RS, TR_NORM, TR_ADAM, TR_AG, TR_CKPT, TR_REPLICA, TR_COUNT };
 static const char *const trace_track_names[TR_COUNT] = {
-    "", "step", "buckets", "reduce-scatter", "norm", "adam", "all-gather", "checkpoint"};
+    "", "step", "buckets", "reduce-scatter", "norm", "adam", "all-gather", "checkpoint", "replica"};
 
 /* One event before it is written: its span, and where and when it goes. */
 typedef struct trace_ev {
@@ -46,6 +46,10 @@ static int trace_track_of(zc_trace_kind_t kind)
         return TR_AG;
     case ZC_TRACE_CHECKPOINT:
         return TR_CKPT;
+    case ZC_TRACE_REPLICA:
+    case ZC_TRACE_RECOVER_AGREE:
+    case ZC_TRACE_RECOVER_SHARD:
+        return TR_REPLICA;
     }
     return 0; /* a newer daemon's kind: left out */
 }
@@ -67,6 +71,12 @@ static const char *trace_event_name(zc_trace_kind_t kind)
         return "all-gather";
     case ZC_TRACE_CHECKPOINT:
         return "checkpoint";
+    case ZC_TRACE_REPLICA:
+        return "replica";
+    case ZC_TRACE_RECOVER_AGREE:
+        return "recovery: agree";
+    case ZC_TRACE_RECOVER_SHARD:
+        return "recovery: shard from buddy";
     default:
         return "step";
     }

@@ -227,6 +227,10 @@ typedef enum zc_trace_kind {
     ZC_TRACE_ADAM = 6,           /* Adam on the shard, cast into the params region */
     ZC_TRACE_ALL_GATHER = 7,     /* one bucket's new slices into every params region */
     ZC_TRACE_CHECKPOINT = 8,     /* a checkpoint save (asynchronous: until its copy is staged) */
+    ZC_TRACE_REPLICA = 9,        /* replication = buddy: the gradient (at times the shard) to the
+                                    buddy, before the norm */
+    ZC_TRACE_RECOVER_AGREE = 10, /* a mesh formed: the ranks' replica states gathered */
+    ZC_TRACE_RECOVER_SHARD = 11, /* a fresh rank's shard from its buddy's replica */
 } zc_trace_kind_t;
 
 enum {

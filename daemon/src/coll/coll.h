@@ -54,6 +54,17 @@ typedef struct zd_share_params {
                          * caller owns it); ZS_REGION_INIT otherwise */
 } zd_share_params_t;
 
+/* One message of a point-to-point transfer (sendrecv): exactly `bytes` at addr. */
+typedef struct zd_coll_buf {
+    void *addr;
+    size_t bytes;
+} zd_coll_buf_t;
+
+/* sendrecv: no peer on that side */
+#define ZD_COLL_NONE UINT32_MAX
+/* most messages one side of a sendrecv carries */
+#define ZD_COLL_MAX_BUFS 8u
+
 typedef struct zd_coll_ops {
     const char *name;
     /* acc[0..slice) += Σ over ranks of src_q[rank * slice .. + slice), src of `dtype` holding
@@ -78,6 +89,13 @@ typedef struct zd_coll_ops {
      * which algorithm the ranks agreed on. sp (may be NULL): the params region offer. */
     zs_status_t (*share)(zd_coll_t *coll, const zs_region_t *const *regions, unsigned n,
                          zd_share_params_t *sp, char *err, size_t errlen);
+    /* Optional (NULL: nothing to send to). Send n_send messages to rank `to` and receive n_recv
+     * from rank `from` (either ZD_COLL_NONE: nothing that way), in order, each exactly its
+     * size (a message of another size fails the call). A collective: every rank calls it,
+     * with or without peers, so that the collectives' sequence stays aligned. */
+    zs_status_t (*sendrecv)(zd_coll_t *coll, uint32_t to, const zd_coll_buf_t *send,
+                            unsigned n_send, uint32_t from, const zd_coll_buf_t *recv,
+                            unsigned n_recv, char *err, size_t errlen);
     void (*destroy)(zd_coll_t *coll);
 } zd_coll_ops_t;
 

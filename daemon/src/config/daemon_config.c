@@ -29,6 +29,14 @@ static const zs_config_range_t zd_every_range = {0, 1e12};
 static const zs_config_range_t zd_keep_range = {0, 1e6};
 static const zs_config_range_t zd_trace_range = {0, ZD_TRACE_MAX_SPANS};
 
+static const char *const zd_replication_names[] = {"off", "buddy", NULL};
+
+const char *zd_replication_name(uint32_t replication)
+{
+    return replication < ZS_ARRAY_SIZE(zd_replication_names) - 1 ? zd_replication_names[replication]
+                                                                 : "?";
+}
+
 static const zs_config_row_t zd_config_rows[] = {
     {"socket", "auto", "Unix socket path; auto = /run/zerod/zerod-<device>.sock",
      offsetof(zd_config_t, socket), &zs_config_path, NULL, 0},
@@ -99,6 +107,12 @@ static const zs_config_row_t zd_config_rows[] = {
      "spans the step trace keeps for zeroctl trace, recorded always (48 bytes each; a step takes "
      "3 per bucket and 4 more); 0: off (docs/trace.md)",
      offsetof(zd_config_t, trace_buffer), &zs_config_int, &zd_trace_range, 0},
+    {"replication", "off",
+     "buddy: each rank's shard (fp32 master, Adam's m and v) is also held and kept current every "
+     "step by another daemon of the job (on another host when the job spans hosts), so a job "
+     "whose daemon dies resumes at its current step without a checkpoint; every daemon of a "
+     "job must agree; off: none (docs/design-notes.md \"Buddy replicas\")",
+     offsetof(zd_config_t, replication), &zs_config_enum, zd_replication_names, 0},
 };
 
 const zs_config_table_t zd_config_table = {"zerod", zd_config_rows, ZS_ARRAY_SIZE(zd_config_rows)};

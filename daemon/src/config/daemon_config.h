@@ -11,6 +11,13 @@
  * the width of a connection's slot bitmask (rpc/rpc.c). */
 #define ZD_MAX_SLOTS 64
 
+/* replication: where each rank's shard also lives (docs/daemon-config.md); the values go on the
+ * mesh's wire (MeshHello.replication) and never change. */
+typedef enum zd_replication { ZD_REPLICATION_OFF = 0, ZD_REPLICATION_BUDDY = 1 } zd_replication_t;
+
+/* "off", "buddy", or "?" for a value this version does not know. */
+const char *zd_replication_name(uint32_t replication);
+
 typedef struct zd_config {
     char *socket; /* "auto": /run/zerod/zerod-<device>.sock */
     char *device; /* cpu | cpu:N | cuda:N | auto */
@@ -35,6 +42,7 @@ typedef struct zd_config {
     char *metrics_listen; /* auto, off, HOST:PORT or a unix socket path (docs/metrics.md); main.c
                            * resolves auto to a path and off to "" */
     int64_t trace_buffer; /* spans of the step trace's ring; 0: off (docs/trace.md) */
+    int replication;      /* zd_replication_t */
 } zd_config_t;
 
 extern const zs_config_table_t zd_config_table;

@@ -262,6 +262,7 @@ void zd_job_destroy(zd_job_t *job)
     zd_backend_region_cleanup(job->be, &job->params);
     zd_backend_region_cleanup(job->be, &job->slots);
     zd_backend_region_cleanup(job->be, &job->grads);
+    zd_replica_free(job);
     if (job->be != NULL) {
         zd_backend_free(job->be, job->master);
         zd_backend_free(job->be, job->m);

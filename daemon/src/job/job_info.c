@@ -58,6 +58,7 @@ void zd_job_status(const zd_job_t *job, zd_job_status_t *s)
     memcpy(s->mem_bytes, job->mem_bytes, sizeof(s->mem_bytes));
     memcpy(s->mem_formula, job->mem_formula, sizeof(s->mem_formula));
     s->params_shared = job->params_shared;
+    zd_replica_status(job, s);
     s->created_ns = job->created_ns;
     s->released_ns = job->attached_conn != 0 ? 0 : job->released_ns;
     s->linger_until_ns = job->attached_conn != 0 ? 0 : job->linger_until_ns;

@@ -7,6 +7,7 @@
 #if defined(ZD_HAVE_NCCL)
 #include "coll/coll_nccl.h"
 #endif
+#include "config/daemon_config.h"
 #include "mesh/mesh.h"
 #include "zs/error.h"
 
@@ -33,6 +34,7 @@ void zd_job_mesh_failed(zd_job_t *job, const zd_job_env_t *env)
     zd_mesh_destroy(job->mesh);
     job->mesh = NULL;
     job->mesh_lost = true;
+    zd_replica_pause(job);
     zd_step_drop_partial(job);
     zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE,
                     "job '%s' keeps step %llu; its trainers must re-attach (%s)", job->id,
@@ -61,6 +63,7 @@ static zs_status_t zd_job_mesh_create(zd_job_t *job, const zd_job_env_t *env, ch
     mp.config_hash = job->config_hash;
     mp.step = job->step;
     mp.params_loaded = job->params_loaded;
+    mp.replication = env->replication;
     mp.token = token;
     mp.token_len = token_len;
     mp.mesh_timeout_ns = env->mesh_timeout_ns;
@@ -152,11 +155,16 @@ zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, 
     /* one params region per host: only for a job with no values yet, whose trainers write only
      * their own slices */
     sp.want = job->own_slices_only && !job->params_loaded && !job->params_shared;
+    /* with buddy replicas a daemon of the host may come back fresh: each keeps its own region */
+    sp.want = sp.want && env->replication == ZD_REPLICATION_OFF;
     st = zd_coll_share(job->coll, regions, 3, &sp, err, errlen);
     if (st == ZS_OK && sp.agreed) {
         st = zd_job_take_shared_params(job, &sp, err, errlen);
     }
     zs_region_cleanup(&sp.region);
+    if (st == ZS_OK) { /* a fresh rank gets its shard from its buddy here */
+        st = zd_replica_form(job, env, err, errlen);
+    }
     if (st == ZS_OK && job->params_loaded) {
         st = zd_step_refresh_params(job, err, errlen);
     }

@@ -402,6 +402,9 @@ static zs_status_t zd_step_adam(zd_job_t *job, const double *group_lr, float gra
             zs_status_t st =
                 zd_backend_adam(job->be, &p, zd_step_master(job, b), job->m + off, job->v + off,
                                 job->acc + off, dst, job->dtype, l->buckets[b].slice);
+            if (st == ZS_OK) {
+                st = zd_replica_adam(job, &p, b);
+            }
             if (st != ZS_OK) {
                 return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
                                (unsigned long long)job->step + 1, zs_status_string(st),
@@ -471,6 +474,9 @@ static zs_status_t zd_step_grads_in(zd_job_t *job, double *sumsq, bool *nonfinit
     }
     *t_p = zs_time_now_ns();
     st = zd_step_zero_stale(job, err, errlen);
+    if (st == ZS_OK) { /* before the all-reduce, which commits the step on every rank */
+        st = zd_replica_exchange(job, err, errlen);
+    }
     if (st == ZS_OK) {
         st = zd_step_norm(job, sumsq, nonfinite, err, errlen);
     }
@@ -521,6 +527,7 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const double *group_lr, zd_st
     /* Adam ran on every rank (it cannot fail for want of a peer): the step is committed. An
      * interrupted all-gather below is redone from the master on re-attach. */
     job->step++;
+    zd_replica_commit(job);
     job->last_grad_norm = grad_norm;
     out->skipped = false;
     out->grad_norm = grad_norm;

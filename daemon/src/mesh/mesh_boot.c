@@ -84,6 +84,7 @@ static void zd_boot_send_hello(const zd_mesh_t *mesh, ucp_ep_h ep, const uint8_t
     h.ucx_version = ucxv;
     h.step = p->step;
     h.params_loaded = p->params_loaded;
+    h.replication = p->replication;
     h.worker_address.data = (uint8_t *)mesh->address;
     h.worker_address.len = mesh->address_len;
     zd_heartbeat_address(mesh->heartbeat, (const uint8_t **)&h.heartbeat_address.data,

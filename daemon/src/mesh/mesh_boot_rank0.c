@@ -5,6 +5,7 @@
  * differs.
  */
 #define _GNU_SOURCE
+#include "config/daemon_config.h"
 #include "mesh/mesh_boot_int.h"
 #include "zs/error.h"
 #include "zs/log.h"
@@ -87,7 +88,16 @@ static zs_status_t zd_boot_check_match(const zd_mesh_params_t *p, const zd_boot_
                        "rank %u has config hash 0x%016llx, rank 0 has 0x%016llx", h->rank,
                        (unsigned long long)h->config_hash, (unsigned long long)p->config_hash);
     }
-    if (h->step != p->step || h->params_loaded != p->params_loaded) {
+    if (h->replication != p->replication) {
+        return zs_errf(why, wlen, ZS_ERR_CONFIG,
+                       "rank %u has replication = %s, rank 0 has replication = %s (every daemon "
+                       "of a job needs the same)",
+                       h->rank, zd_replication_name(h->replication),
+                       zd_replication_name(p->replication));
+    }
+    /* with buddy replicas a fresh daemon may join ranks that kept the job: the job settles it
+     * once the mesh is up (job/replica.c) */
+    if (p->replication == 0 && (h->step != p->step || h->params_loaded != p->params_loaded)) {
         return zs_errf(why, wlen, ZS_ERR_STATE,
                        "rank %u is at step %llu (params %s), rank 0 at step %llu (params %s)",
                        h->rank, (unsigned long long)h->step,

@@ -25,6 +25,8 @@ typedef struct zd_mesh_params {
     uint64_t layout_hash, config_hash;
     uint64_t step;
     bool params_loaded;
+    uint32_t replication; /* zd_replication_t of the daemon config: every rank must agree; with
+                             buddy, ranks may differ in step (job/replica.c settles it) */
     const uint8_t *token;
     size_t token_len;
     uint64_t mesh_timeout_ns;

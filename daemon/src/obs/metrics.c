@@ -364,6 +364,33 @@ static void zd_format_daemon(zd_text_t *t, const zd_metrics_snap_t *s, const cha
     zd_counter(t, "zerod_protocol_errors_total", dl, s->protocol_errors);
 }
 
+/* replication = buddy (docs/design-notes.md "Buddy replicas") */
+static void zd_format_job_replica(zd_text_t *t, const zd_job_status_t *j, const char *jl)
+{
+    static const char *const dir[2] = {"sent", "received"};
+
+    zd_family(t, "zerod_replication_bytes_total", "counter",
+              "Bytes of buddy replication: this rank's gradients and shard sent to its buddy, "
+              "its owner's received (recoveries included).");
+    for (int d = 0; d < 2; d++) {
+        zd_text_printf(t, "zerod_replication_bytes_total{%s,direction=\"%s\"} %llu\n", jl, dir[d],
+                       (unsigned long long)j->stats.replica_bytes[d]);
+    }
+    zd_family(t, "zerod_recoveries_total", "counter",
+              "Mesh formations that gave fresh daemons of the job their shards from their "
+              "buddies' replicas.");
+    zd_counter(t, "zerod_recoveries_total", jl, j->stats.recoveries);
+    zd_family(t, "zerod_recovery_fallbacks_total", "counter",
+              "Mesh formations that found a shard and its replica both lost: the job went back to "
+              "its last checkpoint.");
+    zd_counter(t, "zerod_recovery_fallbacks_total", jl, j->stats.recovery_fallbacks);
+    zd_family(t, "zerod_replica_step", "gauge",
+              "Step of the replica of another rank's shard this daemon holds; NaN when it holds "
+              "none.");
+    zd_gauge(t, "zerod_replica_step", jl,
+             j->replication && j->replica_valid ? (double)j->replica_step : NAN);
+}
+
 static void zd_format_job_state(zd_text_t *t, const zd_job_status_t *j, const char *jl)
 {
     zd_family(t, "zerod_job_info", "gauge", "Always 1; the job's world size, stage and dtype.");
@@ -389,6 +416,7 @@ static void zd_format_job_state(zd_text_t *t, const zd_job_status_t *j, const ch
     zd_family(t, "zerod_reattaches_total", "counter",
               "Times a trainer re-attached to the job on this daemon.");
     zd_counter(t, "zerod_reattaches_total", jl, j->stats.reattaches);
+    zd_format_job_replica(t, j, jl);
 }
 
 static void zd_format_job_memory(zd_text_t *t, const zd_job_status_t *j, const char *jl)

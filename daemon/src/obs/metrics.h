@@ -57,6 +57,10 @@ typedef struct zd_step_stats {
     uint64_t xfer_bytes[ZD_XFER_COUNT]; /* every call since the job began */
     double busbw[ZD_XFER_COUNT];        /* bytes/s of the last step; 0 when it did not run */
     uint64_t reattaches;
+    /* replication = buddy (job/replica.h) */
+    uint64_t replica_bytes[2];   /* sent to the buddy, received from the owner (and recoveries) */
+    uint64_t recoveries;         /* fresh ranks given their shard by their buddies, per formation */
+    uint64_t recovery_fallbacks; /* a shard and its buddy both lost: back to the checkpoint */
     /* the step window in progress (job/step.c): from the last step's end, or from its first
      * bucket when there is none, to the end of the next step */
     uint64_t window_ns; /* monotonic; 0: no window open */
@@ -105,6 +109,11 @@ typedef struct zd_job_status {
     char collectives[256];
     uint64_t mem_bytes[ZD_MEM_COUNT], mem_formula[ZD_MEM_COUNT];
     bool params_shared; /* the params term is this rank's share of one region per host */
+    /* replication = buddy: the replica this rank holds (of replica_owner's shard, at
+     * replica_step when valid) and the rank that holds this rank's */
+    bool replication, replica_valid;
+    uint32_t replica_owner, replica_buddy;
+    uint64_t replica_step;
     /* its life (JobList, zeroctl job ls): monotonic times */
     uint64_t created_ns;
     uint64_t released_ns;     /* its trainer went (0 while attached) */

@@ -29,9 +29,12 @@ typedef enum zd_trace_kind {
     ZD_TRACE_ADAM = 6,           /* Adam on the shard and the cast into the params region */
     ZD_TRACE_ALL_GATHER = 7,     /* one bucket's new slices into every params region */
     ZD_TRACE_CHECKPOINT = 8,     /* a checkpoint save (async: until the copy is staged) */
+    ZD_TRACE_REPLICA = 9,        /* the gradient (and at times the shard) to the buddy */
+    ZD_TRACE_RECOVER_AGREE = 10, /* a mesh formed: the ranks' replica states gathered */
+    ZD_TRACE_RECOVER_SHARD = 11, /* a fresh rank's shard from its buddy's replica */
 } zd_trace_kind_t;
 
-#define ZD_TRACE_KIND_MAX 8
+#define ZD_TRACE_KIND_MAX 11
 
 /* Span flags (ipc.proto TraceSpan.flags). */
 enum {

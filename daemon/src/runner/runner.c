@@ -584,6 +584,7 @@ static void zd_runner_env_init(zd_runner_t *e, const zd_runner_params_t *p)
     env->heartbeat_interval_ns = p->heartbeat_interval_ns;
     env->heartbeat_timeout_ns = p->heartbeat_timeout_ns;
     env->direct_collectives = p->direct_collectives;
+    env->replication = p->replication;
     env->cancel = &e->cancel;
     env->wake = zd_runner_wake;
     env->busy = zd_runner_busy;

@@ -107,6 +107,7 @@ typedef struct zd_runner_params {
     uint64_t heartbeat_interval_ns;
     uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
+    uint32_t replication; /* zd_replication_t (config/daemon_config.h) */
     const char *ckpt_dir; /* checkpoint_* of the daemon config */
     uint64_t ckpt_every_steps, ckpt_every_seconds;
     uint32_t ckpt_keep_last;

@@ -112,6 +112,7 @@ static const zd_coll_ops_t zd_coll_ucx_ops = {
     .all_reduce = zd_ucx_all_reduce,
     .barrier = zd_ucx_barrier,
     .share = zd_direct_share,
+    .sendrecv = zd_ucx_sendrecv,
     .destroy = zd_ucx_destroy,
 };
 

@@ -74,6 +74,10 @@ zs_status_t zd_ucx_exchange(zd_coll_ucx_t *c, size_t len, uint64_t seq, uint32_t
                             zs_deadline_t deadline, const char *what, char *err, size_t errlen);
 zs_status_t zd_ucx_all_reduce(zd_coll_t *coll, double *vals, const zd_reduce_op_t *ops, unsigned n,
                               char *err, size_t errlen);
+/* The sendrecv of zd_coll_ops_t: message i is segment i of the call's sequence number. */
+zs_status_t zd_ucx_sendrecv(zd_coll_t *coll, uint32_t to, const zd_coll_buf_t *send,
+                            unsigned n_send, uint32_t from, const zd_coll_buf_t *recv,
+                            unsigned n_recv, char *err, size_t errlen);
 
 /* ---- coll_ring.c ----------------------------------------------------------------------------- */
 

@@ -272,3 +272,92 @@ zs_status_t zd_ucx_all_reduce(zd_coll_t *coll, double *vals, const zd_reduce_op_
     free(all);
     return ZS_OK;
 }
+
+/* Post the receives and sends of a sendrecv into c->reqs: receives at [0, n_recv), sends
+ * after. Every receive gets a request, whose test gives the length (as zd_ucx_exchange). */
+static void zd_ucx_sendrecv_post(zd_coll_ucx_t *c, uint64_t seq, uint32_t to,
+                                 const zd_coll_buf_t *send, unsigned n_send, uint32_t from,
+                                 const zd_coll_buf_t *recv, unsigned n_recv)
+{
+    for (unsigned i = 0; i < n_recv; i++) {
+        ucp_request_param_t prm;
+
+        memset(&prm, 0, sizeof(prm));
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        prm.cb.recv = zd_ucx_nop_recv_cb;
+        c->reqs[i] = ucp_tag_recv_nbx(c->worker, recv[i].addr, recv[i].bytes,
+                                      zd_ucx_tag(seq, from, 0, i), UINT64_MAX, &prm);
+    }
+    for (unsigned i = 0; i < n_send; i++) {
+        c->reqs[n_recv + i] = zd_ucx_post_send(c, to, send[i].addr, send[i].bytes,
+                                               zd_ucx_tag(seq, c->base.rank, 0, i));
+    }
+}
+
+/* Is receive *req complete, with exactly `bytes`? As zd_ucx_req_test otherwise. */
+static bool zd_ucx_recv_test(void **req, size_t bytes, zs_status_t *st)
+{
+    ucp_tag_recv_info_t info = {0};
+    ucs_status_t us;
+
+    if (*req == NULL || UCS_PTR_IS_ERR(*req)) {
+        return zd_ucx_req_test(req, st);
+    }
+    us = ucp_tag_recv_request_test(*req, &info);
+    if (us == UCS_INPROGRESS) {
+        return false;
+    }
+    ucp_request_free(*req);
+    *req = NULL;
+    if (us != UCS_OK) {
+        *st = ZS_ERR_PEER_LOST;
+    } else if (info.length != bytes) {
+        *st = ZS_ERR_PROTOCOL;
+    }
+    return true;
+}
+
+zs_status_t zd_ucx_sendrecv(zd_coll_t *coll, uint32_t to, const zd_coll_buf_t *send,
+                            unsigned n_send, uint32_t from, const zd_coll_buf_t *recv,
+                            unsigned n_recv, char *err, size_t errlen)
+{
+    zd_coll_ucx_t *c = (zd_coll_ucx_t *)coll;
+    zs_deadline_t deadline = zs_deadline_in_ns(zd_mesh_collective_timeout_ns(c->mesh));
+    uint64_t seq = ++c->seq;
+    unsigned idle = 0, n;
+    bool pumped = false; /* the pump failed and said why in err */
+    zs_status_t st = ZS_OK;
+
+    n_send = to < coll->world && to != coll->rank ? n_send : 0;
+    n_recv = from < coll->world && from != coll->rank ? n_recv : 0;
+    n = n_send + n_recv;
+    if (n_send > ZD_COLL_MAX_BUFS || n_recv > ZD_COLL_MAX_BUFS) {
+        snprintf(err, errlen, "sendrecv: more than %u messages", ZD_COLL_MAX_BUFS);
+        return ZS_ERR_INVALID;
+    }
+    if (zd_ucx_reqs_reserve(c, n) != ZS_OK) {
+        snprintf(err, errlen, "sendrecv: out of memory");
+        return ZS_ERR_NO_MEMORY;
+    }
+    zd_ucx_sendrecv_post(c, seq, to, send, n_send, from, recv, n_recv);
+    for (unsigned i = 0; i < n && st == ZS_OK;) {
+        bool done = i < n_recv ? zd_ucx_recv_test(&c->reqs[i], recv[i].bytes, &st)
+                               : zd_ucx_req_test(&c->reqs[i], &st);
+        if (done) {
+            i++;
+            continue;
+        }
+        st = zd_ucx_pump(c, &idle, deadline, i < n_recv ? from : to, "sendrecv", err, errlen);
+        pumped = st != ZS_OK;
+    }
+    if (st != ZS_OK) {
+        if (!pumped) {
+            snprintf(err, errlen,
+                     st == ZS_ERR_PROTOCOL ? "sendrecv: rank %u sent a message of another size"
+                                           : "sendrecv: a transfer with rank %u failed",
+                     from);
+        }
+        zd_ucx_reqs_cancel(c, c->reqs, n);
+    }
+    return st;
+}

@@ -1,0 +1,59 @@
+/*
+ * Buddy replicas (daemon config key replication = buddy; docs/design-notes.md "Buddy replicas"):
+ * every rank's shard -- fp32 master, Adam's m and v -- is also held by its buddy, another daemon
+ * of the job (on another host when the job spans hosts). The buddy keeps it current by running
+ * the owner's Adam on it with the owner's reduced gradient, which the owner sends it before the
+ * step's norm all-reduce: the step commits on a rank only once every rank passed that
+ * all-reduce, so a replica is always at its holder's step. When a daemon dies and a fresh one
+ * takes its rank, the mesh that forms again sends the fresh daemon its shard from the buddy and
+ * the job goes on at its step; when a shard and its buddy are both gone, the job falls back to
+ * checkpoint_dir's latest checkpoint (or fails), naming both ranks.
+ */
+#ifndef ZD_REPLICA_H
+#define ZD_REPLICA_H
+
+#include "job/job_env.h"
+#include "job/job_types.h"
+#include "zk/kernels.h"
+#include "zs/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A job's replica of another rank's shard, and what it sends of its own. */
+typedef struct zd_replica {
+    bool on;        /* replication = buddy at world > 1, and the mesh is up */
+    uint32_t shift; /* rank r's buddy is (r + shift) % world */
+    uint32_t owner; /* whose shard this rank holds: (rank - shift) mod world */
+    uint32_t buddy; /* who holds this rank's: (rank + shift) % world */
+    bool valid;     /* master, m and v hold owner's shard at `step` */
+    uint64_t step;  /* of the replica: the holder's own step while valid */
+    bool send_full; /* the next exchange sends this rank's whole shard, not only its gradient */
+    float *master, *m, *v, *acc; /* [shard_numel] each: the replica and its gradient */
+    float *stage;                /* [shard_numel]: a shared master gathered for a full send */
+    uint64_t last_recovery_step; /* step of the last recovery this daemon took part in */
+} zd_replica_t;
+
+/* After a mesh formed (every rank, right after the regions are shared): agree on the buddies,
+ * and when some rank came back fresh while the others kept the job, send it its shard from its
+ * buddy (the job continues at its step), or, with the shard and its buddy both gone, drop the
+ * job's values on every rank so that checkpoint_dir's latest checkpoint is loaded at ParamsReady
+ * (ZS_ERR_STATE naming both ranks when there is no checkpoint_dir). */
+zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen);
+/* In a step, before the norm's all-reduce: this rank's reduced gradient (and, once after each
+ * formation or change of its values, its shard) to its buddy; its owner's into the replica. */
+zs_status_t zd_replica_exchange(zd_job_t *job, char *err, size_t errlen);
+/* Adam on the replica's slice of bucket b with the owner's parameters p (no cast). */
+zs_status_t zd_replica_adam(zd_job_t *job, const zk_adam_params_t *p, uint32_t b);
+/* The step committed (job->step moved on): so did the replica. */
+void zd_replica_commit(zd_job_t *job);
+/* This rank's values changed outside a step (a reload, a checkpoint load): send them whole. */
+void zd_replica_resend(zd_job_t *job);
+/* The mesh is down: no exchange until it forms again. */
+void zd_replica_pause(zd_job_t *job);
+/* What Status says of the replicas. */
+void zd_replica_status(const zd_job_t *job, zd_job_status_t *st);
+void zd_replica_free(zd_job_t *job);
+
+#endif

@@ -14,6 +14,13 @@ daemons.
         a flipped byte, a missing rank file, a manifest of a newer format, a directory without
         permission, and a full disk (RLIMIT_FSIZE) each give an error naming the file and the
         fault; training goes on and the previous checkpoint still loads.
+    test_checkpoint.py latest_bad
+        world 2, checkpoint_dir with checkpoints at steps 5, 10, 15, then damaged (latest's
+        manifest not JSON or deleted, latest naming a missing tag or a broken directory, a
+        corrupt rank file, latest deleted) and every daemon restarted: the job resumes from the
+        newest checkpoint that verifies, the trainer and the daemon's log warn naming the file;
+        with no checkpoint that verifies the attach fails on both ranks naming it. No resume
+        starts over and the daemons' saves never move latest back.
     test_checkpoint.py dirs
         world 2, each rank saving into its own directory (tempfile.mkdtemp()), or into one
         holding a leftover temporary directory of rank 0's name: every rank fails within
@@ -385,6 +392,139 @@ def restart():
         shutil.rmtree(tmp, ignore_errors=True)
     print("restart: both daemons killed at step 12, restarted; the job resumed at step 10 and "
           "finished bit-identical to the uninterrupted run")
+
+
+def rank_resume_to(steps):
+    """Attach (the daemons may resume the job), train to `steps`: (start step, the zerod
+    warnings initialize() gave), or (None, the error) when the attach failed."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            _, engine = engine_for(2)
+        except zf_error() as e:
+            return None, str(e)
+    notes = [str(w.message) for w in caught if str(w.message).startswith("zerod:")]
+    start = engine.global_steps
+    while engine.global_steps < steps:
+        train(engine, 1)
+    engine.close(end_job=True)
+    return start, notes
+
+
+def read_latest(jdir):
+    with open(os.path.join(jdir, "latest")) as f:
+        return f.read().strip()
+
+
+def restart_daemons(c):
+    for d in c.daemons:
+        if d.proc is not None:
+            d.proc.kill()
+            d.proc.wait()
+            d.proc = None
+        d.start()
+
+
+def latest_bad_case(c, jdir, pristine, name, damage, steps):
+    """The job's checkpoints as they were, damaged; every daemon restarted; the job attached
+    again and trained to `steps`. Returns every rank's (start, notes) and both daemons' logs."""
+    shutil.rmtree(jdir)
+    shutil.copytree(pristine, jdir)
+    damage(jdir)
+    restart_daemons(c)
+    res = c.run(rank_resume_to, (steps,), job="lb")
+    assert res[0][0] == res[1][0], (name, res)  # the ranks agree
+    return res, [d.log() for d in c.daemons]
+
+
+def latest_bad():
+    """checkpoint_dir/<job>/latest that cannot be used: the job resumes from the newest
+    checkpoint that verifies, with a warning in the daemon's log and at the trainer, or fails
+    on every rank naming the file; it never starts over, and `latest` never moves back."""
+    zf.require_world(2)
+    with zf.Cluster(2) as probe:
+        tmp = probe.tmp + "-auto"
+    os.makedirs(tmp)
+    flags = ("--job-linger", "60s", "--checkpoint-dir", tmp, "--checkpoint-every-steps", "5")
+    jdir, pristine = os.path.join(tmp, "lb"), os.path.join(tmp, "pristine")
+    g15 = os.path.join(jdir, "global_step15")
+
+    def write(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+
+    def flip(path):
+        with open(path, "r+b") as f:
+            f.seek(-5, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-5, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0xFF]))
+
+    def gone99(j):  # latest names a checkpoint directory whose manifest is gone
+        shutil.copytree(os.path.join(j, "global_step15"), os.path.join(j, "global_step99"))
+        os.remove(os.path.join(j, "global_step99", "manifest.json"))
+        write(os.path.join(j, "latest"), "global_step99\n")
+
+    def no_manifests(j):
+        for t in ("global_step5", "global_step10", "global_step15"):
+            os.remove(os.path.join(j, t, "manifest.json"))
+
+    # (name, damage, start step, words of the warning; None: the resume fails with them)
+    cases = [
+        ("manifest not JSON", lambda j: write(os.path.join(g15, "manifest.json"), "{not json"),
+         10, ["latest", "global_step15/manifest.json", "global_step10 (step 10)"]),
+        ("manifest deleted", lambda j: os.remove(os.path.join(g15, "manifest.json")),
+         10, ["global_step15/manifest.json", "global_step10"]),
+        ("latest names a missing tag", lambda j: write(os.path.join(j, "latest"), "global_step7\n"),
+         15, ["names 'global_step7', which is not there", "global_step15 (step 15)"]),
+        ("rank file corrupt", lambda j: flip(os.path.join(g15, "rank_00001.safetensors")),
+         10, ["did not load", "rank_00001.safetensors", "global_step10"]),
+        ("latest deleted", lambda j: os.remove(os.path.join(j, "latest")),
+         15, ["latest does not exist", "global_step15"]),
+        ("latest's directory broken", gone99, 15, ["global_step99", "global_step15 (step 15)"]),
+        ("nothing verifies", no_manifests, None, ["latest", "global_step15/manifest.json"]),
+    ]
+    gone = r"'lb' aborted: .*trainer disconnected"  # a trainer whose attach failed leaves
+    try:
+        with zf.Cluster(2, flags=flags, allowed_errors=gone) as c:
+            res = c.run(rank_resume_to, (17,), job="lb")
+            assert [r[0] for r in res] == [0, 0], res
+            shutil.copytree(jdir, pristine)
+            assert read_latest(jdir) == "global_step15"
+            for name, damage, start, words in cases:
+                t0 = time.monotonic()
+                res, logs = latest_bad_case(c, jdir, pristine, name, damage, 20)
+                for r, (got, notes) in enumerate(res):
+                    if start is None:
+                        assert got is None, "%s: rank %d started at step %s" % (name, r, got)
+                        text = notes
+                    else:
+                        assert got == start, "%s: rank %d resumed at step %s, not %d (%s)" % (
+                            name, r, got, start, notes)
+                        assert len(notes) == 1, (name, notes)
+                        text = notes[0]
+                    for w in words:
+                        assert w in text, "%s: rank %d: %r does not say %r" % (name, r, text, w)
+                    warned = [ln for ln in logs[r].splitlines() if " WARN " in ln and
+                              all(w in ln for w in words)]
+                    assert warned, "%s: daemon %d logged no WARN saying %s:\n%s" % (
+                        name, r, words, logs[r])
+                latest = read_latest(jdir)
+                if name == "latest's directory broken":
+                    assert latest == "global_step99", (name, latest)  # never back to 20
+                elif start is None:
+                    assert latest == "global_step15", (name, latest)
+                else:
+                    assert latest == "global_step20", (name, latest)
+                print("%s: %s in %.1f s; latest = %s" % (
+                    name, "failed on both ranks" if start is None else
+                    "resumed at step %d on both ranks" % start, time.monotonic() - t0, latest))
+                print("  trainer: %s" % (text if start is None else notes[0]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("latest_bad: every damaged latest resumed from the newest checkpoint that verifies "
+          "(or failed naming the file); no resume started over, latest never moved back")
 
 
 CRASH_CHILD = """
@@ -770,6 +910,8 @@ def main():
         torn()
     elif mode == "restart":
         restart()
+    elif mode == "latest_bad":
+        latest_bad()
     elif mode == "import":
         import_ds()
     elif mode == "export":

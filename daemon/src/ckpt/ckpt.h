@@ -84,11 +84,22 @@ zs_status_t zd_ckpt_export(const zd_ckpt_shard_t *sh, const zk_exec_t *exec,
                            size_t errlen);
 
 /* The daemon's own checkpoints (checkpoint_dir/<job id>): the directory's path (made, with
- * checkpoint_dir, when make), and whether every rank finds a checkpoint of this job there
- * (a collective). */
+ * checkpoint_dir, when make). */
 zs_status_t zd_ckpt_own_dir(const char *ckpt_dir, const char *job_id, bool make, char *path,
                             size_t len, char *err, size_t errlen);
-zs_status_t zd_ckpt_own_latest(const zd_ckpt_shard_t *sh, const char *path, bool *found_p,
+/* Which checkpoint a resume loads. */
+typedef struct zd_ckpt_resume {
+    bool found;                /* false: a fresh start (no latest and no checkpoint at all) */
+    char tag[ZS_CKPT_TAG_MAX]; /* path/tag */
+    uint64_t step;
+    char warning[1024]; /* why not the one latest names (it names the file), or "" */
+} zd_ckpt_resume_t;
+/* The checkpoint of this job in path that every rank resumes from (a collective): the one
+ * latest names; or, when latest cannot be used, or its checkpoint `bad` failed to load (`why`
+ * says how), the newest other one that verifies in full, with a warning. Fails on every rank,
+ * naming the file, when none verifies, and when the ranks would choose differently. */
+zs_status_t zd_ckpt_own_resume(const zd_ckpt_shard_t *sh, const char *path, const char *bad,
+                               const char *why, const zs_cancel_t *cancel, zd_ckpt_resume_t *res,
                                char *err, size_t errlen);
 
 /* A phase's outcome agreed by every rank (a collective): ZS_OK only when every rank's was, else

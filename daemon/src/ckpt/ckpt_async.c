@@ -39,6 +39,7 @@ struct zd_ckpt_async {
     float *stage;       /* master, m, v: 3 x shard_numel (mmap'd) */
     size_t stage_bytes;
     bool keep;   /* checkpoint_staging_keep: the copy's memory goes back to the job, not away */
+    bool onward; /* zd_ckpt_req_t.latest_onward */
     void *state; /* rank 0: the trainer's bytes */
     size_t state_len;
     bool has_state;
@@ -133,7 +134,8 @@ static zs_status_t zd_ckpt_async_commit(zd_ckpt_async_t *a, const zd_ckpt_report
     }
     zd_test_pause("ckpt", a->sh.job_id, a->step);
     if (st == ZS_OK) {
-        st = zd_ckpt_commit(a->sh.job_id, a->step, &a->dir, a->tag, &a->tmp, err, errlen);
+        st =
+            zd_ckpt_commit(a->sh.job_id, a->step, a->onward, &a->dir, a->tag, &a->tmp, err, errlen);
     }
     if (st == ZS_OK) {
         zd_ckpt_prune(&a->dir, a->sh.job_id, a->tag, a->keep_last);
@@ -245,6 +247,7 @@ static zd_ckpt_async_t *zd_ckpt_async_new(const zd_ckpt_t *ck, const zd_ckpt_sha
     a->seq = ck->seq;
     a->keep_last = req->keep_last;
     a->keep = req->keep_staging;
+    a->onward = req->latest_onward;
     a->t0 = zs_time_now_ns();
     a->dir = a->tmp = (zs_dir_t)ZS_DIR_INIT;
     zs_ckpt_pathf(a->tag, sizeof(a->tag), "%s", tag);

@@ -263,12 +263,39 @@ static zs_status_t zd_ckpt_set_latest(const zs_dir_t *dir, const char *tag, char
     return st == ZS_OK ? zs_dir_fsync(dir, err, errlen) : st;
 }
 
-/* Rank 0, every file in place: the temporary directory becomes DIR/TAG (replacing one of the
- * same tag), then DIR/latest names it. Each rename is atomic, so a crash leaves either the old
- * or the new. */
-zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *dir, const char *tag,
-                           const zs_dir_t *tmp, char *err, size_t errlen)
+/* The step of the checkpoint DIR/latest names (tag out), when that directory is there: its
+ * manifest's as written, or the N of a tag global_step<N> when the manifest cannot be read;
+ * false when there is no such directory or neither says. */
+static bool zd_ckpt_latest_step(const zs_dir_t *dir, char *tag, size_t taglen, uint64_t *step_p)
 {
+    zs_ckpt_manifest_t *m = NULL;
+    zs_dir_t sub = ZS_DIR_INIT;
+    char rest[2];
+    bool known = false;
+
+    if (zs_ckpt_resolve(dir, NULL, tag, taglen, NULL, 0) != ZS_OK ||
+        zs_dir_sub(dir, tag, ZS_MAY_EXEC, &sub, NULL, 0) != ZS_OK) {
+        return false;
+    }
+    if (zs_ckpt_manifest_read_unsealed(&sub, &m, NULL, 0) == ZS_OK) {
+        *step_p = m->step;
+        known = true;
+    } else {
+        known = sscanf(tag, "global_step%" SCNu64 "%1s", step_p, rest) == 1;
+    }
+    zs_ckpt_manifest_free(m);
+    zs_dir_close(&sub);
+    return known;
+}
+
+/* Rank 0, every file in place: the temporary directory becomes DIR/TAG (replacing one of the
+ * same tag), then DIR/latest names it, unless onward and latest names a later step. Each rename
+ * is atomic, so a crash leaves either the old or the new. */
+zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, bool onward, const zs_dir_t *dir,
+                           const char *tag, const zs_dir_t *tmp, char *err, size_t errlen)
+{
+    char named[ZS_CKPT_TAG_MAX];
+    uint64_t named_step = 0;
     char tname[ZD_CKPT_TMP_NAME_MAX], old[ZD_CKPT_TMP_NAME_MAX];
     zs_status_t st = zs_dir_fsync(tmp, err, errlen);
 
@@ -298,13 +325,16 @@ zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *di
         st = zs_dir_fsync(dir, err, errlen);
     }
     zd_test_pause("ckpt", job_id, step); /* committed, `latest` not yet */
+    if (st == ZS_OK && onward && zd_ckpt_latest_step(dir, named, sizeof(named), &named_step) &&
+        named_step > step) {
+        zs_warn(ZS_SUB_ENGINE,
+                "checkpoint %s/%s (step %" PRIu64 ") committed; %s/%s still names %s (step %" PRIu64
+                "): the daemon's own saves never move it back",
+                dir->shown, tag, step, dir->shown, ZS_CKPT_LATEST, named, named_step);
+        return ZS_OK;
+    }
     return st == ZS_OK ? zd_ckpt_set_latest(dir, tag, err, errlen) : st;
 }
-
-typedef struct {
-    char tag[ZS_CKPT_TAG_MAX];
-    uint64_t step;
-} zd_ckpt_entry_t;
 
 /* The step of checkpoint `name` in dir when it is a verifiable one of this job. */
 static bool zd_ckpt_entry_step(const zs_dir_t *dir, const char *name, const char *job_id,
@@ -329,9 +359,7 @@ static bool zd_ckpt_entry_step(const zs_dir_t *dir, const char *name, const char
     return ours;
 }
 
-/* The committed checkpoints of this job in dir, by tag and step (*n_p of them; NULL and 0 when
- * none, or when dir cannot be read). */
-static zd_ckpt_entry_t *zd_ckpt_list_job(const zs_dir_t *dir, const char *job_id, size_t *n_p)
+zd_ckpt_entry_t *zd_ckpt_list_job(const zs_dir_t *dir, const char *job_id, size_t *n_p)
 {
     zd_ckpt_entry_t *ents = NULL;
     size_t n = 0, cap = 0;

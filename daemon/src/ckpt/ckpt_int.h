@@ -69,9 +69,18 @@ void zd_ckpt_manifest_release(zs_ckpt_manifest_t *m);
 /* Rank 0: the directory made ready, the temporary directory created. */
 zs_status_t zd_ckpt_prepare(const zs_dir_t *dir, const char *tag, zs_dir_t *tmp, char *err,
                             size_t errlen);
-/* Rank 0: the temporary directory becomes dir/tag, then latest names it. */
-zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, const zs_dir_t *dir, const char *tag,
-                           const zs_dir_t *tmp, char *err, size_t errlen);
+/* Rank 0: the temporary directory becomes dir/tag, then latest names it (onward: unless it
+ * names a later step than `step`). */
+zs_status_t zd_ckpt_commit(const char *job_id, uint64_t step, bool onward, const zs_dir_t *dir,
+                           const char *tag, const zs_dir_t *tmp, char *err, size_t errlen);
+/* A committed checkpoint of a job: its tag and step. */
+typedef struct zd_ckpt_entry {
+    char tag[ZS_CKPT_TAG_MAX];
+    uint64_t step;
+} zd_ckpt_entry_t;
+/* The checkpoints of job_id in dir whose manifest verifies, by tag and step (*n_p of them, in
+ * directory order; NULL and 0 when none, or when dir cannot be read). */
+zd_ckpt_entry_t *zd_ckpt_list_job(const zs_dir_t *dir, const char *job_id, size_t *n_p);
 /* Rank 0 after a commit: keep the newest keep_last of this job's checkpoints. */
 void zd_ckpt_prune(const zs_dir_t *dir, const char *job_id, const char *keep_tag,
                    uint32_t keep_last);

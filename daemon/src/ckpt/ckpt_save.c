@@ -107,7 +107,8 @@ static zs_status_t zd_ckpt_save_synced(const zd_ckpt_shard_t *sh, const zd_ckpt_
         zd_ckpt_manifest_release(&m);
         zd_test_pause("ckpt", sh->job_id, sh->step);
         if (st == ZS_OK) {
-            st = zd_ckpt_commit(sh->job_id, sh->step, dir, tag, tmp, err, errlen);
+            st = zd_ckpt_commit(sh->job_id, sh->step, req->latest_onward, dir, tag, tmp, err,
+                                errlen);
         }
         if (st == ZS_OK) {
             zd_ckpt_prune(dir, sh->job_id, tag, req->keep_last);

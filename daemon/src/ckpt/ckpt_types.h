@@ -30,6 +30,8 @@ typedef struct zd_ckpt_req {
     uint32_t keep_last; /* save: keep the newest keep_last checkpoints of dir; 0 keeps all */
     bool async;         /* save: reply once every rank holds a staging copy (checkpoint_async) */
     bool keep_staging;  /* async: keep the copy's memory for the next save */
+    bool latest_onward; /* save: leave latest as it is when it names a later step (the
+                         * daemon's automatic saves; a trainer's save moves it, as DeepSpeed's) */
 } zd_ckpt_req_t;
 
 typedef struct zd_ckpt_out {
@@ -39,7 +41,8 @@ typedef struct zd_ckpt_out {
     double loss_scale;
     uint32_t saved_world;
     bool has_trainer_state;
-    uint64_t bytes; /* export: the file's size (saved_world: its tensor count) */
+    uint64_t bytes;     /* export: the file's size (saved_world: its tensor count) */
+    char warning[1024]; /* a resume: why it is not from the checkpoint latest names, or "" */
 } zd_ckpt_out_t;
 
 /* ExportRequest (control role). */

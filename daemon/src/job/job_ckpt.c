@@ -317,7 +317,8 @@ void zd_job_ckpt_auto(zd_job_t *job, const zd_job_env_t *env)
                          .dir_fd = -1,
                          .keep_last = env->ckpt_keep_last,
                          .async = env->ckpt_async,
-                         .keep_staging = env->ckpt_staging_keep};
+                         .keep_staging = env->ckpt_staging_keep,
+                         .latest_onward = true};
     zd_ckpt_out_t out;
     uint64_t now = zs_time_now_ns();
     zd_ckpt_shard_t sh;
@@ -340,28 +341,70 @@ void zd_job_ckpt_auto(zd_job_t *job, const zd_job_env_t *env)
     }
 }
 
-zs_status_t zd_job_ckpt_restore(zd_job_t *job, const zd_job_env_t *env, zd_ckpt_out_t *out,
-                                bool *restored_p)
+/* A resume's read failed on every rank (zd_ckpt_load agrees): does every rank try another
+ * checkpoint? Only after latest's own (first), and not when the model is not the checkpoint's
+ * (an older one of the job would not be either), the mesh is lost or the daemon is stopping. */
+static bool zd_job_ckpt_retry(const zd_ckpt_shard_t *sh, zs_status_t st, bool first)
 {
-    char err[ZS_MSG_MAX] = "", jdir[4096];
+    char why[ZS_MSG_MAX] = "";
+    bool mine = first && st != ZS_ERR_LAYOUT_MISMATCH && st != ZS_ERR_PEER_LOST &&
+                st != ZS_ERR_ABORTED && st != ZS_ERR_TIMEOUT;
+
+    st = zd_ckpt_agree(sh, mine ? ZS_OK : st, "resuming from checkpoint_dir", why, sizeof(why));
+    return st == ZS_OK;
+}
+
+zs_status_t zd_job_ckpt_restore(zd_job_t *job, const zd_job_env_t *env, zd_ckpt_out_t *out,
+                                bool *restored_p, char *err, size_t errlen)
+{
+    char why[ZS_MSG_MAX] = "", jdir[4096], bad[ZS_CKPT_TAG_MAX], reason[ZS_MSG_MAX];
     zd_ckpt_req_t req = {
         .dir = jdir, .dir_fd = -1, .cancel = {env->cancel, 0}, .load_optimizer_states = true};
     zd_ckpt_shard_t sh = zd_job_shard(job);
-    bool found = false;
+    zd_ckpt_loaded_t loaded;
+    zd_ckpt_resume_t res;
+    bool read;
     zs_status_t st =
-        zd_ckpt_own_dir(env->ckpt_dir, job->id, false, jdir, sizeof(jdir), err, sizeof(err));
+        zd_ckpt_own_dir(env->ckpt_dir, job->id, false, jdir, sizeof(jdir), why, sizeof(why));
 
     *restored_p = false;
-    st = st == ZS_OK ? zd_ckpt_own_latest(&sh, jdir, &found, err, sizeof(err))
-                     : zd_ckpt_agree(&sh, st, "resuming from checkpoint_dir", err, sizeof(err));
-    if (!found) {
-        zs_info(ZS_SUB_ENGINE, "job '%s' starts from its trainer's parameters: %s", job->id, err);
-        return st == ZS_ERR_PEER_LOST ? st : ZS_OK;
+    out->warning[0] = '\0';
+    if (st != ZS_OK) { /* the same on every rank: no checkpoint of it can exist */
+        zs_warn(ZS_SUB_ENGINE, "job '%s' starts from its trainer's parameters: %s", job->id, why);
+        return ZS_OK;
     }
-    st = zd_job_load(job, &req, out, err, sizeof(err));
+    st = zd_ckpt_own_resume(&sh, jdir, NULL, NULL, &req.cancel, &res, why, sizeof(why));
+    if (st == ZS_OK && !res.found) {
+        zs_info(ZS_SUB_ENGINE,
+                "job '%s' starts from its trainer's parameters: %s has no checkpoint", job->id,
+                jdir);
+        return ZS_OK;
+    }
+    req.tag = res.tag;
+    read = st == ZS_OK; /* the same on every rank, as zd_ckpt_load's outcome */
+    if (read) {
+        st = zd_ckpt_load(job->ck, &sh, &req, &loaded, why, sizeof(why));
+    }
+    if (read && st != ZS_OK && zd_job_ckpt_retry(&sh, st, res.warning[0] == '\0')) {
+        zs_ckpt_pathf(bad, sizeof(bad), "%s", res.tag);
+        zs_ckpt_pathf(reason, sizeof(reason), "%s/%s names '%s', which did not load: %s", jdir,
+                      ZS_CKPT_LATEST, bad, why);
+        st = zd_ckpt_own_resume(&sh, jdir, bad, reason, &req.cancel, &res, why, sizeof(why));
+        if (st == ZS_OK) {
+            st = zd_ckpt_load(job->ck, &sh, &req, &loaded, why, sizeof(why));
+        }
+    }
+    if (st == ZS_OK) { /* from here the job's state changes */
+        st = zd_job_apply_loaded(job, &loaded, out, why, sizeof(why));
+        zd_ckpt_loaded_free(&loaded);
+    }
     if (st != ZS_OK) {
-        zs_warn(ZS_SUB_ENGINE, "job '%s': resuming from %s failed: %s", job->id, jdir, err);
-        return st;
+        zs_warn(ZS_SUB_ENGINE, "job '%s': resuming from %s failed: %s", job->id, jdir, why);
+        return zs_errf(err, errlen, st, "job '%s' cannot resume: %s", job->id, why);
+    }
+    if (res.warning[0] != '\0') {
+        zs_warn(ZS_SUB_ENGINE, "job '%s': %s", job->id, res.warning);
+        snprintf(out->warning, sizeof(out->warning), "%s", res.warning);
     }
     *restored_p = true;
     zs_info(ZS_SUB_ENGINE, "job '%s' resumed from %s at step %" PRIu64, job->id, out->path,

@@ -525,6 +525,8 @@ ZC_API int zc_session_params_ready(zc_session_t *session)
         session->restored = true;
         session->restored_step = pr_reply->step;
         session->restored_scale = pr_reply->loss_scale;
+        snprintf(session->restore_warning, sizeof(session->restore_warning), "%s",
+                 pr_reply->restore_warning != NULL ? pr_reply->restore_warning : "");
     }
     zerod__ipc__v1__frame__free_unpacked(reply, NULL);
     session->params_ready = true;
@@ -583,6 +585,11 @@ ZC_API int zc_session_batch(zc_session_t *session, uint32_t *train_batch_p, uint
         *micro_p = session->micro_batch;
     }
     return ZC_OK;
+}
+
+ZC_API const char *zc_session_restore_warning(zc_session_t *session)
+{
+    return session != NULL ? session->restore_warning : "";
 }
 
 ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p)

@@ -44,6 +44,8 @@ struct zc_session {
     bool restored;     /* ParamsReady: the daemons resumed from their checkpoint_dir */
     uint64_t restored_step;
     double restored_scale;
+    /* ParamsReadyReply.restore_warning: why not from the checkpoint latest names, or "" */
+    char restore_warning[1024];
     char ignored_keys[256]; /* AttachReply.ignored_keys */
     char replaced[512];     /* AttachReply.replaced */
     bool params_are_master; /* fp32: the params region is the daemon's master */

@@ -234,6 +234,9 @@ ZC_API zc_dtype_t zc_session_grads_dtype(zc_session_t *session);
  * their last checkpoint instead: the params region holds its values, *step_p its step and
  * *loss_scale_p its scale (either may be NULL); 0 otherwise. */
 ZC_API int zc_session_restored(zc_session_t *session, uint64_t *step_p, double *loss_scale_p);
+/* After a resume: why the daemons resumed from an older checkpoint than the one latest names
+ * (it could not be read or loaded; the message names the file), or "". */
+ZC_API const char *zc_session_restore_warning(zc_session_t *session);
 
 /* 1 when every rank of the job on this host maps this one params region (the attach asked for
  * own_slices_only on every rank and the daemons read each other's memory): each daemon writes

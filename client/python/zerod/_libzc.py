@@ -254,6 +254,8 @@ def _bind(lib):
     fn("zc_session_batch", ctypes.c_int, [vp, ctypes.POINTER(c_u32), ctypes.POINTER(c_u32)])
     fn("zc_session_restored", ctypes.c_int,
        [vp, ctypes.POINTER(c_u64), ctypes.POINTER(ctypes.c_double)])
+    if hasattr(lib, "zc_session_restore_warning"):  # a libzc built before it has none
+        fn("zc_session_restore_warning", ctypes.c_char_p, [vp])
     fn("zc_session_param_ptr", vp, [vp, c_u32])
     fn("zc_session_param_numel", c_u64, [vp, c_u32])
     fn("zc_session_params_shared", ctypes.c_int, [vp])
@@ -496,12 +498,15 @@ class Session:
         _check(self._lib, self._lib.zc_session_init_param(self._h, pid, ptr), "init_param")
 
     def params_ready(self):
-        """Returns None, or (step, loss_scale) when the daemons resumed the job from their
-        checkpoint_dir instead (the params region then holds the checkpoint's values)."""
+        """Returns None, or (step, loss_scale, warning) when the daemons resumed the job from
+        their checkpoint_dir instead (the params region then holds the checkpoint's values);
+        warning: why it is not the checkpoint `latest` names, or ""."""
         _check(self._lib, self._lib.zc_session_params_ready(self._h), "params_ready")
         step, scale = c_u64(0), ctypes.c_double(0)
         if self._lib.zc_session_restored(self._h, ctypes.byref(step), ctypes.byref(scale)):
-            return step.value, scale.value
+            why = getattr(self._lib, "zc_session_restore_warning", None)
+            why = why(self._h) if why is not None else None
+            return step.value, scale.value, why.decode(errors="replace") if why else ""
         return None
 
     def params_reload(self):

@@ -345,6 +345,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                 self.global_steps = restored[0]
                 if restored[1] > 0:
                     self._loss_scale = restored[1]
+                if restored[2]:  # not from the checkpoint `latest` names: the daemons say why
+                    warnings.warn("zerod: %s" % restored[2], stacklevel=4)
         if self.resumed:
             self._offload_fetch()
         names = {id(p): n for n, p in self.module.named_parameters()}

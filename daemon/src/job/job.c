@@ -253,13 +253,8 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
     st = zd_step_load_params(job, err, errlen);
     if (st == ZS_OK && env->ckpt_dir != NULL) {
         bool restored = false;
-        st = zd_job_ckpt_restore(job, env, out, &restored);
-        if (st != ZS_OK) {
-            st = zs_errf(err, errlen, st,
-                         "job '%s': resuming from checkpoint_dir %s failed (the "
-                         "daemon log says why)",
-                         job->id, env->ckpt_dir);
-        } else if (!restored) {
+        st = zd_job_ckpt_restore(job, env, out, &restored, err, errlen);
+        if (st == ZS_OK && !restored) {
             out->path[0] = '\0';
         }
     }

@@ -131,10 +131,12 @@ zs_status_t zd_job_ckpt_save_to(zd_job_t *job, const zd_ckpt_req_t *req, zd_ckpt
                                 char *err, size_t errlen);
 /* After a step: the automatic checkpoint checkpoint_every_* asks for (failures are logged). */
 void zd_job_ckpt_auto(zd_job_t *job, const zd_job_env_t *env);
-/* A fresh job at ParamsReady: load checkpoint_dir/<job id>/latest when every rank finds it is
- * this job's. */
+/* A fresh job at ParamsReady: resume from checkpoint_dir/<job id> (ckpt/ckpt.h
+ * zd_ckpt_own_resume: latest's checkpoint, or the newest that verifies, out->warning saying
+ * why); *restored_p false: there is none, a fresh start. Fails, err naming the file, on every
+ * rank when there is one but none loads. */
 zs_status_t zd_job_ckpt_restore(zd_job_t *job, const zd_job_env_t *env, zd_ckpt_out_t *out,
-                                bool *restored_p);
+                                bool *restored_p, char *err, size_t errlen);
 
 /* ---- job/step.c ----------------------------------------------------------------------------- */
 

@@ -189,6 +189,7 @@ static zd_reply_t *zd_rpc_encode_train(zd_rpc_session_t *s, zd_resp_t *resp,
         pr.step = resp->u.ckpt.step;
         pr.restored_from = (char *)resp->u.ckpt.path;
         pr.loss_scale = resp->u.ckpt.loss_scale;
+        pr.restore_warning = (char *)resp->u.ckpt.warning;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY_REPLY;
         f.params_ready_reply = &pr;
     } else if (resp->kind == ZD_REQ_STEP) {

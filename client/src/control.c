@@ -15,7 +15,7 @@
 #define ZC_STATUS_FIELDS                                                                           \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
      ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE |    \
-     ZC_DAEMON_STATUS_FIELD_DEVICE)
+     ZC_DAEMON_STATUS_FIELD_DEVICE | ZC_DAEMON_STATUS_FIELD_REPLICA)
 #define ZC_MEMORY_TERM_FIELDS (ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA)
 #define ZC_SHARD_INFO_FIELDS                                                                       \
     (ZC_SHARD_INFO_FIELD_LAYOUT | ZC_SHARD_INFO_FIELD_MASTER | ZC_SHARD_INFO_FIELD_GROUPS)
@@ -79,6 +79,13 @@ static void zc_status_fill(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_statu
         st->device_free_bytes = r->device_free_bytes;
         st->device_total_bytes = r->device_total_bytes;
         st->mps = r->mps;
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_REPLICA) {
+        st->replication = r->replication;
+        st->replica_owner = r->replica_owner;
+        st->replica_step = r->replica_step;
+        st->replica_valid = r->replica_valid;
+        st->replica_buddy = r->replica_buddy;
     }
     st->field_mask = want;
 }

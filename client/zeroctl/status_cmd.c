@@ -73,7 +73,8 @@ static int zst_fetch(zst_daemon_t *d, uint64_t deadline_ms)
 
     d->st.field_mask = ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |
                        ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY |
-                       ZC_DAEMON_STATUS_FIELD_RATE | ZC_DAEMON_STATUS_FIELD_DEVICE;
+                       ZC_DAEMON_STATUS_FIELD_RATE | ZC_DAEMON_STATUS_FIELD_DEVICE |
+                       ZC_DAEMON_STATUS_FIELD_REPLICA;
     status = zc_session_daemon_status(d->s, zst_left_ms(deadline_ms), &d->st);
     if (status != ZC_OK) {
         return status;
@@ -179,6 +180,22 @@ static const char *zst_samples_cell(const zc_daemon_status_t *r, char *buf, size
     return buf;
 }
 
+/* replication = buddy: "of rank O at step S; ours on rank B" */
+static const char *zst_replica_cell(const zc_daemon_status_t *r, char *buf, size_t len)
+{
+    if (!r->has_job || !r->replication) {
+        return "off";
+    }
+    if (!r->replica_valid) {
+        snprintf(buf, len, "of rank %u: none yet; ours on rank %u", r->replica_owner,
+                 r->replica_buddy);
+        return buf;
+    }
+    snprintf(buf, len, "of rank %u at step %" PRIu64 "; ours on rank %u", r->replica_owner,
+             r->replica_step, r->replica_buddy);
+    return buf;
+}
+
 static const char *zst_busbw_cell(const zc_daemon_status_t *r, char *buf, size_t len)
 {
     if (!r->has_job || (r->busbw_reduce_scatter <= 0 && r->busbw_all_gather <= 0)) {
@@ -256,6 +273,13 @@ static void zst_json_job(cJSON *o, const zst_daemon_t *d)
     cJSON_AddStringToObject(job, "layout_hash", hash);
     cJSON_AddStringToObject(job, "collectives", r->collectives);
     zst_json_rate(job, d);
+    if (r->replication) { /* replication = buddy; the key is absent with it off */
+        cJSON *rep = cJSON_AddObjectToObject(job, "replica");
+        cJSON_AddNumberToObject(rep, "owner", r->replica_owner);
+        cJSON_AddBoolToObject(rep, "valid", r->replica_valid);
+        cJSON_AddNumberToObject(rep, "step", (double)r->replica_step);
+        cJSON_AddNumberToObject(rep, "buddy", r->replica_buddy);
+    }
 }
 
 /* What the daemon said, into o; with_socket: the socket it listens on too. */
@@ -346,6 +370,7 @@ static void zst_job_table(const zst_daemon_t *d)
     printf("%-20s %s\n", "steps/s", zst_steps_cell(r, buf, sizeof(buf)));
     printf("%-20s %s\n", "samples/s", zst_samples_cell(r, buf, sizeof(buf)));
     printf("%-20s %s\n", "busbw rs/ag (GB/s)", zst_busbw_cell(r, buf, sizeof(buf)));
+    printf("%-20s %s\n", "replica", zst_replica_cell(r, buf, sizeof(buf)));
 }
 
 static void zst_memory_table(const zst_daemon_t *d)
@@ -433,6 +458,7 @@ static void zst_host_row(const zst_daemon_t *d, int w_sock, int w_dev, int w_job
 {
     const zc_daemon_status_t *r = &d->st;
     char rank[32] = "-", pid[16] = "-", step[24] = "-", sps[32], sam[32], bw[48], mem[48];
+    char rep[48] = "-"; /* the replica held: "OWNER@STEP" */
     const char *state = r->has_job ? "-" : "idle";
 
     if (d->status != ZC_OK) {
@@ -444,13 +470,18 @@ static void zst_host_row(const zst_daemon_t *d, int w_sock, int w_dev, int w_job
         snprintf(step, sizeof(step), "%" PRIu64, r->step);
         state = d->has_info ? d->ji.state : "-";
     }
+    if (r->has_job && r->replication && r->replica_valid) {
+        snprintf(rep, sizeof(rep), "%u@%" PRIu64, r->replica_owner, r->replica_step);
+    } else if (r->has_job && r->replication) {
+        snprintf(rep, sizeof(rep), "%u@none", r->replica_owner);
+    }
     if (d->has_info && d->ji.trainer_pid > 0) {
         snprintf(pid, sizeof(pid), "%d", (int)d->ji.trainer_pid);
     }
-    printf("%-*s %-*s %8d %-*s %7s %-9s %10s %8s %10s %18s %18s %8s\n", w_sock, d->socket, w_dev,
-           r->device, (int)r->pid, w_job, r->has_job ? r->job_id : "-", rank, state, step,
+    printf("%-*s %-*s %8d %-*s %7s %-9s %10s %8s %10s %18s %18s %8s %12s\n", w_sock, d->socket,
+           w_dev, r->device, (int)r->pid, w_job, r->has_job ? r->job_id : "-", rank, state, step,
            zst_steps_cell(r, sps, sizeof(sps)), zst_samples_cell(r, sam, sizeof(sam)),
-           zst_busbw_cell(r, bw, sizeof(bw)), zst_memory_cell(d, mem, sizeof(mem)), pid);
+           zst_busbw_cell(r, bw, sizeof(bw)), zst_memory_cell(d, mem, sizeof(mem)), pid, rep);
 }
 
 static int zst_width(int w, const char *s)
@@ -471,9 +502,9 @@ static void zst_host_table(const zst_daemon_t *d, int n)
             w_job = zst_width(w_job, d[i].st.has_job ? d[i].st.job_id : "-");
         }
     }
-    printf("%-*s %-*s %8s %-*s %7s %-9s %10s %8s %10s %18s %18s %8s\n", w_sock, "SOCKET", w_dev,
-           "DEVICE", "PID", w_job, "JOB", "RANK", "STATE", "STEP", "STEPS/S", "SAMPLES/S",
-           "BUSBW RS/AG (GB/s)", "MEM/FORMULA (MiB)", "TRAINER");
+    printf("%-*s %-*s %8s %-*s %7s %-9s %10s %8s %10s %18s %18s %8s %12s\n", w_sock, "SOCKET",
+           w_dev, "DEVICE", "PID", w_job, "JOB", "RANK", "STATE", "STEP", "STEPS/S", "SAMPLES/S",
+           "BUSBW RS/AG (GB/s)", "MEM/FORMULA (MiB)", "TRAINER", "REPLICA@STEP");
     for (int i = 0; i < n; i++) {
         zst_host_row(&d[i], w_sock, w_dev, w_job);
     }

@@ -54,7 +54,7 @@ zd_case=idle
 zd_expect_rc 7 "$zeroctl" --dir "$run" status
 cat "$work/out"
 [ "$(wc -l <"$work/out")" = 4 ] || fail "not a header and 3 rows"
-grep -q '^SOCKET .*STEPS/S .*SAMPLES/S .*BUSBW RS/AG (GB/s) .*MEM/FORMULA (MiB) .*TRAINER$' \
+grep -q '^SOCKET .*STEPS/S .*SAMPLES/S .*BUSBW RS/AG (GB/s) .*MEM/FORMULA (MiB) .*TRAINER .*REPLICA@STEP$' \
     "$work/out" || fail "no header with units"
 grep -q "^$run/stale.sock  *ERR_UNREACHABLE: connect($run/stale.sock)" "$work/out" ||
     fail "no error row for the stale socket"
@@ -99,7 +99,7 @@ print('host --json: steps/s %.1f, samples/s %.1f' % (j['steps_per_s'], j['sample
 
 zd_expect_rc 7 "$zeroctl" --dir "$run" status
 cat "$work/out"
-grep -q "^$run/z0.sock  *cpu:0  *${dpids[0]}  *host_a  *0/1  *kept  *20  *[0-9.]*  *[0-9.]*  *-  *[0-9.]*/[0-9.]*  *-$" \
+grep -q "^$run/z0.sock  *cpu:0  *${dpids[0]}  *host_a  *0/1  *kept  *20  *[0-9.]*  *[0-9.]*  *-  *[0-9.]*/[0-9.]*  *-  *-$" \
     "$work/out" || fail "no row of the job"
 grep -q "^$run/z1.sock  *cpu:1 .* idle " "$work/out" || fail "daemon 1 not idle"
 

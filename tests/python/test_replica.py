@@ -2,7 +2,7 @@
 """A daemon killed (SIGKILL) mid-run loses no step when its shard also lives in a buddy daemon's
 memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
-    test_replica.py CASE
+    test_replica.py CASE [--victim R]
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
@@ -13,9 +13,9 @@ restarting the job would (TORCHELASTIC_RESTART_COUNT=1). Either way the final pa
 equal the straight run's, bit for bit.
 
 Cases:
-  recover   daemon 1 dies: its restarted daemon gets its shard from its buddy (rank 2) when
-            the mesh forms, and the job continues at the step it had reached; no checkpoint
-            is read (the daemons have none)
+  recover   daemon 1 (or R) dies: its restarted daemon gets its shard from its buddy (the next
+            rank) when the mesh forms, and the job continues at the step it had reached; no
+            checkpoint is read (the daemons have none)
   fallback  daemons 1 and 2 die: rank 1's shard and its replica on rank 2 are both gone, so the
             job goes back to checkpoint_dir's latest checkpoint; rank 0's daemon log names both
             ranks
@@ -119,7 +119,8 @@ def main():
     if case not in ("recover", "fallback"):
         print("usage: test_replica.py recover|fallback", file=sys.stderr)
         return 2
-    victims = [1] if case == "recover" else [1, 2]
+    victim = int(sys.argv[sys.argv.index("--victim") + 1]) if "--victim" in sys.argv else 1
+    victims = [victim] if case == "recover" else [1, 2]
     zf.require_world(WORLD)
     flags = ["--job-linger", "60s", "--replication", "buddy", "--heartbeat-timeout", "2s"]
     ckpt = None
@@ -147,11 +148,11 @@ def main():
                 print("rank %d restarted: %s" % (r, first))
             assert len(steps) == 1, steps
             step = steps.pop()
-            survivor = c.daemons[0].log()
+            survivor = c.daemons[(victims[-1] + 1) % WORLD].log()
             if case == "recover":
                 assert KILL_AFTER <= step < STEPS, step
                 assert re.search(r"recovered 1 fresh rank", survivor), survivor[-3000:]
-                assert "shard came from its buddy" in c.daemons[1].log()
+                assert "shard came from its buddy" in c.daemons[victim].log()
             else:
                 assert step <= KILL_AFTER + 1 and step % 2 == 0, step
                 assert re.search(r"rank 1's shard and its replica on rank 2 are both lost",

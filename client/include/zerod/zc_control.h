@@ -37,6 +37,7 @@ enum {
     ZC_DAEMON_STATUS_FIELD_MEMORY = 1u << 3,   /* n_memory */
     ZC_DAEMON_STATUS_FIELD_RATE = 1u << 4,     /* steps_per_s .. busbw_all_gather */
     ZC_DAEMON_STATUS_FIELD_DEVICE = 1u << 5,   /* device_free_bytes .. mps */
+    ZC_DAEMON_STATUS_FIELD_REPLICA = 1u << 6,  /* replication .. replica_buddy */
 };
 
 typedef struct zc_daemon_status {
@@ -73,6 +74,11 @@ typedef struct zc_daemon_status {
     uint64_t device_total_bytes; /* the job's last status; 0 and 0 on the CPU or before a job */
     int mps; /* 1: an NVIDIA MPS control daemon serves the CUDA daemon (else the trainer's and the
                 daemon's kernels time-slice the GPU) */
+    int replication;        /* 1: replication = buddy (the four below say more; REPLICA) */
+    uint32_t replica_owner; /* the rank whose shard this daemon holds a replica of, */
+    uint64_t replica_step;  /* at this step, */
+    int replica_valid;      /* 1: it holds one (0: not received yet) */
+    uint32_t replica_buddy; /* the rank whose daemon holds this rank's shard */
 } zc_daemon_status_t;
 
 enum {

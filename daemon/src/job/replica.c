@@ -81,17 +81,37 @@ static uint32_t zd_replica_shift(const zd_rep_info_t *in, uint32_t world)
 static zs_status_t zd_replica_alloc(zd_job_t *job, char *err, size_t errlen)
 {
     zd_replica_t *rp = &job->rep;
-    float **arrays[5] = {&rp->master, &rp->m, &rp->v, &rp->acc, &rp->stage};
+    float **arrays[4] = {&rp->master, &rp->m, &rp->v, &rp->acc};
     size_t bytes = (size_t)job->layout->shard_numel * sizeof(float);
 
-    for (int i = 0; i < (job->master_shared ? 5 : 4); i++) {
+    for (int i = 0; i < 4; i++) {
         if (*arrays[i] == NULL && zd_backend_alloc(job->be, bytes, arrays[i]) != ZS_OK) {
             return zs_errf(err, errlen, ZS_ERR_NO_MEMORY,
-                           "job '%s': no memory for the buddy replica (%zu bytes x %d): %s",
-                           job->id, bytes, job->master_shared ? 5 : 4, zd_backend_error(job->be));
+                           "job '%s': no memory for the buddy replica (%zu bytes x 4): %s", job->id,
+                           bytes, zd_backend_error(job->be));
         }
     }
     return ZS_OK;
+}
+
+/* A shared master's slices in one array, for a whole shard's send or receive: held only for
+ * that (once per mesh formation), so the replica costs 16 bytes per shard element, not 20. */
+static zs_status_t zd_replica_stage_get(zd_job_t *job, char *err, size_t errlen)
+{
+    size_t bytes = (size_t)job->layout->shard_numel * sizeof(float);
+
+    if (!job->master_shared || job->rep.stage != NULL ||
+        zd_backend_alloc(job->be, bytes, &job->rep.stage) == ZS_OK) {
+        return ZS_OK;
+    }
+    return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "job '%s': no memory to stage the master: %s",
+                   job->id, zd_backend_error(job->be));
+}
+
+static void zd_replica_stage_put(zd_job_t *job)
+{
+    zd_backend_free(job->be, job->rep.stage);
+    job->rep.stage = NULL;
 }
 
 void zd_replica_free(zd_job_t *job)
@@ -222,6 +242,8 @@ static zs_status_t zd_replica_transfer(zd_job_t *job, uint32_t to, uint32_t from
     size_t bytes = (size_t)job->layout->shard_numel * sizeof(float);
     size_t lr_bytes = job->layout->n_groups * sizeof(double);
     zd_rep_head_t hs = {0}, hr = {0};
+    /* before r[]: a shared master is received into the stage */
+    zs_status_t st = from != ZD_COLL_NONE ? zd_replica_stage_get(job, err, errlen) : ZS_OK;
     double *lr_s = calloc(job->layout->n_groups, sizeof(double));
     double *lr_r = calloc(job->layout->n_groups, sizeof(double));
     zd_coll_buf_t s[5] = {
@@ -231,8 +253,13 @@ static zs_status_t zd_replica_transfer(zd_job_t *job, uint32_t to, uint32_t from
                           {job->master_shared ? rp->stage : job->master, bytes},
                           {job->m, bytes},
                           {job->v, bytes}};
-    zs_status_t st = ZS_ERR_NO_MEMORY;
 
+    if (st != ZS_OK) {
+        free(lr_s);
+        free(lr_r);
+        return st;
+    }
+    st = ZS_ERR_NO_MEMORY;
     hs = (zd_rep_head_t){job->step,
                          job->skipped_steps,
                          job->last_grad_norm,
@@ -250,6 +277,7 @@ static zs_status_t zd_replica_transfer(zd_job_t *job, uint32_t to, uint32_t from
     if (st == ZS_OK && from != ZD_COLL_NONE) {
         zd_replica_install(job, &hr, lr_r);
     }
+    zd_replica_stage_put(job);
     job->stats.replica_bytes[0] += to != ZD_COLL_NONE ? 3 * bytes : 0;
     job->stats.replica_bytes[1] += from != ZD_COLL_NONE ? 3 * bytes : 0;
     free(lr_s);
@@ -282,8 +310,9 @@ static zs_status_t zd_replica_recover(zd_job_t *job, const zd_rep_info_t *in,
     job->stats.recoveries++;
     job->rep.last_recovery_step = S;
     zs_info(ZS_SUB_ENGINE,
-            "job '%s' recovered %u fresh rank(s) from their buddies' replicas at step %llu%s",
-            job->id, n_fresh, (unsigned long long)S,
+            "job '%s' recovered %u fresh rank(s) from their buddies' replicas at step %llu in "
+            "%.3f s%s",
+            job->id, n_fresh, (unsigned long long)S, (double)(zs_time_now_ns() - t0) * 1e-9,
             from != ZD_COLL_NONE ? " (this rank's shard came from its buddy)" : "");
     return ZS_OK;
 }
@@ -390,6 +419,10 @@ static zs_status_t zd_replica_exchange_full(zd_job_t *job, const zd_rep_note_t *
     uint32_t from = in->full ? rp->owner : ZD_COLL_NONE;
     zs_status_t st;
 
+    st = to != ZD_COLL_NONE ? zd_replica_stage_get(job, err, errlen) : ZS_OK;
+    if (st != ZS_OK) {
+        return st;
+    }
     if (to != ZD_COLL_NONE) {
         s[0].addr = zd_replica_own_master(job);
     }
@@ -397,6 +430,7 @@ static zs_status_t zd_replica_exchange_full(zd_job_t *job, const zd_rep_note_t *
         rp->valid = false; /* until the whole of it is in */
     }
     st = job->coll->ops->sendrecv(job->coll, to, s, 3, from, r, 3, err, errlen);
+    zd_replica_stage_put(job);
     if (st != ZS_OK) {
         return st;
     }

@@ -31,7 +31,7 @@ typedef struct zd_replica {
     uint64_t step;  /* of the replica: the holder's own step while valid */
     bool send_full; /* the next exchange sends this rank's whole shard, not only its gradient */
     float *master, *m, *v, *acc; /* [shard_numel] each: the replica and its gradient */
-    float *stage;                /* [shard_numel]: a shared master gathered for a full send */
+    float *stage; /* [shard_numel]: a shared master in one array, while a whole shard moves */
     uint64_t last_recovery_step; /* step of the last recovery this daemon took part in */
 } zd_replica_t;
 

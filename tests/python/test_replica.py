@@ -19,6 +19,8 @@ Cases:
   fallback  daemons 1 and 2 die: rank 1's shard and its replica on rank 2 are both gone, so the
             job goes back to checkpoint_dir's latest checkpoint; rank 0's daemon log names both
             ranks
+  mismatch  daemon 1 runs with replication off, the others with buddy: the attach fails on
+            every rank, naming rank 1 and both values
 """
 import os
 import re
@@ -111,14 +113,48 @@ def interrupt(c, procs, victims):
         d.start()
 
 
+def mismatch():
+    import threading
+    import zerod
+    with zf.Cluster(WORLD, flags=["--replication", "buddy"], allowed_errors=r".") as c:
+        c.daemons[1].flags[c.daemons[1].flags.index("buddy")] = "off"
+        c.daemons[1].stop(check=False)
+        c.daemons[1].start()
+        errors = [None] * WORLD
+
+        def attach(r):
+            s = zerod.Session(c.daemons[r].socket, timeout_ms=30000)
+            try:
+                s.attach("mismatch", [([16], None)], "{}", zerod.DTYPE_F32, r, WORLD,
+                         "127.0.0.1:%d" % c.port())
+            except zerod.ZerodError as e:
+                errors[r] = e
+            finally:
+                s.close()
+
+        threads = [threading.Thread(target=attach, args=(r,)) for r in range(WORLD)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for r, e in enumerate(errors):
+            assert e is not None, "rank %d attached with replication differing" % r
+            print("rank %d: %s" % (r, e))
+        assert "rank 1 has replication = off, rank 0 has replication = buddy" in str(errors[0])
+    print("PASS")
+    return 0
+
+
 def main():
     if "--child" in sys.argv:
         child(sys.argv[sys.argv.index("--child") + 1])
         return 0
     case = sys.argv[1] if len(sys.argv) > 1 else "recover"
-    if case not in ("recover", "fallback"):
-        print("usage: test_replica.py recover|fallback", file=sys.stderr)
+    if case not in ("recover", "fallback", "mismatch"):
+        print("usage: test_replica.py recover|fallback|mismatch", file=sys.stderr)
         return 2
+    if case == "mismatch":
+        return mismatch()
     victim = int(sys.argv[sys.argv.index("--victim") + 1]) if "--victim" in sys.argv else 1
     victims = [victim] if case == "recover" else [1, 2]
     zf.require_world(WORLD)

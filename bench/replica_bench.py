@@ -12,11 +12,11 @@ MLP of `layers` Linear(width, width) layers; the runs alternate off and buddy, s
 same stretches of a noisy machine. Per run: rank 0's median wall time of a step (forward,
 backward and engine.step) over the timed steps; each daemon's private anonymous memory (its
 shard and the replica; smaps_rollup) with the job still held after its trainer detached keeping
-it; and /metrics'
-zerod_replication_bytes_total and the mean of the daemon's norm phase (which holds the exchange
-with the buddy) and adam phase (which holds the replica's Adam). Printed: per mode the median over the runs, the memory
-difference against the formula 16 x Psi / world bytes per rank (the replica's master, m and v
-and the owner's gradient), and the bytes per step against 4 x Psi / world.
+it; and /metrics' zerod_replication_bytes_total and the mean of the daemon's norm phase (which
+holds the exchange with the buddy) and adam phase (which holds the replica's Adam). Printed: per
+mode the median over the runs, the memory difference against the formula 16 x Psi / world bytes
+per rank (the replica's master, m and v and the owner's gradient), and the bytes per step
+against 4 x Psi / world.
 """
 import argparse
 import os

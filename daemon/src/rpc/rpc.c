@@ -96,6 +96,14 @@ void zd_rpc_session_set_pid(zd_rpc_session_t *s, int32_t pid)
     }
 }
 
+void zd_rpc_session_peer(const zd_rpc_session_t *s, zd_rpc_peer_t *peer_p)
+{
+    peer_p->hello = s->role != ZD_ROLE_NONE;
+    peer_p->control = s->role == ZD_ROLE_CONTROL;
+    peer_p->holds_job = s->holds_job;
+    peer_p->keepalive = s->keepalive;
+}
+
 void zd_rpc_session_destroy(zd_rpc_session_t *s)
 {
     free(s);
@@ -117,6 +125,11 @@ static zd_reply_t *zd_rpc_hello(const zd_rpc_t *rpc, zd_rpc_session_t *s, const 
     hr.pid = (int32_t)getpid();
     hr.device = (char *)rpc->device;
     hr.peer_deadline_ms = rpc->peer_deadline_ms;
+    s->keepalive = f->hello->keepalive && rpc->keepalive_interval_ms > 0;
+    if (s->keepalive) {
+        hr.keepalive_interval_ms = rpc->keepalive_interval_ms;
+        hr.keepalive_timeout_ms = rpc->keepalive_timeout_ms;
+    }
     out.seq = f->seq;
     out.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY;
     out.hello_reply = &hr;
@@ -226,6 +239,11 @@ static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
         s.busbw_all_gather = j->stats.busbw[ZD_XFER_ALL_GATHER];
         s.device_free_bytes = j->device_free;
         s.device_total_bytes = j->device_total;
+        s.replication = j->replication;
+        s.replica_owner = j->replica_owner;
+        s.replica_step = j->replica_step;
+        s.replica_valid = j->replica_valid;
+        s.replica_buddy = j->replica_buddy;
         zd_rpc_memory(j, terms, term_ptrs, formulas);
         s.n_memory = ZD_MEM_COUNT;
         s.memory = term_ptrs;

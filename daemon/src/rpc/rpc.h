@@ -28,6 +28,15 @@ void zd_rpc_session_set_cred(zd_rpc_session_t *session, const zs_cred_t *cred);
 /* The connection's peer pid (SO_PEERCRED): named when its trainer holds the job. */
 void zd_rpc_session_set_pid(zd_rpc_session_t *session, int32_t pid);
 
+/* Who a connection's peer has said it is, for the server's admission limits and keepalives. */
+typedef struct zd_rpc_peer {
+    bool hello;     /* its Hello was answered */
+    bool control;   /* ... with the control role */
+    bool holds_job; /* an attach of it succeeded and no detach followed */
+    bool keepalive; /* its Hello asked for StillWorking frames */
+} zd_rpc_peer_t;
+void zd_rpc_session_peer(const zd_rpc_session_t *session, zd_rpc_peer_t *peer_p);
+
 /* Close every descriptor still queued. */
 void zd_fdq_close(zd_fdq_t *q);
 

@@ -16,6 +16,8 @@ struct zd_rpc_session {
     zd_role_t role;
     uint32_t n_slots;   /* given by the attach; 0 when no job is attached */
     uint64_t slot_busy; /* bit s: slot s has a BucketReady in flight */
+    bool holds_job;     /* an attach succeeded and no detach followed */
+    bool keepalive;     /* Hello.keepalive: StillWorking while a request is in progress */
 };
 
 /* ---- rpc_reply.c: the one place each reply is framed ------------------------------------------

@@ -71,6 +71,17 @@ zd_reply_t *zd_rpc_error(uint64_t seq, zs_status_t status, const char *msg)
     return zd_rpc_pack(&f);
 }
 
+zd_reply_t *zd_rpc_still_working(uint32_t in_progress)
+{
+    Zerod__Ipc__V1__Frame f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StillWorking sw = ZEROD__IPC__V1__STILL_WORKING__INIT;
+
+    sw.in_progress = in_progress;
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_STILL_WORKING;
+    f.still_working = &sw;
+    return zd_rpc_pack(&f);
+}
+
 zd_reply_t *zd_rpc_slot_free(uint64_t seq, uint32_t slot, uint32_t bucket, zs_status_t status,
                              const char *msg)
 {

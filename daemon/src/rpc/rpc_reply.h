@@ -28,6 +28,9 @@ void zd_reply_free(zd_reply_t *reply);
 /* An ErrorReply for a fault below the protocol (framing, a timeout, a refused peer). */
 zd_reply_t *zd_rpc_error(uint64_t seq, zs_status_t status, const char *msg);
 
+/* A StillWorking for a connection whose requests (in_progress of them) are not answered yet. */
+zd_reply_t *zd_rpc_still_working(uint32_t in_progress);
+
 /* The reply of a runner result (rpc/rpc_result.c) for this session's connection; the session's
  * slots follow it. Takes the result (frees it). NULL when no reply could be built (out of
  * memory). */

@@ -50,6 +50,7 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->replaced = (char *)a->replaced;
     s->n_slots = a->n_slots;
     s->slot_busy = 0;
+    s->holds_job = true;
 }
 
 static void zd_rpc_shard_reply(const zd_shard_out_t *o, Zerod__Ipc__V1__ShardInfoReply *si,
@@ -205,6 +206,7 @@ static zd_reply_t *zd_rpc_encode_train(zd_rpc_session_t *s, zd_resp_t *resp,
     } else {            /* ZD_REQ_DETACH */
         s->n_slots = 0; /* the connection holds no job any more */
         s->slot_busy = 0;
+        s->holds_job = false;
         dr.result = r;
         f.body_case = ZEROD__IPC__V1__FRAME__BODY_DETACH_REPLY;
         f.detach_reply = &dr;

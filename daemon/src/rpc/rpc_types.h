@@ -28,7 +28,10 @@ typedef struct zd_rpc {
     const char *device;
     const char *socket_path;
     uint64_t peer_deadline_ms; /* HelloReply: how long the daemon takes to fail a call */
-    zd_trace_t *trace;         /* TraceRequest's ring (the runner's); NULL: tracing is off */
+    /* HelloReply.keepalive_*: the server's StillWorking period (heartbeat_interval) and the
+     * silence after which a client may give the daemon up (heartbeat_timeout) */
+    uint64_t keepalive_interval_ms, keepalive_timeout_ms;
+    zd_trace_t *trace; /* TraceRequest's ring (the runner's); NULL: tracing is off */
     /* Where requests go: NULL sends them to zd_runner_submit(runner); a unit test takes them
      * here instead (and frees each with zd_req_free). */
     void (*submit)(void *arg, zd_req_t *req);

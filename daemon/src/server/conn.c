@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ void zd_conn_close_soon(zd_conn_t *c)
     c->closing = true;
     uv_read_stop((uv_stream_t *)&c->pipe);
     uv_timer_stop(&c->timer);
+    uv_timer_stop(&c->name_timer);
     req = malloc(sizeof(*req));
     if (req == NULL || uv_shutdown(req, (uv_stream_t *)&c->pipe, zd_shutdown_cb) != 0) {
         free(req);
@@ -183,6 +185,42 @@ void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char *msg)
     zd_conn_close_soon(c);
 }
 
+/* ---- admission ------------------------------------------------------------------------ */
+
+static void zd_name_timer_cb(uv_timer_t *t)
+{
+    zd_conn_t *c = t->data;
+    char msg[160];
+
+    snprintf(msg, sizeof(msg), "no Hello within frame_timeout (%llu ms) of connecting",
+             (unsigned long long)c->srv->frame_timeout_ms);
+    zd_metrics_protocol_error(c->srv->metrics);
+    zd_conn_fail(c, 0, ZS_ERR_TIMEOUT, msg);
+}
+
+bool zd_conn_admit(zd_conn_t *c, zd_conn_kind_t kind)
+{
+    zd_conn_t *victim;
+    char msg[200];
+    bool in = zd_admit(c, kind, &victim, msg, sizeof(msg));
+
+    if (victim != NULL) {
+        zd_metrics_conn_refused(c->srv->metrics);
+        zd_conn_fail(victim, 0, ZS_ERR_LIMIT, msg);
+    }
+    if (!in) {
+        zd_metrics_conn_refused(c->srv->metrics);
+        zd_conn_fail(c, 0, ZS_ERR_LIMIT, msg);
+        return false;
+    }
+    if (kind == ZD_CONN_UNNAMED) {
+        uv_timer_start(&c->name_timer, zd_name_timer_cb, c->srv->frame_timeout_ms, 0);
+    } else {
+        uv_timer_stop(&c->name_timer);
+    }
+    return true;
+}
+
 /* ---- receiving ------------------------------------------------------------------------ */
 
 /* One whole frame (length prefix and payload) to rpc: answered here, or sent to the runner
@@ -192,11 +230,18 @@ static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
     zd_reply_t *reply = NULL;
     bool submitted = false, close = false, keep;
     char why[ZS_MSG_MAX];
+    zd_rpc_peer_t peer;
     zs_status_t st =
         zd_rpc_frame(&c->srv->rpc, c->session, frame + ZS_FRAME_HEADER, len - ZS_FRAME_HEADER,
                      &c->fds, &reply, &submitted, &close, why, sizeof(why));
 
     keep = !close;
+    zd_rpc_session_peer(c->session, &peer);
+    if (c->kind == ZD_CONN_UNNAMED && peer.hello &&
+        !zd_conn_admit(c, peer.control ? ZD_CONN_CONTROL : ZD_CONN_TRAINER)) {
+        zd_reply_free(reply); /* the HelloReply: the client reads the refusal instead */
+        return false;
+    }
     if (st != ZS_OK) {
         zd_metrics_protocol_error(c->srv->metrics);
         zs_warn_limited(zd_conn_warn_rl(c), ZS_SUB_IPC, "connection %llu: %s (%s)%s",
@@ -494,6 +539,7 @@ void zd_conn_close(zd_conn_t *c)
     }
     uv_close((uv_handle_t *)&c->pipe, zd_conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, zd_conn_handle_closed);
+    uv_close((uv_handle_t *)&c->name_timer, zd_conn_handle_closed);
 }
 
 zd_conn_t *zd_conn_new(zd_server_t *srv)
@@ -510,9 +556,11 @@ zd_conn_t *zd_conn_new(zd_server_t *srv)
     c->session = zd_rpc_session_create(c->id);
     uv_pipe_init(srv->loop, &c->pipe, 1); /* IPC: descriptors come with some requests */
     uv_timer_init(srv->loop, &c->timer);
+    uv_timer_init(srv->loop, &c->name_timer);
     c->pipe.data = c;
     c->timer.data = c;
-    c->open_handles = 2;
+    c->name_timer.data = c;
+    c->open_handles = 3;
     c->next = srv->conns;
     if (srv->conns != NULL) {
         srv->conns->prev = c;
@@ -534,4 +582,29 @@ void zd_conn_result(zd_conn_t *c, zd_resp_t *r)
         zd_conn_send(c, reply);
     }
     zd_conn_pump(c);
+}
+
+void zd_conn_keepalive(zd_conn_t *c)
+{
+    zd_rpc_peer_t peer;
+    zd_reply_t *reply;
+    uv_os_fd_t fd;
+    int unread = 0;
+
+    if (c->closing || c->inflight == 0 ||
+        uv_stream_get_write_queue_size((const uv_stream_t *)&c->pipe) > 0) {
+        return;
+    }
+    zd_rpc_session_peer(c->session, &peer);
+    /* Bytes the client has not read yet: it is not waiting, and when it reads them they tell
+     * it the daemon lives. So at most one StillWorking piles up behind a busy client, and a
+     * reply with descriptors never finds the kernel's buffer full of them. */
+    if (!peer.keepalive || uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0 ||
+        ioctl(fd, SIOCOUTQ, &unread) != 0 || unread > 0) {
+        return;
+    }
+    reply = zd_rpc_still_working(c->inflight);
+    if (reply != NULL) {
+        zd_conn_send(c, reply);
+    }
 }

@@ -1,7 +1,8 @@
 /*
  * The daemon's front: the listening Unix socket (bound and removed with care), accepting a
- * client (SO_PEERCRED, per-uid limits), routing the runner's results to their connections,
- * signals and an orderly stop. A connection's own framing and back-pressure are in server/conn.c.
+ * client (SO_PEERCRED; the per-uid caps are server/admit.c's), keepalives, routing the runner's
+ * results to their connections, signals and an orderly stop. A connection's own framing and
+ * back-pressure are in server/conn.c.
  */
 #define _GNU_SOURCE
 #include "server/server.h"
@@ -76,17 +77,6 @@ static bool zd_server_peer_allowed(zd_server_t *srv, zd_conn_t *c, int fd, char 
     return false;
 }
 
-/* Open connections of a uid (this one included). */
-static unsigned zd_server_count_uid(const zd_server_t *srv, uid_t uid)
-{
-    unsigned n = 0;
-
-    for (const zd_conn_t *c = srv->conns; c != NULL; c = c->next) {
-        n += c->uid == uid && !c->closing;
-    }
-    return n;
-}
-
 static void zd_connection_cb(uv_stream_t *server, int status)
 {
     zd_server_t *srv = server->data;
@@ -116,14 +106,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         zd_conn_fail(c, 0, ZS_ERR_PERMISSION, msg);
         return;
     }
-    if (zd_server_count_uid(srv, c->uid) > ZD_MAX_CONNS_PER_UID) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "too many connections from uid %u (at most %u)",
-                 (unsigned)c->uid, ZD_MAX_CONNS_PER_UID);
-        zd_metrics_conn_refused(srv->metrics);
-        zd_conn_fail(c, 0, ZS_ERR_LIMIT, msg);
-        return;
-    }
+    (void)zd_conn_admit(c, ZD_CONN_UNNAMED); /* always in: the uid's oldest unnamed one goes */
     zs_debug(ZS_SUB_IPC, "connection %llu from %s", (unsigned long long)c->id, who);
     zd_conn_pump(c);
 }
@@ -140,6 +123,7 @@ static void zd_server_close_all(zd_server_t *srv)
         c = next;
     }
     uv_close((uv_handle_t *)&srv->async, NULL);
+    uv_close((uv_handle_t *)&srv->keepalive, NULL);
     uv_close((uv_handle_t *)&srv->sig_term, NULL);
     uv_close((uv_handle_t *)&srv->sig_int, NULL);
     uv_close((uv_handle_t *)&srv->sig_hup, NULL);
@@ -378,6 +362,8 @@ static bool zd_server_start_runner(zd_server_t *srv)
     srv->rpc.device = srv->params->device;
     srv->rpc.socket_path = srv->params->socket_path;
     srv->rpc.peer_deadline_ms = zd_config_peer_deadline_ns(cfg) / 1000000u;
+    srv->rpc.keepalive_interval_ms = cfg->heartbeat_interval_ns / 1000000u;
+    srv->rpc.keepalive_timeout_ms = cfg->heartbeat_timeout_ns / 1000000u;
     return true;
 }
 
@@ -391,6 +377,27 @@ static void zd_server_watch_signals(zd_server_t *srv)
     uv_signal_start(&srv->sig_term, zd_signal_cb, SIGTERM);
     uv_signal_start(&srv->sig_int, zd_signal_cb, SIGINT);
     uv_signal_start(&srv->sig_hup, zd_signal_cb, SIGHUP);
+}
+
+static void zd_keepalive_cb(uv_timer_t *t)
+{
+    zd_server_t *srv = t->data;
+
+    for (zd_conn_t *c = srv->conns; c != NULL; c = c->next) {
+        zd_conn_keepalive(c);
+    }
+}
+
+/* A StillWorking every heartbeat_interval to each client that waits for a request in progress
+ * (HelloReply.keepalive_*): from the loop, which never waits on the runner, so a client can
+ * tell a long request from a stopped or hung daemon. */
+static void zd_server_start_keepalive(zd_server_t *srv)
+{
+    uint64_t ms = srv->rpc.keepalive_interval_ms;
+
+    uv_timer_init(srv->loop, &srv->keepalive);
+    srv->keepalive.data = srv;
+    uv_timer_start(&srv->keepalive, zd_keepalive_cb, ms, ms);
 }
 
 /* Tell launchers the daemon serves: a READY line on stdout (READY=1 to systemd: server/sdnotify.c).
@@ -434,6 +441,7 @@ int zd_server_run(const zd_server_params_t *params)
         goto out_free;
     }
     zd_server_watch_signals(srv);
+    zd_server_start_keepalive(srv);
     if (zd_server_listen(srv) != ZS_OK ||
         zd_metrics_http_start(srv->loop, srv->metrics, cfg->metrics_listen, srv->has_allowed_gid,
                               srv->allowed_gid, &srv->http) != ZS_OK) {

@@ -26,14 +26,23 @@
 #define ZD_CONN_MAX_UNREAD         (4u << 20)
 _Static_assert(ZD_CONN_MAX_INFLIGHT > ZD_MAX_SLOTS + 1, "a trainer's own requests never stall it");
 /* What all connections together may hold in frame buffers (each frame is at most 16 MiB and
- * must arrive within frame_timeout), and how many connections one uid may have open: beyond
- * these a connection is refused, so that no number of clients can exhaust the daemon's memory. */
-#define ZD_BUFFER_BUDGET     (512u << 20)
-#define ZD_BUFFER_KEEP       (1u << 20) /* a buffer above this shrinks once its frame is out */
-#define ZD_MAX_CONNS_PER_UID 256u
-#define ZD_WARN_PEERS        8
-#define ZD_WARN_BURST        20
-#define ZD_WARN_INTERVAL_NS  (10ull * 1000000000ull)
+ * must arrive within frame_timeout): beyond it a connection is refused, so that no number of
+ * clients can exhaust the daemon's memory. */
+#define ZD_BUFFER_BUDGET (512u << 20)
+#define ZD_BUFFER_KEEP   (1u << 20) /* a buffer above this shrinks once its frame is out */
+/* Who gets in (server/admit.c; docs/design-notes.md "Nothing a client can do kills the
+ * daemon"). Each kind of connection has its own cap per uid, so that a pile of one kind
+ * (half-open connections, idle trainer sessions) never locks the uid's operator tools or its
+ * job's trainer out. Past a cap the uid's oldest idle connection of that kind is closed (idle:
+ * no request in progress and no job held), so the newcomer gets in; only when none is idle is
+ * the newcomer refused. */
+#define ZD_MAX_UNNAMED_PER_UID  32u  /* connected, Hello not yet answered */
+#define ZD_MAX_TRAINERS_PER_UID 256u /* trainer role */
+#define ZD_MAX_CONTROL_PER_UID  64u  /* control role (zeroctl) */
+
+#define ZD_WARN_PEERS           8
+#define ZD_WARN_BURST           20
+#define ZD_WARN_INTERVAL_NS     (10ull * 1000000000ull)
 
 typedef struct zd_server zd_server_t;
 
@@ -44,9 +53,16 @@ typedef struct zd_warn_peer {
     zs_ratelimit_t rl;
 } zd_warn_peer_t;
 
+typedef enum zd_conn_kind {
+    ZD_CONN_UNNAMED = 0, /* its Hello not yet answered */
+    ZD_CONN_TRAINER,
+    ZD_CONN_CONTROL,
+} zd_conn_kind_t;
+
 typedef struct zd_conn {
     uv_pipe_t pipe; /* first: the handle's data points back here too */
     uv_timer_t timer;
+    uv_timer_t name_timer; /* unnamed: frame_timeout to send its Hello (server/admit.c) */
     zd_server_t *srv;
     uint64_t id;
     uid_t uid; /* SO_PEERCRED; (uid_t)-1 when unknown */
@@ -59,6 +75,7 @@ typedef struct zd_conn {
     /* frame_timeout passed with bytes waiting in the socket: they arrived in time, so they are
      * read once before the frame is judged (zd_frame_timer_cb) */
     bool late_read;
+    zd_conn_kind_t kind; /* the cap it counts against (server/admit.c) */
     int open_handles;
     /* requests with the runner, oldest first: each gets exactly one reply, in order */
     uint32_t inflight, inflight_head;
@@ -72,6 +89,7 @@ struct zd_server {
     uv_pipe_t listener;
     uv_async_t async;
     uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t keepalive; /* every heartbeat_interval: StillWorking where a request waits */
     zd_runner_t *runner;
     struct zd_sdnotify
         *notify; /* READY, STATUS, WATCHDOG to systemd (server/sdnotify.h); NULL: none */
@@ -118,5 +136,18 @@ void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char *msg);
 void zd_conn_close_soon(zd_conn_t *c);
 /* Close now. */
 void zd_conn_close(zd_conn_t *c);
+/* A StillWorking, when the client asked for keepalives and has a request in progress. */
+void zd_conn_keepalive(zd_conn_t *c);
+/* c counts as `kind` from now (accepted: unnamed, with frame_timeout to send its Hello; its
+ * Hello answered: its role), within its uid's cap of the kind: the uid's oldest idle one of the
+ * kind is closed to make room where needed. False when c was refused (it is failing with
+ * ERR_LIMIT naming the cap and the uid). */
+bool zd_conn_admit(zd_conn_t *c, zd_conn_kind_t kind);
+
+/* ---- admission (server/admit.c) ------------------------------------------------------- */
+
+/* The decision of zd_conn_admit: true when c may stay, *victim_p the connection to close to
+ * make room (NULL: none) with msg for it; false with msg for c when none could. */
+bool zd_admit(zd_conn_t *c, zd_conn_kind_t kind, zd_conn_t **victim_p, char *msg, size_t len);
 
 #endif

@@ -91,8 +91,8 @@ static int zc_session_on_slot_free(zc_session_t *s, const zc_frame_t *f)
     return zc_result_status(sf->result, what);
 }
 
-/* Read one frame and dispatch SlotFree and ErrorReply. *frame_p is set (and owned by the
- * caller) only for any other frame. */
+/* Read one frame and dispatch SlotFree, StillWorking and ErrorReply. *frame_p is set (and
+ * owned by the caller) only for any other frame. */
 int zc_session_read(zc_session_t *s, zs_deadline_t deadline, zc_frame_t **frame_p)
 {
     zc_frame_t *f = NULL;
@@ -100,10 +100,19 @@ int zc_session_read(zc_session_t *s, zs_deadline_t deadline, zc_frame_t **frame_
 
     *frame_p = NULL;
     status = zc_conn_recv(&s->conn, deadline, &f);
+    if (status == ZC_ERR_PEER_LOST) {
+        /* the daemon went silent (wire.c): a reply that comes later must not be mistaken */
+        zc_conn_cleanup(&s->conn);
+        return status;
+    }
     if (status != ZC_OK) {
         return zc_session_broken(s, status);
     }
     switch (f->body_case) {
+    case ZEROD__IPC__V1__FRAME__BODY_STILL_WORKING:
+        /* the daemon lives and works on a request of ours: the wait goes on */
+        zerod__ipc__v1__frame__free_unpacked(f, NULL);
+        return ZC_OK;
     case ZEROD__IPC__V1__FRAME__BODY_SLOT_FREE:
         status = zc_session_on_slot_free(s, f);
         zerod__ipc__v1__frame__free_unpacked(f, NULL);
@@ -200,7 +209,9 @@ int zc_session_request_fd(zc_session_t *s, zc_frame_t *request, int fd, zc_body_
         if (soon.at_ns > deadline.at_ns) {
             soon = deadline;
         }
-        why = zc_session_read(s, soon, &f);
+        do {
+            why = zc_session_read(s, soon, &f); /* past SlotFree and StillWorking */
+        } while (why == ZC_OK && f == NULL);
         if (f != NULL) {
             zerod__ipc__v1__frame__free_unpacked(f, NULL);
         }
@@ -274,6 +285,7 @@ static void zc_session_take_hello(zc_session_t *s, const Zerod__Ipc__V1__HelloRe
     s->daemon.pid = hr->pid;
     s->daemon.protocol = hr->protocol;
     s->daemon.peer_deadline_ms = hr->peer_deadline_ms;
+    s->conn.silence_ms = hr->keepalive_timeout_ms; /* 0 from a daemon that sends none */
     if (!s->timeout_set) {
         /* outwait the daemon: a lost or hung peer is then reported as ERR_PEER_LOST naming the
          * rank, not as this call's own timeout */
@@ -296,6 +308,7 @@ static int zc_session_hello(zc_session_t *s)
     hello.version = (char *)zc_version();
     hello.role =
         s->control ? ZEROD__IPC__V1__ROLE__ROLE_CONTROL : ZEROD__IPC__V1__ROLE__ROLE_TRAINER;
+    hello.keepalive = true;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_HELLO;
     req.hello = &hello;
     status = zc_session_call(s, &req, ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY, -1, "hello", &reply);

@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -130,6 +132,7 @@ int zc_conn_connect(zc_conn_t *conn, const char *path, zs_deadline_t deadline)
     if (status != ZC_OK) {
         goto err_close;
     }
+    snprintf(conn->path, sizeof(conn->path), "%s", path);
     return ZC_OK;
 
 err_close:
@@ -147,15 +150,37 @@ uint64_t zc_conn_next_seq(zc_conn_t *conn)
     return seq;
 }
 
+/* Wait until the socket is ready for events, or the deadline. A wait for data also ends when
+ * nothing came for silence_ms: a daemon with a request in progress sends StillWorking every
+ * heartbeat_interval, so its silence means it is stopped, hung or cut off, however long the
+ * request itself may take. */
 static int zc_conn_wait(zc_conn_t *conn, short events, zs_deadline_t deadline, const char *what)
 {
     struct pollfd pfd = {.fd = conn->fd, .events = events, .revents = 0};
+    zs_deadline_t until = deadline;
+    bool silence = false;
     int rc;
 
+    if (events == POLLIN && conn->silence_ms > 0) {
+        zs_deadline_t quiet = zs_deadline_in_ms(conn->silence_ms);
+        if (quiet.at_ns < deadline.at_ns) {
+            until = quiet;
+            silence = true;
+        }
+    }
     for (;;) {
-        rc = poll(&pfd, 1, zs_deadline_poll_ms(deadline));
+        rc = poll(&pfd, 1, zs_deadline_poll_ms(until));
         if (rc > 0) {
             return ZC_OK;
+        }
+        if (rc == 0 && silence) {
+            return zc_fail(ZC_ERR_PEER_LOST,
+                           "the daemon at %s sent nothing for %.1f s while a request was in "
+                           "progress (its heartbeat_timeout; it sends a keepalive every "
+                           "heartbeat_interval): it is stopped, hung or cut off; connection "
+                           "closed",
+                           conn->path[0] != '\0' ? conn->path : "the socket",
+                           (double)conn->silence_ms / 1000.0);
         }
         if (rc == 0) {
             return zc_fail(ZC_ERR_TIMEOUT, "timed out %s the daemon", what);

@@ -53,6 +53,11 @@ typedef struct zc_conn {
     int fds[ZC_MAX_PENDING_FDS]; /* received with SCM_RIGHTS, not yet claimed */
     uint32_t n_fds;
     uint64_t next_seq;
+    /* HelloReply.keepalive_timeout_ms: a wait for data fails with ZC_ERR_PEER_LOST after this
+     * long without a byte (the daemon sends StillWorking while a request is in progress); 0:
+     * only the call's deadline bounds it */
+    uint64_t silence_ms;
+    char path[108]; /* the socket, for messages ("" when not known) */
 } zc_conn_t;
 
 /* Take over a connected socket (sets O_NONBLOCK). */
@@ -71,8 +76,9 @@ uint64_t zc_conn_next_seq(zc_conn_t *conn);
 int zc_conn_send(zc_conn_t *conn, zc_frame_t *frame, int fd, zs_deadline_t deadline);
 /* Receive and decode one frame (caller frees with zerod__ipc__v1__frame__free_unpacked).
  * File descriptors that arrive on the way are kept in conn->fds. Errors: ZC_ERR_TIMEOUT,
- * ZC_ERR_CLOSED (EOF, also in the middle of a frame), ZC_ERR_PROTOCOL (length 0 or over
- * ZS_FRAME_MAX, undecodable frame, truncated fds), ZC_ERR_IO. */
+ * ZC_ERR_PEER_LOST (nothing came for silence_ms), ZC_ERR_CLOSED (EOF, also in the middle of a
+ * frame), ZC_ERR_PROTOCOL (length 0 or over ZS_FRAME_MAX, undecodable frame, truncated fds),
+ * ZC_ERR_IO. */
 int zc_conn_recv(zc_conn_t *conn, zs_deadline_t deadline, zc_frame_t **frame_p);
 /* Move up to max received fds to fds[] (in arrival order); returns how many. */
 uint32_t zc_conn_take_fds(zc_conn_t *conn, int *fds, uint32_t max);

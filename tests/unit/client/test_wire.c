@@ -1,6 +1,6 @@
 /* zc_conn: frame decoding from a socketpair (length prefix, split and batched frames,
- * SCM_RIGHTS fds, bad lengths, EOF in the middle of a frame); connecting to a listener whose
- * backlog is full (a stopped daemon): bounded by the deadline. */
+ * SCM_RIGHTS fds, bad lengths, EOF in the middle of a frame, a silent daemon); connecting to a
+ * listener whose backlog is full (a stopped daemon): bounded by the deadline. */
 #define _GNU_SOURCE
 #include "zc_int.h"
 
@@ -69,6 +69,35 @@ static void write_all(int fd, const uint8_t *buf, size_t n)
 static zs_deadline_t soon(void)
 {
     return zs_deadline_in_ms(2000);
+}
+
+/* A daemon that went silent (HelloReply.keepalive_timeout_ms) fails a wait long before the
+ * call's deadline, naming the socket and the silence; each byte that comes restarts it. */
+Test(zc_conn, silence_fails_a_wait_before_its_deadline)
+{
+    uint8_t buf[256];
+    zc_frame_t *f = NULL;
+    pair_t p;
+    size_t n;
+    uint64_t t0;
+
+    pair_init(&p);
+    p.conn.silence_ms = 300;
+    snprintf(p.conn.path, sizeof(p.conn.path), "/run/zerod/test.sock");
+    n = pack_step_reply(3, 1, buf, sizeof(buf));
+    write_all(p.peer, buf, 2);
+    usleep(200000);
+    write_all(p.peer, buf + 2, n - 2); /* 200 ms after the first bytes: within the silence */
+    cr_assert_eq(zc_conn_recv(&p.conn, zs_deadline_in_ms(60000), &f), ZC_OK, "%s", zc_last_error());
+    zerod__ipc__v1__frame__free_unpacked(f, NULL);
+    t0 = zs_time_now_ns();
+    cr_assert_eq(zc_conn_recv(&p.conn, zs_deadline_in_ms(60000), &f), ZC_ERR_PEER_LOST);
+    cr_assert_lt(zs_time_now_ns() - t0, 5 * ZS_NSEC_PER_SEC);
+    cr_assert(strstr(zc_last_error(), "daemon at /run/zerod/test.sock sent nothing for 0.3 s"),
+              "%s", zc_last_error());
+    /* the call's own deadline, when it is the nearer one, stays a timeout */
+    cr_assert_eq(zc_conn_recv(&p.conn, zs_deadline_in_ms(20), &f), ZC_ERR_TIMEOUT);
+    pair_cleanup(&p);
 }
 
 Test(zc_conn, decodes_a_frame_split_across_writes)

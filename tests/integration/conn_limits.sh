@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# No number of clients exhausts the daemon (issue "nothing a client does can kill or wedge
-# zerod"): one uid may hold at most 256 connections, and all connections together at most
-# 512 MiB of frame buffers; past either limit a connection is refused with ERR_LIMIT naming
-# it, the daemon's memory stays bounded, and it answers and serves a trainer afterwards.
+# No number of clients exhausts the daemon, nor locks a uid out of its own tools (issue 41;
+# docs/design-notes.md "Nothing a client can do kills the daemon"): per uid, at most 32
+# connections that have not sent their Hello, 256 of the trainer role and 64 of the control
+# role; past a cap the uid's oldest idle one of the kind is closed with ERR_LIMIT naming the cap
+# and the uid, so `zeroctl status` and a trainer of that uid still get in. All connections
+# together hold at most 512 MiB of frame buffers; the daemon's memory stays bounded, and it
+# answers and serves a trainer afterwards.
 #   conn_limits.sh ZEROD ZEROCTL TRAIN_MLP RUNDIR
 set -euo pipefail
 zerod=$1 zeroctl=$2 train=$3 rundir=$4
@@ -18,35 +21,35 @@ check_rss=1
 if zd_sanitized; then
     check_rss=0
 fi
+cleanup() {
+    rm -f "$rundir/held"
+}
 zd_ctl_start "$zerod" "$rundir" --frame-timeout 30s --max-shard-bytes 64MiB
 
-# 300 connections of one uid: those past 256 are refused naming the limit
-/usr/bin/python3 - "$sock" <<'EOF' || fail "connection limit"
-import socket, struct, sys, time
-path = sys.argv[1]
-conns = []
-for _ in range(300):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
-    conns.append(s)
-time.sleep(0.5)
-refused = 0
-for s in conns:
-    s.setblocking(False)
-    try:
-        data = s.recv(4096)
-    except BlockingIOError:
-        continue
-    if b"too many connections from uid" in data:
-        refused += 1
-print(f"300 connections of one uid: {refused} refused (limit 256)")
-sys.exit(0 if refused == 300 - 256 else 1)
-EOF
+# 300 connections of one uid that never send their Hello, then 300 that send a trainer's Hello
+# and nothing more (conn_hold.py), each kind held open while `zeroctl status` and a trainer of
+# that uid run.
+for kind in half-open idle-trainer; do
+    rm -f "$rundir/held"
+    /usr/bin/python3 "$here/conn_hold.py" "$sock" $kind "$rundir/held" >"$rundir/$kind.out" 2>&1 &
+    holder=$!
+    zd_poll 20 test -f "$rundir/held" || { cat "$rundir/$kind.out"; fail "$kind: no connections"; }
+    "$zeroctl" -s "$sock" status >/dev/null ||
+        fail "$kind: zeroctl status of the same uid does not answer"
+    ZEROD_SOCKET=$sock ZEROD_JOB=conn_limits "$train" --steps 2 >"$rundir/train.out" 2>&1 ||
+        { cat "$rundir/train.out"; fail "$kind: a trainer of the same uid cannot train"; }
+    rm -f "$rundir/held"
+    zd_wait_pid "$holder" 10 "the $kind connections"
+    cat "$rundir/$kind.out"
+    [ "$rc" = 0 ] || fail "$kind: not exactly the oldest past the cap were closed"
+    echo "$kind: zeroctl status and a trainer of the same uid got in"
+done
 
 # 48 connections each sending 15 of a frame's 16 MiB: the buffers stop at 512 MiB in all
 rss_before=$(zd_kib "$pid" VmRSS)
-/usr/bin/python3 - "$sock" "$pid" "$check_rss" <<'EOF' || fail "buffer budget"
+PYTHONPATH=$here /usr/bin/python3 - "$sock" "$pid" "$check_rss" <<'EOF' || fail "buffer budget"
 import socket, struct, sys, time
+from conn_hold import hello
 path, pid, check_rss = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 chunk = b"\0" * (1 << 20)
 conns, refused = [], 0
@@ -55,6 +58,7 @@ for _ in range(48):
     s.connect(path)
     s.settimeout(5)
     try:
+        s.sendall(hello(1))  # a trainer: past 32 unnamed ones the oldest would be closed
         s.sendall(struct.pack("<I", 16 << 20))
         for _ in range(15):
             s.sendall(chunk)

@@ -170,7 +170,8 @@ kill-daemon)
 peer-lost-w2 | peer-lost-w3)
     # A rank's daemon dies (kill -9) or hangs (SIGSTOP) with the default collective_timeout
     # (60 s): every other trainer gets ERR_PEER_LOST naming the rank from the watch, at once for
-    # a killed daemon (its connections are reset) and within heartbeat_timeout for a hung one.
+    # a killed daemon (its connections are reset) and within heartbeat_timeout for a hung one;
+    # the hung daemon's own trainer too, when its keepalives stop.
     world=${mode#peer-lost-w}
     hb_timeout=3
     for how in KILL STOP; do
@@ -204,8 +205,14 @@ peer-lost-w2 | peer-lost-w3)
         else
             limit=$((hb_timeout + 2))
             grep -q "no heartbeat for" "$work/t0.out" || fail "STOP: not reported as missed heartbeats"
-            kill -KILL "${tpids[$victim]}" "${dpids[$victim]}" 2>/dev/null
-            wait "${tpids[$victim]}" 2>/dev/null
+            # the stopped daemon's own trainer: its keepalives stopped too (issue 41)
+            wait_trainer $victim $limit
+            [ "$rc" = 4 ] || fail "STOP: rank $victim's trainer exited $rc, expected 4"
+            grep -q "ERR_PEER_LOST" "$work/t$victim.out" ||
+                fail "STOP: rank $victim's trainer did not report ERR_PEER_LOST"
+            grep -q "sent nothing for ${hb_timeout}.0 s" "$work/t$victim.out" ||
+                fail "STOP: rank $victim's trainer was not told its daemon went silent"
+            kill -KILL "${dpids[$victim]}" 2>/dev/null
             kill -CONT "${dpids[$victim]}" 2>/dev/null
         fi
         wait "${dpids[$victim]}" 2>/dev/null

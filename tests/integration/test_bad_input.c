@@ -404,6 +404,48 @@ Test(zerod_bad_input, truncated_frame_times_out)
                             "frame_timeout (2000 ms)");
 }
 
+Test(zerod_bad_input, no_hello_times_out)
+{
+    raw_conn_t *c = raw_open(); /* and then nothing: it would count against the uid's cap */
+
+    expect_error_then_close(c, 0, ZS_ERR_TIMEOUT, "no hello", "no Hello within frame_timeout",
+                            "(2000 ms)");
+}
+
+Test(zerod_bad_input, still_working_from_a_client)
+{
+    raw_conn_t *c = raw_open();
+    frame_t f = ZEROD__IPC__V1__FRAME__INIT;
+    Zerod__Ipc__V1__StillWorking sw = ZEROD__IPC__V1__STILL_WORKING__INIT;
+
+    raw_hello(c, ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
+    f.body_case = ZEROD__IPC__V1__FRAME__BODY_STILL_WORKING;
+    f.still_working = &sw;
+    raw_send(c, &f);
+    expect_error_then_close(c, f.seq, ZS_ERR_PROTOCOL, "still_working from a client",
+                            "still_working", "not a request");
+}
+
+/* Keepalives only where the Hello asks for them: an older client would not know the frame. */
+Test(zerod_bad_input, keepalive_only_when_asked)
+{
+    for (int ask = 0; ask < 2; ask++) {
+        raw_conn_t *c = raw_open();
+        Zerod__Ipc__V1__Hello h;
+        frame_t f, *r;
+
+        rf_hello_init(&f, &h, 1, "test_bad_input", ZEROD__IPC__V1__ROLE__ROLE_TRAINER);
+        h.keepalive = ask;
+        raw_send(c, &f);
+        r = raw_expect(c, ZEROD__IPC__V1__FRAME__BODY_HELLO_REPLY, "hello");
+        /* the fixture's heartbeat_interval and heartbeat_timeout: the defaults */
+        cr_assert_eq(r->hello_reply->keepalive_interval_ms, ask ? 1000u : 0u);
+        cr_assert_eq(r->hello_reply->keepalive_timeout_ms, ask ? 5000u : 0u);
+        zerod__ipc__v1__frame__free_unpacked(r, NULL);
+        raw_close(c);
+    }
+}
+
 Test(zerod_bad_input, frame_over_16_mib)
 {
     raw_conn_t *c = raw_open();

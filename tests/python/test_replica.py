@@ -19,6 +19,10 @@ Cases:
   fallback  daemons 1 and 2 die: rank 1's shard and its replica on rank 2 are both gone, so the
             job goes back to checkpoint_dir's latest checkpoint; rank 0's daemon log names both
             ranks
+  world2    daemon 1 dies and the launcher restarts the job at world 2 on the daemons of ranks 0
+            and 2: they move the shards they hold (their own and rank 1's replica) into the
+            world-2 layout in memory, and the job goes on at its step; it ends bit-identical to
+            a run that saved a checkpoint at that step at world 3 and loaded it at world 2
   mismatch  daemon 1 runs with replication off, the others with buddy: the attach fails on
             every rank, naming rank 1 and both values
 """
@@ -47,7 +51,10 @@ def child(out):
     engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=zr.param_groups(model),
                                              config=cfg)
     print("ATTACHED resumed=%d step=%d" % (engine.resumed, engine.global_steps), flush=True)
-    while engine.global_steps < STEPS:
+    if os.environ.get("ZD_LOAD"):  # the world-2 side of the world2 case's reference run
+        engine.load_checkpoint(os.environ["ZD_LOAD"])
+    stop = int(os.environ.get("ZD_STOP_AT", STEPS))
+    while engine.global_steps < stop:
         s = engine.global_steps
         for k in range(GAS):
             x, t = zr.batch(s, k, engine.rank)
@@ -55,15 +62,22 @@ def child(out):
             time.sleep(0.02)
             engine.step()
         print("STEP %d" % engine.global_steps, flush=True)
+    if stop < STEPS:
+        engine.save_checkpoint(os.environ["ZD_SAVE"])
     torch.save(zr.params_of(model), out)
     engine.close()
     print("DONE", flush=True)
 
 
-def start(cluster, job, rank, out, restart=False):
+def start(cluster, job, rank, out, restart=False, daemons=None, extra=None):
+    """Rank `rank`'s trainer; daemons: the daemon of each rank of a smaller world."""
     env = dict(os.environ)
     env.pop("TORCHELASTIC_RESTART_COUNT", None)
     env.update(cluster.env(rank, job))
+    if daemons is not None:
+        env.update({"WORLD_SIZE": str(len(daemons)),
+                    "ZEROD_SOCKET": cluster.daemons[daemons[rank]].socket})
+    env.update(extra or {})
     if restart:  # the launcher's word that this is a restart of the job
         env["TORCHELASTIC_RESTART_COUNT"] = "1"
     return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out],
@@ -86,7 +100,7 @@ def finish(procs, timeout=50):
     return lines
 
 
-def interrupt(c, procs, victims):
+def interrupt(c, procs, victims, restart=True):
     """Kill the victims' daemons inside the step after KILL_AFTER, then every trainer; start
     the victims' daemons again (fresh, each with a log of its own)."""
     deadline = time.monotonic() + 40
@@ -107,7 +121,7 @@ def interrupt(c, procs, victims):
     for p in procs:
         p.wait(timeout=10)
         p.stdout.close()
-    for r in victims:
+    for r in victims if restart else ():
         d = c.daemons[r]
         d.log_path = os.path.join(d.rundir, "zerod-restarted.log")
         d.start()
@@ -145,13 +159,35 @@ def mismatch():
     return 0
 
 
+def world2(c, outs):
+    """Daemon 1 dies; the job goes on at world 2 on daemons 0 and 2. The reference: world 3
+    up to the step it went on from, a checkpoint, world 2 from it."""
+    daemons = [0, 2]
+    procs = [start(c, "killed", r, outs["killed"][r]) for r in range(WORLD)]
+    interrupt(c, procs, [1])  # daemon 1 comes back idle: the reference run needs it
+    procs = [start(c, "killed", r, outs["killed"][r], True, daemons) for r in range(2)]
+    logs = finish(procs)
+    firsts = [log.splitlines()[0] for log in logs]
+    assert all(f.startswith("ATTACHED resumed=1") for f in firsts), firsts
+    step = int(firsts[0].split("step=")[1])
+    assert KILL_AFTER <= step < STEPS and all(f.endswith("step=%d" % step) for f in firsts), firsts
+    assert "goes on as rank 1 of 2 at step %d" % step in c.daemons[2].log()
+    ckpt = os.path.join(c.tmp, "ckpt")
+    finish([start(c, "ref3", r, outs["straight"][r], extra={"ZD_STOP_AT": str(step),
+                                                             "ZD_SAVE": ckpt})
+            for r in range(WORLD)])
+    finish([start(c, "ref2", r, outs["straight"][r], False, daemons, {"ZD_LOAD": ckpt})
+            for r in range(2)])
+    return step
+
+
 def main():
     if "--child" in sys.argv:
         child(sys.argv[sys.argv.index("--child") + 1])
         return 0
     case = sys.argv[1] if len(sys.argv) > 1 else "recover"
-    if case not in ("recover", "fallback", "mismatch"):
-        print("usage: test_replica.py recover|fallback|mismatch", file=sys.stderr)
+    if case not in ("recover", "fallback", "world2", "mismatch"):
+        print("usage: test_replica.py recover|fallback|world2|mismatch", file=sys.stderr)
         return 2
     if case == "mismatch":
         return mismatch()
@@ -170,6 +206,10 @@ def main():
         with zf.Cluster(WORLD, flags=flags, allowed_errors=allowed) as c:
             outs = {run: [os.path.join(c.tmp, "%s%d.pt" % (run, r)) for r in range(WORLD)]
                     for run in ("straight", "killed")}
+            if case == "world2":
+                step = world2(c, outs)
+                compare(outs, 2)
+                return report(case, [1], step, t0)
             finish([start(c, "straight", r, outs["straight"][r]) for r in range(WORLD)])
             procs = [start(c, "killed", r, outs["killed"][r]) for r in range(WORLD)]
             interrupt(c, procs, victims)
@@ -193,18 +233,27 @@ def main():
                 assert step <= KILL_AFTER + 1 and step % 2 == 0, step
                 assert re.search(r"rank 1's shard and its replica on rank 2 are both lost",
                                  survivor), survivor[-3000:]
-            for r in range(WORLD):
-                a, b = torch.load(outs["straight"][r]), torch.load(outs["killed"][r])
-                for i, (x, y) in enumerate(zip(a, b)):
-                    assert torch.equal(x, y), (
-                        "rank %d tensor %d: the run with lost daemons differs from the straight "
-                        "run (max %g)" % (r, i, (x - y).abs().max().item()))
+            compare(outs, WORLD)
     finally:
         if ckpt is not None:
             import shutil
             shutil.rmtree(ckpt, ignore_errors=True)
+    return report(case, victims, step, t0)
+
+
+def compare(outs, world):
+    for r in range(world):
+        a, b = torch.load(outs["straight"][r]), torch.load(outs["killed"][r])
+        assert len(a) == len(b)
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert torch.equal(x, y), (
+                "rank %d tensor %d: the run with lost daemons differs from the reference run "
+                "(max %g)" % (r, i, (x - y).abs().max().item()))
+
+
+def report(case, victims, step, t0):
     print("replica %s: daemon(s) %s killed after step %d, job resumed at step %d, final "
-          "parameters bit-identical to the uninterrupted run (%.1f s)"
+          "parameters bit-identical to the reference run (%.1f s)"
           % (case, victims, KILL_AFTER, step, time.monotonic() - t0))
     print("PASS")
     return 0

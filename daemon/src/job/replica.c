@@ -19,14 +19,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-/* What each rank says of itself when a mesh forms (all-gathered). */
-typedef struct zd_rep_info {
-    uint64_t loaded; /* step + 1 when the rank holds the job's values; 0: fresh */
-    uint64_t rep;    /* step + 1 of the valid replica it holds; 0: none */
-    uint64_t owner;  /* whose shard that replica is */
-    uint64_t host;   /* where it runs: boot id, network namespace, host name */
-} zd_rep_info_t;
-
 /* What a buddy sends a fresh rank besides its shard: the job's step and the state every rank
  * holds alike (the loss scaler, the counters). */
 typedef struct zd_rep_head {
@@ -360,6 +352,34 @@ static zs_status_t zd_replica_settle(zd_job_t *job, const zd_job_env_t *env,
     return st;
 }
 
+/* What this rank holds: of this job, and of the job of another world it takes over. */
+static void zd_replica_info_self(const zd_job_t *job, zd_rep_info_t *me)
+{
+    const zd_job_t *o = job->rep.from;
+
+    *me = (zd_rep_info_t){.loaded = job->params_loaded ? job->step + 1 : 0,
+                          .rep = job->rep.valid ? job->rep.step + 1 : 0,
+                          .owner = job->rep.owner,
+                          .host = zd_replica_host_key()};
+    if (o != NULL) {
+        me->o_world = o->world;
+        me->o_rank = o->rank;
+        me->o_loaded = o->step + 1;
+        me->o_rep = o->rep.valid ? o->rep.step + 1 : 0;
+        me->o_owner = o->rep.owner;
+    }
+}
+
+static bool zd_replica_from_other_world(const zd_rep_info_t *in, uint32_t world)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        if (in[r].o_world != 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, size_t errlen)
 {
     zd_replica_t *rp = &job->rep;
@@ -379,14 +399,14 @@ zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, s
         free(in);
         return st != ZS_OK ? st : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "recovery: out of memory");
     }
-    in[job->rank] = (zd_rep_info_t){job->params_loaded ? job->step + 1 : 0,
-                                    rp->valid ? rp->step + 1 : 0, rp->owner, zd_replica_host_key()};
+    zd_replica_info_self(job, &in[job->rank]);
     st = job->coll->ops->all_gather(job->coll, in, ZS_DTYPE_F32, sizeof(*in) / sizeof(float), err,
                                     errlen);
     t1 = zs_time_now_ns();
     if (st == ZS_OK) {
         rp->shift = zd_replica_shift(in, N);
-        st = zd_replica_settle(job, env, in, err, errlen);
+        st = zd_replica_from_other_world(in, N) ? zd_reshard_settle(job, env, in, err, errlen)
+                                                : zd_replica_settle(job, env, in, err, errlen);
     }
     /* recorded once the step is settled: the spans go with the step built next */
     zd_trace_span(job->trace, ZD_TRACE_RECOVER_AGREE, job->step + 1, t0, t1,

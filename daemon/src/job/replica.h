@@ -33,7 +33,18 @@ typedef struct zd_replica {
     float *master, *m, *v, *acc; /* [shard_numel] each: the replica and its gradient */
     float *stage; /* [shard_numel]: a shared master in one array, while a whole shard moves */
     uint64_t last_recovery_step; /* step of the last recovery this daemon took part in */
+    zd_job_t *from; /* while the mesh forms: the job of another world this one takes over */
 } zd_replica_t;
+
+/* What each rank says of itself when a mesh forms (all-gathered; steps + 1, 0: none). */
+typedef struct zd_rep_info {
+    uint64_t loaded; /* step + 1 when the rank holds the job's values; 0: fresh */
+    uint64_t rep;    /* step + 1 of the valid replica it holds; 0: none */
+    uint64_t owner;  /* whose shard that replica is */
+    uint64_t host;   /* where it runs: boot id, network namespace, host name */
+    /* the job of another world this rank takes over (o_world 0: none) */
+    uint64_t o_world, o_rank, o_loaded, o_rep, o_owner;
+} zd_rep_info_t;
 
 /* After a mesh formed (every rank, right after the regions are shared): agree on the buddies,
  * and when some rank came back fresh while the others kept the job, send it its shard from its
@@ -55,5 +66,24 @@ void zd_replica_pause(zd_job_t *job);
 /* What Status says of the replicas. */
 void zd_replica_status(const zd_job_t *job, zd_job_status_t *st);
 void zd_replica_free(zd_job_t *job);
+
+/* ---- job/replica_reshard.c: the job at another world ---------------------------------------- */
+
+/* zd_replica_form when some rank takes over a job of another world (job->rep.from): every old
+ * shard from the rank that holds it (its own, or a replica) into the new layout's shards, the
+ * common state from the old job; a shard lost with its replica falls back (or fails) as at the
+ * same world. */
+zs_status_t zd_reshard_settle(zd_job_t *job, const zd_job_env_t *env, const zd_rep_info_t *in,
+                              char *err, size_t errlen);
+
+/* ---- job/job_reshape.c ----------------------------------------------------------------------- */
+
+/* Does this attach take the job kept here to another world? replication = buddy, the job's
+ * trainers and mesh are gone, the same job id at another world (> 1), a restart. */
+bool zd_job_reshape_wanted(const zd_job_t *job, const zd_job_env_t *env, const zd_job_spec_t *spec);
+/* A new job of the spec's world and rank takes over *job_p's state in memory, with its
+ * peers, when its mesh forms; *job_p becomes it. The old job stays on failure. */
+zs_status_t zd_job_reshape(zd_job_t **job_p, const zd_job_env_t *env, const zd_job_spec_t *spec,
+                           char *err, size_t errlen);
 
 #endif

@@ -93,8 +93,8 @@ int zc_dev_copy(const zc_session_t *s, void *dst, const void *src, size_t bytes,
 int zc_dev_zero(const zc_session_t *s, void *dst, size_t bytes, const char *what);
 /* Wait until every CUDA write libzc made into the session's regions is complete. */
 int zc_dev_fence(const zc_session_t *s, const char *what);
-/* Read one frame and dispatch SlotFree and ErrorReply; *frame_p is set (and owned by the
- * caller) only for any other frame. */
+/* Read one frame and dispatch SlotFree, StillWorking and ErrorReply; *frame_p is set (and
+ * owned by the caller) only for any other frame. */
 int zc_session_read(zc_session_t *s, zs_deadline_t deadline, zc_frame_t **frame_p);
 /* Read frames until the one of body reply_case that echoes seq. */
 int zc_session_wait_reply(zc_session_t *s, uint64_t seq, zc_body_case_t reply_case,

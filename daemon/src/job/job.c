@@ -158,6 +158,8 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
         return st;
     }
     zs_log_set_rank((int)job->rank);
+    /* the trace is this job's now: a recovery while the mesh forms is its first spans */
+    zd_trace_begin(job->trace, job->id, job->rank, job->world);
     st = zd_job_form_mesh(job, env, err, errlen);
     if (st != ZS_OK) {
         zs_warn_limited(env->warn_rl, ZS_SUB_ENGINE, "attach of job '%s' failed: %s", spec->job_id,
@@ -173,7 +175,6 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
             (unsigned long long)job->layout->param_numel, job->layout->n_buckets,
             (unsigned long long)job->layout->shard_numel, (unsigned long long)job->layout->hash);
     zd_job_log_stores(job);
-    zd_trace_begin(job->trace, job->id, job->rank, job->world); /* the trace is this job's now */
     *job_p = job;
     return ZS_OK;
 }
@@ -186,8 +187,14 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
     bool resumed;
     zs_status_t st;
 
-    /* busy, nothing to resume, or the kept job replaced (job/job_ctl.c) */
-    st = zd_job_attach_decide(job_p, env, conn, spec, replaced, sizeof(replaced), err, errlen);
+    /* busy, nothing to resume, or the kept job replaced (job/job_ctl.c); with buddy replicas a
+     * restart at another world takes the job over in memory (job/job_reshape.c), and then
+     * re-attaches to it below */
+    if (zd_job_reshape_wanted(*job_p, env, spec)) {
+        st = zd_job_reshape(job_p, env, spec, err, errlen);
+    } else {
+        st = zd_job_attach_decide(job_p, env, conn, spec, replaced, sizeof(replaced), err, errlen);
+    }
     if (st != ZS_OK) {
         return st;
     }
@@ -218,7 +225,8 @@ zs_status_t zd_job_attach(zd_job_t **job_p, const zd_job_env_t *env, uint64_t co
     job->released_ns = 0;
     job->kept = false;
     job->trainer_pid = spec->trainer_pid;
-    zd_job_attach_out(job, resumed, out);
+    /* a fresh job whose shard came from its buddy continues like a kept one */
+    zd_job_attach_out(job, resumed || job->recovered, out);
     snprintf(out->replaced, sizeof(out->replaced), "%s", replaced);
     return ZS_OK;
 }
@@ -242,6 +250,7 @@ zs_status_t zd_job_params_ready(zd_job_t *job, const zd_job_env_t *env, uint64_t
                            job->id);
         }
         st = zd_step_reload_master(job, err, errlen);
+        zd_replica_resend(job);
         out->step = job->step;
         out->loss_scale = job->scaler.cur_scale;
         return st;

@@ -189,6 +189,7 @@ static zs_status_t zd_job_apply_loaded(zd_job_t *job, zd_ckpt_loaded_t *l, zd_ck
         job->scaler.last_overflow_iter = l->scaler.last_overflow_iter;
     }
     job->params_loaded = true;
+    zd_replica_resend(job); /* the buddy gets the loaded shard whole at the next step */
     st = zd_step_refresh_params(job, err, errlen);
     if (st == ZS_OK) {
         *out = l->out;

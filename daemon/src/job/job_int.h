@@ -11,6 +11,7 @@
 #include "config/train_config.h"
 #include "job/job_env.h"
 #include "job/job_types.h"
+#include "job/replica.h"
 #include "job/scaler.h"
 #include "obs/trace.h"
 #include "zs/ckpt.h"
@@ -83,6 +84,9 @@ struct zd_job {
     int32_t trainer_pid;
     bool end_pending; /* a peer ended the job (mesh END) while its mesh was torn down */
     char end_why[256];
+    zd_replica_t rep;      /* replication = buddy: another rank's shard (job/replica.h) */
+    bool recovered;        /* a fresh job given its shard by its buddy: the trainer resumes */
+    char recover_msg[256]; /* why the job fell back to its last checkpoint ("": it did not) */
 };
 
 /* ---- job/job_create.c ----------------------------------------------------------------------- */
@@ -148,11 +152,6 @@ zs_status_t zd_step_load_params(zd_job_t *job, char *err, size_t errlen);
 zs_status_t zd_step_reload_master(zd_job_t *job, char *err, size_t errlen);
 /* Recast this rank's slices from the master and all-gather every bucket (a re-formed mesh, or
  * an interrupted all-gather). */
-/* Sum of squares of this rank's fp32 master (0 before a shared master is loaded). */
-void zd_step_master_sumsq(const zd_job_t *job, double *sumsq_p, int *nonfinite_p);
-
-/* Bucket b's slice of the fp32 master: in the params region itself when shared. */
-float *zd_step_master(const zd_job_t *job, uint32_t b);
 zs_status_t zd_step_refresh_params(zd_job_t *job, char *err, size_t errlen);
 /* Stage 2: reduce-scatter the slot into the accumulator slice (at the last micro-step, its sum of
  * squares becomes due). arrived_ns: when its BucketReady arrived (monotonic; 0: unknown), for
@@ -166,10 +165,21 @@ bool zd_step_idle_norm(zd_job_t *job);
  * accumulators are zeroed and nothing else changes. */
 zs_status_t zd_step_run(zd_job_t *job, const double *group_lr, zd_step_out_t *out, char *err,
                         size_t errlen);
-/* Drop a partial accumulation: zero the accumulator and the stage-1 grads. */
-void zd_step_drop_partial(zd_job_t *job);
 /* The trainer went: the next step's window (bucket wait, obs/metrics.h) opens at its first bucket.
  */
 void zd_step_stats_reset_window(zd_job_t *job);
+
+/* ---- job/step_shard.c ----------------------------------------------------------------------- */
+
+/* This rank's slice of bucket b inside a full-layout region of the job's dtype. */
+void *zd_step_slice_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b);
+/* This rank's whole bucket b inside a full-layout region. */
+void *zd_step_bucket_ptr(const zd_job_t *job, const zs_region_t *region, uint32_t b);
+/* Bucket b's slice of the fp32 master: in the params region itself when shared. */
+float *zd_step_master(const zd_job_t *job, uint32_t b);
+/* Sum of squares of this rank's fp32 master (0 before a shared master is loaded). */
+void zd_step_master_sumsq(const zd_job_t *job, double *sumsq_p, int *nonfinite_p);
+/* Drop a partial accumulation: zero the accumulator and the stage-1 grads. */
+void zd_step_drop_partial(zd_job_t *job);
 
 #endif

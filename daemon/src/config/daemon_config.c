@@ -64,10 +64,13 @@ static const zs_config_row_t zd_config_rows[] = {
      &zd_collective_timeout_range, 0},
     {"mesh_timeout", "60s", "how long non-zero ranks retry reaching the coordinator",
      offsetof(zd_config_t, mesh_timeout_ns), &zs_config_duration, &zd_mesh_timeout_range, 0},
-    {"heartbeat_interval", "1s", "period of the heartbeats every daemon of a job sends its peers",
+    {"heartbeat_interval", "1s",
+     "period of the heartbeats every daemon of a job sends its peers, and of the keepalives a "
+     "client gets while its request is in progress",
      offsetof(zd_config_t, heartbeat_interval_ns), &zs_config_duration, &zd_hb_interval_range, 0},
     {"heartbeat_timeout", "5s",
-     "a peer silent this long is lost (a killed daemon is noticed at once, by its endpoint)",
+     "a peer silent this long is lost (a killed daemon is noticed at once, by its endpoint); "
+     "a client whose daemon is silent this long fails its call",
      offsetof(zd_config_t, heartbeat_timeout_ns), &zs_config_duration, &zd_hb_timeout_range, 0},
     {"direct_collectives", "true",
      "co-located daemons reduce-scatter and all-gather by reading each other's shared regions in "

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Multi-node is the launchers' job: `torchrun --nnodes 2` on two hosts forms one zerod job with
-no zerod-specific flag. The two hosts are two network namespaces joined by a veth pair
-(10.77.0.1/24 and 10.77.0.2/24, like tests/integration/mesh_test.sh's two-host case); each runs
-one zerod and `python3 -m torch.distributed.run --nnodes 2 --nproc_per_node 1 --node_rank K
---master_addr 10.77.0.1 --master_port P train.py`. The agents' static rendezvous keeps its store
-on 10.77.0.1:P, the trainer's init_process_group("gloo") (what deepspeed.init_distributed()
-calls) joins it, and rank 0's daemon meets rank 1's on 10.77.0.1:P+1 (zc_coordinator_from_env,
-from the MASTER_ADDR and MASTER_PORT torchrun set). The trainer does `import zerod.torch as
+no zerod-specific flag. The two hosts are two network namespaces on one bridge (10.77.0.1/24
+and 10.77.0.2/24; tests/python/zd_netns.py); each runs one zerod and `python3 -m
+torch.distributed.run --nnodes 2 --nproc_per_node 1 --node_rank K --master_addr 10.77.0.1
+--master_port P train.py`. The agents' static rendezvous keeps its store on 10.77.0.1:P, the
+trainer's init_process_group("gloo") (what deepspeed.init_distributed() calls) joins it, and
+rank 0's daemon meets rank 1's on 10.77.0.1:P+1 (zc_coordinator_from_env, from the MASTER_ADDR
+and MASTER_PORT torchrun set). The trainer does `import zerod.torch as
 deepspeed` and trains STEPS steps; it gets only what a one-node torchrun run needs:
 ZEROD_SOCKET (its host's daemon), plus GLOO_SOCKET_IFNAME for torch's gloo (this machine's
 hostname resolves to 127.0.0.1, useless between namespaces; torch's setting, not zerod's).
@@ -15,9 +15,9 @@ Passes when both ranks end with bit-identical parameters (and print the same che
 match a single-process torch AdamW on the two ranks' averaged gradients (zd_ref, tolerance of
 test_parity.py), and both daemons agreed on the ring over UCX (rank on another host).
 
-Skips (exit 77, "SKIP: ...") without torch, without root or `ip`, or when `ip netns add` or
-the veth pair fails. Every wait has a deadline; the namespaces, daemons and torchrun process
-groups are removed on every exit, also on failure or SIGTERM.
+Skips (exit 77, "SKIP: ...") without torch, without root or `ip`, or when `ip netns add`, the
+bridge or a veth pair fails. Every wait has a deadline; the namespaces, daemons and torchrun
+process groups are removed on every exit, also on failure or SIGTERM.
 
     test_multinode.py
 """
@@ -32,13 +32,13 @@ import tempfile
 import time
 
 import zd_fixture as zf
+import zd_netns
 
 torch = zf.require_torch()
 import zd_ref as zr  # noqa: E402
 
 STEPS = 5
 TOL = 1e-5              # test_parity.py's: same Adam, same data, only rounding differs
-ADDR = ("10.77.0.1", "10.77.0.2")
 MASTER_PORT = 29500     # a fresh namespace: nothing else binds there
 RUN_TIMEOUT = 150       # both torchruns, from start to exit (CTest gives the test 300 s)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,107 +83,13 @@ dist.destroy_process_group()
 '''
 
 
-def ip_bin():
-    return shutil.which("ip") or next(
-        (p for p in ("/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip") if os.access(p, os.X_OK)), None)
-
-
-class Hosts:
-    """Two network namespaces joined by a veth pair; removed by close() whatever was made."""
-
-    def __init__(self):
-        pid = os.getpid()
-        self.ip = ip_bin()
-        self.ns = ["zdmnA%d" % pid, "zdmnB%d" % pid]
-        self.veth = ["zdmva%d" % pid, "zdmvb%d" % pid]  # <= 15 characters
-        self.made = []
-
-    def run(self, *args, check=True):
-        # not a sanitizer build's preloaded runtime (it is for libzc): LeakSanitizer would
-        # report ip's own allocations at its exit and fail it
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS",
-                            "TSAN_OPTIONS")}
-        out = subprocess.run([self.ip] + list(args), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             timeout=20, env=env)
-        if check and out.returncode != 0:
-            raise AssertionError("ip %s: %s" % (" ".join(args), out.stdout.strip()))
-        return out
-
-    def create(self):
-        """Returns None, or why namespaces cannot be made here (a reason to skip)."""
-        if os.geteuid() != 0:
-            return "two hosts need network namespaces: not root"
-        if self.ip is None:
-            return "two hosts need network namespaces: no 'ip' (iproute2)"
-        out = self.run("netns", "add", self.ns[0], check=False)
-        if out.returncode != 0:
-            return "two hosts need network namespaces: ip netns add: %s" % out.stdout.strip()
-        self.made.append(self.ns[0])
-        self.run("netns", "add", self.ns[1])
-        self.made.append(self.ns[1])
-        out = self.run("link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1],
-                       check=False)
-        if out.returncode != 0:
-            return "two hosts need a veth pair: ip link add: %s" % out.stdout.strip()
-        for k in (0, 1):
-            self.run("link", "set", self.veth[k], "netns", self.ns[k])
-            self.run("-n", self.ns[k], "addr", "add", ADDR[k] + "/24", "dev", self.veth[k])
-            self.run("-n", self.ns[k], "link", "set", "lo", "up")
-            self.run("-n", self.ns[k], "link", "set", self.veth[k], "up")
-        return None
-
-    def exec_prefix(self, k):
-        return [self.ip, "netns", "exec", self.ns[k]]
-
-    def close(self):
-        for n in reversed(self.made):  # a namespace takes its end of the veth pair with it
-            try:
-                self.run("netns", "del", n, check=False)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.made = []
-        try:  # a veth pair made but not yet moved
-            self.run("link", "del", self.veth[0], check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-
-
-class NsDaemon(zf.Daemon):
-    """zf.Daemon started inside a namespace (`ip netns exec` execs zerod: same pid)."""
-
-    def __init__(self, hosts, k, rundir, flags):
-        super().__init__(rundir, flags)
-        self.prefix = hosts.exec_prefix(k)
-
-    def start(self, timeout=10.0):
-        os.makedirs(self.rundir, exist_ok=True)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("ZEROD_") or k.startswith("ZEROD_LOG_")}
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.prefix + [zf.zerod_bin(), "--socket", self.socket] + self.flags,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(r"^READY ", self.log(), re.M):
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError("zerod exited with %d before READY:\n%s"
-                                   % (self.proc.returncode, self.log()))
-            time.sleep(0.05)
-        raise RuntimeError("zerod not READY within %.0f s:\n%s" % (timeout, self.log()))
-
-
 def torchrun_env(hosts, k, daemon):
     """The caller's environment without any launcher or zerod job variable, plus the local
     daemon's socket and gloo's interface: everything else comes from torchrun."""
     drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
             "MASTER_PORT", "ZEROD_JOB", "ZEROD_COORDINATOR", "ZEROD_SOCKET", "ZEROD_SOCKET_DIR")
     env = {n: v for n, v in os.environ.items() if n not in drop}
-    env.update({"ZEROD_SOCKET": daemon.socket, "GLOO_SOCKET_IFNAME": hosts.veth[k],
+    env.update({"ZEROD_SOCKET": daemon.socket, "GLOO_SOCKET_IFNAME": hosts.ifname[k],
                 "PYTHONUNBUFFERED": "1"})
     return env
 
@@ -220,7 +126,7 @@ def run_torchruns(hosts, daemons, script, tmp):
             logs.append(os.path.join(tmp, "torchrun%d.out" % k))
             cmd = hosts.exec_prefix(k) + [
                 sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                "--nproc_per_node", "1", "--node_rank", str(k), "--master_addr", ADDR[0],
+                "--nproc_per_node", "1", "--node_rank", str(k), "--master_addr", hosts.addr[0],
                 "--master_port", str(MASTER_PORT)] + REDIRECTS + [
                 "--log_dir", os.path.join(tmp, "torchrun-logs%d" % k), script, tmp]
             with open(logs[k], "wb") as out:
@@ -291,7 +197,7 @@ def main():
     def on_term(signum, frame):  # CTest's timeout: clean up through the finally blocks
         raise SystemExit("killed by signal %d" % signum)
     signal.signal(signal.SIGTERM, on_term)
-    hosts = Hosts()
+    hosts = zd_netns.Hosts(2)
     tmp = tempfile.mkdtemp(prefix="zd-multinode-")
     daemons = []
     ok = False
@@ -304,9 +210,9 @@ def main():
         with os.fdopen(fd, "w") as f:
             f.write(os.urandom(32).hex() + "\n")
         for k in (0, 1):
-            daemons.append(NsDaemon(hosts, k, os.path.join(tmp, "host%d" % k),
-                                    ["--device", "cpu:%d" % k, "--token-file", token,
-                                     "--mesh-timeout", "60s"]).start())
+            daemons.append(zd_netns.NsDaemon(hosts, k, os.path.join(tmp, "host%d" % k),
+                                             ["--token-file", token, "--mesh-timeout", "60s"],
+                                             device="cpu:%d" % k).start())
         script = os.path.join(tmp, "train.py")
         with open(script, "w") as f:
             f.write(TRAINER % {"here": HERE, "steps": STEPS})

@@ -2,7 +2,7 @@
 """A daemon killed (SIGKILL) mid-run loses no step when its shard also lives in a buddy daemon's
 memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
-    test_replica.py CASE [--victim R]
+    test_replica.py CASE [--victim R] [--netns]
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
@@ -25,6 +25,15 @@ Cases:
             a run that saved a checkpoint at that step at world 3 and loaded it at world 2
   mismatch  daemon 1 runs with replication off, the others with buddy: the attach fails on
             every rank, naming rank 1 and both values
+  node      with --netns: every process of host 1 (or R), its daemon and its trainer, is killed
+            at once, as when a node is lost; the host's daemon comes back fresh and the job goes
+            on as in recover
+
+With --netns (recover, node, world2) each rank's daemon and trainer run on a host of their own,
+a network namespace (tests/python/zd_netns.py: three namespaces on one bridge; root and `ip`
+needed, else the case skips with exit 77), so every buddy is on another host and the daemons'
+mesh and the shards' transfers cross the hosts' network (their ring runs over UCX); world2
+loses all of host 1 and goes on on hosts 0 and 2.
 """
 import os
 import re
@@ -34,6 +43,7 @@ import sys
 import time
 
 import zd_fixture as zf
+import zd_netns
 
 torch = zf.require_torch()
 import zd_ref as zr  # noqa: E402
@@ -70,17 +80,20 @@ def child(out):
 
 
 def start(cluster, job, rank, out, restart=False, daemons=None, extra=None):
-    """Rank `rank`'s trainer; daemons: the daemon of each rank of a smaller world."""
+    """Rank `rank`'s trainer, on its daemon's host; daemons: the daemon of each rank of a
+    smaller world."""
+    host = rank if daemons is None else daemons[rank]
+    prefix = cluster.prefix(host) if isinstance(cluster, zd_netns.NsCluster) else []
     env = dict(os.environ)
     env.pop("TORCHELASTIC_RESTART_COUNT", None)
     env.update(cluster.env(rank, job))
     if daemons is not None:
         env.update({"WORLD_SIZE": str(len(daemons)),
-                    "ZEROD_SOCKET": cluster.daemons[daemons[rank]].socket})
+                    "ZEROD_SOCKET": cluster.daemons[host].socket})
     env.update(extra or {})
     if restart:  # the launcher's word that this is a restart of the job
         env["TORCHELASTIC_RESTART_COUNT"] = "1"
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", out],
+    return subprocess.Popen(prefix + [sys.executable, os.path.abspath(__file__), "--child", out],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -100,9 +113,10 @@ def finish(procs, timeout=50):
     return lines
 
 
-def interrupt(c, procs, victims, restart=True):
-    """Kill the victims' daemons inside the step after KILL_AFTER, then every trainer; start
-    the victims' daemons again (fresh, each with a log of its own)."""
+def interrupt(c, procs, victims, restart=True, node=False):
+    """Kill the victims' daemons (node: every process of the victims' hosts) inside the step
+    after KILL_AFTER, then every trainer, as the launcher's restart does; start the victims'
+    daemons again (fresh, each with a log of its own)."""
     deadline = time.monotonic() + 40
     for line in procs[0].stdout:
         if line.strip() == "STEP %d" % KILL_AFTER:
@@ -112,7 +126,11 @@ def interrupt(c, procs, victims, restart=True):
         raise AssertionError("the trainer ended before step %d" % KILL_AFTER)
     time.sleep(0.03)
     for r in victims:
-        c.daemons[r].proc.kill()
+        if node:
+            killed = c.hosts.kill_all(r)
+            assert c.daemons[r].proc.pid in killed and procs[r].pid in killed, killed
+        else:
+            c.daemons[r].proc.kill()
     for r in victims:
         c.daemons[r].proc.wait(timeout=10)
         c.daemons[r].proc = None
@@ -159,12 +177,12 @@ def mismatch():
     return 0
 
 
-def world2(c, outs):
-    """Daemon 1 dies; the job goes on at world 2 on daemons 0 and 2. The reference: world 3
-    up to the step it went on from, a checkpoint, world 2 from it."""
+def world2(c, outs, node):
+    """Daemon 1 (node: host 1) dies; the job goes on at world 2 on daemons 0 and 2. The
+    reference: world 3 up to the step it went on from, a checkpoint, world 2 from it."""
     daemons = [0, 2]
     procs = [start(c, "killed", r, outs["killed"][r]) for r in range(WORLD)]
-    interrupt(c, procs, [1])  # daemon 1 comes back idle: the reference run needs it
+    interrupt(c, procs, [1], node=node)  # daemon 1 comes back idle: the reference run needs it
     procs = [start(c, "killed", r, outs["killed"][r], True, daemons) for r in range(2)]
     logs = finish(procs)
     firsts = [log.splitlines()[0] for log in logs]
@@ -186,14 +204,36 @@ def main():
         child(sys.argv[sys.argv.index("--child") + 1])
         return 0
     case = sys.argv[1] if len(sys.argv) > 1 else "recover"
-    if case not in ("recover", "fallback", "world2", "mismatch"):
-        print("usage: test_replica.py recover|fallback|world2|mismatch", file=sys.stderr)
+    netns = "--netns" in sys.argv
+    if case not in (("recover", "node", "world2") if netns
+                    else ("recover", "fallback", "world2", "mismatch")):
+        print("usage: test_replica.py recover|fallback|world2|mismatch [--victim R]\n"
+              "       test_replica.py recover|node|world2 --netns [--victim R]", file=sys.stderr)
         return 2
     if case == "mismatch":
         return mismatch()
     victim = int(sys.argv[sys.argv.index("--victim") + 1]) if "--victim" in sys.argv else 1
-    victims = [victim] if case == "recover" else [1, 2]
+    victims = [victim] if case in ("recover", "node") else [1, 2]
     zf.require_world(WORLD)
+    if not netns:
+        return run(case, victims, None)
+
+    def on_term(signum, frame):  # CTest's timeout: remove the namespaces on the way out
+        raise SystemExit("killed by signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_term)
+    hosts = zd_netns.Hosts(WORLD)
+    try:
+        why = hosts.create()
+        if why is not None:
+            zf.skip(why)
+        return run(case, victims, hosts)
+    finally:
+        hosts.close()
+
+
+def run(case, victims, hosts):
+    """The case on loopback daemons, or with one host of `hosts` per rank."""
+    victim = victims[0]
     flags = ["--job-linger", "60s", "--replication", "buddy", "--heartbeat-timeout", "2s"]
     ckpt = None
     if case == "fallback":
@@ -202,17 +242,22 @@ def main():
     # the lost daemon aborts the step in flight on the others (logged as ERROR)
     allowed = r"job 'killed' aborted|rank \d+ lost"
     t0 = time.monotonic()
+    if hosts is None:
+        cluster = zf.Cluster(WORLD, flags=flags, allowed_errors=allowed)
+    else:
+        cluster = zd_netns.NsCluster(hosts, WORLD, flags=flags, allowed_errors=allowed)
     try:
-        with zf.Cluster(WORLD, flags=flags, allowed_errors=allowed) as c:
-            outs = {run: [os.path.join(c.tmp, "%s%d.pt" % (run, r)) for r in range(WORLD)]
-                    for run in ("straight", "killed")}
+        with cluster as c:
+            outs = {kind: [os.path.join(c.tmp, "%s%d.pt" % (kind, r)) for r in range(WORLD)]
+                    for kind in ("straight", "killed")}
             if case == "world2":
-                step = world2(c, outs)
+                step = world2(c, outs, hosts is not None)
                 compare(outs, 2)
-                return report(case, [1], step, t0)
+                check_hosts(c, hosts, [0, 2])
+                return report(case, [1], step, t0, hosts)
             finish([start(c, "straight", r, outs["straight"][r]) for r in range(WORLD)])
             procs = [start(c, "killed", r, outs["killed"][r]) for r in range(WORLD)]
-            interrupt(c, procs, victims)
+            interrupt(c, procs, victims, node=case == "node")
             procs = [start(c, "killed", r, outs["killed"][r], restart=True)
                      for r in range(WORLD)]
             logs = finish(procs)
@@ -225,7 +270,7 @@ def main():
             assert len(steps) == 1, steps
             step = steps.pop()
             survivor = c.daemons[(victims[-1] + 1) % WORLD].log()
-            if case == "recover":
+            if case in ("recover", "node"):
                 assert KILL_AFTER <= step < STEPS, step
                 assert re.search(r"recovered 1 fresh rank", survivor), survivor[-3000:]
                 assert "shard came from its buddy" in c.daemons[victim].log()
@@ -234,11 +279,12 @@ def main():
                 assert re.search(r"rank 1's shard and its replica on rank 2 are both lost",
                                  survivor), survivor[-3000:]
             compare(outs, WORLD)
+            check_hosts(c, hosts, range(WORLD))
     finally:
         if ckpt is not None:
             import shutil
             shutil.rmtree(ckpt, ignore_errors=True)
-    return report(case, victims, step, t0)
+    return report(case, victims, step, t0, hosts)
 
 
 def compare(outs, world):
@@ -251,10 +297,23 @@ def compare(outs, world):
                 "(max %g)" % (r, i, (x - y).abs().max().item()))
 
 
-def report(case, victims, step, t0):
-    print("replica %s: daemon(s) %s killed after step %d, job resumed at step %d, final "
+def check_hosts(c, hosts, ranks):
+    """On hosts, the daemons' last mesh went between them over the network."""
+    if hosts is None:
+        return
+    for r in ranks:
+        found = re.findall(r"collectives: (.*)$", c.daemons[r].log(), re.M)
+        assert found and found[-1].startswith("ring over UCX"), \
+            "daemon %d did not use the ring between hosts: %s" % (r, found[-1:])
+
+
+def report(case, victims, step, t0, hosts):
+    print("replica %s%s: %s %s killed after step %d, job resumed at step %d, final "
           "parameters bit-identical to the reference run (%.1f s)"
-          % (case, victims, KILL_AFTER, step, time.monotonic() - t0))
+          % (case, "" if hosts is None else " (a host per rank)",
+             "host(s)" if case == "node" or case == "world2" and hosts else "daemon(s)", victims,
+             KILL_AFTER, step,
+             time.monotonic() - t0))
     print("PASS")
     return 0
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""What buddy replicas cost (daemon key replication; docs/design-notes.md "Buddy replicas"):
-step time, daemon memory and bytes sent per step, with replication off and buddy on the same
-model, data and daemons' settings.
+"""What buddy replicas cost and what they save (daemon key replication; docs/design-notes.md
+"Buddy replicas"): step time, daemon memory and bytes sent per step with replication off and
+buddy, and the time from a daemon's death to the next applied step against a restart from the
+last disk checkpoint, on the same model, data and daemons' settings.
 
-    /usr/bin/python3 bench/replica_bench.py [--world 2] [--width 1024] [--layers 4]
-                                            [--steps 30] [--warmup 5] [--runs 3]
+    /usr/bin/python3 bench/replica_bench.py [--world 2] [--width 2048] [--layers 8]
+                                            [--steps 8] [--warmup 2] [--runs 2]
+                                            [--ckpt-every 8] [--recovery-runs 2]
+
+The defaults (Psi = 33.6 M, fp32) take about 5 minutes on 2 cores.
 
 Each run starts `world` daemons (the test fixture's, tests/python/zd_fixture.py: ZEROD_TEST_DAEMON
 and ZEROD_LIBZC pick the binaries) and `world` trainers (zerod.torch, stage 2, fp32, AdamW) on an
@@ -14,16 +18,38 @@ backward and engine.step) over the timed steps; each daemon's private anonymous 
 shard and the replica; smaps_rollup) with the job still held after its trainer detached keeping
 it; and /metrics' zerod_replication_bytes_total and the mean of the daemon's norm phase (which
 holds the exchange with the buddy) and adam phase (which holds the replica's Adam). Printed: per
-mode the median over the runs, the memory difference against the formula 16 x Psi / world bytes
-per rank (the replica's master, m and v and the owner's gradient), and the bytes per step
-against 4 x Psi / world.
+mode the median over the runs, the memory against 12 x Psi / world bytes per rank without
+replication (m, v and the gradient's shard: an fp32 master is the params region) and its
+difference against 16 x Psi / world more with it (the replica's master, m and v and the
+owner's gradient), and the bytes per step against 4 x Psi / world.
+
+Recovery (--recovery-runs runs of each, alternated): the trainers are subprocesses that print
+each applied step with its wall time. After step 1.5 x --ckpt-every, in the middle of the next
+step, daemon 1 is killed (SIGKILL); it is started again, fresh, and every trainer is killed and
+started again as a launcher's restart does (TORCHELASTIC_RESTART_COUNT=1). With buddy the job
+goes on at its step, its lost shard sent from the buddy's replica; with replication off and
+checkpoint_dir + checkpoint_every_steps --ckpt-every, the job is ended on the survivors (zeroctl
+job end: their step can no longer be reached) and every daemon resumes it from its last
+checkpoint, its files first dropped from the page cache (fsync, then POSIX_FADV_DONTNEED), as a
+replacement node reads them from shared storage. Printed per mode, medians: from the kill to
+the daemon's READY, to the trainers' initialize() returning, to the first applied step after it
+(the recovery), how long initialize() itself took (the mesh, and the shard from the buddy or
+the checkpoint read: zerod's part), the state's restore as the daemons log it (the shard from
+the buddy, the checkpoint's read), the steps lost (re-done), and the time until the job is past
+the step it had reached; then the ratios against the targets: step time buddy / off <= 1.10,
+recovery off / buddy >= 5 (end to end, and the restore alone), 0 steps lost. Each target line ends PASS, or BELOW / ABOVE /
+LOST STEPS; nothing here asserts a wall time.
 """
 import argparse
 import os
 import re
 import socket
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,16 +57,23 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import zd_fixture as zf  # noqa: E402
 
 
+CFG = {"train_micro_batch_size_per_gpu": 16,
+       "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+       "zero_optimization": {"stage": 2, "reduce_bucket_size": 1 << 20}}
+
+
+def build(width, layers):
+    import torch
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+
+
 def trainer(width, layers, steps, warmup):
     import torch
     import zerod.torch
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
-    cfg = {"train_micro_batch_size_per_gpu": 16,
-           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
-           "zero_optimization": {"stage": 2, "reduce_bucket_size": 1 << 20}}
+    model = build(width, layers)
     engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
-                                             config=cfg)
+                                             config=CFG)
     g = torch.Generator().manual_seed(engine.rank)
     times = []
     for s in range(warmup + steps):
@@ -96,17 +129,181 @@ def one_run(mode, a):
     return step, statistics.median(rss), sent, phase["norm"], phase["adam"]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=3)
-    a = ap.parse_args()
-    zf.require_torch()
-    psi = a.layers * (a.width * a.width + a.width)
+def recovery_child(width, layers, stop):
+    """A trainer of the recovery runs: each applied step printed with its wall time."""
+    import torch
+    import zerod.torch
+    model = build(width, layers)
+    t0 = time.time()
+    engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
+                                             config=CFG)
+    print("ATTACHED %d %d %.6f %.6f" % (engine.resumed, engine.global_steps, t0, time.time()),
+          flush=True)
+    while engine.global_steps < stop:
+        g = torch.Generator().manual_seed(engine.global_steps * 1000 + engine.rank)
+        engine.backward(engine(torch.randn(16, width, generator=g)).square().mean())
+        engine.step()
+        print("STEP %d %.6f" % (engine.global_steps, time.time()), flush=True)
+    engine.close()
+
+
+class Trainers:
+    """The world's trainers (this script with --recovery-child), their lines as they come."""
+
+    def __init__(self, c, a, stop, restart):
+        self.procs, self.lines, self.readers = [], [], []
+        for r in range(a.world):
+            env = dict(os.environ)
+            env.pop("TORCHELASTIC_RESTART_COUNT", None)
+            env.update(c.env(r, "recover"))
+            if restart:  # the launcher's word that this is a restart of the job
+                env["TORCHELASTIC_RESTART_COUNT"] = "1"
+            with open(os.path.join(c.tmp, "trainer%d.err" % r), "ab") as err:
+                p = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                      "--recovery-child", str(a.width), str(a.layers), str(stop)],
+                                     env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+            self.procs.append(p)
+            self.lines.append([])
+            self.readers.append(threading.Thread(target=self._read, args=(p, self.lines[-1]),
+                                                 daemon=True))
+            self.readers[-1].start()
+
+    @staticmethod
+    def _read(p, out):
+        for line in p.stdout:
+            out.append(line.split())
+
+    def steps(self, r):
+        """Rank r's applied steps so far: [(step, wall time)]."""
+        return [(int(w[1]), float(w[2])) for w in list(self.lines[r]) if w[0] == "STEP"]
+
+    def wait_step(self, r, step, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(s >= step for s, _ in self.steps(r)):
+                return
+            if self.procs[r].poll() is not None:
+                break
+            time.sleep(0.005)
+        self.kill()
+        raise RuntimeError("rank %d did not reach step %d within %d s" % (r, step, timeout))
+
+    def kill(self):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait(timeout=30)
+
+    def finish(self, c, timeout):
+        deadline = time.monotonic() + timeout
+        for r, p in enumerate(self.procs):
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise RuntimeError("the trainers did not finish within %d s" % timeout)
+            if p.returncode != 0:
+                with open(os.path.join(c.tmp, "trainer%d.err" % r), errors="replace") as f:
+                    raise RuntimeError("trainer %d exited with %d:\n%s"
+                                       % (r, p.returncode, f.read()[-3000:]))
+        for th in self.readers:
+            th.join(10)
+
+
+def drop_cached(top):
+    """The checkpoint files out of the page cache: a replacement node reads them from storage."""
+    for root, _, files in os.walk(top):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def recovery_run(mode, a):
+    """Daemon 1 killed in the middle of the step after step `kill_at`, restarted; the trainers
+    restarted. Returns (kill -> READY, kill -> initialize() returned, initialize()'s own time
+    (the slowest rank's), kill -> next applied step, steps lost, kill -> past the step reached,
+    the state's restore in the daemons' logs) in seconds, and (resumed, the step it went on
+    from)."""
+    kill_at = a.ckpt_every + a.ckpt_every // 2
+    flags = ["--job-linger", "60s", "--replication", mode, "--heartbeat-timeout", "2s"]
+    ckpt = tempfile.mkdtemp(prefix="zd-replica-bench-")
+    if mode == "off":
+        flags += ["--checkpoint-dir", ckpt, "--checkpoint-every-steps", str(a.ckpt_every)]
+    allowed = r"job 'recover' aborted|rank \d+ lost"
+    try:
+        return recovery_timed(a, flags, allowed, ckpt if mode == "off" else None, kill_at)
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def recovery_timed(a, flags, allowed, ckpt, kill_at):
+    with zf.Cluster(a.world, flags=flags, allowed_errors=allowed) as c:
+        t = Trainers(c, a, kill_at + 100, False)  # still training when the daemon dies
+        t.wait_step(0, kill_at, 600)
+        (_, t1), (_, t2) = t.steps(0)[-2:]
+        time.sleep((t2 - t1) / 2)  # the middle of the next step
+        t_kill = time.time()
+        reached = t.steps(0)[-1][0]
+        victim = c.daemons[1]
+        victim.proc.kill()
+        victim.proc.wait(timeout=30)
+        victim.proc = None
+        t.kill()  # the launcher's restart stops every worker
+        if ckpt is not None:
+            # without a replica the survivors' step cannot be reached: the job goes back to
+            # its checkpoint on every rank
+            zeroctl = os.path.join(os.path.dirname(zf.zerod_bin()), "..", "client", "zeroctl")
+            socks = [x for d in c.daemons if d is not victim for x in ("-s", d.socket)]
+            out = subprocess.run([zeroctl, "job", "end", "recover"] + socks, timeout=60,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if out.returncode != 0:
+                raise RuntimeError("zeroctl job end: %s" % out.stdout)
+            drop_cached(ckpt)
+        victim.log_path = os.path.join(victim.rundir, "zerod-restarted.log")
+        victim.start()
+        t_ready = time.time()
+        t = Trainers(c, a, reached + 2, True)
+        t.finish(c, 600)
+        # the state's restore as the daemons log it: the shard from the buddy, or the read
+        pat = r"recovered \d+ fresh rank.* in (\S+) s" if ckpt is None else r"\) read in (\S+) s"
+        found = [float(x) for d in c.daemons for x in re.findall(pat, d.log())]
+        restore_s = max(found) if found else float("nan")
+    attached = [w for w in t.lines[0] if w[0] == "ATTACHED"]
+    steps = t.steps(0)
+    if not attached or not steps:
+        raise RuntimeError("rank 0 printed no step after the restart: %s" % t.lines[0])
+    resumed, step0 = int(attached[0][1]), int(attached[0][2])
+    inits = [w for lines in t.lines for w in lines if w[0] == "ATTACHED"]
+    inited = max(float(w[4]) for w in inits)
+    init_s = max(float(w[4]) - float(w[3]) for w in inits)
+    back = next(ts for s, ts in steps if s > reached)
+    return (t_ready - t_kill, inited - t_kill, init_s, steps[0][1] - t_kill,
+            max(0, reached - step0), back - t_kill, restore_s), (resumed, step0)
+
+
+def recovery(a):
+    res = {"buddy": [], "off": []}
+    for _ in range(a.recovery_runs):
+        for mode in ("buddy", "off"):
+            r, (resumed, step0) = recovery_run(mode, a)
+            res[mode].append(r)
+            print("%-5s recovery: from the kill, READY %.2f s, initialize() returned %.2f s (it "
+                  "took %.2f s), next applied step %.2f s, %d steps lost, past the step reached "
+                  "%.2f s; state restored in %.3f s (resumed=%d at step %d)"
+                  % ((mode,) + r + (resumed, step0)), flush=True)
+    return {m: [statistics.median(r[i] for r in res[m]) for i in range(7)] for m in res}
+
+
+def verdict(ok, miss):
+    return "PASS" if ok else miss
+
+
+def steady(a, psi):
+    """Step time, memory and bytes sent, off against buddy; returns the step time ratio."""
     res = {"off": [], "buddy": []}
     for _ in range(a.runs):
         for mode in ("off", "buddy"):
@@ -118,21 +315,73 @@ def main():
     med = {m: [statistics.median(r[i] for r in res[m]) for i in range(5)] for m in res}
     print("world %d, Psi %d (%.1f MiB fp32), %d timed steps, %d runs (medians):"
           % (a.world, psi, psi * 4 / 2**20, a.steps, a.runs))
-    print("  step time: off %.4f s, buddy %.4f s (x%.3f)"
-          % (med["off"][0], med["buddy"][0], med["buddy"][0] / med["off"][0]))
+    ratio = med["buddy"][0] / med["off"][0]
+    print("  step time: off %.4f s, buddy %.4f s: x%.3f (target <= 1.10): %s"
+          % (med["off"][0], med["buddy"][0], ratio, verdict(ratio <= 1.10, "ABOVE")))
     print("  daemon phases (rank 0, mean per step): norm (with the exchange) off %.2f ms, buddy "
           "%.2f ms; adam (with the replica's) off %.2f ms, buddy %.2f ms"
           % (med["off"][3] * 1e3, med["buddy"][3] * 1e3, med["off"][4] * 1e3,
              med["buddy"][4] * 1e3))
-    extra = med["buddy"][1] - med["off"][1]
-    print("  daemon anonymous memory: off %.1f MiB, buddy %.1f MiB: +%.1f MiB; formula 16 Psi/N "
-          "= %.1f MiB"
-          % (med["off"][1] / 2**20, med["buddy"][1] / 2**20, extra / 2**20,
-             16 * psi / a.world / 2**20))
+    extra, formula = med["buddy"][1] - med["off"][1], 16 * psi / a.world
+    own = 12 * psi / a.world  # m, v and the gradient's shard; the fp32 master is the params region
+    # within 2 %: the allocator's own pages and the requests' buffers come and go
+    print("  daemon anonymous memory per rank: off %.1f MiB (its m, v and gradient shard, 12 "
+          "Psi/N = %.1f MiB), buddy %.1f MiB (with the replica's master, m, v and the owner's "
+          "gradient, 16 Psi/N more = %.1f MiB): +%.1f MiB, x%.3f of the formula: %s"
+          % (med["off"][1] / 2**20, own / 2**20, med["buddy"][1] / 2**20,
+             (own + formula) / 2**20, extra / 2**20, extra / formula,
+             verdict(abs(extra / formula - 1) <= 0.02, "OFF THE FORMULA")))
     n_steps = a.steps + a.warmup
     per_step = (med["buddy"][2] - 12 * psi / a.world) / n_steps  # less the one whole shard
     print("  sent per step (rank 0): %.0f bytes; formula 4 Psi/N = %.0f"
           % (per_step, 4 * psi / a.world))
+    return ratio
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if "--recovery-child" in sys.argv:
+        recovery_child(*map(int, sys.argv[sys.argv.index("--recovery-child") + 1:][:3]))
+        return 0
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=2, help="runs of each mode for the step time "
+                    "and the memory (0: none)")
+    ap.add_argument("--ckpt-every", type=int, default=8,
+                    help="checkpoint_every_steps of the recovery runs without replication")
+    ap.add_argument("--recovery-runs", type=int, default=2, help="recoveries of each mode "
+                    "(0: none)")
+    a = ap.parse_args()
+    zf.require_torch()
+    psi = a.layers * (a.width * a.width + a.width)
+    ratio = steady(a, psi) if a.runs > 0 else None
+    if a.recovery_runs == 0:
+        return 0
+    rec = recovery(a)
+    print("recovery, world %d, Psi %d, daemon 1 killed after step %d, %d runs (medians): from "
+          "the kill to the next applied step, buddy %.2f s, off (checkpoint every %d steps) "
+          "%.2f s; initialize() itself buddy %.2f s, off %.2f s"
+          % (a.world, psi, a.ckpt_every + a.ckpt_every // 2, a.recovery_runs, rec["buddy"][3],
+             a.ckpt_every, rec["off"][3], rec["buddy"][2], rec["off"][2]))
+    if ratio is not None:
+        print("  step time buddy / off: x%.3f (target <= 1.10): %s"
+              % (ratio, verdict(ratio <= 1.10, "ABOVE")))
+    speed = rec["off"][3] / rec["buddy"][3]
+    print("  recovery to the next applied step, off / buddy: x%.2f (target >= 5): %s"
+          % (speed, verdict(speed >= 5, "BELOW")))
+    print("  recovery past the step reached, off / buddy: x%.2f (%.2f s against %.2f s)"
+          % (rec["off"][5] / rec["buddy"][5], rec["off"][5], rec["buddy"][5]))
+    print("  zerod's part (initialize(): the mesh, the shard from the buddy or the checkpoint "
+          "read), off / buddy: x%.2f" % (rec["off"][2] / rec["buddy"][2]))
+    restore = rec["off"][6] / rec["buddy"][6]
+    print("  the state's restore (daemons' logs: the checkpoint read %.3f s, the shard from the "
+          "buddy %.3f s), off / buddy: x%.1f (target >= 5): %s"
+          % (rec["off"][6], rec["buddy"][6], restore, verdict(restore >= 5, "BELOW")))
+    print("  steps lost: buddy %d (target 0): %s; off %d"
+          % (rec["buddy"][4], verdict(rec["buddy"][4] == 0, "LOST STEPS"), rec["off"][4]))
     return 0
 
 

@@ -549,9 +549,8 @@ ZC_API int zc_session_params_reload(zc_session_t *session)
         return zc_fail(ZC_ERR_STATE, "params_reload: the job has no parameters yet (write them "
                                      "and call zc_session_params_ready first)");
     }
-    if (session->params_are_master) {
-        return ZC_OK; /* the region is the master: the write already reached it */
-    }
+    /* with fp32 parameters the write reached the master already, but the daemon's buddy
+     * replica (replication = buddy) must take it too */
     pr.reload = true;
     req.body_case = ZEROD__IPC__V1__FRAME__BODY_PARAMS_READY;
     req.params_ready = &pr;

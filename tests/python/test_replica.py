@@ -6,7 +6,9 @@ memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
-(step, micro-step, rank). Run 1 ("straight") trains without interruption. Run 2 is interrupted
+(step, micro-step, rank); before step WRITE_AT every rank halves its weights in place (weights
+written after initialize reach the master and the buddy's replica). Run 1 ("straight") trains
+without interruption. Run 2 is interrupted
 after rank 0 printed step KILL_AFTER: the daemons named by the case are killed with SIGKILL and
 started again, fresh, on their sockets, and every trainer is killed and restarted as a launcher
 restarting the job would (TORCHELASTIC_RESTART_COUNT=1). Either way the final parameters must
@@ -51,6 +53,7 @@ import zd_ref as zr  # noqa: E402
 WORLD = 3
 STEPS = 12
 KILL_AFTER = 5
+WRITE_AT = 3  # every rank halves its weights before this step: the replicas must take it too
 GAS = 2
 
 
@@ -66,6 +69,10 @@ def child(out):
     stop = int(os.environ.get("ZD_STOP_AT", STEPS))
     while engine.global_steps < stop:
         s = engine.global_steps
+        if s == WRITE_AT:  # weights written after initialize (found by the engine, reloaded)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(0.5)
         for k in range(GAS):
             x, t = zr.batch(s, k, engine.rank)
             engine.backward(zr.loss_fn(engine(x), t))

@@ -215,7 +215,8 @@ ZC_API int zc_session_params_ready(zc_session_t *session);
  * trainer wrote new values into the params region (weights loaded after attach): the daemon
  * loads its fp32 master shard from them again, keeping Adam's moments and the step. Every
  * rank's trainer writes the same values and calls it before its next step; with fp32
- * parameters (the region is the master) it returns at once. */
+ * parameters the region is the master already, and the call tells the daemon (whose buddy
+ * replica, with replication = buddy, must take the write too). */
 ZC_API int zc_session_params_reload(zc_session_t *session);
 /* After an attach: the kept job it replaced and why ("job 'x' at step 12, kept 40 s: ..."), or
  * "" (never NULL). */

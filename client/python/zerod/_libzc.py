@@ -511,7 +511,8 @@ class Session:
 
     def params_reload(self):
         """The trainer wrote new values into the params region (weights loaded after attach):
-        the daemon's master takes them (nothing to do for fp32, whose region is the master)."""
+        the daemon's master takes them (fp32: the region is the master already), and with
+        replication = buddy its replica on the buddy daemon."""
         _check(self._lib, self._lib.zc_session_params_reload(self._h), "params_reload")
 
     @property

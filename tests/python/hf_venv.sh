@@ -19,6 +19,10 @@
 # package index cannot be reached (test_hf.py prints it as the reason to skip). Tests running
 # at once (ctest -j) make it once: the second waits for the first (flock).
 set -euo pipefail
+# Under a sanitizer build the test's environment preloads the runtime into every process
+# (cmake/ZerodSanitize.cmake): the venv's pip and checks are no code of ours, so they run
+# without it (a leak report from pip would read as a broken venv).
+unset LD_PRELOAD ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
 tf_version=${ZEROD_HF_TRANSFORMERS:-4.44.2}
 acc_version=${ZEROD_HF_ACCELERATE:-0.32.1}
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/zerod

@@ -14,7 +14,10 @@
  *
  *   zk_bench [--n N[,N...]] [--threads 1,2] [--reps R] [--dtype bf16|fp16|fp32]
  *            [--variants scalar,avx2,avx512] [--kernels adam_step,sumsq,...]
- *            [--stores auto|regular|nt] [--peer FILE] [--json]
+ *            [--stores auto|regular|nt] [--peer FILE] [--limit-only] [--json]
+ *
+ * --peer pairs each peer line (bench/peers/torch_adamw.py) with adam_step at the peer's own size
+ * and thread count; --limit-only times the limits alone (bench/ds_vs_zerod.py's floor).
  */
 #include "zk_bench.h"
 #include "limit.h"
@@ -202,6 +205,7 @@ static void *zb_alloc(size_t bytes)
 static void zb_init_bufs(zb_bufs_t *b, size_t n, zs_dtype_t dt)
 {
     uint64_t x = 88172645463325252ull;
+    zk_exec_t ex = {.variant = ZK_VARIANT_DEFAULT, .stores = ZK_STORES_REGULAR};
 
     b->master = zb_alloc(4 * n);
     b->m = zb_alloc(4 * n);
@@ -220,9 +224,11 @@ static void zb_init_bufs(zb_bufs_t *b, size_t n, zs_dtype_t dt)
         b->v[i] = 1e-6f * (r * r + 0.1f);
         b->acc[i] = 1e-2f * r;
     }
-    /* half-width buffers get valid values of dtype, fp32 ones fp32 */
-    zk_cast(NULL, b->h0, dt, b->master, ZS_DTYPE_F32, n);
-    zk_cast(NULL, b->h1, dt, b->m, ZS_DTYPE_F32, n);
+    /* half-width buffers get valid values of dtype, fp32 ones fp32; with regular stores, since
+     * the first call of the store plan's size would measure the plan (seconds, which
+     * --limit-only need not spend; the kernels' first timed call measures it otherwise) */
+    zk_cast(&ex, b->h0, dt, b->master, ZS_DTYPE_F32, n);
+    zk_cast(&ex, b->h1, dt, b->m, ZS_DTYPE_F32, n);
 }
 
 /* Timed runs at n elements: as many as take about the time of `reps` runs at 64 Mi, between
@@ -256,9 +262,10 @@ static const char *zb_stores_used(const zb_ctx_t *c)
 }
 
 typedef struct zb_result {
-    double adam_eps[ZB_MAX_LIST];          /* by thread count: best adam_step elements/s */
-    double low[ZB_MAX_LIST][ZB_K_COUNT];   /* default variant's lowest ratio */
-    size_t low_n[ZB_MAX_LIST][ZB_K_COUNT]; /* ... at this n */
+    double adam_eps[ZB_MAX_LIST][ZB_MAX_LIST]; /* by thread count and size: best adam_step
+                                                * elements/s of the variants */
+    double low[ZB_MAX_LIST][ZB_K_COUNT];       /* default variant's lowest ratio */
+    size_t low_n[ZB_MAX_LIST][ZB_K_COUNT];     /* ... at this n */
 } zb_result_t;
 
 static volatile float zb_sink;
@@ -360,17 +367,45 @@ static void zb_print_row(const zb_ctx_t *c, int v, unsigned threads, double t, d
     fflush(stdout);
 }
 
+/* The limit's line (--limit-only): its best option (stores, prefetch) and its rate. */
+static void zb_print_limit(const zb_ctx_t *c, unsigned threads, double bytes, double gbps,
+                           int best_j)
+{
+    unsigned pf = zk_prefetch_choice(best_j / 2);
+    char stores[32];
+    double t = bytes / gbps / 1e9;
+
+    if (pf == 0) {
+        snprintf(stores, sizeof(stores), "%s", best_j % 2 ? "nt" : "regular");
+    } else {
+        snprintf(stores, sizeof(stores), "%s+pf%u", best_j % 2 ? "nt" : "regular", pf);
+    }
+    if (c->o->json) {
+        printf("{\"kernel\": \"%s\", \"variant\": \"limit\", \"threads\": %u, \"n\": %zu, "
+               "\"dtype\": \"%s\", \"stores\": \"%s\", \"seconds\": %.6f, \"gbps\": %.2f, "
+               "\"limit_gbps\": %.2f, \"bound\": \"memory\"}\n",
+               zb_kernel_names[c->kernel], threads, c->n, zs_dtype_name(zb_dtype(c->o, c->kernel)),
+               stores, t, gbps, gbps);
+    } else {
+        printf("%-11s %-7s %7u %10zu %-14s %9.3f %10.3f %8.1f %8.1f %-8s %6s\n",
+               zb_kernel_names[c->kernel], "limit", threads, c->n, stores, (double)c->n / t / 1e9,
+               t * 1e3, gbps, gbps, "memory", "-");
+    }
+    fflush(stdout);
+}
+
 /* One kernel at one size and thread count: the limit and each variant, in ZB_ROUNDS rounds
  * that alternate them (the best of each kept), so that a machine whose speed drifts over
  * seconds moves both sides alike; then one line per variant. */
 #define ZB_ROUNDS 3
-static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *res)
+static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned ni, unsigned threads, zb_result_t *res)
 {
     const zb_opts_t *o = c->o;
     double bytes =
         zb_bytes_per_elem(c->kernel, zs_dtype_size(zb_dtype(o, c->kernel))) * (double)c->n;
     double stream_gbps = 0, t[ZK_VARIANT_COUNT], floor_t[ZK_VARIANT_COUNT];
     unsigned reps = c->reps;
+    int best_j = 0;
 
     zb_limit_setup(c);
     c->reps = reps / ZB_ROUNDS > 1 ? reps / ZB_ROUNDS : 1;
@@ -382,8 +417,12 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
          * the limit is the best of its options, and on a noisy machine the best of more
          * timings is a faster one, so every side gets as many timings as the limit */
         for (int j = 0; j < zb_limit_options(bytes); j++) {
-            stream_gbps = fmax(stream_gbps, zb_limit_gbps(c, bytes, j));
-            for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
+            double gbps = zb_limit_gbps(c, bytes, j);
+            if (gbps > stream_gbps) {
+                stream_gbps = gbps;
+                best_j = j;
+            }
+            for (int v = 0; v < ZK_VARIANT_COUNT && !o->limit_only; v++) {
                 if (!o->variants[v] || !zk_variant_supported((zk_variant_t)v)) {
                     continue;
                 }
@@ -396,6 +435,10 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
         }
     }
     c->reps = reps;
+    if (o->limit_only) {
+        zb_print_limit(c, threads, bytes, stream_gbps, best_j);
+        return;
+    }
     for (int v = 0; v < ZK_VARIANT_COUNT; v++) {
         double lim_gbps = stream_gbps, ratio;
         const char *bound = "memory";
@@ -412,8 +455,8 @@ static void zb_measure(zb_ctx_t *c, unsigned ti, unsigned threads, zb_result_t *
         }
         c->ex.variant = v;
         ratio = bytes / t[v] / 1e9 / lim_gbps;
-        if (c->kernel == ZB_K_ADAM && c->n == o->n_max && (double)c->n / t[v] > res->adam_eps[ti]) {
-            res->adam_eps[ti] = (double)c->n / t[v];
+        if (c->kernel == ZB_K_ADAM && (double)c->n / t[v] > res->adam_eps[ti][ni]) {
+            res->adam_eps[ti][ni] = (double)c->n / t[v];
         }
         if (v == (int)zk_default_variant() && ratio < res->low[ti][c->kernel]) {
             res->low[ti][c->kernel] = ratio;
@@ -447,29 +490,54 @@ static void zb_verdict(const zb_opts_t *o, const zb_result_t *res)
     }
 }
 
-/* adam_step against each peer measured with the same thread count. */
+/* The index of x in list[0, count), or -1. */
+static int zb_index(const size_t *list, unsigned count, size_t x)
+{
+    for (unsigned i = 0; i < count; i++) {
+        if (list[i] == x) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* adam_step against each peer line at the peer's own size and thread count: a peer's rate at
+ * 4 Mi elements (in cache on some machines) says nothing of ours at 64 Mi. A peer line whose
+ * size or thread count zk_bench did not run says so instead. */
 static void zb_peers_compare(const zb_opts_t *o, const zb_result_t *res, const zb_peer_t *peers,
                              unsigned n_peers)
 {
-    for (unsigned pi = 0; pi < n_peers; pi++) {
+    size_t threads[ZB_MAX_LIST];
+
+    for (unsigned ti = 0; ti < o->n_threads; ti++) {
+        threads[ti] = o->threads[ti];
+    }
+    for (unsigned pi = 0; pi < n_peers && o->kernels[ZB_K_ADAM] && !o->limit_only; pi++) {
         const zb_peer_t *pe = &peers[pi];
-        for (unsigned ti = 0; ti < o->n_threads; ti++) {
-            double eps = res->adam_eps[ti];
-            if (eps <= 0.0 || o->threads[ti] != pe->threads) {
-                continue;
-            }
-            if (o->json) {
-                printf("{\"kernel\": \"adam_step\", \"peer\": \"%s\", \"threads\": %u, "
-                       "\"elements_per_s\": %.0f, \"peer_elements_per_s\": %.0f, "
-                       "\"speedup\": %.2f, \"ok\": %s}\n",
-                       pe->name, pe->threads, eps, pe->eps, eps / pe->eps,
-                       eps >= pe->eps ? "true" : "false");
-            } else {
-                printf("adam_step vs %s (%u thread%s, n = %zu): %.3g vs %.3g elements/s = "
-                       "%.2fx: %s\n",
-                       pe->name, pe->threads, pe->threads > 1 ? "s" : "", o->n_max, eps, pe->eps,
-                       eps / pe->eps, eps >= pe->eps ? "ok" : "BELOW the peer");
-            }
+        int ni = zb_index(o->ns, o->n_ns, pe->n);
+        int ti = zb_index(threads, o->n_threads, pe->threads);
+        double eps = ni >= 0 && ti >= 0 ? res->adam_eps[ti][ni] : 0.0;
+        const char *s = pe->threads > 1 ? "s" : "";
+
+        if (eps <= 0.0 && o->json) {
+            printf("{\"kernel\": \"adam_step\", \"peer\": \"%s\", \"threads\": %u, \"n\": %zu, "
+                   "\"elements_per_s\": null, \"peer_elements_per_s\": %.0f, \"speedup\": null, "
+                   "\"ok\": null}\n",
+                   pe->name, pe->threads, pe->n, pe->eps);
+        } else if (eps <= 0.0) {
+            printf("adam_step vs %s (%u thread%s, n = %zu): not compared, zk_bench ran no "
+                   "adam_step at this size and thread count (--n, --threads)\n",
+                   pe->name, pe->threads, s, pe->n);
+        } else if (o->json) {
+            printf("{\"kernel\": \"adam_step\", \"peer\": \"%s\", \"threads\": %u, \"n\": %zu, "
+                   "\"elements_per_s\": %.0f, \"peer_elements_per_s\": %.0f, \"speedup\": %.2f, "
+                   "\"ok\": %s}\n",
+                   pe->name, pe->threads, pe->n, eps, pe->eps, eps / pe->eps,
+                   eps >= pe->eps ? "true" : "false");
+        } else {
+            printf("adam_step vs %s (%u thread%s, n = %zu): %.3g vs %.3g elements/s = %.2fx: %s\n",
+                   pe->name, pe->threads, s, pe->n, eps, pe->eps, eps / pe->eps,
+                   eps >= pe->eps ? "ok" : "BELOW the peer");
         }
     }
 }
@@ -503,7 +571,7 @@ static void zb_header(const zb_opts_t *o, const char *limit_isa)
     }
     for (int v = 0; v < ZK_VARIANT_COUNT; v++) { /* each variant measured has its own plan */
         const zk_store_plan_t *plan;
-        if (!o->variants[v] || v == ZK_VARIANT_SCALAR ||
+        if (!o->variants[v] || v == ZK_VARIANT_SCALAR || o->limit_only ||
             (plan = zk_store_plan_variant((zk_variant_t)v)) == NULL) {
             continue;
         }
@@ -583,7 +651,7 @@ int main(int argc, char **argv)
                                             .bias_correction = 1,
                                             .grad_scale = 1.0f,
                                             .keep_acc = 1};
-                zb_measure(&c, ti, o.threads[ti], &res);
+                zb_measure(&c, ti, ni, o.threads[ti], &res);
             }
         }
         zk_pool_destroy(pool);

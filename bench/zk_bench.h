@@ -39,18 +39,20 @@ typedef struct zb_opts {
     int kernels[ZB_K_COUNT];
     const char *peer;
     int json;
+    int limit_only; /* time the streaming limit alone, no kernel */
 } zb_opts_t;
 
-#define ZB_MAX_PEERS 4
+#define ZB_MAX_PEERS 32
 
 typedef struct zb_peer {
     char name[32];
     unsigned threads;
+    size_t n;   /* elements it was timed at (0: its line gave none) */
     double eps; /* elements/s */
 } zb_peer_t;
 
 /* The peers of bench/peers/torch_adamw.py's JSON lines (one per line) in `path`; the count
- * (exits 2 when the file cannot be read). */
+ * (exits 2 when the file cannot be read or holds more than ZB_MAX_PEERS lines). */
 unsigned zb_peers_read(const char *path, zb_peer_t *peers);
 /* The options of argv in o: 0, or -1 on a usage error (printed); --help prints the usage and
  * exits 0. */

@@ -23,15 +23,22 @@ unsigned zb_peers_read(const char *path, zb_peer_t *peers)
         fprintf(stderr, "zk_bench: --peer %s: %m\n", path);
         exit(2);
     }
-    while (n < ZB_MAX_PEERS && fgets(line, sizeof(line), f) != NULL) {
+    while (fgets(line, sizeof(line), f) != NULL) {
         const char *p = strstr(line, "\"elements_per_s\":");
         const char *t = strstr(line, "\"threads\":");
+        const char *ne = strstr(line, "\"n\":");
         const char *nm = strstr(line, "\"peer\": \"");
         if (p == NULL) {
             continue;
         }
+        if (n == ZB_MAX_PEERS) { /* dropping lines would drop sizes silently */
+            fprintf(stderr, "zk_bench: --peer %s: more than %d peer lines\n", path, ZB_MAX_PEERS);
+            fclose(f);
+            exit(2);
+        }
         peers[n].eps = strtod(p + strlen("\"elements_per_s\":"), NULL);
         peers[n].threads = t != NULL ? (unsigned)strtoul(t + strlen("\"threads\":"), NULL, 10) : 1;
+        peers[n].n = ne != NULL ? (size_t)strtoull(ne + strlen("\"n\":"), NULL, 10) : 0;
         snprintf(peers[n].name, sizeof(peers[n].name), "%s", "peer");
         if (nm != NULL) {
             sscanf(nm + strlen("\"peer\": \""), "%31[A-Za-z0-9_]", peers[n].name);
@@ -97,24 +104,24 @@ static void zb_usage(FILE *out)
             "                   fp32 as the daemon's reduce-scatter, copy: --dtype to --dtype\n"
             "                   as the all-gather)\n"
             "  --stores S       auto (default: the measured plan), regular or nt\n"
-            "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: the speedup over each\n"
+            "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: adam_step's speedup\n"
+            "                   over each at the peer line's own size and thread count (one\n"
+            "                   that --n and --threads do not run is not compared, and said)\n"
+            "  --limit-only     time each kernel's streaming limit alone, no kernel (one line\n"
+            "                   per kernel, size and thread count; variant \"limit\")\n"
             "  --json           one JSON object per line\n"
             "  --help           this text\n");
 }
 
 int zb_parse(int argc, char **argv, zb_opts_t *o)
 {
-    static const struct option longopts[] = {{"n", required_argument, NULL, 'n'},
-                                             {"threads", required_argument, NULL, 't'},
-                                             {"reps", required_argument, NULL, 'r'},
-                                             {"dtype", required_argument, NULL, 'd'},
-                                             {"variants", required_argument, NULL, 'v'},
-                                             {"kernels", required_argument, NULL, 'k'},
-                                             {"peer", required_argument, NULL, 'p'},
-                                             {"json", no_argument, NULL, 'j'},
-                                             {"stores", required_argument, NULL, 's'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"n", required_argument, NULL, 'n'},        {"threads", required_argument, NULL, 't'},
+        {"reps", required_argument, NULL, 'r'},     {"dtype", required_argument, NULL, 'd'},
+        {"variants", required_argument, NULL, 'v'}, {"kernels", required_argument, NULL, 'k'},
+        {"peer", required_argument, NULL, 'p'},     {"json", no_argument, NULL, 'j'},
+        {"stores", required_argument, NULL, 's'},   {"limit-only", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
     static const char *const vnames[ZK_VARIANT_COUNT] = {"scalar", "avx2", "avx512"};
     int c;
 
@@ -203,6 +210,9 @@ int zb_parse(int argc, char **argv, zb_opts_t *o)
             break;
         case 'j':
             o->json = 1;
+            break;
+        case 'l':
+            o->limit_only = 1;
             break;
         case 'h':
             zb_usage(stdout);

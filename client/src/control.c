@@ -15,7 +15,7 @@
 #define ZC_STATUS_FIELDS                                                                           \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
      ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE |    \
-     ZC_DAEMON_STATUS_FIELD_DEVICE | ZC_DAEMON_STATUS_FIELD_REPLICA)
+     ZC_DAEMON_STATUS_FIELD_DEVICE | ZC_DAEMON_STATUS_FIELD_REPLICA | ZC_DAEMON_STATUS_FIELD_WAIT)
 #define ZC_MEMORY_TERM_FIELDS (ZC_MEMORY_TERM_FIELD_MEASURED | ZC_MEMORY_TERM_FIELD_FORMULA)
 #define ZC_SHARD_INFO_FIELDS                                                                       \
     (ZC_SHARD_INFO_FIELD_LAYOUT | ZC_SHARD_INFO_FIELD_MASTER | ZC_SHARD_INFO_FIELD_GROUPS)
@@ -86,6 +86,11 @@ static void zc_status_fill(const Zerod__Ipc__V1__StatusReply *r, zc_daemon_statu
         st->replica_step = r->replica_step;
         st->replica_valid = r->replica_valid;
         st->replica_buddy = r->replica_buddy;
+    }
+    if (want & ZC_DAEMON_STATUS_FIELD_WAIT) {
+        st->wait_reduce_scatter_s = r->wait_reduce_scatter_s;
+        st->wait_all_gather_s = r->wait_all_gather_s;
+        st->params_shared = r->params_shared;
     }
     st->field_mask = want;
 }

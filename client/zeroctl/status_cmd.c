@@ -21,6 +21,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,7 @@ static int zst_fetch(zst_daemon_t *d, uint64_t deadline_ms)
     d->st.field_mask = ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |
                        ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY |
                        ZC_DAEMON_STATUS_FIELD_RATE | ZC_DAEMON_STATUS_FIELD_DEVICE |
-                       ZC_DAEMON_STATUS_FIELD_REPLICA;
+                       ZC_DAEMON_STATUS_FIELD_REPLICA | ZC_DAEMON_STATUS_FIELD_WAIT;
     status = zc_session_daemon_status(d->s, zst_left_ms(deadline_ms), &d->st);
     if (status != ZC_OK) {
         return status;
@@ -196,12 +197,40 @@ static const char *zst_replica_cell(const zc_daemon_status_t *r, char *buf, size
     return buf;
 }
 
-static const char *zst_busbw_cell(const zc_daemon_status_t *r, char *buf, size_t len)
+/* One figure of a cell: GB/s, or "-" for none. */
+static const char *zst_gbps(double bytes_per_s, char *buf, size_t len)
 {
-    if (!r->has_job || (r->busbw_reduce_scatter <= 0 && r->busbw_all_gather <= 0)) {
+    if (bytes_per_s <= 0) {
         return "-";
     }
-    snprintf(buf, len, "%.2f/%.2f", r->busbw_reduce_scatter * 1e-9, r->busbw_all_gather * 1e-9);
+    snprintf(buf, len, "%.2f", bytes_per_s * 1e-9);
+    return buf;
+}
+
+/* "RS/AG" over the transfer time; AG "shared" when the all-gather is a shared params region's
+ * barrier (no bytes, no bandwidth: its time is all wait) */
+static const char *zst_busbw_cell(const zc_daemon_status_t *r, char *buf, size_t len)
+{
+    char rs[24], ag[24];
+    bool shared = r->params_shared && r->world > 1;
+
+    if (!r->has_job || (r->busbw_reduce_scatter <= 0 && r->busbw_all_gather <= 0 && !shared)) {
+        return "-";
+    }
+    snprintf(buf, len, "%s/%s", zst_gbps(r->busbw_reduce_scatter, rs, sizeof(rs)),
+             shared ? "shared" : zst_gbps(r->busbw_all_gather, ag, sizeof(ag)));
+    return buf;
+}
+
+/* "RS/AG": how long the last step's collectives waited for the other ranks, ms */
+static const char *zst_wait_cell(const zc_daemon_status_t *r, char *buf, size_t len)
+{
+    if (!r->has_job || r->world < 2 ||
+        (r->wait_reduce_scatter_s <= 0 && r->wait_all_gather_s <= 0 &&
+         r->busbw_reduce_scatter <= 0)) {
+        return "-";
+    }
+    snprintf(buf, len, "%.1f/%.1f", r->wait_reduce_scatter_s * 1e3, r->wait_all_gather_s * 1e3);
     return buf;
 }
 
@@ -236,7 +265,15 @@ static void zst_json_rate(cJSON *job, const zst_daemon_t *d)
     }
     bw = cJSON_AddObjectToObject(job, "busbw_bytes_per_s");
     cJSON_AddNumberToObject(bw, "reduce_scatter", r->busbw_reduce_scatter);
-    cJSON_AddNumberToObject(bw, "all_gather", r->busbw_all_gather);
+    if (r->params_shared) { /* a barrier: no bandwidth */
+        cJSON_AddNullToObject(bw, "all_gather");
+    } else {
+        cJSON_AddNumberToObject(bw, "all_gather", r->busbw_all_gather);
+    }
+    bw = cJSON_AddObjectToObject(job, "wait_s");
+    cJSON_AddNumberToObject(bw, "reduce_scatter", r->wait_reduce_scatter_s);
+    cJSON_AddNumberToObject(bw, "all_gather", r->wait_all_gather_s);
+    cJSON_AddBoolToObject(job, "params_shared", r->params_shared);
     if (d->has_info) {
         cJSON_AddStringToObject(job, "state", d->ji.state);
     } else {
@@ -370,6 +407,7 @@ static void zst_job_table(const zst_daemon_t *d)
     printf("%-20s %s\n", "steps/s", zst_steps_cell(r, buf, sizeof(buf)));
     printf("%-20s %s\n", "samples/s", zst_samples_cell(r, buf, sizeof(buf)));
     printf("%-20s %s\n", "busbw rs/ag (GB/s)", zst_busbw_cell(r, buf, sizeof(buf)));
+    printf("%-20s %s\n", "wait rs/ag (ms)", zst_wait_cell(r, buf, sizeof(buf)));
     printf("%-20s %s\n", "replica", zst_replica_cell(r, buf, sizeof(buf)));
 }
 
@@ -457,7 +495,7 @@ static int zst_single(const zeroctl_status_opts_t *o)
 static void zst_host_row(const zst_daemon_t *d, int w_sock, int w_dev, int w_job)
 {
     const zc_daemon_status_t *r = &d->st;
-    char rank[32] = "-", pid[16] = "-", step[24] = "-", sps[32], sam[32], bw[48], mem[48];
+    char rank[32] = "-", pid[16] = "-", step[24] = "-", sps[32], sam[32], bw[48], wt[48], mem[48];
     char rep[48] = "-"; /* the replica held: "OWNER@STEP" */
     const char *state = r->has_job ? "-" : "idle";
 
@@ -478,10 +516,11 @@ static void zst_host_row(const zst_daemon_t *d, int w_sock, int w_dev, int w_job
     if (d->has_info && d->ji.trainer_pid > 0) {
         snprintf(pid, sizeof(pid), "%d", (int)d->ji.trainer_pid);
     }
-    printf("%-*s %-*s %8d %-*s %7s %-9s %10s %8s %10s %18s %18s %8s %12s\n", w_sock, d->socket,
+    printf("%-*s %-*s %8d %-*s %7s %-9s %10s %8s %10s %18s %15s %18s %8s %12s\n", w_sock, d->socket,
            w_dev, r->device, (int)r->pid, w_job, r->has_job ? r->job_id : "-", rank, state, step,
            zst_steps_cell(r, sps, sizeof(sps)), zst_samples_cell(r, sam, sizeof(sam)),
-           zst_busbw_cell(r, bw, sizeof(bw)), zst_memory_cell(d, mem, sizeof(mem)), pid, rep);
+           zst_busbw_cell(r, bw, sizeof(bw)), zst_wait_cell(r, wt, sizeof(wt)),
+           zst_memory_cell(d, mem, sizeof(mem)), pid, rep);
 }
 
 static int zst_width(int w, const char *s)
@@ -502,9 +541,9 @@ static void zst_host_table(const zst_daemon_t *d, int n)
             w_job = zst_width(w_job, d[i].st.has_job ? d[i].st.job_id : "-");
         }
     }
-    printf("%-*s %-*s %8s %-*s %7s %-9s %10s %8s %10s %18s %18s %8s %12s\n", w_sock, "SOCKET",
+    printf("%-*s %-*s %8s %-*s %7s %-9s %10s %8s %10s %18s %15s %18s %8s %12s\n", w_sock, "SOCKET",
            w_dev, "DEVICE", "PID", w_job, "JOB", "RANK", "STATE", "STEP", "STEPS/S", "SAMPLES/S",
-           "BUSBW RS/AG (GB/s)", "MEM/FORMULA (MiB)", "TRAINER", "REPLICA@STEP");
+           "BUSBW RS/AG (GB/s)", "WAIT RS/AG (ms)", "MEM/FORMULA (MiB)", "TRAINER", "REPLICA@STEP");
     for (int i = 0; i < n; i++) {
         zst_host_row(&d[i], w_sock, w_dev, w_job);
     }

@@ -227,8 +227,17 @@ for rank in (0, 1):
     params = mem["params"]["bytes"]
     assert get("zerod_collective_bytes_total", collective="reduce_scatter") == steps * params
     assert get("zerod_collective_bytes_total", collective="all_gather") == (steps + 1) * params
+    # one params region per rank: the all-gather moves bytes; each collective's time is its
+    # wait plus its transfer, the bandwidth over the transfer alone
+    assert get("zerod_params_region_shared") == 0 and j["params_shared"] is False, j
     for c in ("reduce_scatter", "all_gather"):
         assert get("zerod_collective_bus_bandwidth_bytes_per_second", collective=c) > 0, c
+        assert get("zerod_collective_wait_seconds_total", collective=c) >= 0, c
+        assert get("zerod_collective_transfer_seconds_total", collective=c) > 0, c
+        assert math.isclose(get("zerod_collective_last_wait_seconds", collective=c),
+                            j["wait_s"][c], rel_tol=1e-9, abs_tol=1e-12), (c, j["wait_s"])
+        assert math.isclose(get("zerod_collective_bus_bandwidth_bytes_per_second", collective=c),
+                            j["busbw_bytes_per_s"][c], rel_tol=1e-9), (c, j["busbw_bytes_per_s"])
     print("rank %d: %d steps, %d params bytes, memory and counters as zeroctl says" %
           (rank, steps, params))
 EOF

@@ -93,20 +93,23 @@ if $fresh:                                     # asked within the 10 s window of
     assert j['steps_per_s'] > 0, j
 assert abs(j['samples_per_s'] - 32 * j['steps_per_s']) <= 1e-9 * max(1, j['samples_per_s']), j
 assert j['busbw_bytes_per_s'] == {'reduce_scatter': 0, 'all_gather': 0}, j   # world 1
+assert j['wait_s'] == {'reduce_scatter': 0, 'all_gather': 0}, j
+assert j['params_shared'] is False, j
 assert {m['name'] for m in a['memory']} >= {'params', 'master', 'm', 'v'}, a
 print('host --json: steps/s %.1f, samples/s %.1f' % (j['steps_per_s'], j['samples_per_s']))
 "
 
 zd_expect_rc 7 "$zeroctl" --dir "$run" status
 cat "$work/out"
-grep -q "^$run/z0.sock  *cpu:0  *${dpids[0]}  *host_a  *0/1  *kept  *20  *[0-9.]*  *[0-9.]*  *-  *[0-9.]*/[0-9.]*  *-  *-$" \
+grep -q "^$run/z0.sock  *cpu:0  *${dpids[0]}  *host_a  *0/1  *kept  *20  *[0-9.]*  *[0-9.]*  *-  *-  *[0-9.]*/[0-9.]*  *-  *-$" \
     "$work/out" || fail "no row of the job"
 grep -q "^$run/z1.sock  *cpu:1 .* idle " "$work/out" || fail "daemon 1 not idle"
 
 # one daemon, as ever (-s or $ZEROD_SOCKET): the FIELD/VALUE table, the old JSON and the new keys
 ZEROD_SOCKET=$run/z0.sock zd_expect_rc 0 "$zeroctl" status
 grep -q '^steps/s  *[0-9.]*$' "$work/out" && grep -q '^samples/s  *[0-9.]*$' "$work/out" &&
-    grep -q '^busbw rs/ag (GB/s)  *-$' "$work/out" && grep -q '^state  *kept$' "$work/out" ||
+    grep -q '^busbw rs/ag (GB/s)  *-$' "$work/out" && grep -q '^wait rs/ag (ms)  *-$' "$work/out" &&
+    grep -q '^state  *kept$' "$work/out" ||
     fail "the one-daemon table lacks the rates"
 zd_expect_rc 0 "$zeroctl" --json -s "$run/z0.sock" status
 json_check "$work/out" "

@@ -38,6 +38,7 @@ enum {
     ZC_DAEMON_STATUS_FIELD_RATE = 1u << 4,     /* steps_per_s .. busbw_all_gather */
     ZC_DAEMON_STATUS_FIELD_DEVICE = 1u << 5,   /* device_free_bytes .. mps */
     ZC_DAEMON_STATUS_FIELD_REPLICA = 1u << 6,  /* replication .. replica_buddy */
+    ZC_DAEMON_STATUS_FIELD_WAIT = 1u << 7,     /* wait_reduce_scatter_s .. params_shared */
 };
 
 typedef struct zc_daemon_status {
@@ -68,17 +69,23 @@ typedef struct zc_daemon_status {
     double steps_per_s;          /* steps that ran in the last 10 s (or since the job began, if
                                     later), per second; 0 when none ran (RATE; docs/metrics.md) */
     uint32_t train_batch_size;   /* samples per step, every rank's; 0: the config gave none */
-    double busbw_reduce_scatter; /* bytes/s of the last step's collectives; 0 at world 1 and */
-    double busbw_all_gather;     /* before a step (nccl-tests' bus bandwidth) */
+    double busbw_reduce_scatter; /* bytes/s of the last step's collectives over their transfer */
+    double busbw_all_gather;     /* time (nccl-tests' bus bandwidth, the wait below excluded); 0
+                                    at world 1, before a step, and the all-gather of a shared
+                                    params region */
     uint64_t device_free_bytes;  /* the CUDA backend's GPU memory, as its driver reported it at */
     uint64_t device_total_bytes; /* the job's last status; 0 and 0 on the CPU or before a job */
     int mps; /* 1: an NVIDIA MPS control daemon serves the CUDA daemon (else the trainer's and the
                 daemon's kernels time-slice the GPU) */
-    int replication;        /* 1: replication = buddy (the four below say more; REPLICA) */
-    uint32_t replica_owner; /* the rank whose shard this daemon holds a replica of, */
-    uint64_t replica_step;  /* at this step, */
-    int replica_valid;      /* 1: it holds one (0: not received yet) */
-    uint32_t replica_buddy; /* the rank whose daemon holds this rank's shard */
+    int replication;              /* 1: replication = buddy (the four below say more; REPLICA) */
+    uint32_t replica_owner;       /* the rank whose shard this daemon holds a replica of, */
+    uint64_t replica_step;        /* at this step, */
+    int replica_valid;            /* 1: it holds one (0: not received yet) */
+    uint32_t replica_buddy;       /* the rank whose daemon holds this rank's shard */
+    double wait_reduce_scatter_s; /* how long the last step's collectives waited for the other */
+    double wait_all_gather_s;     /* ranks to enter them (WAIT; docs/metrics.md) */
+    int params_shared; /* 1: one params region for the host's daemons: the all-gather is a
+                          barrier, no bytes (all wait) */
 } zc_daemon_status_t;
 
 enum {
@@ -244,6 +251,8 @@ enum {
     ZC_TRACE_SPAN_FAILED = 1u << 1,  /* the operation failed (a lost peer, a kernel error) */
     ZC_TRACE_SPAN_REFRESH = 1u << 2, /* ALL_GATHER outside a step: parameters loaded, a mesh
                                         formed again */
+    ZC_TRACE_SPAN_BARRIER = 1u << 3, /* ALL_GATHER of a shared params region: a barrier that
+                                        moves no bytes */
 };
 
 enum {

@@ -103,6 +103,10 @@ struct zd_coll {
     const zd_coll_ops_t *ops;
     uint32_t rank, world;
     char algo[160]; /* the algorithm in use and why, for logs and benchmarks */
+    /* Of the last reduce_scatter or all_gather: the part of its time spent waiting for peers to
+     * enter it (the rest moved and summed bytes; docs/metrics.md). 0 where the algorithm
+     * cannot tell them apart (local, nccl). */
+    uint64_t wait_ns;
 };
 
 static inline zs_status_t zd_coll_share(zd_coll_t *coll, const zs_region_t *const *regions,

@@ -15,6 +15,18 @@
 #include <string.h>
 #include <unistd.h>
 
+/* One collective call of dur_ns, wait_ns of it waiting for the peers (the collective's own
+ * measure), into the job's totals; returns the wait, at most dur_ns. */
+static uint64_t zd_step_xfer_note(zd_step_stats_t *s, zd_xfer_t x, uint64_t dur_ns,
+                                  uint64_t wait_ns, uint64_t bytes)
+{
+    wait_ns = wait_ns < dur_ns ? wait_ns : dur_ns;
+    s->xfer_bytes[x] += bytes;
+    s->xfer_wait_ns[x] += wait_ns;
+    s->xfer_busy_ns[x] += dur_ns - wait_ns;
+    return wait_ns;
+}
+
 /* All-gather bucket b of the params region (its span: the job's step; flags ZD_TRACE_*). */
 static zs_status_t zd_step_gather_bucket(zd_job_t *job, uint32_t b, uint16_t flags, char *err,
                                          size_t errlen)
@@ -30,14 +42,18 @@ static zs_status_t zd_step_gather_bucket(zd_job_t *job, uint32_t b, uint16_t fla
     span.dur_ns = zs_time_now_ns() - span.start_ns;
     span.flags = (uint16_t)(flags | (st != ZS_OK ? ZD_TRACE_FAILED : 0));
     zd_trace_add(job->trace, &span);
-    job->stats.xfer_bytes[ZD_XFER_ALL_GATHER] += span.bytes;
+    job->stats.win_ag_wait_ns += zd_step_xfer_note(&job->stats, ZD_XFER_ALL_GATHER, span.dur_ns,
+                                                   job->coll->wait_ns, span.bytes);
+    job->stats.win_ag_ns += span.dur_ns;
+    job->stats.win_ag_bytes += span.bytes;
     return st;
 }
 
 /* One params region for every rank: each slice is in place once every rank wrote its own, so
- * the all-gather is a barrier, one span of the job's trace. An all-reduce of nothing over the
- * collectives' own path (their progress and deadline, as the norm's), not the mesh's control
- * barrier, which spins on sched_yield for 2 ms while the trainers want the cores. */
+ * the all-gather is a barrier, one span of the job's trace (flag BARRIER), all of it a wait for
+ * the peers and no bytes. An all-reduce of nothing over the collectives' own path (their
+ * progress and deadline, as the norm's), not the mesh's control barrier, which spins on
+ * sched_yield for 2 ms while the trainers want the cores. */
 static zs_status_t zd_step_gather_shared(zd_job_t *job, uint16_t flags, char *err, size_t errlen)
 {
     static const zd_reduce_op_t max_op = ZD_REDUCE_MAX;
@@ -48,8 +64,11 @@ static zs_status_t zd_step_gather_shared(zd_job_t *job, uint16_t flags, char *er
     span.start_ns = zs_time_now_ns();
     st = job->coll->ops->all_reduce(job->coll, &none, &max_op, 1, err, errlen);
     span.dur_ns = zs_time_now_ns() - span.start_ns;
-    span.flags = (uint16_t)(flags | (st != ZS_OK ? ZD_TRACE_FAILED : 0));
+    span.flags = (uint16_t)(flags | ZD_TRACE_BARRIER | (st != ZS_OK ? ZD_TRACE_FAILED : 0));
     zd_trace_add(job->trace, &span);
+    zd_step_xfer_note(&job->stats, ZD_XFER_ALL_GATHER, span.dur_ns, span.dur_ns, 0);
+    job->stats.win_ag_ns += span.dur_ns;
+    job->stats.win_ag_wait_ns += span.dur_ns;
     return st;
 }
 
@@ -186,8 +205,9 @@ static zs_status_t zd_step_reduce_bucket(zd_job_t *job, const void *src, zs_dtyp
                          st != ZS_OK ? ZD_TRACE_FAILED : 0);
     s->window_ns = s->window_ns != 0 ? s->window_ns : t0; /* the window's first bucket */
     s->win_rs_ns += t1 - t0;
+    s->win_rs_wait_ns +=
+        zd_step_xfer_note(s, ZD_XFER_REDUCE_SCATTER, t1 - t0, job->coll->wait_ns, bytes);
     s->win_rs_bytes += bytes;
-    s->xfer_bytes[ZD_XFER_REDUCE_SCATTER] += bytes;
     if (st == ZS_OK && norm.done) {
         job->slice_norm[b] = (zd_slice_norm_t){
             .sumsq = norm.sumsq, .nonfinite = norm.nonfinite != 0, .fresh = 1, .due = 0};
@@ -367,6 +387,7 @@ static zs_status_t zd_step_all_gather(zd_job_t *job, char *err, size_t errlen)
     const zs_layout_t *l = job->layout;
 
     job->params_stale = true;
+    job->stats.win_ag_ns = job->stats.win_ag_wait_ns = job->stats.win_ag_bytes = 0;
     for (uint32_t b = 0; b < (job->params_shared ? 1 : l->n_buckets); b++) {
         zs_status_t st = job->params_shared ? zd_step_gather_shared(job, 0, err, errlen)
                                             : zd_step_gather_bucket(job, b, 0, err, errlen);
@@ -483,17 +504,29 @@ static zs_status_t zd_step_pipeline(zd_job_t *job, const double *group_lr, zd_st
 
 void zd_step_stats_reset_window(zd_job_t *job)
 {
-    job->stats.window_ns = job->stats.win_rs_ns = job->stats.win_rs_bytes = 0;
+    zd_step_stats_t *s = &job->stats;
+
+    s->window_ns = s->win_rs_ns = s->win_rs_wait_ns = s->win_rs_bytes = 0;
+    s->win_ag_ns = s->win_ag_wait_ns = s->win_ag_bytes = 0;
 }
 
-/* A step that ran (committed or skipped) goes into the phase histograms, the busbw of its
- * collectives and the step rate; either way the next window opens (at once after a step, at the
- * next bucket after a failure). */
+/* Bus bandwidth over the transfer time alone (docs/metrics.md): 0 with no bytes (a barrier, a
+ * collective that did not run) or no transfer time. */
+static double zd_step_busbw(uint64_t bytes, uint64_t ns, uint64_t wait_ns, double share)
+{
+    uint64_t busy = ns > wait_ns ? ns - wait_ns : 0;
+
+    return bytes > 0 && busy > 0 ? (double)bytes / ((double)busy * 1e-9) * share : 0;
+}
+
+/* A step that ran (committed or skipped) goes into the phase histograms, the busbw and wait of
+ * its collectives and the step rate; either way the next window opens (at once after a step,
+ * at the next bucket after a failure). */
 static void zd_step_stats_end(zd_job_t *job, zs_status_t st, uint64_t *ns)
 {
     zd_step_stats_t *s = &job->stats;
     double share = (double)(job->world - 1) / job->world; /* (N - 1) / N */
-    uint64_t ag_bytes = job->layout->shard_numel * job->world * zs_dtype_size(job->dtype);
+    bool ag = ns[ZD_PHASE_ALL_GATHER] != UINT64_MAX;
 
     if (s->win_rs_bytes > 0) {
         ns[ZD_PHASE_REDUCE_SCATTER] = s->win_rs_ns;
@@ -505,11 +538,11 @@ static void zd_step_stats_end(zd_job_t *job, zs_status_t st, uint64_t *ns)
             }
         }
         s->busbw[ZD_XFER_REDUCE_SCATTER] =
-            s->win_rs_ns > 0 ? (double)s->win_rs_bytes / ((double)s->win_rs_ns * 1e-9) * share : 0;
+            zd_step_busbw(s->win_rs_bytes, s->win_rs_ns, s->win_rs_wait_ns, share);
+        s->last_wait_s[ZD_XFER_REDUCE_SCATTER] = (double)s->win_rs_wait_ns * 1e-9;
         s->busbw[ZD_XFER_ALL_GATHER] =
-            ns[ZD_PHASE_ALL_GATHER] != UINT64_MAX && ns[ZD_PHASE_ALL_GATHER] > 0
-                ? (double)ag_bytes / ((double)ns[ZD_PHASE_ALL_GATHER] * 1e-9) * share
-                : 0;
+            ag ? zd_step_busbw(s->win_ag_bytes, s->win_ag_ns, s->win_ag_wait_ns, share) : 0;
+        s->last_wait_s[ZD_XFER_ALL_GATHER] = ag ? (double)s->win_ag_wait_ns * 1e-9 : 0;
     }
     zd_step_stats_reset_window(job);
     s->window_ns = st == ZS_OK ? zs_time_now_ns() : 0;

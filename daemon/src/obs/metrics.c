@@ -435,6 +435,55 @@ static void zd_format_job_memory(zd_text_t *t, const zd_job_status_t *j, const c
     }
 }
 
+/* The collectives' bytes, wait, transfer time and bandwidth (docs/metrics.md). */
+static void zd_format_job_colls(zd_text_t *t, const zd_job_status_t *j, const char *jl)
+{
+    char num[40];
+
+    zd_family(t, "zerod_collective_bytes_total", "counter",
+              "Bytes of the collectives' buffers (world x slice, as nccl-tests count size).");
+    for (int x = 0; x < ZD_XFER_COUNT; x++) {
+        zd_text_printf(t, "zerod_collective_bytes_total{%s,collective=\"%s\"} %llu\n", jl,
+                       zd_xfer_names[x], (unsigned long long)j->stats.xfer_bytes[x]);
+    }
+    zd_family(t, "zerod_collective_wait_seconds_total", "counter",
+              "Time the collectives waited for the other ranks to enter them (a shared params "
+              "region's all-gather: all of its barrier).");
+    for (int x = 0; x < ZD_XFER_COUNT; x++) {
+        zd_text_printf(t, "zerod_collective_wait_seconds_total{%s,collective=\"%s\"} %s\n", jl,
+                       zd_xfer_names[x],
+                       zd_num((double)j->stats.xfer_wait_ns[x] * 1e-9, num, sizeof(num)));
+    }
+    zd_family(t, "zerod_collective_transfer_seconds_total", "counter",
+              "Time the collectives moved and summed bytes: their time less the wait.");
+    for (int x = 0; x < ZD_XFER_COUNT; x++) {
+        zd_text_printf(t, "zerod_collective_transfer_seconds_total{%s,collective=\"%s\"} %s\n", jl,
+                       zd_xfer_names[x],
+                       zd_num((double)j->stats.xfer_busy_ns[x] * 1e-9, num, sizeof(num)));
+    }
+    zd_family(t, "zerod_collective_bus_bandwidth_bytes_per_second", "gauge",
+              "Bus bandwidth of the last step's collective over its transfer time: size / "
+              "(time - wait) x (N - 1) / N. No all_gather series with a shared params region.");
+    for (int x = 0; x < ZD_XFER_COUNT; x++) {
+        if (x == ZD_XFER_ALL_GATHER && j->params_shared) {
+            continue; /* a barrier moves no bytes: it has no bandwidth */
+        }
+        zd_text_printf(t,
+                       "zerod_collective_bus_bandwidth_bytes_per_second{%s,collective=\"%s\"} %s\n",
+                       jl, zd_xfer_names[x], zd_num(j->stats.busbw[x], num, sizeof(num)));
+    }
+    zd_family(t, "zerod_collective_last_wait_seconds", "gauge",
+              "Time the last step's collective waited for the other ranks.");
+    for (int x = 0; x < ZD_XFER_COUNT; x++) {
+        zd_text_printf(t, "zerod_collective_last_wait_seconds{%s,collective=\"%s\"} %s\n", jl,
+                       zd_xfer_names[x], zd_num(j->stats.last_wait_s[x], num, sizeof(num)));
+    }
+    zd_family(t, "zerod_params_region_shared", "gauge",
+              "1 when the daemons of this host share one params region (the all-gather is a "
+              "barrier).");
+    zd_gauge(t, "zerod_params_region_shared", jl, j->params_shared ? 1 : 0);
+}
+
 static void zd_format_job_steps(zd_text_t *t, const zd_job_status_t *j, const char *jl)
 {
     const char *name = "zerod_step_phase_duration_seconds";
@@ -457,19 +506,6 @@ static void zd_format_job_steps(zd_text_t *t, const zd_job_status_t *j, const ch
                        zd_num(h->sum, num, sizeof(num)));
         zd_text_printf(t, "%s_count{%s,phase=\"%s\"} %llu\n", name, jl, zd_phase_names[p],
                        (unsigned long long)h->count);
-    }
-    zd_family(t, "zerod_collective_bytes_total", "counter",
-              "Bytes of the collectives' buffers (world x slice, as nccl-tests count size).");
-    for (int x = 0; x < ZD_XFER_COUNT; x++) {
-        zd_text_printf(t, "zerod_collective_bytes_total{%s,collective=\"%s\"} %llu\n", jl,
-                       zd_xfer_names[x], (unsigned long long)j->stats.xfer_bytes[x]);
-    }
-    zd_family(t, "zerod_collective_bus_bandwidth_bytes_per_second", "gauge",
-              "Bus bandwidth of the last step's collective: size / time x (N - 1) / N.");
-    for (int x = 0; x < ZD_XFER_COUNT; x++) {
-        zd_text_printf(t,
-                       "zerod_collective_bus_bandwidth_bytes_per_second{%s,collective=\"%s\"} %s\n",
-                       jl, zd_xfer_names[x], zd_num(j->stats.busbw[x], num, sizeof(num)));
     }
 }
 
@@ -495,6 +531,7 @@ zs_status_t zd_metrics_format(zd_metrics_t *m, char **text_p, size_t *len_p)
         zd_format_job_state(&t, &s->job, jl);
         zd_format_job_memory(&t, &s->job, jl);
         zd_format_job_steps(&t, &s->job, jl);
+        zd_format_job_colls(&t, &s->job, jl);
     }
     free(s);
     if (t.failed) {

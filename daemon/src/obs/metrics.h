@@ -54,8 +54,14 @@ void zd_hist_observe(zd_hist_t *h, double seconds);
 /* A job's step statistics (runner thread; copied out with the job's status). */
 typedef struct zd_step_stats {
     zd_hist_t phase[ZD_PHASE_COUNT];
-    uint64_t xfer_bytes[ZD_XFER_COUNT]; /* every call since the job began */
-    double busbw[ZD_XFER_COUNT];        /* bytes/s of the last step; 0 when it did not run */
+    /* every call since the job began: bytes, and its time split into the wait for the peers to
+     * enter it (zd_coll_t wait_ns; all of a shared params region's barrier) and the transfer */
+    uint64_t xfer_bytes[ZD_XFER_COUNT];
+    uint64_t xfer_wait_ns[ZD_XFER_COUNT], xfer_busy_ns[ZD_XFER_COUNT];
+    /* the last step: bytes/s over its transfer time only (0 when it did not run, at world 1, and
+     * for a barrier), and its wait in seconds */
+    double busbw[ZD_XFER_COUNT];
+    double last_wait_s[ZD_XFER_COUNT];
     uint64_t reattaches;
     /* replication = buddy (job/replica.h) */
     uint64_t replica_bytes[2];   /* sent to the buddy, received from the owner (and recoveries) */
@@ -64,7 +70,8 @@ typedef struct zd_step_stats {
     /* the step window in progress (job/step.c): from the last step's end, or from its first
      * bucket when there is none, to the end of the next step */
     uint64_t window_ns; /* monotonic; 0: no window open */
-    uint64_t win_rs_ns, win_rs_bytes;
+    uint64_t win_rs_ns, win_rs_wait_ns, win_rs_bytes;
+    uint64_t win_ag_ns, win_ag_wait_ns, win_ag_bytes; /* the step's all-gather */
     /* when the last steps that ran ended (monotonic), for the step rate (zd_step_rate) */
     uint64_t step_end_ns[ZD_RATE_STEPS]; /* a ring: step k at [k % ZD_RATE_STEPS] */
     uint64_t n_step_ends;                /* steps that ran, committed or skipped */

@@ -41,6 +41,7 @@ enum {
     ZD_TRACE_SKIPPED = 1u << 0, /* STEP: skipped on overflow */
     ZD_TRACE_FAILED = 1u << 1,  /* the operation failed (a lost peer, a kernel error) */
     ZD_TRACE_REFRESH = 1u << 2, /* ALL_GATHER outside a step: parameters loaded, a mesh re-formed */
+    ZD_TRACE_BARRIER = 1u << 3, /* ALL_GATHER of a shared params region: a barrier, no bytes */
 };
 
 /* The largest ring trace_buffer allows: a TraceReply of it stays far below the frame limit. */

@@ -54,6 +54,9 @@ static void fake_status(fake_t *fk, Zerod__Ipc__V1__StatusReply *st,
     st->train_batch_size = 64;
     st->busbw_reduce_scatter = 1.5e9;
     st->busbw_all_gather = 2.5e9;
+    st->wait_reduce_scatter_s = 0.125;
+    st->wait_all_gather_s = 0.25;
+    st->params_shared = true;
     for (int i = 0; i < 2; i++) {
         zerod__ipc__v1__memory_term__init(&terms[i]);
         terms[i].name = (char *)names[i];
@@ -190,7 +193,8 @@ static void fake_close(fake_t *fk, zc_session_t *s)
 
 #define STATUS_ALL                                                                                 \
     (ZC_DAEMON_STATUS_FIELD_DAEMON | ZC_DAEMON_STATUS_FIELD_ACTIVITY |                             \
-     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE)
+     ZC_DAEMON_STATUS_FIELD_JOB | ZC_DAEMON_STATUS_FIELD_MEMORY | ZC_DAEMON_STATUS_FIELD_RATE |    \
+     ZC_DAEMON_STATUS_FIELD_WAIT)
 
 /* ---- tests ------------------------------------------------------------------------- */
 
@@ -226,6 +230,8 @@ Test(zc_session_daemon_status, fills_every_part_asked_for)
     cr_assert_eq(st.n_memory, 2);
     cr_assert(st.steps_per_s == 2.5 && st.train_batch_size == 64);
     cr_assert(st.busbw_reduce_scatter == 1.5e9 && st.busbw_all_gather == 2.5e9);
+    cr_assert(st.wait_reduce_scatter_s == 0.125 && st.wait_all_gather_s == 0.25);
+    cr_assert_eq(st.params_shared, 1);
 
     cr_assert_eq(zc_session_memory_term(s, 1, &t), ZC_OK, "%s", zc_last_error());
     cr_assert_str_eq(t.name, "master");

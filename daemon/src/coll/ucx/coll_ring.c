@@ -7,10 +7,15 @@
  *   is forwarded as soon as it is reduced.
  * all_gather: in place in the params region; every receive is posted up front (distinct
  *   destinations) and a segment is forwarded as soon as it arrives.
+ * Beside the data, each rank sends a one-byte token to the right as it enters and passes on each
+ * token from the left (N - 2 hops): the token of hop k says ranks r-1 .. r-1-k have entered, so
+ * the call has waited for its peers until hop N - 2 arrives (coll.h wait_ns). The data flows
+ * meanwhile; what a late rank holds up is counted as wait, with the hops' latency.
  */
 #include "coll/ucx/coll_ucx_int.h"
 #include "zs/error.h"
 #include "zs/mem.h"
+#include "zs/time.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +60,12 @@ typedef struct zd_ring {
     zs_deadline_t deadline;
     unsigned idle;
     uint8_t *done; /* per segment (and step): reduced or forwarded */
+    /* the tokens: one receive at a time from the left, a send per hop to the right */
+    void *tok_recv;
+    void **tok_send; /* [N - 1] */
+    uint32_t tok_in; /* tokens received, hops 0 .. N - 2 */
+    uint8_t tok_buf[2];
+    uint64_t t0, wait_ns; /* the call's start; until the last token arrived */
     const char *what;
     char *err;
     size_t errlen;
@@ -79,9 +90,59 @@ static zs_status_t zd_ring_init(zd_ring_t *g, zd_coll_ucx_t *c, size_t seg_bytes
     g->what = what;
     g->err = err;
     g->errlen = errlen;
+    g->t0 = zs_time_now_ns();
     g->done = calloc((size_t)g->N * g->nseg, 1);
-    return g->done != NULL ? ZS_OK
-                           : zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "%s: out of memory", what);
+    g->tok_send = calloc(g->N, sizeof(*g->tok_send));
+    if (g->done == NULL || g->tok_send == NULL) {
+        free(g->done);
+        free(g->tok_send);
+        return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "%s: out of memory", what);
+    }
+    return ZS_OK;
+}
+
+static void zd_ring_free(zd_ring_t *g)
+{
+    free(g->done);
+    free(g->tok_send);
+}
+
+/* Token hop k: receive it from the left and send it (this rank's own at hop 0, the left's
+ * hop k - 1 passed on) to the right. */
+static void zd_ring_tok_post(zd_ring_t *g, uint32_t k)
+{
+    if (g->N < 2) {
+        return;
+    }
+    g->tok_recv =
+        zd_ucx_post_recv(g->c, &g->tok_buf[0], 1, zd_ucx_tag(g->seq, g->left, k, ZD_SEG_TOKEN));
+    g->tok_send[k] = zd_ucx_post_send(g->c, g->right, &g->tok_buf[1], 1,
+                                      zd_ucx_tag(g->seq, g->r, k, ZD_SEG_TOKEN));
+}
+
+/* Take the tokens that arrived, pass each on; the last one ends the wait. */
+static zs_status_t zd_ring_tok_poll(zd_ring_t *g)
+{
+    zs_status_t st = ZS_OK;
+
+    while (g->tok_in + 1 < g->N && zd_ucx_req_test(&g->tok_recv, &st) && st == ZS_OK) {
+        if (++g->tok_in + 1 < g->N) {
+            zd_ring_tok_post(g, g->tok_in);
+        } else {
+            g->wait_ns = zs_time_now_ns() - g->t0;
+        }
+    }
+    return st;
+}
+
+/* One round of progress, the tokens' included. */
+static zs_status_t zd_ring_pump(zd_ring_t *g, uint32_t suspect)
+{
+    zs_status_t st = zd_ring_tok_poll(g);
+
+    return st != ZS_OK
+               ? st
+               : zd_ucx_pump(g->c, &g->idle, g->deadline, suspect, g->what, g->err, g->errlen);
 }
 
 /* The elements [lo, lo + n) of segment j. */
@@ -104,21 +165,30 @@ static zs_status_t zd_ring_wait(zd_ring_t *g, void **reqs, uint64_t n, uint32_t 
             j++;
             continue;
         }
-        st = zd_ucx_pump(g->c, &g->idle, g->deadline, suspect, g->what, g->err, g->errlen);
+        st = zd_ring_pump(g, suspect);
     }
     return st;
 }
 
 static zs_status_t zd_ring_finish(zd_ring_t *g, zs_status_t st, size_t n_reqs)
 {
+    while (st == ZS_OK && g->tok_in + 1 < g->N) { /* the data is in: so are the peers */
+        st = zd_ring_pump(g, g->left);
+    }
+    if (st == ZS_OK) {
+        st = zd_ring_wait(g, g->tok_send, g->N - 1, g->right);
+    }
+    g->c->base.wait_ns += g->wait_ns;
     if (st != ZS_OK) {
         if (g->err[0] == '\0') {
             snprintf(g->err, g->errlen, "%s: a transfer with rank %u or %u failed", g->what,
                      g->left, g->right);
         }
         zd_ucx_reqs_cancel(g->c, g->c->reqs, n_reqs);
+        zd_ucx_reqs_cancel(g->c, &g->tok_recv, 1);
+        zd_ucx_reqs_cancel(g->c, g->tok_send, g->N - 1);
     }
-    free(g->done);
+    zd_ring_free(g);
     return st;
 }
 
@@ -191,7 +261,7 @@ static zs_status_t zd_rs_step(zd_ring_t *g, uint32_t k, const char *base, zs_dty
             pending--;
         }
         if (pending > 0 && st == ZS_OK) {
-            st = zd_ucx_pump(g->c, &g->idle, g->deadline, g->left, g->what, g->err, g->errlen);
+            st = zd_ring_pump(g, g->left);
         }
     }
     if (st == ZS_OK) {
@@ -219,13 +289,14 @@ zs_status_t zd_ring_reduce_scatter(zd_coll_ucx_t *c, const void *src, zs_dtype_t
         return st;
     }
     if (zd_part_reserve(c, slice) != ZS_OK || zd_ucx_reqs_reserve(c, 3 * g.nseg) != ZS_OK) {
-        free(g.done);
+        zd_ring_free(&g);
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY,
                        "reduce_scatter: out of memory for %llu elements",
                        (unsigned long long)slice);
     }
     send_req[0] = c->reqs + g.nseg;
     send_req[1] = c->reqs + 2 * g.nseg;
+    zd_ring_tok_post(&g, 0);
     st = zd_rs_start(&g, src, dtype, c->reqs, send_req[0]);
     for (uint32_t k = 0; k + 1 < g.N && st == ZS_OK; k++) {
         st = zd_rs_step(&g, k, src, dtype, acc, flags, c->reqs, send_req);
@@ -278,7 +349,7 @@ static zs_status_t zd_ag_forward(zd_ring_t *g, char *base, void **recv_req, void
             }
         }
         if (pending > 0 && st == ZS_OK) {
-            st = zd_ucx_pump(g->c, &g->idle, g->deadline, g->left, g->what, g->err, g->errlen);
+            st = zd_ring_pump(g, g->left);
         }
     }
     return st;
@@ -298,9 +369,10 @@ zs_status_t zd_ring_all_gather(zd_coll_ucx_t *c, void *buf, zs_dtype_t dtype, ui
     }
     total = (uint64_t)(g.N - 1) * g.nseg;
     if (zd_ucx_reqs_reserve(c, 2 * total) != ZS_OK) {
-        free(g.done);
+        zd_ring_free(&g);
         return zs_errf(err, errlen, ZS_ERR_NO_MEMORY, "all_gather: out of memory");
     }
+    zd_ring_tok_post(&g, 0);
     zd_ag_start(&g, buf, c->reqs, c->reqs + total);
     st = zd_ag_forward(&g, buf, c->reqs, c->reqs + total);
     if (st == ZS_OK) {

@@ -8,6 +8,7 @@
 #include "coll/ucx/coll_ucx_int.h"
 #include "zs/log.h"
 #include "zs/mem.h"
+#include "zs/time.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -38,14 +39,19 @@ static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *e
     bool direct = false;
     zs_status_t st = ZS_OK;
 
+    c->base.wait_ns = 0;
     if (k->slice == 0) {
         return ZS_OK;
     }
     seq = ++c->seq;
     if (c->direct) {
         zs_deadline_t deadline = zs_deadline_in_ns(zd_mesh_collective_timeout_ns(c->mesh));
+        /* the ready and done rounds wait for the peers; the copy between them moves the bytes */
+        uint64_t t0 = zs_time_now_ns(), t1;
         st = zd_direct_begin(c, k->buf, k->slice * c->base.world * zs_dtype_size(k->dtype), seq,
                              deadline, &direct, what, err, errlen);
+        t1 = zs_time_now_ns();
+        c->base.wait_ns = t1 - t0;
         if (st == ZS_OK && direct) {
             st = k->rs ? zd_direct_reduce_scatter(c, k->dtype, k->slice, k->acc, k->flags, k->norm,
                                                   err, errlen)
@@ -54,7 +60,10 @@ static zs_status_t zd_ucx_run(zd_coll_ucx_t *c, const zd_coll_call_t *k, char *e
                 zd_mesh_abort(c->mesh, c->base.rank, "rank %u: %s", c->base.rank, err);
                 return st;
             }
-            return zd_direct_end(c, seq, deadline, what, err, errlen);
+            t0 = zs_time_now_ns();
+            st = zd_direct_end(c, seq, deadline, what, err, errlen);
+            c->base.wait_ns += zs_time_now_ns() - t0;
+            return st;
         }
     }
     if (st != ZS_OK) {

@@ -21,6 +21,7 @@
 /* a control message of the direct algorithm */
 #define ZD_COLL_MSG_MAX 1024u
 /* segment numbers of the direct algorithm's messages (ring segments stay below 64) */
+#define ZD_SEG_TOKEN 0xffcu /* the ring's "every peer entered" token (coll_ring.c) */
 #define ZD_SEG_SHARE 0xffdu
 #define ZD_SEG_READY 0xffeu
 #define ZD_SEG_DONE  0xfffu

@@ -207,6 +207,61 @@ Test(zd_metrics, formats_a_job_with_escaped_labels)
     zd_metrics_destroy(m);
 }
 
+Test(zd_metrics, reports_collective_wait_apart_from_bandwidth)
+{
+    zd_metrics_t *m = NULL;
+    zd_job_status_t j = a_job();
+    const char *lab = "job=\"a\\\"b\\\\c\",rank=\"1\",device=\"cpu:1\"";
+    char want[512], *text;
+
+    j.stats.xfer_bytes[ZD_XFER_REDUCE_SCATTER] = 1000;
+    j.stats.xfer_wait_ns[ZD_XFER_REDUCE_SCATTER] = 1500000000; /* 1.5 s */
+    j.stats.xfer_busy_ns[ZD_XFER_REDUCE_SCATTER] = 250000000;
+    j.stats.xfer_wait_ns[ZD_XFER_ALL_GATHER] = 2000000;
+    j.stats.busbw[ZD_XFER_REDUCE_SCATTER] = 2e9;
+    j.stats.last_wait_s[ZD_XFER_REDUCE_SCATTER] = 0.5;
+    cr_assert_eq(zd_metrics_create("cpu:1", &m), ZS_OK);
+    zd_metrics_publish_job(m, &j);
+    text = format(m);
+    snprintf(want, sizeof(want),
+             "zerod_collective_wait_seconds_total{%s,collective=\"reduce_scatter\"} 1.5\n", lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    snprintf(want, sizeof(want),
+             "zerod_collective_transfer_seconds_total{%s,collective=\"reduce_scatter\"} 0.25\n",
+             lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    snprintf(want, sizeof(want),
+             "zerod_collective_bus_bandwidth_bytes_per_second{%s,collective=\"reduce_scatter\"} "
+             "2000000000\n",
+             lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    snprintf(want, sizeof(want),
+             "zerod_collective_last_wait_seconds{%s,collective=\"reduce_scatter\"} 0.5\n", lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    snprintf(want, sizeof(want),
+             "zerod_collective_bus_bandwidth_bytes_per_second{%s,collective=\"all_gather\"} 0\n",
+             lab);
+    cr_assert_not_null(strstr(text, want), "one region per rank: an all_gather series");
+    snprintf(want, sizeof(want), "zerod_params_region_shared{%s} 0\n", lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    free(text);
+
+    /* a shared params region: the all-gather is a barrier, all wait, no bandwidth series */
+    j.params_shared = true;
+    zd_metrics_publish_job(m, &j);
+    text = format(m);
+    snprintf(want, sizeof(want),
+             "zerod_collective_bus_bandwidth_bytes_per_second{%s,collective=\"all_gather\"}", lab);
+    cr_assert_null(strstr(text, want), "%s", text);
+    snprintf(want, sizeof(want),
+             "zerod_collective_wait_seconds_total{%s,collective=\"all_gather\"} 0.002\n", lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    snprintf(want, sizeof(want), "zerod_params_region_shared{%s} 1\n", lab);
+    cr_assert_not_null(strstr(text, want), "%s", text);
+    free(text);
+    zd_metrics_destroy(m);
+}
+
 Test(zd_metrics, healthz_follows_the_loop_heartbeat)
 {
     zd_metrics_t *m = NULL;

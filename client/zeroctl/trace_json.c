@@ -155,6 +155,9 @@ static void trace_event_args(cJSON *args, const zc_trace_span_t *s)
     if (s->flags & ZC_TRACE_SPAN_REFRESH) {
         cJSON_AddTrueToObject(args, "outside_a_step");
     }
+    if (s->flags & ZC_TRACE_SPAN_BARRIER) {
+        cJSON_AddTrueToObject(args, "barrier");
+    }
 }
 
 /* A bucket's arrival is an instant on its track ("i"); every other span a complete event. */

@@ -193,6 +193,18 @@ static uint64_t zd_rpc_heap_in_use(void)
 #endif
 }
 
+/* The job's pace and its collectives (docs/metrics.md "Step rate"). */
+static void zd_rpc_status_rate(Zerod__Ipc__V1__StatusReply *s, const zd_job_status_t *j)
+{
+    s->steps_per_s = zd_step_rate(&j->stats, j->created_ns, zs_time_now_ns());
+    s->train_batch_size = j->train_batch_size;
+    s->busbw_reduce_scatter = j->stats.busbw[ZD_XFER_REDUCE_SCATTER];
+    s->busbw_all_gather = j->stats.busbw[ZD_XFER_ALL_GATHER];
+    s->wait_reduce_scatter_s = j->stats.last_wait_s[ZD_XFER_REDUCE_SCATTER];
+    s->wait_all_gather_s = j->stats.last_wait_s[ZD_XFER_ALL_GATHER];
+    s->params_shared = j->params_shared;
+}
+
 /* Status, from what the runner published: it comes back at once even while the runner is busy
  * for long (a mesh forming, a peer awaited, a big step). */
 static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
@@ -233,10 +245,7 @@ static zd_reply_t *zd_rpc_status(const zd_rpc_t *rpc, const zd_frame_t *f)
         s.layout_hash = j->layout_hash;
         s.dtype = (Zerod__Ipc__V1__DType)j->dtype;
         s.collectives = (char *)j->collectives;
-        s.steps_per_s = zd_step_rate(&j->stats, j->created_ns, zs_time_now_ns());
-        s.train_batch_size = j->train_batch_size;
-        s.busbw_reduce_scatter = j->stats.busbw[ZD_XFER_REDUCE_SCATTER];
-        s.busbw_all_gather = j->stats.busbw[ZD_XFER_ALL_GATHER];
+        zd_rpc_status_rate(&s, j);
         s.device_free_bytes = j->device_free;
         s.device_total_bytes = j->device_total;
         s.replication = j->replication;

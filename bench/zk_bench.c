@@ -202,6 +202,16 @@ static void *zb_alloc(size_t bytes)
     return p;
 }
 
+static void zb_free_bufs(zb_bufs_t *b)
+{
+    free(b->master);
+    free(b->m);
+    free(b->v);
+    free(b->acc);
+    free(b->h0);
+    free(b->h1);
+}
+
 static void zb_init_bufs(zb_bufs_t *b, size_t n, zs_dtype_t dt)
 {
     uint64_t x = 88172645463325252ull;
@@ -633,6 +643,7 @@ int main(int argc, char **argv)
 
         if (o.threads[ti] > 1 && zk_pool_create(o.threads[ti], &pool) != ZS_OK) {
             fprintf(stderr, "zk_bench: zk_pool_create(%u): %s\n", o.threads[ti], zk_last_error());
+            zb_free_bufs(&bufs);
             return 1;
         }
         for (int k = 0; k < ZB_K_COUNT; k++) {
@@ -658,5 +669,6 @@ int main(int argc, char **argv)
     }
     zb_verdict(&o, &res);
     zb_peers_compare(&o, &res, peers, n_peers);
+    zb_free_bufs(&bufs);
     return 0;
 }

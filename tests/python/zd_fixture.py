@@ -97,6 +97,10 @@ class Daemon:
                 start_new_session=True)
         finally:
             log.close()
+        return self.wait_ready(timeout)
+
+    def wait_ready(self, timeout):
+        """Until the started daemon's log says READY; it is killed when it does not in time."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if re.search(r"^READY ", self.log(), re.M):

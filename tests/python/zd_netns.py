@@ -13,11 +13,9 @@ root and iproute2's `ip`. `ip netns exec NS CMD` execs CMD: a process started th
 exec_prefix(k) keeps its pid, so killing it kills the program.
 """
 import os
-import re
 import shutil
 import signal
 import subprocess
-import time
 
 import zd_fixture as zf
 
@@ -128,17 +126,7 @@ class NsDaemon(zf.Daemon):
                 self.prefix + [zf.zerod_bin(), "--socket", self.socket, "--device", self.device]
                 + self.flags, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(r"^READY ", self.log(), re.M):
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError("zerod exited with %d before READY:\n%s"
-                                   % (self.proc.returncode, self.log()))
-            time.sleep(0.05)
-        self.proc.kill()
-        self.proc.wait()
-        raise RuntimeError("zerod not READY within %.0f s:\n%s" % (timeout, self.log()))
+        return self.wait_ready(timeout)
 
 
 class NsCluster(zf.Cluster):

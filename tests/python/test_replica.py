@@ -2,7 +2,7 @@
 """A daemon killed (SIGKILL) mid-run loses no step when its shard also lives in a buddy daemon's
 memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
-    test_replica.py CASE [--victim R] [--netns]
+    test_replica.py CASE [--victim R] [--netns] [--lazy]
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
@@ -30,6 +30,10 @@ Cases:
   node      with --netns: every process of host 1 (or R), its daemon and its trainer, is killed
             at once, as when a node is lost; the host's daemon comes back fresh and the job goes
             on as in recover
+
+With --lazy (loopback only) the daemons do no idle work (ZEROD_TEST_PAUSE=noidle): the replica's Adam of each
+step, which a daemon runs after the step's reply, is left to the next step's exchange or to the
+mesh that forms after the kill, whose ranks catch it up before they say what they hold.
 
 With --netns (recover, node, world2) each rank's daemon and trainer run on a host of their own,
 a network namespace (tests/python/zd_netns.py: three namespaces on one bridge; root and `ip`
@@ -249,8 +253,9 @@ def run(case, victims, hosts):
     # the lost daemon aborts the step in flight on the others (logged as ERROR)
     allowed = r"job 'killed' aborted|rank \d+ lost"
     t0 = time.monotonic()
+    env = {"ZEROD_TEST_PAUSE": "noidle:1"} if "--lazy" in sys.argv else None
     if hosts is None:
-        cluster = zf.Cluster(WORLD, flags=flags, allowed_errors=allowed)
+        cluster = zf.Cluster(WORLD, flags=flags, allowed_errors=allowed, env=env)
     else:
         cluster = zd_netns.NsCluster(hosts, WORLD, flags=flags, allowed_errors=allowed)
     try:

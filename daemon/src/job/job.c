@@ -7,6 +7,7 @@
 #include "job/job.h"
 #include "job/job_int.h"
 #include "mesh/mesh.h"
+#include "obs/testpoint.h"
 #include "zs/error.h"
 #include "zs/time.h"
 
@@ -347,7 +348,10 @@ zs_status_t zd_job_bucket_ready_event(zd_job_t *job, const zd_job_env_t *env, ui
 
 bool zd_job_idle_work(zd_job_t *job)
 {
-    return job != NULL && zd_step_idle_norm(job);
+    if (job == NULL || zd_test_phase("noidle")) {
+        return false;
+    }
+    return zd_step_idle_norm(job) || zd_replica_idle(job);
 }
 
 static zs_status_t zd_job_step_checked(zd_job_t *job, const zd_job_env_t *env, uint64_t conn,

@@ -83,7 +83,13 @@ static zs_status_t zd_replica_alloc(zd_job_t *job, char *err, size_t errlen)
                            bytes, zd_backend_error(job->be));
         }
     }
-    return ZS_OK;
+    if (rp->due_p == NULL) {
+        rp->due_p = calloc(job->layout->n_groups, sizeof(*rp->due_p));
+    }
+    return rp->due_p != NULL
+               ? ZS_OK
+               : zs_errf(err, errlen, ZS_ERR_NO_MEMORY,
+                         "job '%s': no memory for the replica's Adam parameters", job->id);
 }
 
 /* A shared master's slices in one array, for a whole shard's send or receive: held only for
@@ -118,6 +124,7 @@ void zd_replica_free(zd_job_t *job)
     zd_backend_free(job->be, rp->v);
     zd_backend_free(job->be, rp->acc);
     zd_backend_free(job->be, rp->stage);
+    free(rp->due_p);
     memset(rp, 0, sizeof(*rp));
 }
 
@@ -393,6 +400,14 @@ zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, s
     if (env->replication != ZD_REPLICATION_BUDDY || N == 1 || job->coll == NULL) {
         return ZS_OK;
     }
+    /* the replicas as their holders committed them, before anyone says or sends what it holds */
+    st = zd_replica_catch_up(job, err, errlen);
+    if (st == ZS_OK && rp->from != NULL) {
+        st = zd_replica_catch_up(rp->from, err, errlen);
+    }
+    if (st != ZS_OK) {
+        return st;
+    }
     st = zd_replica_alloc(job, err, errlen);
     in = calloc(N, sizeof(*in));
     if (st != ZS_OK || in == NULL) {
@@ -477,6 +492,10 @@ zs_status_t zd_replica_exchange(zd_job_t *job, char *err, size_t errlen)
     if (!rp->on) {
         return ZS_OK;
     }
+    st = zd_replica_catch_up(job, err, errlen); /* the last step's, before its gradient goes */
+    if (st != ZS_OK) {
+        return st;
+    }
     st = job->coll->ops->sendrecv(job->coll, rp->buddy, s, 2, rp->owner, r, 2, err, errlen);
     if (st == ZS_OK && (in.owner != rp->owner || in.step != job->step)) {
         st = zs_errf(err, errlen, ZS_ERR_PROTOCOL,
@@ -502,16 +521,73 @@ zs_status_t zd_replica_exchange(zd_job_t *job, char *err, size_t errlen)
     return st;
 }
 
-zs_status_t zd_replica_adam(zd_job_t *job, const zk_adam_params_t *p, uint32_t b)
+void zd_replica_adam_params(zd_job_t *job, uint32_t g, const zk_adam_params_t *p)
+{
+    if (job->rep.due_p != NULL) {
+        job->rep.due_p[g] = *p;
+    }
+}
+
+void zd_replica_adam_due(zd_job_t *job)
 {
     zd_replica_t *rp = &job->rep;
-    uint64_t off = job->layout->buckets[b].shard_offset;
 
-    if (!rp->on || !rp->valid) {
-        return ZS_OK;
+    rp->due = rp->on && rp->valid && rp->due_p != NULL;
+    rp->due_bucket = 0;
+}
+
+/* Adam on the replica's slice of bucket b with its group's parameters of the step (no cast). */
+static zs_status_t zd_replica_adam(zd_job_t *job, uint32_t b)
+{
+    const zs_layout_t *l = job->layout;
+    zd_replica_t *rp = &job->rep;
+    uint64_t off = l->buckets[b].shard_offset;
+    uint32_t g = 0;
+
+    while (g + 1 < l->n_groups && b >= l->groups[g].first_bucket + l->groups[g].n_buckets) {
+        g++;
     }
-    return zd_backend_adam(job->be, p, rp->master + off, rp->m + off, rp->v + off, rp->acc + off,
-                           NULL, job->dtype, job->layout->buckets[b].slice);
+    return zd_backend_adam(job->be, &rp->due_p[g], rp->master + off, rp->m + off, rp->v + off,
+                           rp->acc + off, NULL, job->dtype, l->buckets[b].slice);
+}
+
+/* The next due bucket's Adam; a kernel that failed leaves the replica invalid (a recovery then
+ * falls back as if it were lost) rather than a step behind its holder. */
+static zs_status_t zd_replica_adam_next(zd_job_t *job, char *err, size_t errlen)
+{
+    zd_replica_t *rp = &job->rep;
+    zs_status_t st = zd_replica_adam(job, rp->due_bucket);
+
+    rp->due = ++rp->due_bucket < job->layout->n_buckets && st == ZS_OK;
+    if (st != ZS_OK) {
+        rp->valid = false;
+        return zs_errf(err, errlen, st, "job '%s': the replica of rank %u's shard: Adam failed: %s",
+                       job->id, rp->owner, zd_backend_error(job->be));
+    }
+    return ZS_OK;
+}
+
+bool zd_replica_idle(zd_job_t *job)
+{
+    char err[ZS_MSG_MAX];
+
+    if (!job->rep.due) {
+        return false;
+    }
+    if (zd_replica_adam_next(job, err, sizeof(err)) != ZS_OK) {
+        zs_warn(ZS_SUB_ENGINE, "%s", err);
+    }
+    return true;
+}
+
+zs_status_t zd_replica_catch_up(zd_job_t *job, char *err, size_t errlen)
+{
+    zs_status_t st = ZS_OK;
+
+    while (job->rep.due && st == ZS_OK) {
+        st = zd_replica_adam_next(job, err, errlen);
+    }
+    return st;
 }
 
 void zd_replica_commit(zd_job_t *job)

@@ -34,6 +34,11 @@ typedef struct zd_replica {
     float *stage; /* [shard_numel]: a shared master in one array, while a whole shard moves */
     uint64_t last_recovery_step; /* step of the last recovery this daemon took part in */
     zd_job_t *from; /* while the mesh forms: the job of another world this one takes over */
+    /* The replica's Adam of the last step, run after the step's reply (zd_replica_idle):
+     * buckets [due_bucket, n_buckets) still due, with their group's parameters. */
+    zk_adam_params_t *due_p; /* [n_groups] */
+    uint32_t due_bucket;
+    bool due;
 } zd_replica_t;
 
 /* What each rank says of itself when a mesh forms (all-gathered; steps + 1, 0: none). */
@@ -55,8 +60,16 @@ zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, s
 /* In a step, before the norm's all-reduce: this rank's reduced gradient (and, once after each
  * formation or change of its values, its shard) to its buddy; its owner's into the replica. */
 zs_status_t zd_replica_exchange(zd_job_t *job, char *err, size_t errlen);
-/* Adam on the replica's slice of bucket b with the owner's parameters p (no cast). */
-zs_status_t zd_replica_adam(zd_job_t *job, const zk_adam_params_t *p, uint32_t b);
+/* Group g's Adam parameters of the step for the replica's Adam. */
+void zd_replica_adam_params(zd_job_t *job, uint32_t g, const zk_adam_params_t *p);
+/* The step's Adam ran on this rank's shard: the replica's is due. zd_replica_idle runs it while
+ * the runner has nothing else to do, zd_replica_catch_up before anything reads or overwrites
+ * the replica. */
+void zd_replica_adam_due(zd_job_t *job);
+/* One bucket of the replica's due Adam; false when none was due. */
+bool zd_replica_idle(zd_job_t *job);
+/* Whatever of the replica's Adam is still due, now. */
+zs_status_t zd_replica_catch_up(zd_job_t *job, char *err, size_t errlen);
 /* The step committed (job->step moved on): so did the replica. */
 void zd_replica_commit(zd_job_t *job);
 /* This rank's values changed outside a step (a reload, a checkpoint load): send them whole. */

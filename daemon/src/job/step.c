@@ -364,16 +364,15 @@ static zs_status_t zd_step_adam(zd_job_t *job, const double *group_lr, float gra
             zs_status_t st =
                 zd_backend_adam(job->be, &p, zd_step_master(job, b), job->m + off, job->v + off,
                                 job->acc + off, dst, job->dtype, l->buckets[b].slice);
-            if (st == ZS_OK) {
-                st = zd_replica_adam(job, &p, b);
-            }
             if (st != ZS_OK) {
                 return zs_errf(err, errlen, st, "step %llu: kernel failed: %s (%s)",
                                (unsigned long long)job->step + 1, zs_status_string(st),
                                zd_backend_error(job->be));
             }
         }
+        zd_replica_adam_params(job, g, &p);
     }
+    zd_replica_adam_due(job); /* run after the step's reply: off the trainer's wait */
     /* each slice's next contribution overwrites it; one that gets none is zeroed first */
     memset(job->acc_clean, 1, l->n_buckets);
     memset(job->slice_norm, 0, l->n_buckets * sizeof(*job->slice_norm));

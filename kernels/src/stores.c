@@ -7,10 +7,26 @@
  * process and variant, by the kernels themselves: each family (in-place Adam, in-place
  * accumulate, out-of-place reduce/cast, the read-only sum of squares) runs on scratch buffers
  * of twice the last-level cache (between 32 and 256 MiB of footprint), first with each kind of
- * store, then with the stores chosen and each prefetch distance; an option is kept only when
- * it is at least 3 % faster than the plain one. ZEROD_KERNEL_STORES=regular|nt|auto overrides
- * the stores for the process (and turns prefetch off); zk_exec_t.stores and .prefetch one call
- * (the tests cover every path so). No choice ever changes a result: all write the same bits.
+ * store, then with the stores chosen and each prefetch distance.
+ *
+ * The rule (plan_rule.c) takes the machine's noise as the timings show it: two options are
+ * timed in alternated rounds, one sample per round, and an option wins only where its best
+ * beats the other's best by more than the spread of either side's samples (the best's distance
+ * from their median, at least 1 %) and its median beats the other's median too. On a noisy
+ * machine the margin grows and a tie stays a tie; on a steady one a 2 % gain is taken. A tie
+ * between the stores at the size measured, with a margin above the least, is timed again in
+ * longer rounds; one that remains goes to the hardware's lean: non-temporal stores for the
+ * families that store into lines they do not read (they save the read for ownership, 25-40 %
+ * of the traffic), regular ones for the rest. A tie at a smaller size is not a loss: from 32
+ * MiB on, where either kind streams past the caches, non-temporal stores chosen at the size
+ * measured carry down through ties and only a loss stops them; below 32 MiB only a win extends
+ * them. A fixed 3 % margin once cost a process's AVX-512 reduce a quarter of its speed for its
+ * whole life: a tie at 64 MiB (22.5 against 22.7 GB/s) stopped its non-temporal stores there.
+ * Prefetch distances keep a fixed 3 % leaning to prefetching (zk_plan_prefetch), but next to
+ * the non-temporal stores of the families that write apart, where a distance must win.
+ * ZEROD_KERNEL_STORES=regular|nt|auto overrides the stores for the process (and turns prefetch
+ * off); zk_exec_t.stores and .prefetch one call (the tests cover every path so). No choice ever
+ * changes a result: all write the same bits.
  */
 #include "zk_int.h"
 #include "zs/thread.h"
@@ -31,7 +47,7 @@
 #define ZK_PLAN_MAX_BYTES (256 * ZK_MIB)
 #define ZK_PLAN_REPS      3
 #define ZK_PLAN_ROUNDS    5    /* of the alternated kinds and distances (zk_plan_prefetch) */
-#define ZK_PLAN_MARGIN    1.03 /* an option must be this much faster to be chosen */
+#define ZK_PLAN_MARGIN    1.03 /* a prefetch distance's margin (the stores': zk_plan_decide) */
 
 static zk_store_plan_t zk_plans[ZK_VARIANT_COUNT];
 static int zk_plan_done[ZK_VARIANT_COUNT]; /* under zk_plan_lock */
@@ -256,8 +272,9 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
     }
 }
 
-static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
-                         zk_scratch_t *b, size_t bytes, const zk_st_t st[2], double g[2]);
+static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops,
+                                      zk_store_family_t f, zk_scratch_t *b, size_t bytes,
+                                      const zk_st_t st[2], double g[2]);
 
 /* Where a distance that won at half the size measured (`measured` bytes) stops: the footprint
  * as far on a log scale from both, in whole MiB. */
@@ -332,9 +349,14 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
  * instructions per cache line where it does not help, and where it does (Adam, accumulate, the sum
  * of squares) it gains 20-30 %, a gain this machine's noise can hide in one measurement (a margin
  * the other way threw it away in one run out of three; with none chosen on a tie, the AVX-512
- * accumulate, timed while another process streamed, ran at 0.84 of the limit). */
+ * accumulate, timed while another process streamed, ran at 0.84 of the limit). Next to the
+ * non-temporal stores of a family that writes apart (zk_plan_writes_apart) the lean is the
+ * other way, a distance must win (zk_plan_decide): the AVX-512 reduce took 2048 ahead on a
+ * tie (44.5 against 42.3 GB/s) and ran at 0.49-0.89 of the limit at 16 and 64 Mi elements on
+ * the AMD EPYC VM, where without it it ran at 1.0 or more in the same hour. */
 static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
-                             zk_scratch_t *b, int kinds)
+                             zk_scratch_t *b, int kinds,
+                             double rounds[2][ZK_PREFETCH_CHOICES][ZK_PLAN_ROUNDS])
 {
     for (int k = 0; k < kinds; k++) {
         for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
@@ -345,18 +367,25 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
         for (int k = 0; k < kinds; k++) {
             for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
                 double *g = &plan->pf_gbps[f][k][i];
-                *g = fmax(*g, zk_plan_time_n(ops, f, b, (zk_st_t){k, zk_pf_choices[i]}, 0));
+                rounds[k][i][r] = zk_plan_time_n(ops, f, b, (zk_st_t){k, zk_pf_choices[i]}, 0);
+                *g = fmax(*g, rounds[k][i][r]);
             }
         }
     }
     for (int k = 0; k < kinds; k++) {
         const double *g = plan->pf_gbps[f][k];
+        double margin;
         int best = 1;
 
         for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
             best = g[i] > g[best] ? i : best;
         }
         best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
+        if (k == 1 && zk_plan_writes_apart(f) && best != 0 &&
+            zk_plan_decide(rounds[1][0], rounds[1][best], ZK_PLAN_ROUNDS, &margin) !=
+                ZK_PLAN_WINS) {
+            best = 0;
+        }
         plan->prefetch[f][k] = zk_pf_choices[best];
         zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u%s,",
                        k == 0 ? "regular" : "nt", g[0], g[1], g[2], g[3], zk_pf_choices[best],
@@ -368,28 +397,56 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     }
 }
 
-/* GB/s of a family at `bytes` of footprint with stores x and y, timed alternately (8 rounds of
- * ZK_PLAN_REPS calls, best kept), so that a drift of the machine moves both alike; printed as
- * " at N MiB x/y,". */
-static void zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
-                         zk_scratch_t *b, size_t bytes, const zk_st_t st[2], double g[2])
+/* GB/s of a family at `bytes` of footprint with stores x and y (g[], the best of each), timed
+ * alternately (ZK_PAIR_ROUNDS rounds of ZK_PLAN_REPS calls, a sample per round), so that a
+ * drift of the machine moves both alike; what zk_plan_decide says of y against x. A tie whose
+ * best figures are further apart than ZK_PLAN_MARGIN_MIN gets as many rounds again, once: the
+ * spread of more samples is the machine's, less often a moment's. Printed as
+ * " at N MiB x/y," (with the margin, "(+-N%)", where it was more than the least). */
+#define ZK_PAIR_ROUNDS 8
+static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops,
+                                      zk_store_family_t f, zk_scratch_t *b, size_t bytes,
+                                      const zk_st_t st[2], double g[2])
 {
+    double s[2][2 * ZK_PAIR_ROUNDS], margin = 0;
     size_t n = b->n;
+    int r = 0, want = ZK_PAIR_ROUNDS;
+    zk_plan_verdict_t v = ZK_PLAN_TIES;
 
     b->n = (size_t)((double)bytes / zk_plan_bytes(f)) / 64 * 64;
     g[0] = g[1] = 0;
-    for (int r = 0; r < 8 && b->n < n; r++) {
-        g[0] = fmax(g[0], zk_plan_time(ops, f, b, st[0]));
-        g[1] = fmax(g[1], zk_plan_time(ops, f, b, st[1]));
+    while (r < want && b->n <= n) {
+        for (; r < want; r++) {
+            s[0][r] = zk_plan_time(ops, f, b, st[0]);
+            s[1][r] = zk_plan_time(ops, f, b, st[1]);
+            g[0] = fmax(g[0], s[0][r]);
+            g[1] = fmax(g[1], s[1][r]);
+        }
+        v = zk_plan_decide(s[0], s[1], r, &margin);
+        if (v == ZK_PLAN_TIES && want == ZK_PAIR_ROUNDS &&
+            fabs(g[1] - g[0]) > ZK_PLAN_MARGIN_MIN * fmin(g[0], g[1])) {
+            want = 2 * ZK_PAIR_ROUNDS;
+        }
     }
     b->n = n;
-    zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", bytes >> 20, g[0], g[1]);
+    if (r > 0 && margin > ZK_PLAN_MARGIN_MIN) {
+        zk_plan_printf(plan, " at %zu MiB %.1f/%.1f (+-%.0f%%),", bytes >> 20, g[0], g[1],
+                       100 * margin);
+    } else {
+        zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", bytes >> 20, g[0], g[1]);
+    }
+    return v;
 }
 
-/* Where non-temporal stores won at the size measured, whether they win at smaller sizes the
+/* Where non-temporal stores won at the size measured, whether they hold at smaller sizes the
  * plan serves too (twice ZK_STORES_PLAN_MIN_BYTES, that size, then ZK_PREFETCH_MIN_BYTES:
  * caches that large may keep regular stores ahead there), each tried only where the one
- * before won: the smallest footprint from which the family uses them. The first size is for
+ * before kept them (zk_plan_nt_extends: a tie at 64 or 32 MiB keeps them, one at 4 MiB does
+ * not): the smallest footprint from which the family uses them. A tie that stopped the walk
+ * cost the AVX-512 reduce on the Xeon VM a quarter of its speed for a process's life: 22.5
+ * against 22.7 GB/s at 64 MiB, short of the 3 % margin of the time, so its calls of 64-256
+ * MiB (16 Mi elements) took regular stores, at 0.733 of the limit where non-temporal ones ran
+ * at 0.972 in the next process. The first size is for
  * a VM that reports a last-level cache bigger than it has: the plan is then measured at 256
  * MiB, and on an AMD EPYC VM with 32 MiB the sum of squares read one super-block at a time
  * faster at 256 MiB, two at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-1.02
@@ -405,8 +462,7 @@ static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
     double g[2];
 
     for (int i = 0; i < 3 && sizes[i] < from; i++) {
-        zk_plan_pair(plan, ops, f, b, sizes[i], st, g);
-        if (!(g[1] > ZK_PLAN_MARGIN * g[0])) {
+        if (!zk_plan_nt_extends(zk_plan_pair(plan, ops, f, b, sizes[i], st, g), sizes[i])) {
             break;
         }
         from = sizes[i];
@@ -416,8 +472,8 @@ static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
 
 /* The smallest footprint from which a family prefetches with regular stores: where a distance
  * won beyond the caches, from ZK_PREFETCH_MIN_BYTES (the data may sit in the last-level cache
- * there) unless it is 3 % slower than none at that size; then from half ZK_PLAN_MIN_BYTES
- * unless it is 3 % slower there too; else from ZK_PLAN_MIN_BYTES. The rule leans to
+ * there) unless it loses to none at that size (zk_plan_decide); then from half
+ * ZK_PLAN_MIN_BYTES unless it loses there too; else from ZK_PLAN_MIN_BYTES. The rule leans to
  * prefetching: the distance has already won where it was measured, and at these sizes the two
  * differ by less than this machine's noise more often than not. The middle size is for Adam
  * on the AMD EPYC VM: prefetching lost at 4 MiB (80 against 147 GB/s), so its calls at 1 Mi
@@ -434,8 +490,7 @@ static size_t zk_plan_pf_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
         return SIZE_MAX;
     }
     for (int i = 0; i < 2; i++) {
-        zk_plan_pair(plan, ops, f, b, sizes[i], st, g);
-        if (!(ZK_PLAN_MARGIN * g[1] < g[0])) {
+        if (zk_plan_pair(plan, ops, f, b, sizes[i], st, g) != ZK_PLAN_LOSES) {
             return sizes[i];
         }
     }
@@ -455,8 +510,7 @@ static void zk_plan_nt_mid(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
     const zk_st_t st[2] = {{0, pf}, {1, 0}};
     double g[2];
 
-    zk_plan_pair(plan, ops, f, b, ZK_PREFETCH_MIN_BYTES, st, g);
-    if (g[1] > ZK_PLAN_MARGIN * g[0]) {
+    if (zk_plan_pair(plan, ops, f, b, ZK_PREFETCH_MIN_BYTES, st, g) == ZK_PLAN_WINS) {
         plan->nt_from[f] = ZK_PREFETCH_MIN_BYTES;
         plan->nt_to[f] = ZK_PLAN_MIN_BYTES;
         plan->prefetch[f][1] = 0;
@@ -465,15 +519,36 @@ static void zk_plan_nt_mid(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
     }
 }
 
-/* The best of a family's prefetch figures with stores nt, none included, up to its pf_max. */
-static double zk_plan_pf_best(const zk_store_plan_t *plan, zk_store_family_t f, int nt)
+/* The distance (index) of a family's best prefetch figure with stores nt, none included, up
+ * to its pf_max. */
+static int zk_plan_pf_best(const zk_store_plan_t *plan, zk_store_family_t f, int nt)
 {
-    double g = 0;
+    int best = 0;
 
-    for (int i = 0; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
-        g = fmax(g, plan->pf_gbps[f][nt][i]);
+    for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
+        best = plan->pf_gbps[f][nt][i] > plan->pf_gbps[f][nt][best] ? i : best;
     }
-    return g;
+    return best;
+}
+
+/* Whether non-temporal stores are chosen: zk_plan_decide on the rounds of each kind at its
+ * best distance; a tie with a margin above the least is timed again on the whole scratch
+ * (zk_plan_pair: more rounds, each the best of ZK_PLAN_REPS calls); a tie that remains goes to
+ * the hardware's lean (zk_plan_writes_apart). With single calls on this AMD EPYC VM, shared
+ * with builds, the margin reached 50 %, and the reduce's 54.4 against 36.4 GB/s was a tie. */
+static int zk_plan_nt_wins(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                           zk_scratch_t *b, double rounds[2][ZK_PREFETCH_CHOICES][ZK_PLAN_ROUNDS])
+{
+    int pr = zk_plan_pf_best(plan, f, 0), pn = zk_plan_pf_best(plan, f, 1);
+    const zk_st_t st[2] = {{0, zk_pf_choices[pr]}, {1, zk_pf_choices[pn]}};
+    zk_plan_verdict_t v;
+    double g[2];
+
+    v = zk_plan_decide(rounds[0][pr], rounds[1][pn], ZK_PLAN_ROUNDS, &plan->nt_margin[f]);
+    if (v == ZK_PLAN_TIES && plan->nt_margin[f] > ZK_PLAN_MARGIN_MIN) {
+        v = zk_plan_pair(plan, ops, f, b, zk_plan_pf_measured(f, plan->nt_min_bytes), st, g);
+    }
+    return v == ZK_PLAN_WINS || (v == ZK_PLAN_TIES && zk_plan_writes_apart(f));
 }
 
 /* One family: each store kind without a prefetch (printed), then each with every prefetch
@@ -489,16 +564,21 @@ static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
      * the variant can read two at once */
     int read = f == ZK_STORE_READ, two = !read || ops->sumsq_pairs;
     const char *kind = read ? "one block" : "nt";
+    double rounds[2][ZK_PREFETCH_CHOICES][ZK_PLAN_ROUNDS];
 
     /* nt_from, nt_to: never, until a choice says otherwise */
     zk_plan_printf(plan, " %s%s:", zk_family_names[f], read && two ? " (nt: one block)" : "");
-    zk_plan_prefetch(plan, ops, f, b, 1 + two);
+    zk_plan_prefetch(plan, ops, f, b, 1 + two, rounds);
     for (int k = 0; k < 1 + two; k++) {
         plan->gbps[f][k] = plan->pf_gbps[f][k][0];
     }
     if (two) {
-        plan->nt[f] = zk_plan_pf_best(plan, f, 1) > ZK_PLAN_MARGIN * zk_plan_pf_best(plan, f, 0);
-        zk_plan_printf(plan, " -> %s,", plan->nt[f] ? kind : read ? "two blocks" : "regular");
+        plan->nt[f] = zk_plan_nt_wins(plan, ops, f, b, rounds);
+        zk_plan_printf(plan, " -> %s (+-%.0f%%),",
+                       plan->nt[f] ? kind
+                       : read      ? "two blocks"
+                                   : "regular",
+                       100 * plan->nt_margin[f]);
         if (plan->nt[f]) {
             plan->nt_from[f] = zk_plan_nt_from(plan, ops, f, b);
         }

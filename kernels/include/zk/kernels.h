@@ -103,6 +103,31 @@ size_t zk_plan_pf_band(size_t measured);
  * `plan_bytes`: its own footprint on the plan's scratch where that is at most half of
  * plan_bytes (the cast and the widen), else plan_bytes. */
 size_t zk_plan_pf_measured(zk_store_family_t f, size_t plan_bytes);
+/* What timings say of an option against the current choice (zk_plan_decide). */
+typedef enum zk_plan_verdict {
+    ZK_PLAN_LOSES = -1,
+    ZK_PLAN_TIES = 0,
+    ZK_PLAN_WINS = 1,
+} zk_plan_verdict_t;
+/* The smallest margin zk_plan_decide asks for, however steady the timings. */
+#define ZK_PLAN_MARGIN_MIN 0.01
+/* n GB/s samples each of the current choice (base) and an option, one per round, the rounds
+ * alternated: the option WINS where its best beats base's best by more than the margin and its
+ * median beats base's median, LOSES where base's beat its own so, and TIES otherwise. The
+ * margin (*margin_p) is the larger spread of the two sides, the best's distance from the
+ * median as a fraction of the best, and at least ZK_PLAN_MARGIN_MIN: a noisy tie stays a tie,
+ * one round that caught the machine quiet does not win alone, a steady gain of 2 % wins. */
+zk_plan_verdict_t zk_plan_decide(const double *base, const double *opt, int n, double *margin_p);
+/* Whether non-temporal stores chosen at a larger size carry down to a footprint of `bytes`
+ * where the timings there said v: a win always, a tie from ZK_STORES_PLAN_MIN_BYTES on (data
+ * that large streams past the caches either way), a loss never. */
+int zk_plan_nt_extends(zk_plan_verdict_t v, size_t bytes);
+/* Whether family f stores into lines its call does not read (the reduce, the casts, the
+ * copies): regular stores read each such line first (a read for ownership) and non-temporal
+ * ones do not, 25-40 % of their traffic, so a tie goes to non-temporal stores there, and a
+ * software prefetch next to them must win to be taken (the hardware prefetcher streams their
+ * sources; in-place families and the sum of squares read every line they touch). */
+int zk_plan_writes_apart(zk_store_family_t f);
 
 /* How calls beyond the caches stream through memory on this machine, decided once per
  * process and variant: by ZEROD_KERNEL_STORES=regular|nt (no prefetch then), else measured
@@ -111,14 +136,16 @@ size_t zk_plan_pf_measured(zk_store_family_t f, size_t plan_bytes);
  * 3.7-4.1 s on the Xeon VM with three rounds, 2.5 s on an AMD EPYC VM with five, on the first call
  * of at least 32 MiB or the first zk_store_plan()). Calls whose footprint is at least
  * nt_from[family] use non-temporal stores where nt[family] (that is nt_min_bytes, the size
- * measured, or twice ZK_STORES_PLAN_MIN_BYTES, or that size, where they also won at those sizes);
+ * measured, or twice ZK_STORES_PLAN_MIN_BYTES, or that size, where they did not lose there, or
+ * ZK_PREFETCH_MIN_BYTES where they also won there: zk_plan_nt_extends);
  * calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
  * (ZK_PREFETCH_MIN_BYTES, or half ZK_STORES_PLAN_MIN_BYTES, or that size, where the distance
  * chosen lost at the smaller sizes, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too.
  * Where non-temporal stores lost at the size measured, they may still win from
  * ZK_PREFETCH_MIN_BYTES to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to.
- * Non-temporal stores are chosen only when their best is at least 3 % faster than the best of
- * regular ones; the fastest prefetch distance up to pf_max is kept, none only where it is 3 %
+ * Non-temporal stores are chosen only where their best beats the best of regular ones by more
+ * than the timings' own spread (zk_plan_decide); the fastest prefetch distance up to pf_max is
+ * kept, none only where it is 3 %
  * faster than that distance (kinds and distances alternated over five rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
@@ -130,6 +157,10 @@ typedef struct zk_store_plan {
      * not measured; the second row for every family but the read-only one of a variant that
      * reads one way only) */
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
+    /* the margin non-temporal stores had to beat (zk_plan_decide on the rounds of each kind's
+     * best distance): nt[family] where pf_gbps's best with them exceeds the regular one's by
+     * more */
+    double nt_margin[ZK_STORE_FAMILIES];
     size_t nt_min_bytes;
     /* non-temporal stores for footprints in [nt_from, nt_to): nt_to is SIZE_MAX where
      * nt[family]; where not, nt_from is SIZE_MAX (never), or the band ZK_PREFETCH_MIN_BYTES to

@@ -234,11 +234,6 @@ static double zk_plan_time_n(const zk_ops_t *ops, zk_store_family_t fam, zk_scra
     return zk_plan_bytes(fam) * (double)b->n / best / 1e9;
 }
 
-static double zk_plan_time(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_t *b, zk_st_t st)
-{
-    return zk_plan_time_n(ops, fam, b, st, ZK_PLAN_REPS);
-}
-
 static int zk_plan_env(zk_store_plan_t *plan, const char *env)
 {
     int nt = strcasecmp(env, "nt") == 0;
@@ -398,7 +393,7 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
 }
 
 /* GB/s of a family at `bytes` of footprint with stores x and y (g[], the best of each), timed
- * alternately (ZK_PAIR_ROUNDS rounds of ZK_PLAN_REPS calls, a sample per round), so that a
+ * alternately (ZK_PAIR_ROUNDS rounds of `reps` calls, a sample per round), so that a
  * drift of the machine moves both alike; what zk_plan_decide says of y against x. A tie whose
  * best figures are further apart than ZK_PLAN_MARGIN_MIN gets as many rounds again, once: the
  * spread of more samples is the machine's, less often a moment's. Printed as
@@ -411,14 +406,18 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
     double s[2][2 * ZK_PAIR_ROUNDS], margin = 0;
     size_t n = b->n;
     int r = 0, want = ZK_PAIR_ROUNDS;
+    /* a sample of at least ZK_PLAN_REPS calls of ZK_PLAN_MIN_BYTES: calls of a few MiB take
+     * tens of microseconds, and the best of three of them moved by a third from round to round
+     * on the AMD EPYC VM (the reduce's 21 % gain at 4 MiB was a tie so) */
+    int reps = ZK_PLAN_REPS * (bytes < ZK_PLAN_MIN_BYTES ? (int)(ZK_PLAN_MIN_BYTES / bytes) : 1);
     zk_plan_verdict_t v = ZK_PLAN_TIES;
 
     b->n = (size_t)((double)bytes / zk_plan_bytes(f)) / 64 * 64;
     g[0] = g[1] = 0;
     while (r < want && b->n <= n) {
         for (; r < want; r++) {
-            s[0][r] = zk_plan_time(ops, f, b, st[0]);
-            s[1][r] = zk_plan_time(ops, f, b, st[1]);
+            s[0][r] = zk_plan_time_n(ops, f, b, st[0], reps);
+            s[1][r] = zk_plan_time_n(ops, f, b, st[1], reps);
             g[0] = fmax(g[0], s[0][r]);
             g[1] = fmax(g[1], s[1][r]);
         }
@@ -450,19 +449,25 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
  * a VM that reports a last-level cache bigger than it has: the plan is then measured at 256
  * MiB, and on an AMD EPYC VM with 32 MiB the sum of squares read one super-block at a time
  * faster at 256 MiB, two at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-1.02
- * of the limit in six zk_bench runs, one block 1.01-1.20). */
+ * of the limit in six zk_bench runs, one block 1.01-1.20). The last size, ZK_NT_MIN_BYTES,
+ * is for data beyond the L2 but in the last-level cache: on the AMD EPYC VM (1 MiB of L2 a
+ * core) the fp32 reduce of 256 Ki elements (3 MiB) ran at 0.81 of the limit with regular
+ * stores and at 1.0 with non-temporal ones, which the limit took. */
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {
-    static const size_t sizes[3] = {2 * ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES,
-                                    ZK_PREFETCH_MIN_BYTES};
-    /* each kind with its own distance, as it was chosen and as its calls run */
+    static const size_t sizes[4] = {2 * ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES, ZK_PREFETCH_MIN_BYTES,
+                                    ZK_NT_MIN_BYTES};
+    /* each kind with its own distance, as it was chosen and as its calls run (none below
+     * ZK_PREFETCH_MIN_BYTES) */
     const zk_st_t st[2] = {{0, plan->prefetch[f][0]}, {1, plan->prefetch[f][1]}};
+    const zk_st_t st0[2] = {{0, 0}, {1, 0}};
     size_t from = plan->nt_min_bytes;
     double g[2];
 
-    for (int i = 0; i < 3 && sizes[i] < from; i++) {
-        if (!zk_plan_nt_extends(zk_plan_pair(plan, ops, f, b, sizes[i], st, g), sizes[i])) {
+    for (int i = 0; i < 4 && sizes[i] < from; i++) {
+        const zk_st_t *sti = sizes[i] < ZK_PREFETCH_MIN_BYTES ? st0 : st;
+        if (!zk_plan_nt_extends(zk_plan_pair(plan, ops, f, b, sizes[i], sti, g), sizes[i])) {
             break;
         }
         from = sizes[i];
@@ -785,7 +790,7 @@ zk_st_t zk_store_st(const zk_exec_t *exec, zk_store_family_t fam, size_t footpri
     /* below the smallest scratch size the answer is regular stores on every CPU: measure only
      * for calls that could use the others, and let smaller ones prefetch only as a plan
      * already measured says; a plan being measured in the background is not waited for */
-    if (mode == ZK_STORES_AUTO && footprint >= ZK_PREFETCH_MIN_BYTES &&
+    if (mode == ZK_STORES_AUTO && footprint >= ZK_NT_MIN_BYTES &&
         !(v == dv && atomic_load(&zk_plan_bg) != 0)) {
         plan = footprint >= ZK_PLAN_MIN_BYTES ? zk_store_plan_variant((zk_variant_t)v)
                                               : zk_store_plan_ready((zk_variant_t)v);
@@ -806,11 +811,12 @@ void zk_store_plan_choice(const zk_store_plan_t *plan, zk_store_family_t fam, si
 {
     *nt = 0;
     *pf = 0;
-    if (plan == NULL || (unsigned)fam >= ZK_STORE_FAMILIES || footprint < ZK_PREFETCH_MIN_BYTES) {
+    if (plan == NULL || (unsigned)fam >= ZK_STORE_FAMILIES || footprint < ZK_NT_MIN_BYTES) {
         return;
     }
     *nt = footprint >= plan->nt_from[fam] && footprint < plan->nt_to[fam];
-    if ((*nt || footprint >= plan->pf_from[fam]) && footprint < plan->pf_to[fam][*nt]) {
+    if (footprint >= ZK_PREFETCH_MIN_BYTES && (*nt || footprint >= plan->pf_from[fam]) &&
+        footprint < plan->pf_to[fam][*nt]) {
         *pf = plan->prefetch[fam][*nt];
     }
 }

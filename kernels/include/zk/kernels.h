@@ -137,7 +137,7 @@ int zk_plan_writes_apart(zk_store_family_t f);
  * of at least 32 MiB or the first zk_store_plan()). Calls whose footprint is at least
  * nt_from[family] use non-temporal stores where nt[family] (that is nt_min_bytes, the size
  * measured, or twice ZK_STORES_PLAN_MIN_BYTES, or that size, where they did not lose there, or
- * ZK_PREFETCH_MIN_BYTES where they also won there: zk_plan_nt_extends);
+ * ZK_PREFETCH_MIN_BYTES or ZK_NT_MIN_BYTES where they also won there: zk_plan_nt_extends);
  * calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
  * (ZK_PREFETCH_MIN_BYTES, or half ZK_STORES_PLAN_MIN_BYTES, or that size, where the distance
  * chosen lost at the smaller sizes, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too.
@@ -184,8 +184,9 @@ const zk_store_plan_t *zk_store_plan(void);
  * waits for a measurement under way (a daemon hands it to its trainers this way). */
 const zk_store_plan_t *zk_store_plan_measured(void);
 /* How a call of family `fam` touching `footprint` bytes streams under `plan` (the choice the
- * kernels make with ZK_STORES_AUTO; NULL or a footprint below ZK_PREFETCH_MIN_BYTES: regular
- * stores, no prefetch). For a plan another process measured and sent (zc_session_slot_fill). */
+ * kernels make with ZK_STORES_AUTO; NULL or a footprint below ZK_NT_MIN_BYTES: regular
+ * stores, no prefetch; below ZK_PREFETCH_MIN_BYTES no prefetch). For a plan another process
+ * measured and sent (zc_session_slot_fill). */
 void zk_store_plan_choice(const zk_store_plan_t *plan, zk_store_family_t fam, size_t footprint,
                           int *nt, unsigned *pf);
 const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v);
@@ -201,6 +202,9 @@ int zk_store_plan_start(zk_store_plan_done_fn done, void *arg);
  * still outrun the hardware prefetcher. */
 #define ZK_STORES_PLAN_MIN_BYTES ((size_t)32 << 20)
 #define ZK_PREFETCH_MIN_BYTES    ((size_t)4 << 20)
+/* The smallest footprint a plan may give non-temporal stores (beyond an L2 of 1-2 MiB; only
+ * where they also won at every larger size the plan tried): below it, regular stores. */
+#define ZK_NT_MIN_BYTES ((size_t)2 << 20)
 const char *zk_store_family_name(zk_store_family_t f);
 /* Whether a call of family `fam` touching `footprint` bytes (read and written) uses
  * non-temporal stores, and how far ahead it prefetches: exec, else the plan of exec's variant

@@ -87,3 +87,28 @@ Test(zk_plan_rule, only_families_that_write_apart_lean_to_nt)
     cr_assert_not(zk_plan_writes_apart(ZK_STORE_ACCUMULATE));
     cr_assert_not(zk_plan_writes_apart(ZK_STORE_READ));
 }
+
+/* A plan whose non-temporal stores held down to ZK_NT_MIN_BYTES gives them to calls from that
+ * size on, and a prefetch only from ZK_PREFETCH_MIN_BYTES on; smaller calls take neither. */
+Test(zk_plan_rule, nt_from_the_l2_prefetch_from_4_mib)
+{
+    static zk_store_plan_t plan;
+    unsigned pf;
+    int nt;
+
+    for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
+        plan.nt_from[f] = plan.nt_to[f] = plan.pf_from[f] = SIZE_MAX;
+        plan.pf_to[f][0] = plan.pf_to[f][1] = SIZE_MAX;
+    }
+    plan.nt[ZK_STORE_OUT] = 1;
+    plan.nt_from[ZK_STORE_OUT] = ZK_NT_MIN_BYTES;
+    plan.prefetch[ZK_STORE_OUT][1] = 512;
+    zk_store_plan_choice(&plan, ZK_STORE_OUT, ZK_NT_MIN_BYTES - 1, &nt, &pf);
+    cr_assert(nt == 0 && pf == 0);
+    zk_store_plan_choice(&plan, ZK_STORE_OUT, ZK_NT_MIN_BYTES, &nt, &pf);
+    cr_assert(nt == 1 && pf == 0);
+    zk_store_plan_choice(&plan, ZK_STORE_OUT, ZK_PREFETCH_MIN_BYTES, &nt, &pf);
+    cr_assert(nt == 1 && pf == 512);
+    zk_store_plan_choice(&plan, ZK_STORE_CAST, ZK_PREFETCH_MIN_BYTES, &nt, &pf);
+    cr_assert(nt == 0 && pf == 0);
+}

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -436,4 +437,48 @@ int zb_zerod_stop(zb_zerod_t *z)
     unlink(z->sock);
     unlink(z->log);
     return rc;
+}
+
+int zb_zerod_metrics(const zb_zerod_t *z, char *buf, size_t cap)
+{
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    size_t len = 0, base = strlen(z->sock) - strlen(".sock");
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char *body;
+    ssize_t n;
+    int ok;
+
+    snprintf(a.sun_path, sizeof(a.sun_path), "%.*s.metrics.sock", (int)base, z->sock);
+    ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+         zb_write_all(fd, req, sizeof(req) - 1) == 0;
+    while (ok && len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) {
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    body = strstr(buf, "\r\n\r\n");
+    ok = ok && body != NULL && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+    if (ok) {
+        memmove(buf, body + 4, strlen(body + 4) + 1);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return ok ? 0 : -1;
+}
+
+double zb_metric(const char *text, const char *name, const char *label)
+{
+    size_t nl = strlen(name);
+
+    for (const char *l = text; l != NULL; l = strchr(l, '\n'), l = l != NULL ? l + 1 : NULL) {
+        const char *sp = strchr(l, ' ');
+        if (strncmp(l, name, nl) == 0 && l[nl] == '{' && sp != NULL) {
+            const char *lab = strstr(l, label); /* the labels end at the line's first space */
+            if (lab != NULL && lab < sp) {
+                return strtod(sp + 1, NULL);
+            }
+        }
+    }
+    return 0;
 }

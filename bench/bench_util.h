@@ -3,8 +3,8 @@
  * whole-buffer pipe I/O, a free loopback port, the load average, a private temp directory and a
  * token file, forked children that report through pipes, and the zerod processes they start
  * (fork + exec with stdout and stderr to a log file, ready once its `READY <socket>` line is in
- * the log, stopped with SIGTERM, then SIGKILL after a bounded wait). The clock is zs_time_now_s()
- * (zs/time.h).
+ * the log, stopped with SIGTERM, then SIGKILL after a bounded wait) and their /metrics. The clock
+ * is zs_time_now_s() (zs/time.h).
  *
  * Errors are printed here, once, prefixed with the program's name (`prog`).
  */
@@ -99,5 +99,14 @@ int zb_zerod_start(zb_zerod_t *z, const char *zerod, const char *const args[]);
 /* SIGTERM, then SIGKILL after ZB_ZEROD_STOP_S; -1 unless it exited 0 (the log tail printed).
  * Removes the socket and the log either way. */
 int zb_zerod_stop(zb_zerod_t *z);
+
+/* GET /metrics from z's metrics socket (metrics_listen auto: its socket's name with
+ * ".metrics.sock" for ".sock") into buf, NUL-terminated: the body only. -1 when it cannot be
+ * read; nothing printed. */
+int zb_zerod_metrics(const zb_zerod_t *z, char *buf, size_t cap);
+
+/* In a /metrics body, the value of the first sample of `name` whose labels hold `label`
+ * (`phase="adam"`); 0 when there is none. */
+double zb_metric(const char *text, const char *name, const char *label);
 
 #endif

@@ -25,6 +25,7 @@
 
 #include <zerod/zc.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -54,10 +55,10 @@ typedef struct sb_opts {
  * reduce-scatter's transfer time (its wait for the other rank left out). */
 enum { SB_RS, SB_RS_XFER, SB_NORM, SB_ADAM, SB_AG, SB_N_PHASES };
 
-/* One daemon at one moment: its phase sums and counts, CPU seconds and minor faults, and the
- * kernels' store plan it logged. */
+/* One daemon at one moment: its phase sums and counts, seconds on a core and runnable off one,
+ * minor faults, and the kernels' store plan it logged. */
 typedef struct sb_probe {
-    double sum[SB_N_PHASES], count[SB_N_PHASES], cpu_s, minflt;
+    double sum[SB_N_PHASES], count[SB_N_PHASES], cpu_s, wait_s, minflt;
     char stores[1024];
 } sb_probe_t;
 
@@ -313,75 +314,42 @@ out:
 
 /* ---- the daemons' own view ------------------------------------------------------------- */
 
-/* GET /metrics from daemon z's unix socket (metrics_listen auto: beside its socket) into buf,
- * NUL-terminated; the body only. -1 when it cannot be read. */
-static int sb_scrape(const zb_zerod_t *z, char *buf, size_t cap)
+/* Seconds on a core and waiting for one (runnable, another task on it) of all of pid's threads,
+ * from their /proc/PID/task/TID/schedstat; its minor faults from /proc/PID/stat. */
+static void sb_proc_stat(pid_t pid, sb_probe_t *p)
 {
-    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    size_t len = 0, base = strlen(z->sock) - strlen(".sock");
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    char *body;
-    ssize_t n;
-    int ok;
-
-    snprintf(a.sun_path, sizeof(a.sun_path), "%.*s.metrics.sock", (int)base, z->sock);
-    ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-         zb_write_all(fd, req, sizeof(req) - 1) == 0;
-    while (ok && len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0) {
-        len += (size_t)n;
-    }
-    buf[len] = '\0';
-    body = strstr(buf, "\r\n\r\n");
-    ok = ok && body != NULL && strncmp(buf, "HTTP/1.1 200", 12) == 0;
-    if (ok) {
-        memmove(buf, body + 4, strlen(body + 4) + 1);
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    return ok ? 0 : -1;
-}
-
-/* The value of the first sample of `name` whose labels contain `label`; 0 when absent. */
-static double sb_sample(const char *text, const char *name, const char *label)
-{
-    size_t nl = strlen(name);
-
-    for (const char *l = text; l != NULL; l = strchr(l, '\n'), l = l != NULL ? l + 1 : NULL) {
-        const char *sp = strchr(l, ' ');
-        if (strncmp(l, name, nl) == 0 && l[nl] == '{' && sp != NULL) {
-            const char *lab = strstr(l, label); /* the labels end at the line's first space */
-            if (lab != NULL && lab < sp) {
-                return strtod(sp + 1, NULL);
-            }
-        }
-    }
-    return 0;
-}
-
-/* utime + stime (s) and minflt of process pid, from /proc/PID/stat. */
-static void sb_proc_stat(pid_t pid, double *cpu_s_p, double *minflt_p)
-{
-    char path[64], line[1024], *p;
-    unsigned long minflt = 0, ut = 0, st = 0;
+    char path[96], line[1024], *c;
+    unsigned long long on = 0, wait = 0, minflt = 0;
+    struct dirent *d;
+    DIR *dir;
     FILE *f;
 
-    *cpu_s_p = *minflt_p = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    dir = opendir(path);
+    while (dir != NULL && (d = readdir(dir)) != NULL) {
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", (int)pid, d->d_name);
+        f = d->d_name[0] != '.' ? fopen(path, "re") : NULL;
+        if (f != NULL && fscanf(f, "%llu %llu", &on, &wait) == 2) {
+            p->cpu_s += (double)on * 1e-9;
+            p->wait_s += (double)wait * 1e-9;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+    if (dir != NULL) {
+        closedir(dir);
+    }
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "re");
-    if (f == NULL) {
-        return;
+    c = f != NULL && fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
+    /* after the name: state ppid pgrp session tty tpgid flags minflt */
+    if (c != NULL && sscanf(c + 2, "%*c %*d %*d %*d %*d %*d %*u %llu", &minflt) == 1) {
+        p->minflt = (double)minflt;
     }
-    p = fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
-    /* after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-     * utime stime */
-    if (p != NULL && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu", &minflt,
-                            &ut, &st) == 3) {
-        *cpu_s_p = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-        *minflt_p = (double)minflt;
+    if (f != NULL) {
+        fclose(f);
     }
-    fclose(f);
 }
 
 static int sb_probe(const zb_zerod_t *z, sb_probe_t *p)
@@ -392,25 +360,25 @@ static int sb_probe(const zb_zerod_t *z, sb_probe_t *p)
     size_t cap = 1u << 20;
     char *buf = malloc(cap), label[64], name[96];
 
-    if (buf == NULL || sb_scrape(z, buf, cap) != 0) {
+    if (buf == NULL || zb_zerod_metrics(z, buf, cap) != 0) {
         fprintf(stderr, "step_bench: cannot read %s's /metrics\n", z->name);
         free(buf);
         return -1;
     }
     for (int k = 0; k < SB_N_PHASES; k++) {
         if (k == SB_RS_XFER) {
-            p->sum[k] = sb_sample(buf, "zerod_collective_transfer_seconds_total",
+            p->sum[k] = zb_metric(buf, "zerod_collective_transfer_seconds_total",
                                   "collective=\"reduce_scatter\"");
             continue;
         }
         snprintf(label, sizeof(label), "phase=\"%s\"", phase[k]);
         snprintf(name, sizeof(name), "%s_sum", h);
-        p->sum[k] = sb_sample(buf, name, label);
+        p->sum[k] = zb_metric(buf, name, label);
         snprintf(name, sizeof(name), "%s_count", h);
-        p->count[k] = sb_sample(buf, name, label);
+        p->count[k] = zb_metric(buf, name, label);
     }
     p->count[SB_RS_XFER] = p->count[SB_RS];
-    sb_proc_stat(z->pid, &p->cpu_s, &p->minflt);
+    sb_proc_stat(z->pid, p);
     if (sb_log_stores(z->log, p->stores, sizeof(p->stores)) != 0) {
         snprintf(p->stores, sizeof(p->stores), "(none logged)");
     }
@@ -516,8 +484,8 @@ static void sb_report_daemons(const sb_opts_t *o, const sb_probe_t (*p)[2])
         printf("\ndaemons over the timed steps (their /metrics): phase mean [ms] / per shard "
                "element [ns] (shard %.0f elements); rs_xfer = the reduce-scatter less its wait\n",
                shard);
-        printf("%6s %17s %17s %17s %17s %17s %9s %9s\n", "rank", "reduce_scatter", "rs_xfer",
-               "norm", "adam", "all_gather", "cpu [ms]", "minflt");
+        printf("%6s %17s %17s %17s %17s %17s %9s %9s %9s\n", "rank", "reduce_scatter", "rs_xfer",
+               "norm", "adam", "all_gather", "cpu [ms]", "runq [ms]", "minflt");
     }
     for (unsigned r = 0; r < o->world; r++) {
         const sb_probe_t *a = &p[r][0], *b = &p[r][1];
@@ -535,14 +503,17 @@ static void sb_report_daemons(const sb_opts_t *o, const sb_probe_t (*p)[2])
                 printf(" %8.2f / %6.3f", mean * 1e3, mean * 1e9 / shard);
             }
         }
-        printf(o->json ? "\"cpu_ms\": %.1f, \"minflt\": %.0f, " : " %9.1f %9.0f\n",
-               (b->cpu_s - a->cpu_s) * 1e3 / steps, (b->minflt - a->minflt) / steps);
+        printf(o->json ? "\"cpu_ms\": %.2f, \"runq_ms\": %.2f, \"minflt\": %.0f, "
+                       : " %9.1f %9.1f %9.0f\n",
+               (b->cpu_s - a->cpu_s) * 1e3 / steps, (b->wait_s - a->wait_s) * 1e3 / steps,
+               (b->minflt - a->minflt) / steps);
         if (o->json) {
             printf("\"stores\": \"%s\"}", b->stores); /* the daemon's words: no quotes in them */
         }
     }
     if (!o->json) {
-        printf("(cpu and minflt: per step, the whole daemon process)\n");
+        printf("(per step, all the daemon's threads: cpu = on a core, runq = runnable but "
+               "waiting for one)\n");
         for (unsigned r = 0; r < o->world; r++) {
             printf("daemon %u kernel stores: %s\n", r, p[r][1].stores);
         }

@@ -551,7 +551,7 @@ static int zk_plan_nt_wins(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
 
     v = zk_plan_decide(rounds[0][pr], rounds[1][pn], ZK_PLAN_ROUNDS, &plan->nt_margin[f]);
     if (v == ZK_PLAN_TIES && plan->nt_margin[f] > ZK_PLAN_MARGIN_MIN) {
-        v = zk_plan_pair(plan, ops, f, b, zk_plan_pf_measured(f, plan->nt_min_bytes), st, g);
+        v = zk_plan_pair(plan, ops, f, b, (size_t)(zk_plan_bytes(f) * (double)b->n), st, g);
     }
     return v == ZK_PLAN_WINS || (v == ZK_PLAN_TIES && zk_plan_writes_apart(f));
 }

@@ -14,7 +14,7 @@
  *
  *   zk_bench [--n N[,N...]] [--threads 1,2] [--reps R] [--dtype bf16|fp16|fp32]
  *            [--variants scalar,avx2,avx512] [--kernels adam_step,sumsq,...]
- *            [--stores auto|regular|nt] [--peer FILE] [--limit-only] [--json]
+ *            [--stores auto|regular|nt] [--prefetch D] [--peer FILE] [--limit-only] [--json]
  *
  * --peer pairs each peer line (bench/peers/torch_adamw.py) with adam_step at the peer's own size
  * and thread count; --limit-only times the limits alone (bench/ds_vs_zerod.py's floor).
@@ -653,6 +653,7 @@ int main(int argc, char **argv)
                 c.reps = zb_reps(&o, c.n);
                 c.ex.pool = pool;
                 c.ex.stores = o.stores;
+                c.ex.prefetch = o.prefetch;
                 c.adam = (zk_adam_params_t){.lr = 1e-4f,
                                             .beta1 = 0.9f,
                                             .beta2 = 0.999f,

@@ -30,7 +30,8 @@ typedef struct zb_opts {
     size_t ns[ZB_MAX_LIST];
     unsigned n_ns;
     size_t n_max;
-    int stores; /* zk_stores_t */
+    int stores;   /* zk_stores_t */
+    int prefetch; /* zk_exec_t.prefetch: 0 the plan's, > 0 elements ahead, < 0 none */
     unsigned threads[ZB_MAX_LIST];
     unsigned n_threads;
     unsigned reps;

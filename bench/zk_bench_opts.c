@@ -104,6 +104,8 @@ static void zb_usage(FILE *out)
             "                   fp32 as the daemon's reduce-scatter, copy: --dtype to --dtype\n"
             "                   as the all-gather)\n"
             "  --stores S       auto (default: the measured plan), regular or nt\n"
+            "  --prefetch D     software prefetch D elements ahead of each read stream,\n"
+            "                   none (-1) or the plan's (0, default)\n"
             "  --peer FILE      JSON lines of bench/peers/torch_adamw.py: adam_step's speedup\n"
             "                   over each at the peer line's own size and thread count (one\n"
             "                   that --n and --threads do not run is not compared, and said)\n"
@@ -115,13 +117,19 @@ static void zb_usage(FILE *out)
 
 int zb_parse(int argc, char **argv, zb_opts_t *o)
 {
-    static const struct option longopts[] = {
-        {"n", required_argument, NULL, 'n'},        {"threads", required_argument, NULL, 't'},
-        {"reps", required_argument, NULL, 'r'},     {"dtype", required_argument, NULL, 'd'},
-        {"variants", required_argument, NULL, 'v'}, {"kernels", required_argument, NULL, 'k'},
-        {"peer", required_argument, NULL, 'p'},     {"json", no_argument, NULL, 'j'},
-        {"stores", required_argument, NULL, 's'},   {"limit-only", no_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"n", required_argument, NULL, 'n'},
+                                             {"threads", required_argument, NULL, 't'},
+                                             {"reps", required_argument, NULL, 'r'},
+                                             {"dtype", required_argument, NULL, 'd'},
+                                             {"variants", required_argument, NULL, 'v'},
+                                             {"kernels", required_argument, NULL, 'k'},
+                                             {"peer", required_argument, NULL, 'p'},
+                                             {"json", no_argument, NULL, 'j'},
+                                             {"stores", required_argument, NULL, 's'},
+                                             {"limit-only", no_argument, NULL, 'l'},
+                                             {"prefetch", required_argument, NULL, 'f'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     static const char *const vnames[ZK_VARIANT_COUNT] = {"scalar", "avx2", "avx512"};
     int c;
 
@@ -153,6 +161,14 @@ int zb_parse(int argc, char **argv, zb_opts_t *o)
                                                : ZK_STORES_NT;
             } else {
                 fprintf(stderr, "zk_bench: --stores wants auto, regular or nt, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'f':
+            o->prefetch = (int)strtol(optarg, &end, 10);
+            if (*end != '\0' || o->prefetch > 65536 || o->prefetch < -1) {
+                fprintf(stderr, "zk_bench: --prefetch wants -1, 0 or a distance, got '%s'\n",
+                        optarg);
                 return -1;
             }
             break;

@@ -340,7 +340,11 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
  * all alike (timed one kind after the other over three rounds, the AVX-512 sum of squares on
  * an AMD EPYC VM chose two super-blocks at once in two processes out of five, where one at a
  * time reads 10 % faster; the VM's speed moves by more than that). The fastest distance up to
- * zk_plan_pf_max's is kept, and none only where it is 3 % faster than that: a prefetch costs a few
+ * zk_plan_pf_max's is kept, or the longest one up to it that the timings cannot tell from the
+ * fastest (zk_plan_decide): the distances of the AVX-512 accumulate tied at 256 MiB, and at
+ * 40 MiB, beyond a 32 MiB L3 but partly in it, 512 and 1024 ran at 0.76 of the limit, 2048 and
+ * none at 1.0 (AVX2: 0.83, 0.92 and 1.21 for 512, 1024 and 2048, 1.24 without). None is kept
+ * only where it is 3 % faster than the fastest distance: a prefetch costs a few
  * instructions per cache line where it does not help, and where it does (Adam, accumulate, the sum
  * of squares) it gains 20-30 %, a gain this machine's noise can hide in one measurement (a margin
  * the other way threw it away in one run out of three; with none chosen on a tie, the AVX-512
@@ -370,12 +374,22 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     for (int k = 0; k < kinds; k++) {
         const double *g = plan->pf_gbps[f][k];
         double margin;
-        int best = 1;
+        int best = 1, top;
 
         for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
             best = g[i] > g[best] ? i : best;
         }
-        best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : best;
+        /* the longest distance the timings cannot tell from the fastest */
+        for (top = best; top + 1 < ZK_PREFETCH_CHOICES && zk_pf_choices[top + 1] <= plan->pf_max[f];
+             top++) {
+        }
+        for (; top > best; top--) {
+            if (zk_plan_decide(rounds[k][best], rounds[k][top], ZK_PLAN_ROUNDS, &margin) !=
+                ZK_PLAN_LOSES) {
+                break;
+            }
+        }
+        best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : top;
         if (k == 1 && zk_plan_writes_apart(f) && best != 0 &&
             zk_plan_decide(rounds[1][0], rounds[1][best], ZK_PLAN_ROUNDS, &margin) !=
                 ZK_PLAN_WINS) {

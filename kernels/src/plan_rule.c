@@ -1,8 +1,8 @@
 /*
- * The store plan's rule (stores.c): what a set of timings says of an option against the
- * current choice, with a margin the timings themselves set, and how far down in size a
- * choice of non-temporal stores carries. Pure functions of their arguments, so that the tests
- * can feed them timings as a noisy machine gives them.
+ * The store plan's rules (stores.c): what a set of timings says of an option against the
+ * current choice, with a margin the timings themselves set; how far down in size a choice of
+ * non-temporal stores carries; how far ahead a family may prefetch. Pure functions of their
+ * arguments, so that the tests can feed them timings as a noisy machine gives them.
  */
 #include "zk/kernels.h"
 
@@ -64,4 +64,36 @@ int zk_plan_nt_extends(zk_plan_verdict_t v, size_t bytes)
 int zk_plan_writes_apart(zk_store_family_t f)
 {
     return f == ZK_STORE_OUT || f == ZK_STORE_CAST || f == ZK_STORE_WIDEN || f == ZK_STORE_COPY;
+}
+
+/* Streams each family's kernel reads or writes, in 4-byte elements at most: Adam's master, m,
+ * v and accumulator and its 16-bit params; the reduce's two sources and its output; every
+ * other family's source and destination (the sum of squares: its two super-blocks). */
+static const unsigned zk_family_streams[ZK_STORE_FAMILIES] = {5, 2, 3, 2, 2, 2, 2};
+
+/* The longest prefetch distance family f may take with an L1 of `l1` bytes: its streams'
+ * lines from each one in use to the one prefetched must fit in half of it, or they evict each
+ * other before use. On the AMD EPYC VM (48 KiB of L1) Adam's distances tied beyond the caches
+ * (55.8/55.7/56.5 GB/s at 256 MiB) and the plan kept 2048 ahead; on data of 4-18 MiB, in the
+ * last-level cache, that distance ran Adam at 4.1 Gelem/s where 1024, 512 and none ran at
+ * 5.0-5.3 (its five streams sit at the same offsets of their pages and so share L1 sets). The
+ * sum of squares, one or two streams, gains from 2048 there (56.1 against 47.7 GB/s at 64 MiB
+ * with one super-block at a time). The shortest distance is always allowed. */
+unsigned zk_plan_pf_max(zk_store_family_t f, size_t l1)
+{
+    unsigned max = zk_prefetch_choice(1);
+
+    for (int i = 2; i < ZK_PREFETCH_CHOICES && (unsigned)f < ZK_STORE_FAMILIES; i++) {
+        if ((size_t)zk_prefetch_choice(i) * 4 * zk_family_streams[f] <= l1 / 2) {
+            max = zk_prefetch_choice(i);
+        }
+    }
+    return max;
+}
+
+/* Where a distance that won at half the size measured (`measured` bytes) stops: the footprint
+ * as far on a log scale from both, in whole MiB. */
+size_t zk_plan_pf_band(size_t measured)
+{
+    return (size_t)((double)measured / 1.4142135623730951) >> 20 << 20; /* sqrt(2) */
 }

@@ -70,11 +70,6 @@ unsigned zk_prefetch_choice(int i)
     return i >= 0 && i < ZK_PREFETCH_CHOICES ? zk_pf_choices[i] : 0;
 }
 
-/* Streams each family's kernel reads or writes, in 4-byte elements at most: Adam's master, m,
- * v and accumulator and its 16-bit params; the reduce's two sources and its output; every
- * other family's source and destination (the sum of squares: its two super-blocks). */
-static const unsigned zk_family_streams[ZK_STORE_FAMILIES] = {5, 2, 3, 2, 2, 2, 2};
-
 /* A cache's size in bytes: sysconf's figure where it gives one, else sysfs index `idx` of
  * cpu0, else `dflt`. */
 static size_t zk_cache_bytes(long sc, int idx, size_t dflt)
@@ -107,26 +102,6 @@ static size_t zk_l1d_bytes(void)
     s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
 #endif
     return zk_cache_bytes(s, 0, 32 << 10);
-}
-
-/* The longest prefetch distance family f may take with an L1 of `l1` bytes: its streams'
- * lines from each one in use to the one prefetched must fit in half of it, or they evict each
- * other before use. On the AMD EPYC VM (48 KiB of L1) Adam's distances tied beyond the caches
- * (55.8/55.7/56.5 GB/s at 256 MiB) and the plan kept 2048 ahead; on data of 4-18 MiB, in the
- * last-level cache, that distance ran Adam at 4.1 Gelem/s where 1024, 512 and none ran at
- * 5.0-5.3 (its five streams sit at the same offsets of their pages and so share L1 sets). The
- * sum of squares, one or two streams, gains from 2048 there (56.1 against 47.7 GB/s at 64 MiB
- * with one super-block at a time). The shortest distance is always allowed. */
-unsigned zk_plan_pf_max(zk_store_family_t f, size_t l1)
-{
-    unsigned max = zk_pf_choices[1];
-
-    for (int i = 2; i < ZK_PREFETCH_CHOICES && (unsigned)f < ZK_STORE_FAMILIES; i++) {
-        if ((size_t)zk_pf_choices[i] * 4 * zk_family_streams[f] <= l1 / 2) {
-            max = zk_pf_choices[i];
-        }
-    }
-    return max;
 }
 
 /* The last-level cache in bytes (sysconf, then sysfs), or 32 MiB when neither says. */
@@ -270,13 +245,6 @@ static void zk_plan_printf(zk_store_plan_t *plan, const char *fmt, ...)
 static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops,
                                       zk_store_family_t f, zk_scratch_t *b, size_t bytes,
                                       const zk_st_t st[2], double g[2]);
-
-/* Where a distance that won at half the size measured (`measured` bytes) stops: the footprint
- * as far on a log scale from both, in whole MiB. */
-size_t zk_plan_pf_band(size_t measured)
-{
-    return (size_t)((double)measured / 1.4142135623730951) >> 20 << 20; /* sqrt(2) */
-}
 
 /* Elements of the plan's scratch for a plan measured at `bytes`: Adam's footprint, 4 fp32
  * streams and a bf16 one. */

@@ -143,10 +143,11 @@ int zk_plan_writes_apart(zk_store_family_t f);
  * chosen lost at the smaller sizes, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too.
  * Where non-temporal stores lost at the size measured, they may still win from
  * ZK_PREFETCH_MIN_BYTES to ZK_STORES_PLAN_MIN_BYTES (timed at the smaller size): nt_from and nt_to.
- * Non-temporal stores are chosen only where their best beats the best of regular ones by more
- * than the timings' own spread (zk_plan_decide); the fastest prefetch distance up to pf_max is
- * kept, none only where it is 3 %
- * faster than that distance (kinds and distances alternated over five rounds). */
+ * Non-temporal stores are chosen where their best beats the best of regular ones by more than
+ * the timings' own spread (zk_plan_decide), and on a tie that a second timing leaves one, for
+ * the families that write apart (zk_plan_writes_apart); the fastest prefetch distance up to
+ * pf_max is kept, or the longest the timings cannot tell from it, none only where it is 3 %
+ * faster than the fastest (kinds and distances alternated over five rounds). */
 typedef struct zk_store_plan {
     int variant; /* zk_variant_t the plan was measured with */
     int nt[ZK_STORE_FAMILIES];
@@ -158,8 +159,7 @@ typedef struct zk_store_plan {
      * reads one way only) */
     double pf_gbps[ZK_STORE_FAMILIES][2][ZK_PREFETCH_CHOICES];
     /* the margin non-temporal stores had to beat (zk_plan_decide on the rounds of each kind's
-     * best distance): nt[family] where pf_gbps's best with them exceeds the regular one's by
-     * more */
+     * best distance) before a tie was timed again */
     double nt_margin[ZK_STORE_FAMILIES];
     size_t nt_min_bytes;
     /* non-temporal stores for footprints in [nt_from, nt_to): nt_to is SIZE_MAX where

@@ -4,11 +4,14 @@
 buddy, and the time from a daemon's death to the next applied step against a restart from the
 last disk checkpoint, on the same model, data and daemons' settings.
 
-    /usr/bin/python3 bench/replica_bench.py [--world 2] [--width 2048] [--layers 8]
-                                            [--steps 8] [--warmup 2] [--runs 2]
-                                            [--ckpt-every 8] [--recovery-runs 2]
+    PY=$(bench/ds_venv.sh) && $PY bench/replica_bench.py [--world 2] [--width 2048]
+        [--layers 8] [--batch 16] [--steps 8] [--warmup 2] [--runs 2] [--ckpt-every 8]
+        [--recovery-runs 2]
 
-The defaults (Psi = 33.6 M, fp32) take about 5 minutes on 2 cores.
+The defaults (Psi = 33.6 M, fp32) take about 5 minutes on 2 cores. Run it with a torch whose
+BLAS is fast (the DeepSpeed venv's torch 2.x, as above): Debian's torch 1.13 is built with the
+generic BLAS, whose forward and backward of this model take ~1 s where the venv's take ~0.05
+s, which would hide the replica's cost in a slow step.
 
 Each run starts `world` daemons (the test fixture's, tests/python/zd_fixture.py: ZEROD_TEST_DAEMON
 and ZEROD_LIBZC pick the binaries) and `world` trainers (zerod.torch, stage 2, fp32, AdamW) on an
@@ -68,16 +71,20 @@ def build(width, layers):
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
 
 
-def trainer(width, layers, steps, warmup):
+def config(batch):
+    return dict(CFG, train_micro_batch_size_per_gpu=batch)
+
+
+def trainer(width, layers, steps, warmup, batch):
     import torch
     import zerod.torch
     model = build(width, layers)
     engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
-                                             config=CFG)
+                                             config=config(batch))
     g = torch.Generator().manual_seed(engine.rank)
     times = []
     for s in range(warmup + steps):
-        x = torch.randn(16, width, generator=g)
+        x = torch.randn(batch, width, generator=g)
         t0 = time.perf_counter()
         engine.backward(engine(x).square().mean())
         engine.step()
@@ -123,25 +130,25 @@ def metrics(daemon):
 def one_run(mode, a):
     flags = ["--job-linger", "60s", "--replication", mode]
     with zf.Cluster(a.world, flags=flags, job="bench-%s" % mode) as c:
-        step = c.run(trainer, (a.width, a.layers, a.steps, a.warmup), timeout=600)[0]
+        step = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch), timeout=600)[0]
         rss = [anon_bytes(d.proc.pid) for d in c.daemons]
         sent, phase = metrics(c.daemons[0])
     return step, statistics.median(rss), sent, phase["norm"], phase["adam"]
 
 
-def recovery_child(width, layers, stop):
+def recovery_child(width, layers, stop, batch):
     """A trainer of the recovery runs: each applied step printed with its wall time."""
     import torch
     import zerod.torch
     model = build(width, layers)
     t0 = time.time()
     engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
-                                             config=CFG)
+                                             config=config(batch))
     print("ATTACHED %d %d %.6f %.6f" % (engine.resumed, engine.global_steps, t0, time.time()),
           flush=True)
     while engine.global_steps < stop:
         g = torch.Generator().manual_seed(engine.global_steps * 1000 + engine.rank)
-        engine.backward(engine(torch.randn(16, width, generator=g)).square().mean())
+        engine.backward(engine(torch.randn(batch, width, generator=g)).square().mean())
         engine.step()
         print("STEP %d %.6f" % (engine.global_steps, time.time()), flush=True)
     engine.close()
@@ -160,7 +167,8 @@ class Trainers:
                 env["TORCHELASTIC_RESTART_COUNT"] = "1"
             with open(os.path.join(c.tmp, "trainer%d.err" % r), "ab") as err:
                 p = subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                      "--recovery-child", str(a.width), str(a.layers), str(stop)],
+                                      "--recovery-child", str(a.width), str(a.layers), str(stop),
+                                      str(a.batch)],
                                      env=env, stdout=subprocess.PIPE, stderr=err, text=True)
             self.procs.append(p)
             self.lines.append([])
@@ -313,11 +321,14 @@ def steady(a, psi):
                   "daemon norm phase %.2f ms, adam phase %.2f ms"
                   % (mode, r[0], r[1] / 2**20, r[2], r[3] * 1e3, r[4] * 1e3), flush=True)
     med = {m: [statistics.median(r[i] for r in res[m]) for i in range(5)] for m in res}
-    print("world %d, Psi %d (%.1f MiB fp32), %d timed steps, %d runs (medians):"
-          % (a.world, psi, psi * 4 / 2**20, a.steps, a.runs))
+    print("world %d, Psi %d (%.1f MiB fp32), batch %d, %d timed steps, %d runs (medians):"
+          % (a.world, psi, psi * 4 / 2**20, a.batch, a.steps, a.runs))
     ratio = med["buddy"][0] / med["off"][0]
     print("  step time: off %.4f s, buddy %.4f s: x%.3f (target <= 1.10): %s"
           % (med["off"][0], med["buddy"][0], ratio, verdict(ratio <= 1.10, "ABOVE")))
+    added = med["buddy"][0] - med["off"][0]
+    print("  replication adds %.1f ms a step: %.2f ms per million elements of a shard (it does "
+          "not grow with the batch)" % (added * 1e3, added * 1e3 / (psi / a.world / 1e6)))
     print("  daemon phases (rank 0, mean per step): norm (with the exchange) off %.2f ms, buddy "
           "%.2f ms; adam (with the replica's) off %.2f ms, buddy %.2f ms"
           % (med["off"][3] * 1e3, med["buddy"][3] * 1e3, med["off"][4] * 1e3,
@@ -341,11 +352,12 @@ def steady(a, psi):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     if "--recovery-child" in sys.argv:
-        recovery_child(*map(int, sys.argv[sys.argv.index("--recovery-child") + 1:][:3]))
+        recovery_child(*map(int, sys.argv[sys.argv.index("--recovery-child") + 1:][:4]))
         return 0
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=16, help="samples per rank and step")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2, help="runs of each mode for the step time "

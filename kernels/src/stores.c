@@ -420,26 +420,28 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
 }
 
 /* Where non-temporal stores won at the size measured, whether they hold at smaller sizes the
- * plan serves too (twice ZK_STORES_PLAN_MIN_BYTES, that size, then ZK_PREFETCH_MIN_BYTES:
- * caches that large may keep regular stores ahead there), each tried only where the one
- * before kept them (zk_plan_nt_extends: a tie at 64 or 32 MiB keeps them, one at 4 MiB does
- * not): the smallest footprint from which the family uses them. A tie that stopped the walk
- * cost the AVX-512 reduce on the Xeon VM a quarter of its speed for a process's life: 22.5
- * against 22.7 GB/s at 64 MiB, short of the 3 % margin of the time, so its calls of 64-256
- * MiB (16 Mi elements) took regular stores, at 0.733 of the limit where non-temporal ones ran
- * at 0.972 in the next process. The first size is for
- * a VM that reports a last-level cache bigger than it has: the plan is then measured at 256
- * MiB, and on an AMD EPYC VM with 32 MiB the sum of squares read one super-block at a time
- * faster at 256 MiB, two at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-1.02
- * of the limit in six zk_bench runs, one block 1.01-1.20). The last size, ZK_NT_MIN_BYTES,
- * is for data beyond the L2 but in the last-level cache: on the AMD EPYC VM (1 MiB of L2 a
- * core) the fp32 reduce of 256 Ki elements (3 MiB) ran at 0.81 of the limit with regular
- * stores and at 1.0 with non-temporal ones, which the limit took. */
+ * plan serves too (64, 32, 16 and 4 MiB, then ZK_NT_MIN_BYTES: caches that large may keep
+ * regular stores ahead there), down to the first size where they lose: the smallest footprint
+ * from which the family uses them. A size takes them on a win, and from 32 MiB on on a tie too
+ * (zk_plan_nt_extends); a tie below 32 MiB takes them only where a smaller size wins. A tie
+ * that stopped the walk cost the AVX-512 reduce on the Xeon VM a quarter of its speed for a
+ * process's life: 22.5 against 22.7 GB/s at 64 MiB, short of the 3 % margin of the time, so
+ * its calls of 64-256 MiB (16 Mi elements) took regular stores, at 0.733 of the limit where
+ * non-temporal ones ran at 0.972 in the next process. The first size is for a VM that reports
+ * a last-level cache bigger than it has: the plan is then measured at 256 MiB, and on an AMD
+ * EPYC VM with 32 MiB the sum of squares read one super-block at a time faster at 256 MiB, two
+ * at once faster at 32 MiB, so its calls at 64 MiB took two (0.87-1.02 of the limit in six
+ * zk_bench runs, one block 1.01-1.20). The 16 MiB size is for calls in the last-level cache's
+ * upper half: the AVX2 cast to bf16 of 4 Mi elements (24 MiB) ran with regular stores at 0.80
+ * of the limit in two runs, its stores having tied at 4 MiB. The last, ZK_NT_MIN_BYTES, is
+ * for data beyond the L2 but in the last-level cache: on the AMD EPYC VM (1 MiB of L2 a core)
+ * the fp32 reduce of 256 Ki elements (3 MiB) ran at 0.81 of the limit with regular stores and
+ * at 1.0 with non-temporal ones, which the limit took. */
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {
-    static const size_t sizes[4] = {2 * ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES, ZK_PREFETCH_MIN_BYTES,
-                                    ZK_NT_MIN_BYTES};
+    static const size_t sizes[5] = {2 * ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES / 2,
+                                    ZK_PREFETCH_MIN_BYTES, ZK_NT_MIN_BYTES};
     /* each kind with its own distance, as it was chosen and as its calls run (none below
      * ZK_PREFETCH_MIN_BYTES) */
     const zk_st_t st[2] = {{0, plan->prefetch[f][0]}, {1, plan->prefetch[f][1]}};
@@ -447,12 +449,18 @@ static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
     size_t from = plan->nt_min_bytes;
     double g[2];
 
-    for (int i = 0; i < 4 && sizes[i] < from; i++) {
+    for (int i = 0; i < 5; i++) {
         const zk_st_t *sti = sizes[i] < ZK_PREFETCH_MIN_BYTES ? st0 : st;
-        if (!zk_plan_nt_extends(zk_plan_pair(plan, ops, f, b, sizes[i], sti, g), sizes[i])) {
+        zk_plan_verdict_t v;
+
+        if (sizes[i] >= plan->nt_min_bytes) {
+            continue;
+        }
+        v = zk_plan_pair(plan, ops, f, b, sizes[i], sti, g);
+        if (v == ZK_PLAN_LOSES) {
             break;
         }
-        from = sizes[i];
+        from = zk_plan_nt_extends(v, sizes[i]) ? sizes[i] : from;
     }
     return from;
 }

@@ -136,8 +136,7 @@ int zk_plan_writes_apart(zk_store_family_t f);
  * 3.7-4.1 s on the Xeon VM with three rounds, 2.5 s on an AMD EPYC VM with five, on the first call
  * of at least 32 MiB or the first zk_store_plan()). Calls whose footprint is at least
  * nt_from[family] use non-temporal stores where nt[family] (that is nt_min_bytes, the size
- * measured, or twice ZK_STORES_PLAN_MIN_BYTES, or that size, where they did not lose there, or
- * ZK_PREFETCH_MIN_BYTES or ZK_NT_MIN_BYTES where they also won there: zk_plan_nt_extends);
+ * measured, or down to ZK_NT_MIN_BYTES where they did not lose on the way: zk_plan_nt_extends);
  * calls of at least pf_from[family] prefetch prefetch[family][stores] elements ahead
  * (ZK_PREFETCH_MIN_BYTES, or half ZK_STORES_PLAN_MIN_BYTES, or that size, where the distance
  * chosen lost at the smaller sizes, with regular stores); nt_from may be ZK_PREFETCH_MIN_BYTES too.

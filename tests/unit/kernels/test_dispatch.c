@@ -284,6 +284,7 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
             cr_assert(plan->nt_from[f] == plan->nt_min_bytes ||
                           plan->nt_from[f] == 2 * ZK_STORES_PLAN_MIN_BYTES ||
                           plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES ||
+                          plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES / 2 ||
                           plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES ||
                           plan->nt_from[f] == ZK_NT_MIN_BYTES,
                       "%s", plan->how);

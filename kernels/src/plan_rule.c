@@ -56,9 +56,11 @@ zk_plan_verdict_t zk_plan_decide(const double *base, const double *opt, int n, d
     return ZK_PLAN_TIES;
 }
 
-int zk_plan_nt_extends(zk_plan_verdict_t v, size_t bytes)
+int zk_plan_nt_extends(zk_plan_verdict_t v, size_t bytes, int apart)
 {
-    return v == ZK_PLAN_WINS || (v == ZK_PLAN_TIES && bytes >= ZK_STORES_PLAN_MIN_BYTES);
+    size_t tie_from = apart ? ZK_PREFETCH_MIN_BYTES : ZK_STORES_PLAN_MIN_BYTES;
+
+    return v == ZK_PLAN_WINS || (v == ZK_PLAN_TIES && bytes >= tie_from);
 }
 
 int zk_plan_writes_apart(zk_store_family_t f)

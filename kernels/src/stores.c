@@ -17,13 +17,13 @@
  * between the stores at the size measured, with a margin above the least, is timed again in
  * longer rounds; one that remains goes to the hardware's lean: non-temporal stores for the
  * families that store into lines they do not read (they save the read for ownership, 25-40 %
- * of the traffic), regular ones for the rest. A tie at a smaller size is not a loss: from 32
- * MiB on, where either kind streams past the caches, non-temporal stores chosen at the size
- * measured carry down through ties and only a loss stops them; below 32 MiB only a win extends
- * them. A fixed 3 % margin once cost a process's AVX-512 reduce a quarter of its speed for its
- * whole life: a tie at 64 MiB (22.5 against 22.7 GB/s) stopped its non-temporal stores there.
- * Prefetch distances keep a fixed 3 % leaning to prefetching (zk_plan_prefetch), but next to
- * the non-temporal stores of the families that write apart, where a distance must win.
+ * of the traffic), regular ones for the rest. A tie at a smaller size is not a loss: going
+ * down, only a loss stops non-temporal stores chosen at the size measured; a tie keeps them
+ * from 32 MiB on, where either kind streams past the caches, and from 4 MiB on for the
+ * families that write apart. A fixed 3 % margin once cost a process's AVX-512 reduce a quarter of
+ * its speed for its whole life: a tie at 64 MiB (22.5 against 22.7 GB/s) stopped its non-temporal
+ * stores there. Prefetch distances keep a fixed 3 % leaning to prefetching (zk_plan_prefetch), but
+ * next to the non-temporal stores of the families that write apart, where a distance must win.
  * ZEROD_KERNEL_STORES=regular|nt|auto overrides the stores for the process (and turns prefetch
  * off); zk_exec_t.stores and .prefetch one call (the tests cover every path so). No choice ever
  * changes a result: all write the same bits.
@@ -422,8 +422,12 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
 /* Where non-temporal stores won at the size measured, whether they hold at smaller sizes the
  * plan serves too (64, 32, 16 and 4 MiB, then ZK_NT_MIN_BYTES: caches that large may keep
  * regular stores ahead there), down to the first size where they lose: the smallest footprint
- * from which the family uses them. A size takes them on a win, and from 32 MiB on on a tie too
- * (zk_plan_nt_extends); a tie below 32 MiB takes them only where a smaller size wins. A tie
+ * from which the family uses them. A size takes them on a win, and from 32 MiB on on a tie too,
+ * from 4 MiB on for a family that writes apart (zk_plan_nt_extends); a tie below that takes
+ * them only where a smaller size wins. Timed on the AMD EPYC VM, shared with builds, the
+ * AVX-512 cast to bf16 tied at 16 MiB (88.8 against 108.0 GB/s, +-27 %) and lost at 2 or 4
+ * MiB in two processes out of two, and its calls of 24 MiB took regular stores at 0.68 of the
+ * limit, where non-temporal ones ran at 1.0 the hour before. A tie
  * that stopped the walk cost the AVX-512 reduce on the Xeon VM a quarter of its speed for a
  * process's life: 22.5 against 22.7 GB/s at 64 MiB, short of the 3 % margin of the time, so
  * its calls of 64-256 MiB (16 Mi elements) took regular stores, at 0.733 of the limit where
@@ -460,7 +464,7 @@ static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
         if (v == ZK_PLAN_LOSES) {
             break;
         }
-        from = zk_plan_nt_extends(v, sizes[i]) ? sizes[i] : from;
+        from = zk_plan_nt_extends(v, sizes[i], zk_plan_writes_apart(f)) ? sizes[i] : from;
     }
     return from;
 }

@@ -120,8 +120,10 @@ typedef enum zk_plan_verdict {
 zk_plan_verdict_t zk_plan_decide(const double *base, const double *opt, int n, double *margin_p);
 /* Whether non-temporal stores chosen at a larger size carry down to a footprint of `bytes`
  * where the timings there said v: a win always, a tie from ZK_STORES_PLAN_MIN_BYTES on (data
- * that large streams past the caches either way), a loss never. */
-int zk_plan_nt_extends(zk_plan_verdict_t v, size_t bytes);
+ * that large streams past the caches either way), or from ZK_PREFETCH_MIN_BYTES on for a
+ * family that writes apart (`apart`: zk_plan_writes_apart, the same lean as at the size
+ * measured), a loss never. */
+int zk_plan_nt_extends(zk_plan_verdict_t v, size_t bytes, int apart);
 /* Whether family f stores into lines its call does not read (the reduce, the casts, the
  * copies): regular stores read each such line first (a read for ownership) and non-temporal
  * ones do not, 25-40 % of their traffic, so a tie goes to non-temporal stores there, and a

@@ -65,14 +65,18 @@ Test(zk_plan_rule, no_samples_tie)
 }
 
 /* Non-temporal stores chosen at the size measured carry down through a tie from 32 MiB on
- * (the size the plan serves from), and through a win only below it; a loss stops them. */
+ * (the size the plan serves from), from 4 MiB on for a family that writes apart, and through
+ * a win only below that; a loss stops them. */
 Test(zk_plan_rule, tie_carries_nt_down_only_beyond_the_caches)
 {
-    cr_assert(zk_plan_nt_extends(ZK_PLAN_TIES, 64 * ZT_MIB));
-    cr_assert(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_STORES_PLAN_MIN_BYTES));
-    cr_assert_not(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_PREFETCH_MIN_BYTES));
-    cr_assert(zk_plan_nt_extends(ZK_PLAN_WINS, ZK_PREFETCH_MIN_BYTES));
-    cr_assert_not(zk_plan_nt_extends(ZK_PLAN_LOSES, 64 * ZT_MIB));
+    cr_assert(zk_plan_nt_extends(ZK_PLAN_TIES, 64 * ZT_MIB, 0));
+    cr_assert(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_STORES_PLAN_MIN_BYTES, 0));
+    cr_assert_not(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_STORES_PLAN_MIN_BYTES / 2, 0));
+    cr_assert(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_STORES_PLAN_MIN_BYTES / 2, 1));
+    cr_assert(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_PREFETCH_MIN_BYTES, 1));
+    cr_assert_not(zk_plan_nt_extends(ZK_PLAN_TIES, ZK_NT_MIN_BYTES, 1));
+    cr_assert(zk_plan_nt_extends(ZK_PLAN_WINS, ZK_NT_MIN_BYTES, 0));
+    cr_assert_not(zk_plan_nt_extends(ZK_PLAN_LOSES, 64 * ZT_MIB, 1));
 }
 
 /* The families whose stores go to lines the call does not read lean to non-temporal stores;

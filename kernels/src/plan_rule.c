@@ -11,6 +11,13 @@
 
 #define ZK_PLAN_MAX_SAMPLES 64
 
+static const unsigned zk_pf_choices[ZK_PREFETCH_CHOICES] = {0, 512, 1024, 2048};
+
+unsigned zk_prefetch_choice(int i)
+{
+    return i >= 0 && i < ZK_PREFETCH_CHOICES ? zk_pf_choices[i] : 0;
+}
+
 static int zk_plan_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,16 +59,10 @@ static atomic_int zk_plan_bg;
 
 static const char *const zk_family_names[ZK_STORE_FAMILIES] = {
     "adam", "accumulate", "reduce", "cast", "widen", "copy", "sumsq"};
-static const unsigned zk_pf_choices[ZK_PREFETCH_CHOICES] = {0, 512, 1024, 2048};
 
 const char *zk_store_family_name(zk_store_family_t f)
 {
     return (unsigned)f < ZK_STORE_FAMILIES ? zk_family_names[f] : "?";
-}
-
-unsigned zk_prefetch_choice(int i)
-{
-    return i >= 0 && i < ZK_PREFETCH_CHOICES ? zk_pf_choices[i] : 0;
 }
 
 /* A cache's size in bytes: sysconf's figure where it gives one, else sysfs index `idx` of
@@ -282,8 +277,8 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     size_t measured = zk_plan_pf_measured(f, plan->nt_min_bytes);
     int won = 0;
 
-    for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
-        const zk_st_t st[2] = {{kind, 0}, {kind, zk_pf_choices[i]}};
+    for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_prefetch_choice(i) <= plan->pf_max[f]; i++) {
+        const zk_st_t st[2] = {{kind, 0}, {kind, zk_prefetch_choice(i)}};
 
         zk_plan_pair(plan, ops, f, b, measured / 2, st, g);
         none = fmax(none, g[0]);
@@ -293,9 +288,9 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
         }
     }
     if (best > 0 && !(none > ZK_PLAN_MARGIN * best)) {
-        plan->prefetch[f][kind] = zk_pf_choices[won];
+        plan->prefetch[f][kind] = zk_prefetch_choice(won);
         plan->pf_to[f][kind] = zk_plan_pf_band(measured);
-        zk_plan_printf(plan, " -> %u below %zu MiB,", zk_pf_choices[won],
+        zk_plan_printf(plan, " -> %u below %zu MiB,", zk_prefetch_choice(won),
                        plan->pf_to[f][kind] >> 20);
     }
 }
@@ -334,7 +329,7 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
         for (int k = 0; k < kinds; k++) {
             for (int i = 0; i < ZK_PREFETCH_CHOICES; i++) {
                 double *g = &plan->pf_gbps[f][k][i];
-                rounds[k][i][r] = zk_plan_time_n(ops, f, b, (zk_st_t){k, zk_pf_choices[i]}, 0);
+                rounds[k][i][r] = zk_plan_time_n(ops, f, b, (zk_st_t){k, zk_prefetch_choice(i)}, 0);
                 *g = fmax(*g, rounds[k][i][r]);
             }
         }
@@ -344,11 +339,12 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
         double margin;
         int best = 1, top;
 
-        for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
+        for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_prefetch_choice(i) <= plan->pf_max[f]; i++) {
             best = g[i] > g[best] ? i : best;
         }
         /* the longest distance the timings cannot tell from the fastest */
-        for (top = best; top + 1 < ZK_PREFETCH_CHOICES && zk_pf_choices[top + 1] <= plan->pf_max[f];
+        for (top = best;
+             top + 1 < ZK_PREFETCH_CHOICES && zk_prefetch_choice(top + 1) <= plan->pf_max[f];
              top++) {
         }
         for (; top > best; top--) {
@@ -363,11 +359,11 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
                 ZK_PLAN_WINS) {
             best = 0;
         }
-        plan->prefetch[f][k] = zk_pf_choices[best];
-        zk_plan_printf(plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u%s,",
-                       k == 0 ? "regular" : "nt", g[0], g[1], g[2], g[3], zk_pf_choices[best],
-                       plan->pf_max[f] < zk_pf_choices[ZK_PREFETCH_CHOICES - 1] ? " (L1 caps it)"
-                                                                                : "");
+        plan->prefetch[f][k] = zk_prefetch_choice(best);
+        zk_plan_printf(
+            plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u%s,", k == 0 ? "regular" : "nt",
+            g[0], g[1], g[2], g[3], zk_prefetch_choice(best),
+            plan->pf_max[f] < zk_prefetch_choice(ZK_PREFETCH_CHOICES - 1) ? " (L1 caps it)" : "");
         if (best == 0) {
             zk_plan_pf_again(plan, ops, f, b, k);
         }
@@ -524,7 +520,7 @@ static int zk_plan_pf_best(const zk_store_plan_t *plan, zk_store_family_t f, int
 {
     int best = 0;
 
-    for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_pf_choices[i] <= plan->pf_max[f]; i++) {
+    for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_prefetch_choice(i) <= plan->pf_max[f]; i++) {
         best = plan->pf_gbps[f][nt][i] > plan->pf_gbps[f][nt][best] ? i : best;
     }
     return best;
@@ -539,7 +535,7 @@ static int zk_plan_nt_wins(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
                            zk_scratch_t *b, double rounds[2][ZK_PREFETCH_CHOICES][ZK_PLAN_ROUNDS])
 {
     int pr = zk_plan_pf_best(plan, f, 0), pn = zk_plan_pf_best(plan, f, 1);
-    const zk_st_t st[2] = {{0, zk_pf_choices[pr]}, {1, zk_pf_choices[pn]}};
+    const zk_st_t st[2] = {{0, zk_prefetch_choice(pr)}, {1, zk_prefetch_choice(pn)}};
     zk_plan_verdict_t v;
     double g[2];
 
@@ -629,8 +625,11 @@ static void zk_plan_measure(zk_store_plan_t *plan, zk_variant_t v)
     target = target < ZK_PLAN_MIN_BYTES ? ZK_PLAN_MIN_BYTES : target;
     target = target > ZK_PLAN_MAX_BYTES ? ZK_PLAN_MAX_BYTES : target;
     b.n = zk_plan_scratch_n(target);
+    /* mapped, not from the heap: freed, they go back to the kernel whatever malloc's
+     * thresholds have become (a heap kept up to 284 MiB of them in a daemon) */
     for (int i = 0; i < 5; i++) {
-        b.s[i] = aligned_alloc(64, b.n * 4);
+        void *p = mmap(NULL, b.n * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        b.s[i] = p != MAP_FAILED ? p : NULL;
         any |= b.s[i] == NULL;
     }
     if (!any) {
@@ -646,15 +645,17 @@ static void zk_plan_measure(zk_store_plan_t *plan, zk_variant_t v)
         zk_plan_printf(plan,
                        "measured at %zu MiB (%s), GB/s regular/non-temporal and with prefetch "
                        "%u/%u/%u elements ahead:",
-                       target >> 20, zk_variant_name(v), zk_pf_choices[1], zk_pf_choices[2],
-                       zk_pf_choices[3]);
+                       target >> 20, zk_variant_name(v), zk_prefetch_choice(1),
+                       zk_prefetch_choice(2), zk_prefetch_choice(3));
         for (int f = 0; f < ZK_STORE_FAMILIES; f++) {
             zk_plan_family(plan, ops, (zk_store_family_t)f, &b);
         }
         zk_plan_printf(plan, " from %zu MiB of footprint", target >> 20);
     }
     for (int i = 0; i < 5; i++) {
-        free(b.s[i]);
+        if (b.s[i] != NULL) {
+            munmap(b.s[i], b.n * 4);
+        }
     }
     free(b.part);
 }

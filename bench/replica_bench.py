@@ -94,6 +94,16 @@ def trainer(width, layers, steps, warmup, batch):
     return statistics.median(times)
 
 
+def wait_log(path, text, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(path, errors="replace") as f:
+            if text in f.read():
+                return
+        time.sleep(0.1)
+    raise RuntimeError("%s: no %r within %d s" % (path, text, timeout))
+
+
 def anon_bytes(pid):
     """The daemon's private anonymous memory: its shard arrays and the replica, without the
     shared regions (memfds, its own and the peers' it maps), which RSS would count."""
@@ -131,6 +141,8 @@ def one_run(mode, a):
     flags = ["--job-linger", "60s", "--replication", mode]
     with zf.Cluster(a.world, flags=flags, job="bench-%s" % mode) as c:
         step = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch), timeout=600)[0]
+        for d in c.daemons:  # its kernels' store plan, measured once, holds scratch meanwhile
+            wait_log(d.log_path, "kernel stores:", 120)
         rss = [anon_bytes(d.proc.pid) for d in c.daemons]
         sent, phase = metrics(c.daemons[0])
     return step, statistics.median(rss), sent, phase["norm"], phase["adam"]

@@ -187,17 +187,6 @@ Test(zk_stores, environment_fixes_the_plan)
     cr_assert_not_null(strstr(plan->how, "ZEROD_KERNEL_STORES=nt"), "%s", plan->how);
 }
 
-/* The best figure of g, none included, over the distances up to max (the family's longest). */
-static double zt_best(const double *g, unsigned max)
-{
-    double best = 0;
-
-    for (int i = 0; i < ZK_PREFETCH_CHOICES && zk_prefetch_choice(i) <= max; i++) {
-        best = g[i] > best ? g[i] : best;
-    }
-    return best;
-}
-
 /* The prefetch distance chosen with stores `nt` of family f follows the figures: the fastest
  * distance up to the family's longest, or none where none is 3 % faster than it; there a
  * distance that won at half the size measured (a figure the plan prints but keeps no field
@@ -272,13 +261,11 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
             } else { /* nt won only in the band below the plan's sizes, timed there without one */
                 cr_assert_eq(plan->prefetch[f][1], 0, "%s", plan->how);
             }
-            /* a tie is timed again, then goes to the hardware's lean: only a family that
-             * writes apart takes non-temporal stores where they were not faster */
+            /* a tie is timed again, then goes to the hardware's lean; the verdict rests on
+             * the rounds timed again, not on the first figures kept here, so which option
+             * won is the rule's test (test_plan_rule.c, on timings as a noisy machine gives
+             * them), not this one */
             cr_assert_geq(plan->nt_margin[f], ZK_PLAN_MARGIN_MIN, "%s", plan->how);
-            if (plan->nt[f] && !zk_plan_writes_apart(fam)) {
-                cr_assert_gt(zt_best(plan->pf_gbps[f][1], plan->pf_max[f]),
-                             zt_best(plan->pf_gbps[f][0], plan->pf_max[f]), "%s", plan->how);
-            }
         }
         if (plan->nt[f]) {
             cr_assert(plan->nt_from[f] == plan->nt_min_bytes ||

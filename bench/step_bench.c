@@ -94,10 +94,13 @@ static int sb_daemon_start(const sb_opts_t *o, sb_env_t *e, unsigned i)
     };
     /* clang-format on */
 
+    char dir[sizeof(e->dir)]; /* a copy: z is inside e, and snprintf's arguments are restrict */
+
+    memcpy(dir, e->dir, sizeof(dir));
     z->prog = "step_bench";
-    snprintf(z->name, sizeof(z->name), "zerod %u", i);
-    snprintf(z->sock, sizeof(z->sock), "%s/z%u.sock", e->dir, i);
-    snprintf(z->log, sizeof(z->log), "%s/d%u.log", e->dir, i);
+    snprintf(z->name, sizeof(z->name), "zerod %u", (unsigned char)i); /* i < SB_WORLD */
+    snprintf(z->sock, sizeof(z->sock), "%s/z%u.sock", dir, i);
+    snprintf(z->log, sizeof(z->log), "%s/d%u.log", dir, i);
     z->tail_lines = 15;
     snprintf(device, sizeof(device), "cpu:%u", i);
     return zb_zerod_start(z, o->zerod, args);

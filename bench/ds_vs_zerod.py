@@ -151,20 +151,6 @@ def cpu_s(pid="self"):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_store_plan(log, timeout=60.0):
-    """Until the daemon has logged its kernels' store plan (it measures one on a thread of its
-    own at the first attach of a large shard, once in its life; its steps meanwhile use
-    regular stores), or `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open(log, errors="replace") as f:
-            if "kernel stores:" in f.read():
-                return
-        time.sleep(0.05)
-    print("ds_vs_zerod: %s logged no store plan in %.0f s; timing anyway" % (log, timeout),
-          file=sys.stderr)
-
-
 def keep_freed_memory():
     """Make glibc serve every allocation from the heap and never give it back to the kernel,
     so that memory torch frees is reused without page faults. One process, the 32m model,
@@ -209,7 +195,10 @@ def side_rank(rank, side, a, env, daemon_pid, out_path):
             # before the last warmup step, whose all-gather lines the ranks up again: each
             # rank waits for its own daemon's plan, and the first to get it would otherwise
             # wait for the others inside its first timed step
-            wait_store_plan(os.environ["DSBENCH_DAEMON_LOG"])
+            log = os.environ["DSBENCH_DAEMON_LOG"]
+            if not tvz.wait_store_plan(log):
+                print("ds_vs_zerod: %s logged no store plan in 60 s; timing anyway" % log,
+                      file=sys.stderr)
         if step == a.warmup:  # CPU time of the timed steps: where a step goes on shared cores
             cpu0 = (time.perf_counter(), cpu_s(), cpu_s(daemon_pid) if daemon_pid else 0.0)
         x, y = batch(torch, step, rank, a.batch, width)

@@ -58,6 +58,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 import zd_fixture as zf  # noqa: E402
+import torch_vs_zerod as tvz  # noqa: E402  (wait_store_plan)
 
 
 CFG = {"train_micro_batch_size_per_gpu": 16,
@@ -85,8 +86,7 @@ def trainer(width, layers, steps, warmup, batch):
     times = []
     for s in range(warmup + steps):
         if s == max(0, warmup - 1):  # its daemon's store plan, measured once, takes a core
-            wait_log(os.path.join(os.path.dirname(os.environ["ZEROD_SOCKET"]), "zerod.log"),
-                     "kernel stores:", 120)
+            store_plan(os.path.join(os.path.dirname(os.environ["ZEROD_SOCKET"]), "zerod.log"))
         x = torch.randn(batch, width, generator=g)
         t0 = time.perf_counter()
         engine.backward(engine(x).square().mean())
@@ -97,14 +97,9 @@ def trainer(width, layers, steps, warmup, batch):
     return statistics.median(times)
 
 
-def wait_log(path, text, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with open(path, errors="replace") as f:
-            if text in f.read():
-                return
-        time.sleep(0.1)
-    raise RuntimeError("%s: no %r within %d s" % (path, text, timeout))
+def store_plan(log):
+    if not tvz.wait_store_plan(log, 120):
+        raise RuntimeError("%s: no store plan within 120 s" % log)
 
 
 def anon_bytes(pid):
@@ -145,7 +140,7 @@ def one_run(mode, a):
     with zf.Cluster(a.world, flags=flags, job="bench-%s" % mode) as c:
         step = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch), timeout=600)[0]
         for d in c.daemons:  # its kernels' store plan, measured once, holds scratch meanwhile
-            wait_log(d.log_path, "kernel stores:", 120)
+            store_plan(d.log_path)
         rss = [anon_bytes(d.proc.pid) for d in c.daemons]
         sent, phase = metrics(c.daemons[0])
     return step, statistics.median(rss), sent, phase["norm"], phase["adam"]

@@ -48,6 +48,20 @@ def pss_kib(pid="self"):
     raise RuntimeError("no Pss in /proc/%s/smaps_rollup" % pid)
 
 
+def wait_store_plan(log, timeout=60.0):
+    """Until the daemon whose log is `log` has logged its kernels' store plan (it measures one
+    on a thread of its own at the first attach of a large shard, once in its life, on scratch
+    it holds meanwhile; its steps meanwhile use regular stores and share a core with it).
+    True once it has, False after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log, errors="replace") as f:
+            if "kernel stores:" in f.read():
+                return True
+        time.sleep(0.05)
+    return False
+
+
 def free_port():
     """MASTER_PORT whose successor binds too (rank 0's daemon listens on MASTER_PORT + 1):
     the test fixture's rule."""

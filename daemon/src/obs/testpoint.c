@@ -24,19 +24,18 @@ static void zd_test_parse(void)
     }
 }
 
-void zd_test_pause(const char *phase, const char *job_id, uint64_t step)
+bool zd_test_phase(const char *phase)
 {
     pthread_once(&zd_test_once, zd_test_parse); /* the runner and checkpoint writers ask */
-    if (zd_test_ms == 0 || strcmp(zd_test_which, phase) != 0) {
+    return zd_test_ms != 0 && strcmp(zd_test_which, phase) == 0;
+}
+
+void zd_test_pause(const char *phase, const char *job_id, uint64_t step)
+{
+    if (!zd_test_phase(phase)) {
         return;
     }
     zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
             (unsigned long long)step, job_id, zd_test_ms);
     usleep(zd_test_ms * 1000u);
-}
-
-bool zd_test_phase(const char *phase)
-{
-    pthread_once(&zd_test_once, zd_test_parse);
-    return zd_test_ms != 0 && strcmp(zd_test_which, phase) == 0;
 }

@@ -5,7 +5,8 @@
 # role; past a cap the uid's oldest idle one of the kind is closed with ERR_LIMIT naming the cap
 # and the uid, so `zeroctl status` and a trainer of that uid still get in. All connections
 # together hold at most 512 MiB of frame buffers; the daemon's memory stays bounded, and it
-# answers and serves a trainer afterwards.
+# answers and serves a trainer afterwards. A Hello that came while the loop was held past
+# frame_timeout is read before the deadline is judged.
 #   conn_limits.sh ZEROD ZEROCTL TRAIN_MLP RUNDIR
 set -euo pipefail
 zerod=$1 zeroctl=$2 train=$3 rundir=$4
@@ -96,5 +97,18 @@ if [ "$check_rss" = 1 ]; then
 else
     echo "(a sanitizer build: RSS not checked)"
 fi
+zd_ctl_stop
+
+# A loop held past frame_timeout just after it accepted a connection (ZEROD_TEST_PAUSE=accept,
+# as a long callback on a loaded machine would): the Hello that came meanwhile is read, not
+# timed out as "no Hello within frame_timeout".
+ZEROD_TEST_PAUSE=accept:1500 zd_ctl_start "$zerod" "$rundir/held-loop" --frame-timeout 1000ms
+for i in 1 2; do
+    "$zeroctl" -s "$rundir/held-loop/zerod.sock" status >"$rundir/held-loop/status.out" 2>&1 ||
+        { cat "$rundir/held-loop/status.out"; fail "status $i behind a loop held 1.5 s failed"; }
+done
+grep -q "ZEROD_TEST_PAUSE: accept paused" "$rundir/held-loop/zerod.log" ||
+    fail "the loop was never held (ZEROD_TEST_PAUSE=accept)"
+echo "a Hello that came while the loop was held past frame_timeout was answered"
 zd_ctl_stop
 echo "PASS"

@@ -739,8 +739,11 @@ static void *lf_prober(void *arg)
             lf_conn_read(&c, 2, LF_WEDGE_MS, 1u << 16, 0);
         }
         if (c.replies < 2) {
-            lf_fatal(0, "status probe: %u of 2 replies within %d ms (daemon wedged?)", c.replies,
-                     LF_WEDGE_MS);
+            lf_fatal(0, "status probe: %u of 2 replies after %llu ms (limit %d ms), %s%s%s%s",
+                     c.replies, (unsigned long long)(lf_now_ms() - t0), LF_WEDGE_MS,
+                     c.eof ? "then the daemon closed the connection" : "daemon wedged?",
+                     c.errors > 0 ? " (its ErrorReply: '" : "", c.errors > 0 ? c.last_error : "",
+                     c.errors > 0 ? "')" : "");
         }
         atomic_fetch_add(&lf_g.st.probes, 1);
         lf_max(&lf_g.st.probe_max_ms, lf_now_ms() - t0);

@@ -163,6 +163,7 @@ typedef struct lf_conn {
     bool eof;
     bool dead; /* our writes fail: the daemon closed */
     unsigned replies, errors;
+    char last_error[200]; /* the message of the last ErrorReply */
 } lf_conn_t;
 
 /* A non-blocking connection to lf_g.socket, or -1 with errno. */

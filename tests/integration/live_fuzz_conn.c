@@ -99,6 +99,9 @@ static bool lf_conn_parse(lf_conn_t *c)
         if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_ERROR) {
             atomic_fetch_add(&lf_g.st.error_replies, 1);
             c->errors++;
+            if (f->error->result != NULL && f->error->result->message != NULL) {
+                snprintf(c->last_error, sizeof(c->last_error), "%s", f->error->result->message);
+            }
         }
         if (f->body_case == ZEROD__IPC__V1__FRAME__BODY_ATTACH_REPLY &&
             f->attach_reply->result != NULL && f->attach_reply->result->status == 0) {

@@ -35,7 +35,11 @@ void zd_test_pause(const char *phase, const char *job_id, uint64_t step)
     if (!zd_test_phase(phase)) {
         return;
     }
-    zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
-            (unsigned long long)step, job_id, zd_test_ms);
+    if (job_id == NULL) {
+        zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s paused %u ms", phase, zd_test_ms);
+    } else {
+        zs_warn(ZS_SUB_ENGINE, "ZEROD_TEST_PAUSE: %s of step %llu of job '%s' paused %u ms", phase,
+                (unsigned long long)step, job_id, zd_test_ms);
+    }
     usleep(zd_test_ms * 1000u);
 }

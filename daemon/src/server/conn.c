@@ -187,11 +187,37 @@ void zd_conn_fail(zd_conn_t *c, uint64_t seq, zs_status_t st, const char *msg)
 
 /* ---- admission ------------------------------------------------------------------------ */
 
+/* Bytes the kernel holds for c that the loop has not read yet. */
+static bool zd_conn_bytes_waiting(zd_conn_t *c)
+{
+    uv_os_fd_t fd;
+    int waiting = 0;
+
+    return uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &waiting) == 0 &&
+           waiting > 0;
+}
+
+/* A deadline that finds bytes unread may only be the loop's own delay (a long callback ran
+ * between the accept or the last read and this timer): the poll phase that follows the timers
+ * reads them, so the verdict waits for it, once. */
+static bool zd_conn_grace(zd_conn_t *c, uv_timer_t *t, uv_timer_cb cb)
+{
+    if (c->late_read || !c->reading || !zd_conn_bytes_waiting(c)) {
+        return false;
+    }
+    c->late_read = true;
+    uv_timer_start(t, cb, 1, 0);
+    return true;
+}
+
 static void zd_name_timer_cb(uv_timer_t *t)
 {
     zd_conn_t *c = t->data;
     char msg[160];
 
+    if (zd_conn_grace(c, t, zd_name_timer_cb)) {
+        return; /* the Hello may be there: read it first */
+    }
     snprintf(msg, sizeof(msg), "no Hello within frame_timeout (%llu ms) of connecting",
              (unsigned long long)c->srv->frame_timeout_ms);
     zd_metrics_protocol_error(c->srv->metrics);
@@ -214,6 +240,8 @@ bool zd_conn_admit(zd_conn_t *c, zd_conn_kind_t kind)
         return false;
     }
     if (kind == ZD_CONN_UNNAMED) {
+        uv_update_time(c->srv->loop); /* from the accept, not from the iteration's start */
+        c->late_read = false;
         uv_timer_start(&c->name_timer, zd_name_timer_cb, c->srv->frame_timeout_ms, 0);
     } else {
         uv_timer_stop(&c->name_timer);
@@ -265,17 +293,11 @@ static bool zd_conn_frame(zd_conn_t *c, const uint8_t *frame, size_t len)
 static void zd_frame_timer_cb(uv_timer_t *t)
 {
     zd_conn_t *c = t->data;
-    uv_os_fd_t fd;
-    int waiting = 0;
     char msg[160];
 
-    /* Bytes the kernel holds arrived before this deadline, even where a busy loop has not read
-     * them yet: the poll phase that follows this timer reads them, and the frame is judged
-     * again just after. Once per frame, so a trickle cannot keep a frame alive. */
-    if (!c->late_read && c->reading && uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
-        ioctl(fd, FIONREAD, &waiting) == 0 && waiting > 0) {
-        c->late_read = true;
-        uv_timer_start(&c->timer, zd_frame_timer_cb, 1, 0);
+    /* Bytes the kernel holds arrived before this deadline: the frame is judged again once they
+     * are read. Once per frame, so a trickle cannot keep a frame alive. */
+    if (zd_conn_grace(c, t, zd_frame_timer_cb)) {
         return;
     }
     snprintf(msg, sizeof(msg),

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "server/server.h"
+#include "obs/testpoint.h"
 #include "server/metrics_http.h"
 #include "server/sdnotify.h"
 #include "server/server_int.h"
@@ -107,6 +108,7 @@ static void zd_connection_cb(uv_stream_t *server, int status)
         return;
     }
     (void)zd_conn_admit(c, ZD_CONN_UNNAMED); /* always in: the uid's oldest unnamed one goes */
+    zd_test_pause("accept", NULL, 0);
     zs_debug(ZS_SUB_IPC, "connection %llu from %s", (unsigned long long)c->id, who);
     zd_conn_pump(c);
 }

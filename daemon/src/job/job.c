@@ -133,8 +133,8 @@ static void zd_job_stores_measured(const zk_store_plan_t *plan, void *arg)
 }
 
 /* A shard big enough for the kernels' store plan to matter: start measuring it now, on a
- * thread of its own (3.7-4.1 s on the Xeon VM, 2.5 s on an AMD EPYC VM; the steps meanwhile use
- * regular stores, and no peer waits for it), and say what it chose. */
+ * thread of its own (about 6 s of one core on an AMD EPYC VM, ties timed again; the steps
+ * meanwhile use regular stores, and no peer waits for it), and say what it chose. */
 static void zd_job_log_stores(const zd_job_t *job)
 {
     uint64_t adam_bytes = job->layout->shard_numel * (32 + zs_dtype_size(job->dtype));

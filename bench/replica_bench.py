@@ -20,8 +20,8 @@ same stretches of a noisy machine. Per run: rank 0's median wall time of a step 
 backward and engine.step) over the timed steps; each daemon's private anonymous memory (its
 shard and the replica; smaps_rollup) with the job still held after its trainer detached keeping
 it; and /metrics' zerod_replication_bytes_total and the mean of the daemon's norm phase (which
-holds the exchange with the buddy) and adam phase (which holds the replica's Adam). Printed: per
-mode the median over the runs, the memory against 12 x Psi / world bytes per rank without
+holds the exchange with the buddy) and adam phase (which holds the replica's Adam) over the
+timed steps. Printed: per mode the median over the runs, the memory against 12 x Psi / world bytes per rank without
 replication (m, v and the gradient's shard: an fp32 master is the params region) and its
 difference against 16 x Psi / world more with it (the replica's master, m and v and the
 owner's gradient), and the bytes per step against 4 x Psi / world.
@@ -83,18 +83,23 @@ def trainer(width, layers, steps, warmup, batch):
     engine, _, _, _ = zerod.torch.initialize(model=model, model_parameters=model.parameters(),
                                              config=config(batch))
     g = torch.Generator().manual_seed(engine.rank)
+    rundir = os.path.dirname(os.environ["ZEROD_SOCKET"])
     times = []
+    before = None
     for s in range(warmup + steps):
         if s == max(0, warmup - 1):  # its daemon's store plan, measured once, takes a core
-            store_plan(os.path.join(os.path.dirname(os.environ["ZEROD_SOCKET"]), "zerod.log"))
+            store_plan(os.path.join(rundir, "zerod.log"))
+        if s == warmup:
+            before = metrics(os.path.join(rundir, "zerod.metrics.sock"))
         x = torch.randn(batch, width, generator=g)
         t0 = time.perf_counter()
         engine.backward(engine(x).square().mean())
         engine.step()
         if s >= warmup:
             times.append(time.perf_counter() - t0)
+    after = metrics(os.path.join(rundir, "zerod.metrics.sock"))
     engine.close(end_job=False)  # the daemons keep the job: its memory is measured after
-    return statistics.median(times)
+    return statistics.median(times), phase_means(before, after)
 
 
 def store_plan(log):
@@ -110,8 +115,9 @@ def anon_bytes(pid):
     return int(m.group(1)) * 1024
 
 
-def metrics(daemon):
-    path = os.path.join(daemon.rundir, "zerod.metrics.sock")
+def metrics(path):
+    """From the daemon's /metrics at `path` (its zerod.metrics.sock): bytes of replication
+    sent, and per phase (norm, adam) the sum and count of its step durations."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5)
         s.connect(path)
@@ -131,18 +137,31 @@ def metrics(daemon):
                         % p, text, re.M)
         cnt = re.search(r'^zerod_step_phase_duration_seconds_count\{[^}]*phase="%s"[^}]*\} (\S+)'
                         % p, text, re.M)
-        phase[p] = float(tot.group(1)) / float(cnt.group(1)) if tot and cnt else float("nan")
+        phase[p] = (float(tot.group(1)), float(cnt.group(1))) if tot and cnt else (0.0, 0.0)
     return (int(sent.group(1)) if sent else 0), phase
+
+
+def phase_means(before, after):
+    """Each phase's mean over the steps between two metrics() readings (the timed steps: the
+    warm-up's first exchange sends the whole shard, into replica pages touched for the first
+    time, and a mean over the daemon's life counted it)."""
+    out = {}
+    for p in after[1]:
+        ds = after[1][p][0] - before[1][p][0]
+        dn = after[1][p][1] - before[1][p][1]
+        out[p] = ds / dn if dn > 0 else float("nan")
+    return out
 
 
 def one_run(mode, a):
     flags = ["--job-linger", "60s", "--replication", mode]
     with zf.Cluster(a.world, flags=flags, job="bench-%s" % mode) as c:
-        step = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch), timeout=600)[0]
+        step, phase = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch),
+                            timeout=600)[0]
         for d in c.daemons:  # its kernels' store plan, measured once, holds scratch meanwhile
             store_plan(d.log_path)
         rss = [anon_bytes(d.proc.pid) for d in c.daemons]
-        sent, phase = metrics(c.daemons[0])
+        sent = metrics(os.path.join(c.daemons[0].rundir, "zerod.metrics.sock"))[0]
     return step, statistics.median(rss), sent, phase["norm"], phase["adam"]
 
 
@@ -240,6 +259,24 @@ def drop_cached(top):
                 os.close(fd)
 
 
+def wait_latest(ckpt, job, step, timeout):
+    """Until checkpoint_dir/job/latest names global_step<step> or later: a save is written in
+    the background, and a daemon killed before it commits leaves nothing to go back to (the
+    job would start over, which is not the restart this compares with)."""
+    path = os.path.join(ckpt, job, "latest")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                m = re.match(r"global_step(\d+)$", f.read().strip())
+            if m and int(m.group(1)) >= step:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError("%s: no checkpoint of step %d within %d s" % (path, step, timeout))
+
+
 def recovery_run(mode, a):
     """Daemon 1 killed in the middle of the step after step `kill_at`, restarted; the trainers
     restarted. Returns (kill -> READY, kill -> initialize() returned, initialize()'s own time
@@ -262,6 +299,9 @@ def recovery_timed(a, flags, allowed, ckpt, kill_at):
     with zf.Cluster(a.world, flags=flags, allowed_errors=allowed) as c:
         t = Trainers(c, a, kill_at + 100, False)  # still training when the daemon dies
         t.wait_step(0, kill_at, 600)
+        if ckpt is not None:  # the checkpoint to go back to is on disk before the kill
+            wait_latest(ckpt, "recover", a.ckpt_every, 120)
+            (_, t1), (_, t2) = t.steps(0)[-2:]
         (_, t1), (_, t2) = t.steps(0)[-2:]
         time.sleep((t2 - t1) / 2)  # the middle of the next step
         t_kill = time.time()
@@ -295,6 +335,9 @@ def recovery_timed(a, flags, allowed, ckpt, kill_at):
     if not attached or not steps:
         raise RuntimeError("rank 0 printed no step after the restart: %s" % t.lines[0])
     resumed, step0 = int(attached[0][1]), int(attached[0][2])
+    if ckpt is not None and not resumed:
+        raise RuntimeError("replication off: the restarted job did not resume from its step-%d "
+                           "checkpoint (ATTACHED %s)" % (a.ckpt_every, attached[0]))
     inits = [w for lines in t.lines for w in lines if w[0] == "ATTACHED"]
     inited = max(float(w[4]) for w in inits)
     init_s = max(float(w[4]) - float(w[3]) for w in inits)

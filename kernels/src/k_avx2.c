@@ -449,15 +449,34 @@ ZK_ALWAYS_INLINE void zk256_red_block(void *dst, const void *a, const void *b, z
              1);
 }
 
+/* Two vectors at once: one NaN test for both (zk256_any_nan) and one prefetch of each stream
+ * per 16 elements, without ZK_PREFETCH's test of the line. */
+ZK_ALWAYS_INLINE void zk256_red_block2(void *dst, const void *a, const void *b, zs_dtype_t dt,
+                                       size_t i, int nt)
+{
+    __m256 x = _mm256_add_ps(zk256_ld(a, dt, i), zk256_ld(b, dt, i));
+    __m256 y = _mm256_add_ps(zk256_ld(a, dt, i + 8), zk256_ld(b, dt, i + 8));
+
+    if (zk256_any_nan(x, y)) {
+        x = zk256_canon(x);
+        y = zk256_canon(y);
+    }
+    zk256_st(dst, dt, i, x, nt, 1);
+    zk256_st(dst, dt, i + 8, y, nt, 1);
+}
+
 ZK_ALWAYS_INLINE size_t zk256_red_loop(void *dst, const void *a, const void *b, zs_dtype_t dt,
                                        size_t i, size_t n, unsigned pf, int nt)
 {
     size_t es = zs_dtype_size(dt), pe = zk_pf_end(i, n, pf);
 
-    for (; i + 8 <= pe; i += 8) {
-        ZK_PREFETCH(a, es, i, pf);
-        ZK_PREFETCH(b, es, i, pf);
-        zk256_red_block(dst, a, b, dt, i, nt);
+    for (; i + 16 <= pe; i += 16) {
+        __builtin_prefetch((const char *)a + (i + pf) * es, 0, 3);
+        __builtin_prefetch((const char *)b + (i + pf) * es, 0, 3);
+        zk256_red_block2(dst, a, b, dt, i, nt);
+    }
+    for (; i + 16 <= n; i += 16) {
+        zk256_red_block2(dst, a, b, dt, i, nt);
     }
     for (; i + 8 <= n; i += 8) {
         zk256_red_block(dst, a, b, dt, i, nt);

@@ -187,6 +187,12 @@ static double zk_plan_bytes(zk_store_family_t fam)
     }
 }
 
+/* Bytes in MiB for the plan's line (1.5 for ZK_NT_MIN_BYTES). */
+static double zk_mib(size_t bytes)
+{
+    return (double)bytes / (double)(1u << 20);
+}
+
 /* Best GB/s of `reps` calls after a warm-up (reps 0: one call, no warm-up). */
 static double zk_plan_time_n(const zk_ops_t *ops, zk_store_family_t fam, zk_scratch_t *b,
                              zk_st_t st, int reps)
@@ -407,16 +413,16 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
     }
     b->n = n;
     if (r > 0 && margin > ZK_PLAN_MARGIN_MIN) {
-        zk_plan_printf(plan, " at %zu MiB %.1f/%.1f (+-%.0f%%),", bytes >> 20, g[0], g[1],
+        zk_plan_printf(plan, " at %g MiB %.1f/%.1f (+-%.0f%%),", zk_mib(bytes), g[0], g[1],
                        100 * margin);
     } else {
-        zk_plan_printf(plan, " at %zu MiB %.1f/%.1f,", bytes >> 20, g[0], g[1]);
+        zk_plan_printf(plan, " at %g MiB %.1f/%.1f,", zk_mib(bytes), g[0], g[1]);
     }
     return v;
 }
 
 /* Where non-temporal stores won at the size measured, whether they hold at smaller sizes the
- * plan serves too (64, 32, 16 and 4 MiB, then ZK_NT_MIN_BYTES: caches that large may keep
+ * plan serves too (64, 32, 16, 4 and 2 MiB, then ZK_NT_MIN_BYTES: caches that large may keep
  * regular stores ahead there), down to the first size where they lose: the smallest footprint
  * from which the family uses them. A size takes them on a win, and from 32 MiB on on a tie too,
  * from 4 MiB on for a family that writes apart (zk_plan_nt_extends); a tie below that takes
@@ -436,12 +442,16 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
  * of the limit in two runs, its stores having tied at 4 MiB. The last, ZK_NT_MIN_BYTES, is
  * for data beyond the L2 but in the last-level cache: on the AMD EPYC VM (1 MiB of L2 a core)
  * the fp32 reduce of 256 Ki elements (3 MiB) ran at 0.81 of the limit with regular stores and
- * at 1.0 with non-temporal ones, which the limit took. */
+ * at 1.0 with non-temporal ones, which the limit took; the AVX-512 cast to bf16 of 256 Ki
+ * elements (1.5 MiB) ran at 0.87-0.90 with regular stores (117-122 GB/s) and at 1.0 (136)
+ * with non-temporal ones, a floor of 2 MiB keeping it from them. 2 MiB stays a size of its
+ * own: on a CPU whose L2 holds 2 MiB the walk stops there. */
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {
-    static const size_t sizes[5] = {2 * ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES, ZK_PLAN_MIN_BYTES / 2,
-                                    ZK_PREFETCH_MIN_BYTES, ZK_NT_MIN_BYTES};
+    static const size_t sizes[6] = {2 * ZK_PLAN_MIN_BYTES,     ZK_PLAN_MIN_BYTES,
+                                    ZK_PLAN_MIN_BYTES / 2,     ZK_PREFETCH_MIN_BYTES,
+                                    ZK_PREFETCH_MIN_BYTES / 2, ZK_NT_MIN_BYTES};
     /* each kind with its own distance, as it was chosen and as its calls run (none below
      * ZK_PREFETCH_MIN_BYTES) */
     const zk_st_t st[2] = {{0, plan->prefetch[f][0]}, {1, plan->prefetch[f][1]}};
@@ -449,7 +459,7 @@ static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
     size_t from = plan->nt_min_bytes;
     double g[2];
 
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         const zk_st_t *sti = sizes[i] < ZK_PREFETCH_MIN_BYTES ? st0 : st;
         zk_plan_verdict_t v;
 
@@ -580,7 +590,7 @@ static void zk_plan_family(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_
     }
     plan->pf_from[f] = zk_plan_pf_from(plan, ops, f, b);
     if (plan->nt[f]) {
-        zk_plan_printf(plan, " %s from %zu MiB,", kind, plan->nt_from[f] >> 20);
+        zk_plan_printf(plan, " %s from %g MiB,", kind, zk_mib(plan->nt_from[f]));
     } else if (!read) {
         zk_plan_nt_mid(plan, ops, f, b);
     }

@@ -203,9 +203,10 @@ int zk_store_plan_start(zk_store_plan_done_fn done, void *arg);
  * still outrun the hardware prefetcher. */
 #define ZK_STORES_PLAN_MIN_BYTES ((size_t)32 << 20)
 #define ZK_PREFETCH_MIN_BYTES    ((size_t)4 << 20)
-/* The smallest footprint a plan may give non-temporal stores (beyond an L2 of 1-2 MiB; only
- * where they also won at every larger size the plan tried): below it, regular stores. */
-#define ZK_NT_MIN_BYTES ((size_t)2 << 20)
+/* The smallest footprint a plan may give non-temporal stores (beyond an L2 of 1 MiB, half
+ * beyond; only where they also won at every larger size the plan tried, 2 MiB included, for
+ * an L2 of 2 MiB): below it, regular stores. */
+#define ZK_NT_MIN_BYTES ((size_t)3 << 19)
 const char *zk_store_family_name(zk_store_family_t f);
 /* Whether a call of family `fam` touching `footprint` bytes (read and written) uses
  * non-temporal stores, and how far ahead it prefetches: exec, else the plan of exec's variant

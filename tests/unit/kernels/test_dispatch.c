@@ -273,6 +273,7 @@ Test(zk_stores, plan_is_measured_and_follows_the_figures)
                           plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES ||
                           plan->nt_from[f] == ZK_STORES_PLAN_MIN_BYTES / 2 ||
                           plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES ||
+                          plan->nt_from[f] == ZK_PREFETCH_MIN_BYTES / 2 ||
                           plan->nt_from[f] == ZK_NT_MIN_BYTES,
                       "%s", plan->how);
             cr_assert_eq(plan->nt_to[f], SIZE_MAX);

@@ -21,10 +21,10 @@ backward and engine.step) over the timed steps; each daemon's private anonymous 
 shard and the replica; smaps_rollup) with the job still held after its trainer detached keeping
 it; and /metrics' zerod_replication_bytes_total and the mean of the daemon's norm phase (which
 holds the exchange with the buddy) and adam phase (which holds the replica's Adam) over the
-timed steps. Printed: per mode the median over the runs, the memory against 12 x Psi / world bytes per rank without
-replication (m, v and the gradient's shard: an fp32 master is the params region) and its
-difference against 16 x Psi / world more with it (the replica's master, m and v and the
-owner's gradient), and the bytes per step against 4 x Psi / world.
+timed steps. Printed: per mode the median over the runs, the memory against 12 x Psi / world
+bytes per rank without replication (m, v and the gradient's shard: an fp32 master is the
+params region) and its difference against 16 x Psi / world more with it (the replica's
+master, m and v and the owner's gradient), and the bytes per step against 4 x Psi / world.
 
 Recovery (--recovery-runs runs of each, alternated): the trainers are subprocesses that print
 each applied step with its wall time. After step 1.5 x --ckpt-every, in the middle of the next
@@ -90,14 +90,14 @@ def trainer(width, layers, steps, warmup, batch):
         if s == max(0, warmup - 1):  # its daemon's store plan, measured once, takes a core
             store_plan(os.path.join(rundir, "zerod.log"))
         if s == warmup:
-            before = metrics(os.path.join(rundir, "zerod.metrics.sock"))
+            before = metrics(rundir)
         x = torch.randn(batch, width, generator=g)
         t0 = time.perf_counter()
         engine.backward(engine(x).square().mean())
         engine.step()
         if s >= warmup:
             times.append(time.perf_counter() - t0)
-    after = metrics(os.path.join(rundir, "zerod.metrics.sock"))
+    after = metrics(rundir)
     engine.close(end_job=False)  # the daemons keep the job: its memory is measured after
     return statistics.median(times), phase_means(before, after)
 
@@ -115,9 +115,10 @@ def anon_bytes(pid):
     return int(m.group(1)) * 1024
 
 
-def metrics(path):
-    """From the daemon's /metrics at `path` (its zerod.metrics.sock): bytes of replication
-    sent, and per phase (norm, adam) the sum and count of its step durations."""
+def metrics(rundir):
+    """From the /metrics of the daemon in `rundir`: bytes of replication sent, and per phase
+    (norm, adam) the sum and count of its step durations."""
+    path = os.path.join(rundir, "zerod.metrics.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5)
         s.connect(path)
@@ -161,7 +162,7 @@ def one_run(mode, a):
         for d in c.daemons:  # its kernels' store plan, measured once, holds scratch meanwhile
             store_plan(d.log_path)
         rss = [anon_bytes(d.proc.pid) for d in c.daemons]
-        sent = metrics(os.path.join(c.daemons[0].rundir, "zerod.metrics.sock"))[0]
+        sent = metrics(c.daemons[0].rundir)[0]
     return step, statistics.median(rss), sent, phase["norm"], phase["adam"]
 
 
@@ -301,7 +302,6 @@ def recovery_timed(a, flags, allowed, ckpt, kill_at):
         t.wait_step(0, kill_at, 600)
         if ckpt is not None:  # the checkpoint to go back to is on disk before the kill
             wait_latest(ckpt, "recover", a.ckpt_every, 120)
-            (_, t1), (_, t2) = t.steps(0)[-2:]
         (_, t1), (_, t2) = t.steps(0)[-2:]
         time.sleep((t2 - t1) / 2)  # the middle of the next step
         t_kill = time.time()

@@ -449,9 +449,9 @@ static zk_plan_verdict_t zk_plan_pair(zk_store_plan_t *plan, const zk_ops_t *ops
 static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                               zk_scratch_t *b)
 {
-    static const size_t sizes[6] = {2 * ZK_PLAN_MIN_BYTES,     ZK_PLAN_MIN_BYTES,
-                                    ZK_PLAN_MIN_BYTES / 2,     ZK_PREFETCH_MIN_BYTES,
-                                    ZK_PREFETCH_MIN_BYTES / 2, ZK_NT_MIN_BYTES};
+    static const size_t sizes[] = {2 * ZK_PLAN_MIN_BYTES,     ZK_PLAN_MIN_BYTES,
+                                   ZK_PLAN_MIN_BYTES / 2,     ZK_PREFETCH_MIN_BYTES,
+                                   ZK_PREFETCH_MIN_BYTES / 2, ZK_NT_MIN_BYTES};
     /* each kind with its own distance, as it was chosen and as its calls run (none below
      * ZK_PREFETCH_MIN_BYTES) */
     const zk_st_t st[2] = {{0, plan->prefetch[f][0]}, {1, plan->prefetch[f][1]}};
@@ -459,7 +459,7 @@ static size_t zk_plan_nt_from(zk_store_plan_t *plan, const zk_ops_t *ops, zk_sto
     size_t from = plan->nt_min_bytes;
     double g[2];
 
-    for (int i = 0; i < 6; i++) {
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         const zk_st_t *sti = sizes[i] < ZK_PREFETCH_MIN_BYTES ? st0 : st;
         zk_plan_verdict_t v;
 

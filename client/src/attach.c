@@ -405,6 +405,7 @@ static int zc_attach_setup(zc_session_t *s, const zc_attach_params_t *p,
     s->params_ready = ar->resumed;
     s->params_are_master = ar->params_are_master;
     s->params_shared = ar->params_shared;
+    s->replicated = ar->replicated;
     s->rank = (p->field_mask & ZC_ATTACH_FIELD_RANK) ? p->rank : 0;
     snprintf(s->ignored_keys, sizeof(s->ignored_keys), "%s",
              ar->ignored_keys != NULL ? ar->ignored_keys : "");

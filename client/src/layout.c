@@ -62,6 +62,11 @@ ZC_API int zc_session_params_shared(zc_session_t *session)
     return zc_session_check_attached(session, "params_shared") == ZC_OK && session->params_shared;
 }
 
+ZC_API int zc_session_replicated(zc_session_t *session)
+{
+    return session != NULL && session->attached && session->replicated;
+}
+
 ZC_API int zc_session_memory(zc_session_t *session, int *device_p)
 {
     int status = zc_session_check_attached(session, "memory");

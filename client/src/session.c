@@ -418,6 +418,13 @@ err_free:
     return status;
 }
 
+ZC_API void zc_session_disconnect(zc_session_t *session)
+{
+    if (session != NULL) {
+        zc_conn_cleanup(&session->conn);
+    }
+}
+
 ZC_API void zc_session_close(zc_session_t *session)
 {
     if (session == NULL) {

@@ -50,6 +50,7 @@ struct zc_session {
     char replaced[512];     /* AttachReply.replaced */
     bool params_are_master; /* fp32: the params region is the daemon's master */
     bool params_shared;     /* one params region for the host's ranks: write only our slices */
+    bool replicated;        /* AttachReply.replicated: buddy replicas of every shard */
     uint32_t rank;
     zs_layout_t *layout;
     zc_dtype_t dtype;

@@ -148,6 +148,9 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
 
 /* `slot` is one of this attached session's slots, acquired for its bucket: *rec_p is its
  * record. Errors are named after `what`. */
+static int zc_slot_check_held(zc_session_t *s, const zc_slot_t *slot, const char *what,
+                              zc_slot_rec_t **rec_p);
+
 static int zc_slot_check_acquired(zc_session_t *s, const zc_slot_t *slot, const char *what,
                                   zc_slot_rec_t **rec_p)
 {
@@ -156,6 +159,13 @@ static int zc_slot_check_acquired(zc_session_t *s, const zc_slot_t *slot, const 
     if (status != ZC_OK) {
         return status;
     }
+    return zc_slot_check_held(s, slot, what, rec_p);
+}
+
+/* The slot is acquired and not submitted (the connection may be closed). */
+static int zc_slot_check_held(zc_session_t *s, const zc_slot_t *slot, const char *what,
+                              zc_slot_rec_t **rec_p)
+{
     if (slot == NULL || slot->index >= s->n_slots) {
         return zc_fail(ZC_ERR_INVALID, "%s: not a slot of this session", what);
     }
@@ -200,6 +210,36 @@ ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, ui
     if (zk_cast(&ex, dst, (zs_dtype_t)s->dtype, src, (zs_dtype_t)s->dtype, (size_t)numel) !=
         ZS_OK) {
         return zc_fail(ZC_ERR_INVALID, "slot_fill: %s", zk_last_error());
+    }
+    return ZC_OK;
+}
+
+ZC_API int zc_session_slot_copy_out(zc_session_t *session, const zc_slot_t *slot, void *dst)
+{
+    zc_session_t *s = session;
+    zc_slot_rec_t *rec;
+    uint64_t padded;
+    zk_exec_t ex;
+    int status;
+
+    zc_error_clear();
+    if (s == NULL || !s->attached) {
+        return zc_fail(ZC_ERR_STATE, "slot_copy_out: the session is not attached to a job");
+    }
+    status = zc_slot_check_held(s, slot, "slot_copy_out", &rec);
+    if (status != ZC_OK) {
+        return status;
+    }
+    if (s->mem == ZS_MEM_DEVICE || dst == NULL) {
+        return zc_fail(ZC_ERR_INVALID, "slot_copy_out: %s",
+                       dst == NULL ? "dst is NULL" : "a device session's slot (host memory only)");
+    }
+    padded = s->layout->buckets[rec->bucket].padded;
+    ex = zc_copy_exec(&s->copy, padded * s->dsize);
+    if (zk_cast(&ex, dst, (zs_dtype_t)s->dtype,
+                (const uint8_t *)s->slots.addr + (size_t)slot->index * s->slot_bytes,
+                (zs_dtype_t)s->dtype, (size_t)padded) != ZS_OK) {
+        return zc_fail(ZC_ERR_INVALID, "slot_copy_out: %s", zk_last_error());
     }
     return ZC_OK;
 }

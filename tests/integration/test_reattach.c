@@ -77,3 +77,53 @@ Test(zerod_reattach, resumes_and_refuses_other_layouts_configs_and_jobs)
     free(before);
     free(after);
 }
+
+/* A trainer that re-attaches in place (zerod.torch with replication = buddy): after a
+ * disconnect the old session's regions stay mapped and a held slot can still be copied out;
+ * a new session then re-attaches the job at its step. At world 1 the job keeps no replica. */
+Test(zerod_reattach, disconnect_keeps_the_regions_for_a_reattach_in_place)
+{
+    th_model_t m = model(20);
+    th_session_t ts, again;
+    float *init = calloc(m.total, sizeof(float));
+    float *before = calloc(m.total, sizeof(float));
+    float *kept = NULL;
+    const float *p0;
+    zc_bucket_info_t bi;
+    zc_slot_t slot;
+    zc_step_result_t res;
+
+    for (uint64_t i = 0; i < m.total; i++) {
+        init[i] = (float)i * 0.25f;
+    }
+    th_attach(&ts, "inplace", &m, ZC_DTYPE_F32, cfg_a);
+    th_init_params(&ts, init);
+    cr_assert_eq(zc_session_replicated(ts.s), 0, "world 1 keeps no replica");
+    cr_assert_eq(zc_session_bucket_info(ts.s, 0, &bi), ZC_OK, "%s", zc_last_error());
+    kept = calloc(bi.padded, sizeof(float));
+    cr_assert_eq(zc_session_slot_acquire(ts.s, 0, -1, &slot), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(zc_session_slot_fill(ts.s, &slot, 0, init, bi.numel), ZC_OK, "%s",
+                 zc_last_error());
+    cr_assert_eq(zc_session_slot_copy_out(ts.s, &slot, NULL), ZC_ERR_INVALID);
+    th_read_params(&ts, before);
+    p0 = zc_session_param_ptr(ts.s, 0);
+
+    zc_session_disconnect(ts.s);
+    cr_assert_eq(zc_session_slot_copy_out(ts.s, &slot, kept), ZC_OK, "%s", zc_last_error());
+    cr_assert_eq(memcmp(kept, init, bi.numel * sizeof(float)), 0, "the slot's bucket copied out");
+    cr_assert_eq(memcmp(p0, before, m.numel[0] * sizeof(float)), 0,
+                 "the params region stays mapped after a disconnect");
+    cr_assert_eq(zc_session_step(ts.s, NULL, &res), ZC_ERR_CLOSED,
+                 "a disconnected session "
+                 "talks to no daemon");
+
+    cr_assert_eq(th_try_attach(&again, "inplace", &m, ZC_DTYPE_F32, cfg_a), ZC_OK, "%s",
+                 zc_last_error());
+    cr_assert_eq(again.info.resumed, 1);
+    cr_assert_eq(again.info.step, 0);
+    zc_session_close(ts.s);
+    th_end(&again);
+    free(init);
+    free(before);
+    free(kept);
+}

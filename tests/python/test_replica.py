@@ -2,7 +2,7 @@
 """A daemon killed (SIGKILL) mid-run loses no step when its shard also lives in a buddy daemon's
 memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
-    test_replica.py CASE [--victim R] [--netns] [--lazy]
+    test_replica.py CASE [--victim R] [--netns] [--lazy] [--delay S]
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
@@ -27,15 +27,25 @@ Cases:
             a run that saved a checkpoint at that step at world 3 and loaded it at world 2
   mismatch  daemon 1 runs with replication off, the others with buddy: the attach fails on
             every rank, naming rank 1 and both values
+  inplace   daemon 1 (or R) dies and is started again, fresh, but no trainer is restarted:
+            each re-attaches in place (zerod.torch's engine; ZEROD_REATTACH), the fresh daemon
+            gets its shard from its buddy, and the trainers send the gradients of the step the
+            loss interrupted again from the copies they kept; every rank re-attached once
   node      with --netns: every process of host 1 (or R), its daemon and its trainer, is killed
             at once, as when a node is lost; the host's daemon comes back fresh and the job goes
             on as in recover
+
+--delay: seconds from rank 0's print of step KILL_AFTER to the kill (0.03), to try other
+points of the step.
 
 With --lazy (loopback only) the daemons do no idle work (ZEROD_TEST_PAUSE=noidle): the replica's Adam of each
 step, which a daemon runs after the step's reply, is left to the next step's exchange or to the
 mesh that forms after the kill, whose ranks catch it up before they say what they hold.
 
-With --netns (recover, node, world2) each rank's daemon and trainer run on a host of their own,
+The other cases run their trainers with ZEROD_REATTACH=0, so the launcher's restart is what
+they test.
+
+With --netns (recover, node, world2, inplace) each rank's daemon and trainer run on a host of their own,
 a network namespace (tests/python/zd_netns.py: three namespaces on one bridge; root and `ip`
 needed, else the case skips with exit 77), so every buddy is on another host and the daemons'
 mesh and the shards' transfers cross the hosts' network (their ring runs over UCX); world2
@@ -86,11 +96,12 @@ def child(out):
     if stop < STEPS:
         engine.save_checkpoint(os.environ["ZD_SAVE"])
     torch.save(zr.params_of(model), out)
+    print("REATTACHES %d" % engine.reattaches, flush=True)
     engine.close()
     print("DONE", flush=True)
 
 
-def start(cluster, job, rank, out, restart=False, daemons=None, extra=None):
+def start(cluster, job, rank, out, restart=False, daemons=None, extra=None, inplace=False):
     """Rank `rank`'s trainer, on its daemon's host; daemons: the daemon of each rank of a
     smaller world."""
     host = rank if daemons is None else daemons[rank]
@@ -101,6 +112,7 @@ def start(cluster, job, rank, out, restart=False, daemons=None, extra=None):
     if daemons is not None:
         env.update({"WORLD_SIZE": str(len(daemons)),
                     "ZEROD_SOCKET": cluster.daemons[host].socket})
+    env["ZEROD_REATTACH"] = "1" if inplace else "0"
     env.update(extra or {})
     if restart:  # the launcher's word that this is a restart of the job
         env["TORCHELASTIC_RESTART_COUNT"] = "1"
@@ -124,10 +136,10 @@ def finish(procs, timeout=50):
     return lines
 
 
-def interrupt(c, procs, victims, restart=True, node=False):
+def interrupt(c, procs, victims, restart=True, node=False, trainers=True):
     """Kill the victims' daemons (node: every process of the victims' hosts) inside the step
-    after KILL_AFTER, then every trainer, as the launcher's restart does; start the victims'
-    daemons again (fresh, each with a log of its own)."""
+    after KILL_AFTER, then every trainer (unless not `trainers`), as the launcher's restart
+    does; start the victims' daemons again (fresh, each with a log of its own)."""
     deadline = time.monotonic() + 40
     for line in procs[0].stdout:
         if line.strip() == "STEP %d" % KILL_AFTER:
@@ -135,7 +147,7 @@ def interrupt(c, procs, victims, restart=True, node=False):
         assert time.monotonic() < deadline, "no step %d within 40 s" % KILL_AFTER
     else:
         raise AssertionError("the trainer ended before step %d" % KILL_AFTER)
-    time.sleep(0.03)
+    time.sleep(float(sys.argv[sys.argv.index("--delay") + 1]) if "--delay" in sys.argv else 0.03)
     for r in victims:
         if node:
             killed = c.hosts.kill_all(r)
@@ -145,9 +157,9 @@ def interrupt(c, procs, victims, restart=True, node=False):
     for r in victims:
         c.daemons[r].proc.wait(timeout=10)
         c.daemons[r].proc = None
-    for p in procs:
+    for p in procs if trainers else ():
         p.kill()
-    for p in procs:
+    for p in procs if trainers else ():
         p.wait(timeout=10)
         p.stdout.close()
     for r in victims if restart else ():
@@ -216,15 +228,16 @@ def main():
         return 0
     case = sys.argv[1] if len(sys.argv) > 1 else "recover"
     netns = "--netns" in sys.argv
-    if case not in (("recover", "node", "world2") if netns
-                    else ("recover", "fallback", "world2", "mismatch")):
-        print("usage: test_replica.py recover|fallback|world2|mismatch [--victim R]\n"
-              "       test_replica.py recover|node|world2 --netns [--victim R]", file=sys.stderr)
+    if case not in (("recover", "node", "world2", "inplace") if netns
+                    else ("recover", "fallback", "world2", "mismatch", "inplace")):
+        print("usage: test_replica.py recover|fallback|world2|mismatch|inplace [--victim R]\n"
+              "       test_replica.py recover|node|world2|inplace --netns [--victim R]",
+              file=sys.stderr)
         return 2
     if case == "mismatch":
         return mismatch()
     victim = int(sys.argv[sys.argv.index("--victim") + 1]) if "--victim" in sys.argv else 1
-    victims = [victim] if case in ("recover", "node") else [1, 2]
+    victims = [victim] if case in ("recover", "node", "inplace") else [1, 2]
     zf.require_world(WORLD)
     if not netns:
         return run(case, victims, None)
@@ -268,6 +281,11 @@ def run(case, victims, hosts):
                 check_hosts(c, hosts, [0, 2])
                 return report(case, [1], step, t0, hosts)
             finish([start(c, "straight", r, outs["straight"][r]) for r in range(WORLD)])
+            if case == "inplace":
+                step = inplace(c, outs, victim)
+                compare(outs, WORLD)
+                check_hosts(c, hosts, range(WORLD))
+                return report(case, victims, step, t0, hosts)
             procs = [start(c, "killed", r, outs["killed"][r]) for r in range(WORLD)]
             interrupt(c, procs, victims, node=case == "node")
             procs = [start(c, "killed", r, outs["killed"][r], restart=True)
@@ -297,6 +315,26 @@ def run(case, victims, hosts):
             import shutil
             shutil.rmtree(ckpt, ignore_errors=True)
     return report(case, victims, step, t0, hosts)
+
+
+def inplace(c, outs, victim):
+    """The victim's daemon killed and started again with the trainers left running: each
+    re-attaches in place and the job goes on. Returns the step the job went on at."""
+    procs = [start(c, "killed", r, outs["killed"][r], inplace=True) for r in range(WORLD)]
+    interrupt(c, procs, [victim], trainers=False)
+    logs = finish(procs)
+    for r, log in enumerate(logs):  # (rank 0's lines up to the kill were read by interrupt)
+        assert "ATTACHED resumed=1" not in log, "rank %d restarted:\n%s" % (r, log[-2000:])
+        found = re.findall(r"^REATTACHES (\d+)$", log, re.M)
+        assert found == ["1"], "rank %d re-attached %s times:\n%s" % (r, found, log[-2000:])
+    survivor = c.daemons[(victim + 1) % WORLD].log()
+    assert re.search(r"recovered 1 fresh rank", survivor), survivor[-3000:]
+    assert "shard came from its buddy" in c.daemons[victim].log()
+    m = re.search(r"job '\S+' re-attached at step (\d+)", survivor)
+    assert m, survivor[-3000:]
+    step = int(m.group(1))
+    assert KILL_AFTER <= step < STEPS, step
+    return step
 
 
 def compare(outs, world):

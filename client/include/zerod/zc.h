@@ -114,6 +114,12 @@ ZC_API int zc_session_open(const zc_open_params_t *params, zc_session_t **sessio
 /* Close the connection and unmap the regions; NULL is a no-op. Closing without a detach
  * leaves the job on the daemon for job_linger (a new session may re-attach). */
 ZC_API void zc_session_close(zc_session_t *session);
+/* Close the connection only: the regions stay mapped (memory views of them stay valid) until
+ * zc_session_close, and every later call to the daemon gets ZC_ERR_CLOSED. For a trainer that
+ * re-attaches in place after a lost daemon (zc_session_replicated): the daemon drops this
+ * session's attach, a new session re-attaches the job, and the trainer moves its views to the
+ * new regions before it closes this one. NULL is a no-op. */
+ZC_API void zc_session_disconnect(zc_session_t *session);
 
 /* ---- attach -------------------------------------------------------------------------- */
 
@@ -244,6 +250,12 @@ ZC_API const char *zc_session_restore_warning(zc_session_t *session);
  * its rank's slices there, so no all-gather copies them; 0 otherwise. */
 ZC_API int zc_session_params_shared(zc_session_t *session);
 
+/* 1 when the attached job keeps a buddy replica of every rank's shard (the daemons run with
+ * replication = buddy at world > 1): a daemon lost mid-step costs no step, and a trainer that
+ * kept its gradients may re-attach (a new session, after zc_session_disconnect) and send them
+ * again; 0 otherwise. */
+ZC_API int zc_session_replicated(zc_session_t *session);
+
 /* Where an attached session's regions live (zc_session_memory's values; ipc.proto MemoryKind,
  * zerod's memory types). */
 #define ZC_MEMORY_HOST   0 /* shared host memory (a CPU-backend daemon): the CPU reads and writes */
@@ -331,6 +343,12 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
  * outside the bucket, ZC_ERR_STATE when the slot is not acquired. */
 ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,
                                 const void *src, uint64_t numel);
+/* Copy an acquired slot's whole bucket (its padded elements, session dtype) out into dst (host
+ * memory), streaming as slot_fill does: a trainer that keeps its window's buckets as it submits
+ * them, to send them again after re-attaching in place (zc_session_replicated). Also after the
+ * connection closed (the slot stays mapped until zc_session_close). ZC_ERR_STATE when the slot
+ * is not acquired, ZC_ERR_INVALID for a NULL dst or a device session. */
+ZC_API int zc_session_slot_copy_out(zc_session_t *session, const zc_slot_t *slot, void *dst);
 /* How zc_session_slot_fill copies numel elements now: *nt_p 1 for non-temporal stores,
  * *prefetch_p the software prefetch distance in elements (0: none), *planned_p 1 when that
  * is the daemon's plan (0: regular stores, the daemon sent none or one for another kernel

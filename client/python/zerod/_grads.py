@@ -15,7 +15,9 @@ import os
 
 import torch
 
-from ._codes import DTYPE_BF16, DTYPE_F16, DTYPE_F32
+from ._codes import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, ZC_ERR_ABORTED, ZC_ERR_CLOSED, ZC_ERR_IO,
+                     ZC_ERR_PEER_LOST)
+from ._libzc import ZerodError
 from . import _linear
 from ._cuda import tensor_at as _device_tensor_at
 
@@ -98,6 +100,27 @@ class StreamLink:
     dev: object            # the regions' CUDA torch.device; None: host memory
     module: torch.nn.Module  # the engine's module (LandingLinear routes its nn.Linear)
     offload: bool          # ZeRO-Offload: the parameters are not views of the region
+    keep: bool = False     # keep the window's buckets for a re-attach in place (below)
+
+
+# What a lost daemon looks like to a trainer: its own daemon's connection gone (closed, I/O), or
+# its daemon saying a peer was lost and the step aborted.
+LOSS_ERRORS = (ZC_ERR_PEER_LOST, ZC_ERR_ABORTED, ZC_ERR_CLOSED, ZC_ERR_IO)
+
+
+def is_loss(e):
+    """Is `e` a daemon of the job lost (a re-attach in place can go on)?"""
+    return isinstance(e, ZerodError) and e.status in LOSS_ERRORS
+
+
+class _KeptSlot:
+    """A slot stand-in once the daemon is lost: the pieces go into the kept copy of the bucket
+    (a plain host tensor), which the re-attach sends again."""
+    __slots__ = ("index", "data")
+
+    def __init__(self, index, data):
+        self.index = index
+        self.data = data
 
 
 class GradientStream:
@@ -111,6 +134,13 @@ class GradientStream:
         self._handles = []
         self._grad_accs = []
         self._micro = 0  # the micro-step's index in the accumulation window, for BucketReady
+        # link.keep (a job with buddy replicas, host memory, stage 2): a copy of every bucket
+        # of the window's micro-steps, as submitted ([micro][bucket] -> tensor of its padded
+        # numel), so that a trainer whose daemon or a peer's is lost re-attaches and sends
+        # them again (ZerodEngine._reattach); `lost` is the loss error seen in this backward
+        self._kept = {}
+        self._esize = torch.empty((), dtype=link.dtype).element_size()
+        self.lost = None
         self._build_buckets()
         self._install_hooks()
 
@@ -183,6 +213,70 @@ class GradientStream:
                 functools.partial(_accumulate_node_hook, self, pid)))
             self._grad_accs.append(acc)
 
+    def rebind(self, link):
+        """After a re-attach in place: the same parameters and layout on a new session; the
+        slots of the old one are forgotten (the kept buckets stay)."""
+        self.link = link
+        self._slot_views = {}
+        self._open = {}
+        self.lost = None
+
+    def replay(self, micros):
+        """After a re-attach in place: every kept bucket of the micro-steps `micros` of the
+        window, in their order, submitted again to the new session (the daemons dropped the
+        step in flight, so they get the same inputs as the lost step's)."""
+        s = self.link.sess
+        with self.link.lock:
+            for m in micros:
+                for b, buf in enumerate(self._kept[m]):
+                    slot = s.slot_acquire(b)
+                    ctypes.memmove(slot.data, buf.data_ptr(), self._bucket_padded[b] * self._esize)
+                    s.slot_submit(slot, m)
+
+    def _kept_buf(self, b):
+        bufs = self._kept.setdefault(self._micro, [None] * len(self._bucket_padded))
+        if bufs[b] is None:
+            bufs[b] = torch.empty(self._bucket_padded[b], dtype=self.link.dtype)
+        return bufs[b]
+
+    def _loss(self, e):
+        """A session call failed: with kept buckets a lost daemon is noted (the backward goes
+        on into the kept copies); anything else is raised."""
+        if not (self.link.keep and is_loss(e)):
+            raise e
+        if self.lost is None:
+            self.lost = e
+
+    def _acquire(self, b):
+        if self.lost is None:
+            try:
+                return self.link.sess.slot_acquire(b)
+            except ZerodError as e:
+                self._loss(e)
+        return _KeptSlot(-1 - self._micro * len(self._bucket_padded) - b,
+                         self._kept_buf(b).data_ptr())
+
+    def _fill(self, slot, offset, addr, n):
+        if not isinstance(slot, _KeptSlot):
+            try:
+                self.link.sess.slot_fill(slot, offset, addr, n)
+                return
+            except ZerodError as e:
+                self._loss(e)  # the slot is still mapped: the copy goes on below
+        ctypes.memmove(slot.data + offset * self._esize, addr, n * self._esize)
+
+    def _submit(self, slot, b):
+        if isinstance(slot, _KeptSlot):
+            return
+        if self.link.keep:  # streamed past the caches where the daemon's plan says so
+            self.link.sess.slot_copy_out(slot, self._kept_buf(b).data_ptr())
+        if self.lost is not None:
+            return
+        try:
+            self.link.sess.slot_submit(slot, self._micro, self._slot_event(slot))
+        except ZerodError as e:
+            self._loss(e)
+
     def close(self):
         """The engine closes: the hooks go, LandingLinear's routes are undone, and no view of
         a slot or of the grads region is kept."""
@@ -202,6 +296,7 @@ class GradientStream:
         self._reset_micro()
         self._micro = micro
         self._hook_error = None
+        self.lost = None
         for p in self.link.params:
             p.grad = None
         self._in_backward = True
@@ -307,7 +402,7 @@ class GradientStream:
                         _, poff, _, n = self._bucket_pieces[b][i]
                         slot = self._open.get(b)
                         if slot is None and len(self._open) < self._max_open:
-                            slot = self.link.sess.slot_acquire(b)
+                            slot = self._acquire(b)
                             self._open[b] = slot
                         self.landed_pieces[slot is None] += 1
                         if slot is not None:
@@ -365,7 +460,7 @@ class GradientStream:
         if slot is None:
             if len(self._open) >= self._max_open:
                 return
-            slot = self.link.sess.slot_acquire(b)
+            slot = self._acquire(b)
             self._open[b] = slot
         self._put_piece(b, slot, self._piece_at[b][pid])
 
@@ -386,7 +481,7 @@ class GradientStream:
         own = self._piece_grads.pop((b, i), None)
         if own is not None:  # a landed gradient's piece (land_weight_grad)
             if n > 0:
-                self.link.sess.slot_fill(slot, soff, own.data_ptr(), n)
+                self._fill(slot, soff, own.data_ptr(), n)
             return
         g = self._pending.get(pid)
         if g is None:
@@ -396,7 +491,7 @@ class GradientStream:
                 and g.is_contiguous() and n > 0):
             # zerod's copy: large pieces stream past the caches where that is faster here
             # (host memory only: a device session's slot is written by torch on the GPU)
-            self.link.sess.slot_fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
+            self._fill(slot, soff, g.data_ptr() + poff * g.element_size(), n)
         else:
             self._views(slot, b)[i].copy_(g.reshape(-1)[poff:poff + n])
         self._left[pid] -= 1
@@ -409,11 +504,11 @@ class GradientStream:
         gradient this micro-step) and submit it. Called with the lock held."""
         slot = self._open.pop(b, None)
         if slot is None:
-            slot = self.link.sess.slot_acquire(b)
+            slot = self._acquire(b)
         for i in range(len(self._bucket_pieces[b])):
             if i not in self._filled[b]:
                 self._put_piece(b, slot, i)
-        self.link.sess.slot_submit(slot, self._micro, self._slot_event(slot))
+        self._submit(slot, b)
         self._sent[b] = True
 
     def _slot_event(self, slot):

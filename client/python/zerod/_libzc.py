@@ -235,15 +235,20 @@ def _candidates():
     return out, False
 
 
-def _bind(lib):
+def _binder(lib):
     def fn(name, restype, argtypes):
         f = getattr(lib, name)
         f.restype = restype
         f.argtypes = argtypes
+    return fn
 
+
+def _bind(lib):
+    fn = _binder(lib)
     vp = ctypes.c_void_p
     fn("zc_session_open", ctypes.c_int, [ctypes.POINTER(_OpenParams), ctypes.POINTER(vp)])
     fn("zc_session_close", None, [vp])
+    fn("zc_session_disconnect", None, [vp])
     fn("zc_session_attach", ctypes.c_int,
        [vp, ctypes.POINTER(_AttachParams), ctypes.POINTER(_AttachInfo)])
     fn("zc_session_params_ready", ctypes.c_int, [vp])
@@ -259,6 +264,8 @@ def _bind(lib):
     fn("zc_session_param_ptr", vp, [vp, c_u32])
     fn("zc_session_param_numel", c_u64, [vp, c_u32])
     fn("zc_session_params_shared", ctypes.c_int, [vp])
+    fn("zc_session_replicated", ctypes.c_int, [vp])
+    fn("zc_session_slot_copy_out", ctypes.c_int, [vp, ctypes.POINTER(Slot), vp])
     fn("zc_session_memory", ctypes.c_int, [vp, ctypes.POINTER(ctypes.c_int)])
     fn("zc_session_init_param", ctypes.c_int, [vp, c_u32, vp])
     fn("zc_session_dtype", ctypes.c_int, [vp])
@@ -281,6 +288,13 @@ def _bind(lib):
     fn("zc_session_step", ctypes.c_int,
        [vp, ctypes.POINTER(_StepParams), ctypes.POINTER(_StepResult)])
     fn("zc_session_detach", ctypes.c_int, [vp, ctypes.c_int])
+    _bind_other(lib)
+
+
+def _bind_other(lib):
+    """Checkpoints, device maps and the library's own calls."""
+    fn = _binder(lib)
+    vp = ctypes.c_void_p
     fn("zc_checkpoint_save", ctypes.c_int,
        [vp, ctypes.POINTER(_CheckpointParams), ctypes.POINTER(_CheckpointInfo)])
     fn("zc_checkpoint_wait", ctypes.c_int, [vp, ctypes.c_int, ctypes.POINTER(_CheckpointInfo)])
@@ -467,6 +481,7 @@ class Session:
         self.info["ignored_keys"] = ign.decode() if ign else ""
         self.info["grads_dtype"] = lib.zc_session_grads_dtype(self._h)
         self.info["params_shared"] = bool(lib.zc_session_params_shared(self._h))
+        self.info["replicated"] = bool(lib.zc_session_replicated(self._h))
         dev = ctypes.c_int(-1)
         mem = lib.zc_session_memory(self._h, ctypes.byref(dev))
         if mem < 0:
@@ -553,6 +568,12 @@ class Session:
         host or device memory, complete on return)."""
         _check(self._lib, self._lib.zc_session_slot_fill(self._h, ctypes.byref(slot), int(offset),
                                                          addr, int(numel)), "slot_fill")
+
+    def slot_copy_out(self, slot, addr):
+        """The acquired slot's whole bucket (padded) copied to address addr, streaming as
+        slot_fill does; also after the connection closed (zc_session_slot_copy_out)."""
+        _check(self._lib, self._lib.zc_session_slot_copy_out(self._h, ctypes.byref(slot), addr),
+               "slot_copy_out")
 
     def fill_stores(self, numel):
         """(non-temporal, prefetch elements, the daemon's plan) of a slot_fill of numel elements
@@ -641,6 +662,12 @@ class Session:
     def detach(self, end_job=True):
         _check(self._lib, self._lib.zc_session_detach(self._h, 1 if end_job else 0), "detach")
         self.memory, self.device = None, -1
+
+    def disconnect(self):
+        """Close the connection only: the regions stay mapped until close(), so views of them
+        stay valid while the trainer re-attaches on a new session (zc_session_disconnect)."""
+        if self._h is not None:
+            self._lib.zc_session_disconnect(self._h)
 
     def close(self):
         if self._h is not None:

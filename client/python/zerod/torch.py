@@ -22,10 +22,10 @@ import warnings
 import torch
 
 from ._codes import STATUS, ZC_ERR_BUSY, ZC_ERR_JOB_ENDED, ZC_ERR_LAYOUT_MISMATCH
-from . import _checkpoint, _compat, _config, _setup
+from . import _checkpoint, _compat, _config, _reattach, _setup
 from ._compat import (  # noqa: F401
     DeepSpeedOptimizerSurface, DeepSpeedSurface, add_config_arguments, init_distributed)
-from ._grads import _TORCH_DTYPE, GradientStream, StreamLink, _tensor_at, sync_device
+from ._grads import _TORCH_DTYPE, GradientStream, StreamLink, _tensor_at, is_loss, sync_device
 from ._libzc import MEMORY_DEVICE, Session, ZerodError
 from ._writes import ParamWrites
 
@@ -34,6 +34,7 @@ __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_di
 
 # Options the daemon fixes at attach time (only lr may change afterwards, with each Step).
 _FIXED_KEYS = ("betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
+
 
 
 # ---- optimizer facade ---------------------------------------------------------------------
@@ -120,7 +121,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
 
     Attributes: module, global_steps (optimizer steps the daemon has completed; a step skipped
     on fp16 overflow does not count), skipped_steps, micro_steps (engine.step() calls), rank,
-    world_size, stage, dtype, resumed (the attach found the job's state on the daemon)."""
+    world_size, stage, dtype, resumed (the attach found the job's state on the daemon),
+    reattaches (re-attaches in place after a lost daemon, zerod._reattach)."""
 
     def __init__(self, model, groups, cfg, env, timeout_ms=None, attach_wait_s=2.0,
                  resume="auto"):
@@ -145,6 +147,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         self.dtype = _TORCH_DTYPE[zdtype]
         where = self._params_device(groups)
         zc_groups = self._register(groups)
+        self._attach_args = (env, zdtype, zc_groups, json.dumps(cfg), timeout_ms)
+        self.reattaches = 0
         self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
                                   attach_wait_s, resume)
         self._closed = False
@@ -215,7 +219,8 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         """What the GradientStream takes from this engine, once the parameters are bound."""
         return StreamLink(sess=self._sess, params=self._params, lock=self._lock,
                           dtype=self.dtype, stage=self.stage, dev=self._dev, module=self.module,
-                          offload=self._offload is not None)
+                          offload=self._offload is not None, keep=_reattach.enabled(self))
+
 
     @staticmethod
     def _params_device(groups):
@@ -303,13 +308,13 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                 raise
             time.sleep(0.1)
 
-    def _bind_params(self):
+    def _bind_params(self, fresh=None):
         """Every parameter becomes a view of its place in the params region (host memory, or
         device memory on the parameters' GPU for a device session). ZeRO-Offload: the
         parameters stay on their GPU, and the host region is copied from them (a fresh job)
         or into them (a resumed one)."""
         s = self._sess
-        fresh = not self.resumed
+        fresh = not self.resumed if fresh is None else fresh
         offload = self._offload is not None
         # one params region for the host's ranks: each writes only its own slices
         own_only = fresh and s.info.get("params_shared", False)
@@ -347,7 +352,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                     self._loss_scale = restored[1]
                 if restored[2]:  # not from the checkpoint `latest` names: the daemons say why
                     warnings.warn("zerod: %s" % restored[2], stacklevel=4)
-        if self.resumed:
+        if self.resumed or not fresh:
             self._offload_fetch()
         names = {id(p): n for n, p in self.module.named_parameters()}
         self._writes = ParamWrites(self._params, views, [names.get(id(p), "") for p in
@@ -387,7 +392,10 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
                              % tuple(loss.shape))
         self._take_param_writes()
         scaled = loss.float() * self._loss_scale if self._loss_scale != 1.0 else loss
-        self._grads.backward(scaled, retain_graph, self.micro_steps % self._gas)
+        micro = self.micro_steps % self._gas
+        self._grads.backward(scaled, retain_graph, micro)
+        if self._grads.lost is not None:  # a daemon was lost: its buckets went to the kept copy
+            _reattach.survive_loss(self, self._grads.lost, micro + 1)
         return loss
 
     def is_gradient_accumulation_boundary(self):
@@ -424,7 +432,12 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             # a device session: stage 1's gradients added into the grads region are there,
             # and nothing queued still reads the parameters the daemon is about to overwrite
             self._sync_device()
-            res = self._sess.step(group_lr=lrs)
+            try:
+                res = self._sess.step(group_lr=lrs)
+            except ZerodError as e:
+                if not (self._grads.link.keep and is_loss(e)):
+                    raise
+                res = _reattach.survive_loss(self, e, self._gas, lrs)
         self.global_steps = res["step"]
         self.skipped_steps = res["skipped_steps"]
         self._step_applied = not res["skipped"]

@@ -113,6 +113,7 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     out->elem_align = job->layout->elem_align;
     out->params_are_master = job->master_shared;
     out->params_shared = job->params_shared;
+    out->replicated = job->rep.on;
     out->memory = zd_backend_mem(job->be);
     out->device = zd_backend_device(job->be);
     snprintf(out->ignored_keys, sizeof(out->ignored_keys), "%s", job->cfg_ignored);

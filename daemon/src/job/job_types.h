@@ -65,6 +65,7 @@ typedef struct zd_attach_out {
     uint32_t elem_align;
     bool params_are_master; /* fp32: the params region's slices are the master (read-only) */
     bool params_shared;     /* every co-located rank maps this params region */
+    bool replicated;        /* buddy replicas of every shard: a lost daemon costs no step */
     zs_mem_type_t memory;   /* the regions' kind: host memfds or device VMM fds */
     int device;             /* the CUDA ordinal of device regions; -1 for host */
     char ignored_keys[256]; /* config keys accepted and not used ("" when none) */

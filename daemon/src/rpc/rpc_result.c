@@ -40,6 +40,7 @@ static void zd_rpc_attach_reply(zd_rpc_session_t *s, const zd_resp_t *resp,
     ar->elem_align = a->elem_align;
     ar->params_are_master = a->params_are_master;
     ar->params_shared = a->params_shared;
+    ar->replicated = a->replicated;
     ar->memory = a->memory == ZS_MEM_DEVICE ? ZEROD__IPC__V1__MEMORY_KIND__MEMORY_DEVICE
                                             : ZEROD__IPC__V1__MEMORY_KIND__MEMORY_HOST;
     ar->device = a->device;

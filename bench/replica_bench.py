@@ -13,7 +13,9 @@ BLAS is fast (the DeepSpeed venv's torch 2.x, as above): Debian's torch 1.13 is 
 generic BLAS, whose forward and backward of this model take ~1 s where the venv's take ~0.05
 s, which would hide the replica's cost in a slow step.
 
-Each run starts `world` daemons (the test fixture's, tests/python/zd_fixture.py: ZEROD_TEST_DAEMON
+Three modes: off (no replication), buddy (replication = buddy, the trainers keep no gradient:
+ZEROD_REATTACH=0) and inplace (buddy, the trainers keeping each bucket of the window to re-attach
+in place after a lost daemon: zerod/_reattach.py). Each run starts `world` daemons (the test fixture's, tests/python/zd_fixture.py: ZEROD_TEST_DAEMON
 and ZEROD_LIBZC pick the binaries) and `world` trainers (zerod.torch, stage 2, fp32, AdamW) on an
 MLP of `layers` Linear(width, width) layers; the runs alternate off and buddy, so both sample the
 same stretches of a noisy machine. Per run: rank 0's median wall time of a step (forward,
@@ -26,10 +28,13 @@ bytes per rank without replication (m, v and the gradient's shard: an fp32 maste
 params region) and its difference against 16 x Psi / world more with it (the replica's
 master, m and v and the owner's gradient), and the bytes per step against 4 x Psi / world.
 
-Recovery (--recovery-runs runs of each, alternated): the trainers are subprocesses that print
-each applied step with its wall time. After step 1.5 x --ckpt-every, in the middle of the next
-step, daemon 1 is killed (SIGKILL); it is started again, fresh, and every trainer is killed and
-started again as a launcher's restart does (TORCHELASTIC_RESTART_COUNT=1). With buddy the job
+Recovery (--recovery-runs runs of each mode of --recovery-modes, alternated): the trainers are
+subprocesses that print each applied step with its wall time. After step 1.5 x --ckpt-every, in
+the middle of the next step, daemon 1 is killed (SIGKILL); it is started again, fresh. In mode
+inplace the trainers go on: each re-attaches in place and submits its kept buckets again (the
+next applied step is rank 0's first after its re-attach). In modes buddy and off every trainer
+is killed and started again as a launcher's restart does (TORCHELASTIC_RESTART_COUNT=1). With
+buddy the job
 goes on at its step, its lost shard sent from the buddy's replica; with replication off and
 checkpoint_dir + checkpoint_every_steps --ckpt-every, the job is ended on the survivors (zeroctl
 job end: their step can no longer be reached) and every daemon resumes it from its last
@@ -40,7 +45,8 @@ the daemon's READY, to the trainers' initialize() returning, to the first applie
 the checkpoint read: zerod's part), the state's restore as the daemons log it (the shard from
 the buddy, the checkpoint's read), the steps lost (re-done), and the time until the job is past
 the step it had reached; then the ratios against the targets: step time buddy / off <= 1.10,
-recovery off / buddy >= 5 (end to end, and the restore alone), 0 steps lost. Each target line ends PASS, or BELOW / ABOVE /
+recovery off / buddy >= 5 (end to end for inplace and for buddy, and the restore alone), 0 steps
+lost. Each target line ends PASS, or BELOW / ABOVE /
 LOST STEPS; nothing here asserts a wall time.
 """
 import argparse
@@ -155,7 +161,10 @@ def phase_means(before, after):
 
 
 def one_run(mode, a):
-    flags = ["--job-linger", "60s", "--replication", mode]
+    """mode: off; buddy (the trainers keep no gradient: ZEROD_REATTACH=0); inplace (buddy, and
+    the trainers keep the window's buckets to re-attach in place)."""
+    flags = ["--job-linger", "60s", "--replication", "off" if mode == "off" else "buddy"]
+    os.environ["ZEROD_REATTACH"] = "1" if mode == "inplace" else "0"  # the trainers inherit it
     with zf.Cluster(a.world, flags=flags, job="bench-%s" % mode) as c:
         step, phase = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch),
                             timeout=600)[0]
@@ -180,6 +189,8 @@ def recovery_child(width, layers, stop, batch):
         g = torch.Generator().manual_seed(engine.global_steps * 1000 + engine.rank)
         engine.backward(engine(torch.randn(batch, width, generator=g)).square().mean())
         engine.step()
+        if engine.reattaches:  # the step that went on after a re-attach in place
+            print("REATTACHED %d" % engine.reattaches, flush=True)
         print("STEP %d %.6f" % (engine.global_steps, time.time()), flush=True)
     engine.close()
 
@@ -187,12 +198,13 @@ def recovery_child(width, layers, stop, batch):
 class Trainers:
     """The world's trainers (this script with --recovery-child), their lines as they come."""
 
-    def __init__(self, c, a, stop, restart):
+    def __init__(self, c, a, stop, restart, inplace=False):
         self.procs, self.lines, self.readers = [], [], []
         for r in range(a.world):
             env = dict(os.environ)
             env.pop("TORCHELASTIC_RESTART_COUNT", None)
             env.update(c.env(r, "recover"))
+            env["ZEROD_REATTACH"] = "1" if inplace else "0"
             if restart:  # the launcher's word that this is a restart of the job
                 env["TORCHELASTIC_RESTART_COUNT"] = "1"
             with open(os.path.join(c.tmp, "trainer%d.err" % r), "ab") as err:
@@ -280,25 +292,28 @@ def wait_latest(ckpt, job, step, timeout):
 
 def recovery_run(mode, a):
     """Daemon 1 killed in the middle of the step after step `kill_at`, restarted; the trainers
-    restarted. Returns (kill -> READY, kill -> initialize() returned, initialize()'s own time
+    restarted (mode inplace: they re-attach in place). Returns (kill -> READY, kill -> initialize() returned, initialize()'s own time
     (the slowest rank's), kill -> next applied step, steps lost, kill -> past the step reached,
     the state's restore in the daemons' logs) in seconds, and (resumed, the step it went on
     from)."""
     kill_at = a.ckpt_every + a.ckpt_every // 2
-    flags = ["--job-linger", "60s", "--replication", mode, "--heartbeat-timeout", "2s"]
+    flags = ["--job-linger", "60s", "--replication", "off" if mode == "off" else "buddy",
+             "--heartbeat-timeout", "2s"]
     ckpt = tempfile.mkdtemp(prefix="zd-replica-bench-")
     if mode == "off":
         flags += ["--checkpoint-dir", ckpt, "--checkpoint-every-steps", str(a.ckpt_every)]
     allowed = r"job 'recover' aborted|rank \d+ lost"
     try:
-        return recovery_timed(a, flags, allowed, ckpt if mode == "off" else None, kill_at)
+        return recovery_timed(a, flags, allowed, ckpt if mode == "off" else None, kill_at,
+                              mode == "inplace")
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)
 
 
-def recovery_timed(a, flags, allowed, ckpt, kill_at):
+def recovery_timed(a, flags, allowed, ckpt, kill_at, inplace):
     with zf.Cluster(a.world, flags=flags, allowed_errors=allowed) as c:
-        t = Trainers(c, a, kill_at + 100, False)  # still training when the daemon dies
+        # still training when the daemon dies (in place: until 2 steps past the kill)
+        t = Trainers(c, a, kill_at + (3 if inplace else 100), False, inplace)
         t.wait_step(0, kill_at, 600)
         if ckpt is not None:  # the checkpoint to go back to is on disk before the kill
             wait_latest(ckpt, "recover", a.ckpt_every, 120)
@@ -310,6 +325,12 @@ def recovery_timed(a, flags, allowed, ckpt, kill_at):
         victim.proc.kill()
         victim.proc.wait(timeout=30)
         victim.proc = None
+        if inplace:
+            victim.log_path = os.path.join(victim.rundir, "zerod-restarted.log")
+            victim.start()
+            t_ready = time.time()
+            t.finish(c, 600)
+            return inplace_result(c, a, t, t_kill, t_ready, reached)
         t.kill()  # the launcher's restart stops every worker
         if ckpt is not None:
             # without a replica the survivors' step cannot be reached: the job goes back to
@@ -346,10 +367,36 @@ def recovery_timed(a, flags, allowed, ckpt, kill_at):
             max(0, reached - step0), back - t_kill, restore_s), (resumed, step0)
 
 
+def inplace_result(c, a, t, t_kill, t_ready, reached):
+    """recovery_timed's result for trainers that re-attached in place: their re-attach (the
+    wait for the daemon, the mesh, the shard from the buddy, the parameters moved to the new
+    region: each trainer's own line) stands for initialize()."""
+    took = []
+    for r in range(a.world):
+        with open(os.path.join(c.tmp, "trainer%d.err" % r), errors="replace") as f:
+            found = re.findall(r"re-attached in place after .* \((\S+) s\)$", f.read(), re.M)
+        if len(found) != 1:
+            raise RuntimeError("trainer %d re-attached %d times in place" % (r, len(found)))
+        took.append(float(found[0]))
+    found = [float(x) for d in c.daemons
+             for x in re.findall(r"recovered \d+ fresh rank.* in (\S+) s", d.log())]
+    restore_s = max(found) if found else float("nan")
+    lines = list(t.lines[0])
+    first = next((i for i, w in enumerate(lines) if w[0] == "REATTACHED"), None)
+    after = [(int(w[1]), float(w[2])) for w in lines[first or 0:] if w[0] == "STEP"]
+    if first is None or not after:
+        raise RuntimeError("rank 0 printed no step after a re-attach: %s" % lines)
+    step0 = after[0][0] - 1  # the step the job went on from
+    back = next(ts for s, ts in after if s > reached)
+    # (no initialize(): the trainers' re-attach ends at a time of their own, not printed)
+    return (t_ready - t_kill, float("nan"), max(took), after[0][1] - t_kill,
+            max(0, reached - step0), back - t_kill, restore_s), (1, step0)
+
+
 def recovery(a):
-    res = {"buddy": [], "off": []}
+    res = {m: [] for m in a.recovery_modes}
     for _ in range(a.recovery_runs):
-        for mode in ("buddy", "off"):
+        for mode in a.recovery_modes:
             r, (resumed, step0) = recovery_run(mode, a)
             res[mode].append(r)
             print("%-5s recovery: from the kill, READY %.2f s, initialize() returned %.2f s (it "
@@ -365,12 +412,12 @@ def verdict(ok, miss):
 
 def steady(a, psi):
     """Step time, memory and bytes sent, off against buddy; returns the step time ratio."""
-    res = {"off": [], "buddy": []}
+    res = {"off": [], "buddy": [], "inplace": []}
     for _ in range(a.runs):
-        for mode in ("off", "buddy"):
+        for mode in ("off", "buddy", "inplace"):
             res[mode].append(one_run(mode, a))
             r = res[mode][-1]
-            print("%-5s step %.4f s  daemon anonymous %.1f MiB  replication bytes sent %d  "
+            print("%-7s step %.4f s  daemon anonymous %.1f MiB  replication bytes sent %d  "
                   "daemon norm phase %.2f ms, adam phase %.2f ms"
                   % (mode, r[0], r[1] / 2**20, r[2], r[3] * 1e3, r[4] * 1e3), flush=True)
     med = {m: [statistics.median(r[i] for r in res[m]) for i in range(5)] for m in res}
@@ -379,6 +426,9 @@ def steady(a, psi):
     ratio = med["buddy"][0] / med["off"][0]
     print("  step time: off %.4f s, buddy %.4f s: x%.3f (target <= 1.10): %s"
           % (med["off"][0], med["buddy"][0], ratio, verdict(ratio <= 1.10, "ABOVE")))
+    print("  with the trainers keeping their buckets for a re-attach in place: %.4f s, x%.3f of "
+          "off, x%.3f of buddy" % (med["inplace"][0], med["inplace"][0] / med["off"][0],
+                                   med["inplace"][0] / med["buddy"][0]))
     added = med["buddy"][0] - med["off"][0]
     print("  replication adds %.1f ms a step: %.2f ms per million elements of a shard (it does "
           "not grow with the batch)" % (added * 1e3, added * 1e3 / (psi / a.world / 1e6)))
@@ -419,34 +469,44 @@ def main():
                     help="checkpoint_every_steps of the recovery runs without replication")
     ap.add_argument("--recovery-runs", type=int, default=2, help="recoveries of each mode "
                     "(0: none)")
+    ap.add_argument("--recovery-modes", default="inplace,buddy,off",
+                    help="which recoveries to run (the summary needs all three)")
     a = ap.parse_args()
+    a.recovery_modes = a.recovery_modes.split(",")
     zf.require_torch()
     psi = a.layers * (a.width * a.width + a.width)
     ratio = steady(a, psi) if a.runs > 0 else None
     if a.recovery_runs == 0:
         return 0
     rec = recovery(a)
+    if len(rec) < 3:
+        return 0
     print("recovery, world %d, Psi %d, daemon 1 killed after step %d, %d runs (medians): from "
-          "the kill to the next applied step, buddy %.2f s, off (checkpoint every %d steps) "
-          "%.2f s; initialize() itself buddy %.2f s, off %.2f s"
-          % (a.world, psi, a.ckpt_every + a.ckpt_every // 2, a.recovery_runs, rec["buddy"][3],
-             a.ckpt_every, rec["off"][3], rec["buddy"][2], rec["off"][2]))
+          "the kill to the next applied step, buddy in place %.2f s, buddy with the launcher's "
+          "restart %.2f s, off (checkpoint every %d steps) %.2f s; the re-attach in place "
+          "itself %.2f s, initialize() itself buddy %.2f s, off %.2f s"
+          % (a.world, psi, a.ckpt_every + a.ckpt_every // 2, a.recovery_runs,
+             rec["inplace"][3], rec["buddy"][3], a.ckpt_every, rec["off"][3], rec["inplace"][2],
+             rec["buddy"][2], rec["off"][2]))
     if ratio is not None:
         print("  step time buddy / off: x%.3f (target <= 1.10): %s"
               % (ratio, verdict(ratio <= 1.10, "ABOVE")))
-    speed = rec["off"][3] / rec["buddy"][3]
-    print("  recovery to the next applied step, off / buddy: x%.2f (target >= 5): %s"
-          % (speed, verdict(speed >= 5, "BELOW")))
-    print("  recovery past the step reached, off / buddy: x%.2f (%.2f s against %.2f s)"
-          % (rec["off"][5] / rec["buddy"][5], rec["off"][5], rec["buddy"][5]))
+    for mode, what in (("inplace", "buddy in place"), ("buddy", "buddy, trainers restarted")):
+        speed = rec["off"][3] / rec[mode][3]
+        print("  recovery to the next applied step, off / %s: x%.2f (target >= 5): %s"
+              % (what, speed, verdict(speed >= 5, "BELOW")))
+        print("  recovery past the step reached, off / %s: x%.2f (%.2f s against %.2f s)"
+              % (what, rec["off"][5] / rec[mode][5], rec["off"][5], rec[mode][5]))
     print("  zerod's part (initialize(): the mesh, the shard from the buddy or the checkpoint "
           "read), off / buddy: x%.2f" % (rec["off"][2] / rec["buddy"][2]))
     restore = rec["off"][6] / rec["buddy"][6]
     print("  the state's restore (daemons' logs: the checkpoint read %.3f s, the shard from the "
           "buddy %.3f s), off / buddy: x%.1f (target >= 5): %s"
           % (rec["off"][6], rec["buddy"][6], restore, verdict(restore >= 5, "BELOW")))
-    print("  steps lost: buddy %d (target 0): %s; off %d"
-          % (rec["buddy"][4], verdict(rec["buddy"][4] == 0, "LOST STEPS"), rec["off"][4]))
+    print("  steps lost: buddy in place %d, buddy restarted %d (target 0): %s; off %d"
+          % (rec["inplace"][4], rec["buddy"][4],
+             verdict(rec["inplace"][4] == 0 and rec["buddy"][4] == 0, "LOST STEPS"),
+             rec["off"][4]))
     return 0
 
 

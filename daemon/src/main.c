@@ -413,9 +413,28 @@ static void zd_ignore_sigpipe(void)
 }
 
 /* Load, check, then print (--print-config), check only (-t) or serve. */
+/* The store plan an earlier daemon on this socket measured in this boot, if there is one for
+ * this build and machine: this daemon then does not measure it again at its first large job
+ * (seconds of a core, while a job whose daemon died recovers). */
+static void zd_load_stores(const char *file)
+{
+    char why[512];
+    int rc;
+
+    rc = zk_store_plan_load(file, "zerod " ZS_VERSION, why, sizeof(why));
+    if (rc > 0) {
+        zs_info(ZS_SUB_MAIN, "kernel stores: %s (kept by an earlier daemon of this boot in %s)",
+                zk_store_plan_measured()->how, file);
+    } else if (rc < 0) {
+        zs_warn(ZS_SUB_MAIN, "kernel stores: %s; measured again at the first large job", why);
+    } else if (why[0] != '\0') {
+        zs_info(ZS_SUB_MAIN, "kernel stores: %s; measured again at the first large job", why);
+    }
+}
+
 static int zd_main_config(const zd_args_t *a)
 {
-    char err[ZS_CONFIG_ERRLEN], device[64], socket_path[256], metrics[160];
+    char err[ZS_CONFIG_ERRLEN], device[64], socket_path[256], metrics[160], stores_file[272];
     zd_server_params_t sp;
     zd_config_t cfg;
     int rc;
@@ -458,6 +477,9 @@ static int zd_main_config(const zd_args_t *a)
     memset(&sp, 0, sizeof(sp));
     sp.config = &cfg;
     sp.socket_path = socket_path;
+    snprintf(stores_file, sizeof(stores_file), "%s.stores", socket_path);
+    zd_load_stores(stores_file);
+    sp.stores_file = stores_file;
     sp.device = device;
     sp.config_path = a->config_path;
     sp.flags = a->flags;

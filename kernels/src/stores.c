@@ -725,6 +725,25 @@ static const zk_store_plan_t *zk_store_plan_ready(zk_variant_t v)
     return done ? &zk_plans[v] : NULL;
 }
 
+int zk_store_plan_install(const zk_store_plan_t *plan)
+{
+    zk_variant_t v = zk_default_variant();
+    int taken = 0;
+
+    if (plan->variant != (int)v || atomic_load(&zk_plan_bg) != 0) {
+        return 0; /* another variant's, or a measurement is on its way already */
+    }
+    pthread_mutex_lock(&zk_plan_lock);
+    if (!zk_plan_done[v]) {
+        zk_plans[v] = *plan;
+        zk_plans[v].how[sizeof(zk_plans[v].how) - 1] = '\0';
+        zk_plan_done[v] = 1;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&zk_plan_lock);
+    return taken;
+}
+
 const zk_store_plan_t *zk_store_plan_measured(void)
 {
     return zk_store_plan_ready(zk_default_variant());

@@ -10,6 +10,7 @@
 #include "obs/testpoint.h"
 #include "zs/error.h"
 #include "zs/time.h"
+#include "zs/version.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -127,21 +128,39 @@ static void zd_job_attach_out(const zd_job_t *job, bool resumed, zd_attach_out_t
     }
 }
 
+/* arg: a copy of the file where the plan is kept for a restarted daemon, or NULL. */
 static void zd_job_stores_measured(const zk_store_plan_t *plan, void *arg)
 {
-    (void)arg;
+    char *file = arg;
+
     zs_info(ZS_SUB_ENGINE, "kernel stores: %s", plan->how);
+    if (file != NULL && zk_store_plan_save(plan, file, "zerod " ZS_VERSION) != 0) {
+        zs_warn(ZS_SUB_ENGINE,
+                "kernel stores: not kept in %s (%s): a restarted daemon measures "
+                "them again",
+                file, strerror(errno));
+    }
+    free(file);
 }
 
 /* A shard big enough for the kernels' store plan to matter: start measuring it now, on a
  * thread of its own (about 6 s of one core on an AMD EPYC VM, ties timed again; the steps
  * meanwhile use regular stores, and no peer waits for it), and say what it chose. */
-static void zd_job_log_stores(const zd_job_t *job)
+static void zd_job_log_stores(const zd_job_t *job, const zd_job_env_t *env)
 {
     uint64_t adam_bytes = job->layout->shard_numel * (32 + zs_dtype_size(job->dtype));
+    char *file;
+    int rc;
 
-    if (adam_bytes >= ZK_STORES_PLAN_MIN_BYTES &&
-        zk_store_plan_start(zd_job_stores_measured, NULL) < 0) {
+    if (adam_bytes < ZK_STORES_PLAN_MIN_BYTES || zk_store_plan_measured() != NULL) {
+        return;
+    }
+    file = env->stores_file != NULL ? strdup(env->stores_file) : NULL;
+    rc = zk_store_plan_start(zd_job_stores_measured, file);
+    if (rc <= 0) {
+        free(file);
+    }
+    if (rc < 0) {
         zs_warn(ZS_SUB_ENGINE, "kernel stores: no thread to measure them; regular stores until "
                                "a large call measures them");
     }
@@ -176,7 +195,7 @@ static zs_status_t zd_job_attach_new(zd_job_t **job_p, const zd_job_env_t *env,
             job->id, job->rank, job->world, zs_dtype_name(job->dtype), job->cfg.stage,
             (unsigned long long)job->layout->param_numel, job->layout->n_buckets,
             (unsigned long long)job->layout->shard_numel, (unsigned long long)job->layout->hash);
-    zd_job_log_stores(job);
+    zd_job_log_stores(job, env);
     *job_p = job;
     return ZS_OK;
 }

@@ -35,6 +35,7 @@ typedef struct zd_job_env {
     uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
     uint32_t replication;      /* zd_replication_t: buddy replicas of every shard (job/replica.h) */
+    const char *stores_file;   /* where a store plan measured here is kept (NULL: nowhere) */
     const atomic_bool *cancel; /* the daemon stops: mesh formation and waits end */
     void (*wake)(void *arg);   /* a peer was lost (called from the mesh heartbeat thread) */
     void (*busy)(void *arg, const char *what); /* a long operation begins ("forming the mesh") */

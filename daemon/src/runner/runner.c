@@ -585,6 +585,7 @@ static void zd_runner_env_init(zd_runner_t *e, const zd_runner_params_t *p)
     env->heartbeat_timeout_ns = p->heartbeat_timeout_ns;
     env->direct_collectives = p->direct_collectives;
     env->replication = p->replication;
+    env->stores_file = p->stores_file; /* main's, alive while the runner is (jobs copy it) */
     env->cancel = &e->cancel;
     env->wake = zd_runner_wake;
     env->busy = zd_runner_busy;

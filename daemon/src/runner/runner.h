@@ -107,8 +107,9 @@ typedef struct zd_runner_params {
     uint64_t heartbeat_interval_ns;
     uint64_t heartbeat_timeout_ns;
     bool direct_collectives;
-    uint32_t replication; /* zd_replication_t (config/daemon_config.h) */
-    const char *ckpt_dir; /* checkpoint_* of the daemon config */
+    const char *stores_file; /* where the kernels' store plan is kept for a restart; NULL: none */
+    uint32_t replication;    /* zd_replication_t (config/daemon_config.h) */
+    const char *ckpt_dir;    /* checkpoint_* of the daemon config */
     uint64_t ckpt_every_steps, ckpt_every_seconds;
     uint32_t ckpt_keep_last;
     bool ckpt_async, ckpt_staging_keep;

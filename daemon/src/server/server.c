@@ -341,6 +341,7 @@ static bool zd_server_start_runner(zd_server_t *srv)
     ep.heartbeat_timeout_ns = cfg->heartbeat_timeout_ns;
     ep.direct_collectives = cfg->direct_collectives != 0;
     ep.replication = (uint32_t)cfg->replication;
+    ep.stores_file = srv->params->stores_file;
     ep.ckpt_dir = cfg->checkpoint_dir;
     ep.ckpt_every_steps = (uint64_t)cfg->checkpoint_every_steps;
     ep.ckpt_every_seconds = (uint64_t)cfg->checkpoint_every_seconds;

@@ -8,6 +8,7 @@
 typedef struct zd_server_params {
     const zd_config_t *config;
     const char *socket_path; /* resolved */
+    const char *stores_file; /* <socket>.stores: the kernels' store plan kept for a restart */
     const char *device;      /* resolved, e.g. "cpu:0" */
     /* for SIGHUP reloads: the same sources as at start-up */
     const char *config_path;

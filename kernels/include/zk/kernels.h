@@ -197,6 +197,16 @@ const zk_store_plan_t *zk_store_plan_variant(zk_variant_t v);
  * the plan is there already or on its way, -1 if no thread could start. */
 typedef void (*zk_store_plan_done_fn)(const zk_store_plan_t *plan, void *arg);
 int zk_store_plan_start(zk_store_plan_done_fn done, void *arg);
+/* A plan kept for a later process of this machine, so that a restarted daemon does not measure
+ * again (a core for seconds, while its job recovers): zk_store_plan_save writes `plan` to `path`
+ * (a temporary file renamed over it) after a line naming the machine -- the build's `tag`, the
+ * variant, the CPU's model and caches and the boot's id -- and returns 0, or -1 with errno.
+ * zk_store_plan_load takes the plan in `path` as the default variant's when that line matches
+ * this machine, this boot and `tag` (a reboot or another build measures again) and no plan is
+ * measured or being measured yet: 1 when taken; 0 when not, with why ("" when there is no file;
+ * another machine, build or boot; a file of another size); -1 when the file cannot be read. */
+int zk_store_plan_save(const zk_store_plan_t *plan, const char *path, const char *tag);
+int zk_store_plan_load(const char *path, const char *tag, char *why, size_t whylen);
 /* Calls smaller than this use regular stores and no prefetch without measuring the plan;
  * from ZK_PREFETCH_MIN_BYTES on, they prefetch as a plan already measured says (pf_from),
  * beyond the caches closest to the core, where a kernel with many instructions per line can

@@ -164,7 +164,9 @@ def one_run(mode, a):
     """mode: off; buddy (the trainers keep no gradient: ZEROD_REATTACH=0); inplace (buddy, and
     the trainers keep the window's buckets to re-attach in place)."""
     flags = ["--job-linger", "60s", "--replication", "off" if mode == "off" else "buddy"]
-    os.environ["ZEROD_REATTACH"] = "1" if mode == "inplace" else "0"  # the trainers inherit it
+    if mode == "inplace-copy":  # the slots of a job without replication: buckets copied out
+        flags += ["--bucket-slots", "2"]
+    os.environ["ZEROD_REATTACH"] = "1" if mode.startswith("inplace") else "0"  # inherited
     with zf.Cluster(a.world, flags=flags, job="bench-%s" % mode) as c:
         step, phase = c.run(trainer, (a.width, a.layers, a.steps, a.warmup, a.batch),
                             timeout=600)[0]
@@ -312,9 +314,10 @@ def recovery_run(mode, a):
 
 def recovery_timed(a, flags, allowed, ckpt, kill_at, inplace):
     with zf.Cluster(a.world, flags=flags, allowed_errors=allowed) as c:
-        # still training when the daemon dies (in place: until 2 steps past the kill)
-        t = Trainers(c, a, kill_at + (3 if inplace else 100), False, inplace)
+        t = Trainers(c, a, kill_at + 100, False, inplace)  # still training when it dies
         t.wait_step(0, kill_at, 600)
+        for d in c.daemons:  # a daemon that dies has been running a while: its plan is kept
+            store_plan(d.log_path)
         if ckpt is not None:  # the checkpoint to go back to is on disk before the kill
             wait_latest(ckpt, "recover", a.ckpt_every, 120)
         (_, t1), (_, t2) = t.steps(0)[-2:]
@@ -329,7 +332,8 @@ def recovery_timed(a, flags, allowed, ckpt, kill_at, inplace):
             victim.log_path = os.path.join(victim.rundir, "zerod-restarted.log")
             victim.start()
             t_ready = time.time()
-            t.finish(c, 600)
+            t.wait_step(0, reached + 2, 600)
+            t.kill()
             return inplace_result(c, a, t, t_kill, t_ready, reached)
         t.kill()  # the launcher's restart stops every worker
         if ckpt is not None:
@@ -412,15 +416,17 @@ def verdict(ok, miss):
 
 def steady(a, psi):
     """Step time, memory and bytes sent, off against buddy; returns the step time ratio."""
-    res = {"off": [], "buddy": [], "inplace": []}
+    res = {m: [] for m in a.steady_modes}
     for _ in range(a.runs):
-        for mode in ("off", "buddy", "inplace"):
+        for mode in a.steady_modes:
             res[mode].append(one_run(mode, a))
             r = res[mode][-1]
             print("%-7s step %.4f s  daemon anonymous %.1f MiB  replication bytes sent %d  "
                   "daemon norm phase %.2f ms, adam phase %.2f ms"
                   % (mode, r[0], r[1] / 2**20, r[2], r[3] * 1e3, r[4] * 1e3), flush=True)
     med = {m: [statistics.median(r[i] for r in res[m]) for i in range(5)] for m in res}
+    if any(m not in med for m in ("off", "buddy", "inplace")):
+        return None
     print("world %d, Psi %d (%.1f MiB fp32), batch %d, %d timed steps, %d runs (medians):"
           % (a.world, psi, psi * 4 / 2**20, a.batch, a.steps, a.runs))
     ratio = med["buddy"][0] / med["off"][0]
@@ -469,10 +475,13 @@ def main():
                     help="checkpoint_every_steps of the recovery runs without replication")
     ap.add_argument("--recovery-runs", type=int, default=2, help="recoveries of each mode "
                     "(0: none)")
+    ap.add_argument("--steady-modes", default="off,buddy,inplace",
+                    help="which modes time their steps (the summary needs the three)")
     ap.add_argument("--recovery-modes", default="inplace,buddy,off",
                     help="which recoveries to run (the summary needs all three)")
     a = ap.parse_args()
     a.recovery_modes = a.recovery_modes.split(",")
+    a.steady_modes = a.steady_modes.split(",")
     zf.require_torch()
     psi = a.layers * (a.width * a.width + a.width)
     ratio = steady(a, psi) if a.runs > 0 else None

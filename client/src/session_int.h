@@ -73,6 +73,7 @@ struct zc_session {
     zk_cuda_region_t dev_params, dev_slots, dev_grads; /* what a device session releases */
     zc_slot_rec_t *slot_rec;                           /* [n_slots] */
     uint32_t n_outstanding;                            /* slots in ZC_SLOT_SUBMITTED */
+    uint32_t slot_next;  /* where zc_session_slot_acquire looks for a free slot first */
     zc_copy_plan_t copy; /* how zc_session_slot_fill copies (the daemon's plan) */
 
     zc_frame_t *kept[ZC_KEPT_COUNT]; /* the latest control replies (zc_session_keep) */

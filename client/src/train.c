@@ -52,10 +52,17 @@ static int zc_slot_zero_gaps(const zc_session_t *s, uint32_t bucket, uint8_t *da
     return status;
 }
 
-static int zc_slot_find_free(const zc_session_t *s)
+/* The first free slot from slot_next on, round the ring: a slot taken is not taken again
+ * before every other slot was, so with at least buckets x gradient_accumulation_steps slots
+ * (every slot free after a step) an accumulation window never reuses one, and its slots keep
+ * its buckets until the step (zc_session_slot_acquire). */
+static int zc_slot_find_free(zc_session_t *s)
 {
-    for (uint32_t i = 0; i < s->n_slots; i++) {
+    for (uint32_t k = 0; k < s->n_slots; k++) {
+        uint32_t i = (s->slot_next + k) % s->n_slots;
+
         if (s->slot_rec[i].state == ZC_SLOT_FREE) {
+            s->slot_next = (i + 1) % s->n_slots;
             return (int)i;
         }
     }

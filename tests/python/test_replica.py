@@ -2,7 +2,7 @@
 """A daemon killed (SIGKILL) mid-run loses no step when its shard also lives in a buddy daemon's
 memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
-    test_replica.py CASE [--victim R] [--netns] [--lazy] [--delay S]
+    test_replica.py CASE [--victim R] [--netns] [--lazy] [--delay S] [--slots N]
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
@@ -30,7 +30,9 @@ Cases:
   inplace   daemon 1 (or R) dies and is started again, fresh, but no trainer is restarted:
             each re-attaches in place (zerod.torch's engine; ZEROD_REATTACH), the fresh daemon
             gets its shard from its buddy, and the trainers send the gradients of the step the
-            loss interrupted again from the copies they kept; every rank re-attached once
+            loss interrupted again; every rank re-attached once. The daemons give a slot to
+            every bucket of the window (6 here), which keeps it until the step; with --slots N
+            (fewer, the daemons' --bucket-slots) the trainers copy each bucket out instead
   node      with --netns: every process of host 1 (or R), its daemon and its trainer, is killed
             at once, as when a node is lost; the host's daemon comes back fresh and the job goes
             on as in recover
@@ -259,6 +261,8 @@ def run(case, victims, hosts):
     """The case on loopback daemons, or with one host of `hosts` per rank."""
     victim = victims[0]
     flags = ["--job-linger", "60s", "--replication", "buddy", "--heartbeat-timeout", "2s"]
+    if "--slots" in sys.argv:
+        flags += ["--bucket-slots", sys.argv[sys.argv.index("--slots") + 1]]
     ckpt = None
     if case == "fallback":
         ckpt = os.path.join(os.environ.get("TMPDIR", "/tmp"), "zd-replica-ckpt-%d" % os.getpid())

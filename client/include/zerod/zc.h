@@ -332,7 +332,11 @@ typedef struct zc_slot {
     size_t bytes;
 } zc_slot_t;
 
-/* A free slot for `bucket`; waits (back-pressure) up to timeout_ms (< 0: session default). */
+/* A free slot for `bucket`; waits (back-pressure) up to timeout_ms (< 0: session default).
+ * Slots are taken round the ring (the first free one after the last taken), so with at least
+ * buckets x gradient_accumulation_steps slots an accumulation window never takes a slot twice
+ * and each keeps its bucket until the step (a job with buddy replicas gets that many on host
+ * memory, up to 64: zc_session_replicated). */
 ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int timeout_ms,
                                    zc_slot_t *slot_p);
 /* Copy numel elements (session dtype) from src into an acquired slot, from element `offset`

@@ -113,6 +113,14 @@ def is_loss(e):
     return isinstance(e, ZerodError) and e.status in LOSS_ERRORS
 
 
+def _slot_per_bucket(link):
+    """Does the session give a slot to every bucket of the accumulation window, so that the
+    slots keep the window's buckets (link.keep)?"""
+    info = link.sess.info
+    return link.keep and info["n_slots"] >= len(link.sess.buckets) * max(
+        1, info["gradient_accumulation_steps"])
+
+
 class _KeptSlot:
     """A slot stand-in once the daemon is lost: the pieces go into the kept copy of the bucket
     (a plain host tensor), which the re-attach sends again."""
@@ -134,11 +142,16 @@ class GradientStream:
         self._handles = []
         self._grad_accs = []
         self._micro = 0  # the micro-step's index in the accumulation window, for BucketReady
-        # link.keep (a job with buddy replicas, host memory, stage 2): a copy of every bucket
-        # of the window's micro-steps, as submitted ([micro][bucket] -> tensor of its padded
-        # numel), so that a trainer whose daemon or a peer's is lost re-attaches and sends
-        # them again (ZerodEngine._reattach); `lost` is the loss error seen in this backward
+        # link.keep (a job with buddy replicas, host memory, stage 2): every bucket of the
+        # window's micro-steps, as submitted, so that a trainer whose daemon or a peer's is
+        # lost re-attaches and sends them again (zerod._reattach). Where the daemon gave a
+        # slot per bucket of the window (_window), the slots keep them (libzc takes slots
+        # round the ring): _kept_at[(micro, bucket)] is the slot's address, copied out only
+        # when a loss comes (materialize); otherwise each is copied out as it goes. _kept:
+        # [micro][bucket] -> a tensor of its padded numel. `lost`: the loss error seen in
+        # this backward.
         self._kept = {}
+        self._kept_at = {}
         self._esize = torch.empty((), dtype=link.dtype).element_size()
         self.lost = None
         self._build_buckets()
@@ -166,6 +179,7 @@ class GradientStream:
         # after a failed backward serves its bucket in the next.
         self._open = {}
         self._max_open = max(0, s.info["n_slots"] - 1)
+        self._window = _slot_per_bucket(self.link)
         self._grad_views = None
         if self.link.stage == 1:  # in data_types.grad_accum_dtype: micro-steps add up there
             gdtype = _TORCH_DTYPE[s.info["grads_dtype"]]
@@ -213,13 +227,25 @@ class GradientStream:
                 functools.partial(_accumulate_node_hook, self, pid)))
             self._grad_accs.append(acc)
 
+    def materialize(self):
+        """The buckets the lost session's slots keep, copied out into tensors of their own
+        (before that session is closed)."""
+        for (m, b), addr in self._kept_at.items():
+            bufs = self._kept.setdefault(m, [None] * len(self._bucket_padded))
+            if bufs[b] is None:
+                bufs[b] = torch.empty(self._bucket_padded[b], dtype=self.link.dtype)
+                ctypes.memmove(bufs[b].data_ptr(), addr, self._bucket_padded[b] * self._esize)
+        self._kept_at = {}
+
     def rebind(self, link):
         """After a re-attach in place: the same parameters and layout on a new session; the
-        slots of the old one are forgotten (the kept buckets stay)."""
+        slots of the old one are forgotten (what they kept was materialized)."""
+        self.materialize()
         self.link = link
         self._slot_views = {}
         self._open = {}
         self.lost = None
+        self._window = _slot_per_bucket(link)
 
     def replay(self, micros):
         """After a re-attach in place: every kept bucket of the micro-steps `micros` of the
@@ -268,7 +294,9 @@ class GradientStream:
     def _submit(self, slot, b):
         if isinstance(slot, _KeptSlot):
             return
-        if self.link.keep:  # streamed past the caches where the daemon's plan says so
+        if self._window:  # the slot keeps it: round the ring, none is taken twice a window
+            self._kept_at[(self._micro, b)] = slot.data
+        elif self.link.keep:  # streamed past the caches where the daemon's plan says so
             self.link.sess.slot_copy_out(slot, self._kept_buf(b).data_ptr())
         if self.lost is not None:
             return
@@ -297,6 +325,10 @@ class GradientStream:
         self._micro = micro
         self._hook_error = None
         self.lost = None
+        if micro == 0:  # a new window: what the last one kept goes
+            self._kept_at = {}
+            if self._window:
+                self._kept = {}
         for p in self.link.params:
             p.grad = None
         self._in_backward = True

@@ -93,6 +93,7 @@ def reattach(engine, err):
     t0 = time.monotonic()
     old = engine._sess
     old.disconnect()
+    engine._grads.materialize()  # (while the daemon comes back)
     sess = _attach_again(engine, err, t0)
     info = sess.info
     if not info["resumed"] or info["layout_hash"] != old.info["layout_hash"]:

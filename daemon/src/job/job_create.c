@@ -4,6 +4,7 @@
  * The rest of its life is job/job.c's.
  */
 #define _GNU_SOURCE
+#include "config/daemon_config.h"
 #include "job/job_int.h"
 #include "mesh/mesh.h"
 #include "zs/error.h"
@@ -215,10 +216,29 @@ static uint32_t zd_job_auto_slots(const zs_layout_t *l)
     return span + 1 > 4 ? 4 : span + 1;
 }
 
+/* bucket_slots = 0 with buddy replicas at stage 2 on host memory: a slot for every bucket of
+ * the accumulation window (when that is at most ZD_MAX_SLOTS), so that the trainer's window
+ * stays in the slots it submitted it in until the step (libzc takes slots round the ring), and
+ * a trainer that re-attaches in place after a lost daemon sends it again without having copied
+ * it (docs/design-notes.md "Buddy replicas"). 0: none. */
+static uint32_t zd_job_window_slots(const zd_job_t *job, const zd_job_env_t *env,
+                                    const zd_job_spec_t *spec)
+{
+    uint64_t n = (uint64_t)job->layout->n_buckets * job->cfg.gradient_accumulation_steps;
+
+    if (env->replication != ZD_REPLICATION_BUDDY || spec->world < 2 || job->cfg.stage != 2 ||
+        zd_backend_mem(job->be) != ZS_MEM_HOST || n > ZD_MAX_SLOTS) {
+        return 0;
+    }
+    return (uint32_t)n;
+}
+
 /* The layout of the spec's parameters, its sizes within max_shard_bytes, and the memory. */
-static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_spec_t *spec, uint64_t max_bytes,
+static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_env_t *env, const zd_job_spec_t *spec,
                                  char *err, size_t errlen)
 {
+    uint64_t max_bytes = env->max_shard_bytes;
+
     zs_layout_spec_t ls;
     zs_status_t st;
 
@@ -241,7 +261,10 @@ static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_spec_t *spec, uint6
         return st;
     }
     if (job->n_slots == 0) {
+        uint32_t window = zd_job_window_slots(job, env, spec);
+
         job->n_slots = zd_job_auto_slots(job->layout);
+        job->n_slots = window > job->n_slots ? window : job->n_slots;
     }
     if (zd_job_sizes(job) != ZS_OK) {
         return zs_errf(err, errlen, ZS_ERR_OVERFLOW,
@@ -336,7 +359,7 @@ zs_status_t zd_job_create(const zd_job_spec_t *spec, const zd_job_env_t *env, zd
         st = zd_job_backend(job, env, err, errlen);
     }
     if (st == ZS_OK) {
-        st = zd_job_layout(job, spec, env->max_shard_bytes, err, errlen);
+        st = zd_job_layout(job, env, spec, err, errlen);
     }
     if (st == ZS_OK) {
         st = zd_job_names_init(job, spec, err, errlen);

@@ -2,7 +2,7 @@
 """A daemon killed (SIGKILL) mid-run loses no step when its shard also lives in a buddy daemon's
 memory (daemon key replication = buddy; docs/design-notes.md "Buddy replicas").
 
-    test_replica.py CASE [--victim R] [--netns] [--lazy] [--delay S] [--slots N]
+    test_replica.py CASE [--victim R] [--netns] [--lazy] [--delay S] [--slots N] [--again]
 
 The trainers are subprocesses (this script with --child) training the two-group MLP through
 zerod.torch at world 3, stage 2, gradient_accumulation_steps 2; every batch is a function of
@@ -32,7 +32,11 @@ Cases:
             gets its shard from its buddy, and the trainers send the gradients of the step the
             loss interrupted again; every rank re-attached once. The daemons give a slot to
             every bucket of the window (6 here), which keeps it until the step; with --slots N
-            (fewer, the daemons' --bucket-slots) the trainers copy each bucket out instead
+            (fewer, the daemons' --bucket-slots) the trainers copy each bucket out instead.
+            With --again two more daemons die, 3 and 5 steps after the first: the one whose
+            buddy came back fresh (the replica there came as a whole shard after the first
+            recovery), then the first victim again (its buddy held its shard already, so no
+            whole shard was sent; the gradients kept the replica current)
   node      with --netns: every process of host 1 (or R), its daemon and its trainer, is killed
             at once, as when a node is lost; the host's daemon comes back fresh and the job goes
             on as in recover
@@ -138,17 +142,17 @@ def finish(procs, timeout=50):
     return lines
 
 
-def interrupt(c, procs, victims, restart=True, node=False, trainers=True):
+def interrupt(c, procs, victims, restart=True, node=False, trainers=True, after=KILL_AFTER):
     """Kill the victims' daemons (node: every process of the victims' hosts) inside the step
-    after KILL_AFTER, then every trainer (unless not `trainers`), as the launcher's restart
+    after `after`, then every trainer (unless not `trainers`), as the launcher's restart
     does; start the victims' daemons again (fresh, each with a log of its own)."""
     deadline = time.monotonic() + 40
     for line in procs[0].stdout:
-        if line.strip() == "STEP %d" % KILL_AFTER:
+        if line.strip() == "STEP %d" % after:
             break
-        assert time.monotonic() < deadline, "no step %d within 40 s" % KILL_AFTER
+        assert time.monotonic() < deadline, "no step %d within 40 s" % after
     else:
-        raise AssertionError("the trainer ended before step %d" % KILL_AFTER)
+        raise AssertionError("the trainer ended before step %d" % after)
     time.sleep(float(sys.argv[sys.argv.index("--delay") + 1]) if "--delay" in sys.argv else 0.03)
     for r in victims:
         if node:
@@ -166,7 +170,8 @@ def interrupt(c, procs, victims, restart=True, node=False, trainers=True):
         p.stdout.close()
     for r in victims if restart else ():
         d = c.daemons[r]
-        d.log_path = os.path.join(d.rundir, "zerod-restarted.log")
+        d.log_path = os.path.join(d.rundir, "zerod-restarted%s.log" % ("" if after == KILL_AFTER
+                                                                       else after))
         d.start()
 
 
@@ -325,15 +330,28 @@ def inplace(c, outs, victim):
     """The victim's daemon killed and started again with the trainers left running: each
     re-attaches in place and the job goes on. Returns the step the job went on at."""
     procs = [start(c, "killed", r, outs["killed"][r], inplace=True) for r in range(WORLD)]
-    interrupt(c, procs, [victim], trainers=False)
+    kills = [(KILL_AFTER, victim)]
+    if "--again" in sys.argv:
+        # the daemon whose buddy came back fresh (its replica there came as a whole shard),
+        # then the first victim again (its buddy kept its replica current: no whole shard)
+        kills += [(KILL_AFTER + 3, (victim + WORLD - 1) % WORLD), (KILL_AFTER + 5, victim)]
+    for after, r in kills:
+        interrupt(c, procs, [r], trainers=False, after=after)
     logs = finish(procs)
+    times = len(kills)
     for r, log in enumerate(logs):  # (rank 0's lines up to the kill were read by interrupt)
         assert "ATTACHED resumed=1" not in log, "rank %d restarted:\n%s" % (r, log[-2000:])
         found = re.findall(r"^REATTACHES (\d+)$", log, re.M)
-        assert found == ["1"], "rank %d re-attached %s times:\n%s" % (r, found, log[-2000:])
+        assert found == [str(times)], "rank %d re-attached %s times:\n%s" % (r, found,
+                                                                              log[-2000:])
     survivor = c.daemons[(victim + 1) % WORLD].log()
     assert re.search(r"recovered 1 fresh rank", survivor), survivor[-3000:]
-    assert "shard came from its buddy" in c.daemons[victim].log()
+    for after, r in kills:
+        with open(os.path.join(c.daemons[r].rundir, "zerod-restarted%s.log"
+                               % ("" if after == KILL_AFTER else after))) as f:
+            log = f.read()
+        assert "shard came from its buddy" in log, "daemon %d after step %d:\n%s" % (
+            r, after, log[-3000:])
     m = re.search(r"job '\S+' re-attached at step (\d+)", survivor)
     assert m, survivor[-3000:]
     step = int(m.group(1))

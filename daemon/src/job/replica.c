@@ -394,6 +394,7 @@ zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, s
     uint64_t t0 = zs_time_now_ns(), t1;
     zd_rep_info_t *in;
     uint32_t owner;
+    bool kept = false;
     zs_status_t st;
 
     job->recover_msg[0] = '\0';
@@ -426,6 +427,12 @@ zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, s
     /* recorded once the step is settled: the spans go with the step built next */
     zd_trace_span(job->trace, ZD_TRACE_RECOVER_AGREE, job->step + 1, t0, t1,
                   st != ZS_OK ? ZD_TRACE_FAILED : 0);
+    if (st == ZS_OK) { /* the buddy holds our shard at our step: a survivor's replica, or the
+                        * one this rank's shard just came from */
+        const zd_rep_info_t *b = &in[(job->rank + rp->shift) % N];
+
+        kept = job->params_loaded && b->rep == job->step + 1 && b->owner == job->rank;
+    }
     free(in);
     if (st != ZS_OK) {
         return st;
@@ -434,7 +441,9 @@ zs_status_t zd_replica_form(zd_job_t *job, const zd_job_env_t *env, char *err, s
     rp->valid = rp->valid && rp->owner == owner && rp->step == job->step && job->params_loaded;
     rp->owner = owner;
     rp->buddy = (job->rank + rp->shift) % N;
-    rp->send_full = true; /* the buddy may be fresh, or have missed a change */
+    /* the buddy may be fresh, or hold another shard: it gets the whole of ours with the next
+     * gradient, unless it holds ours at this step; one still due (weights reloaded) stays */
+    rp->send_full = rp->send_full || !kept;
     rp->on = true;
     return ZS_OK;
 }

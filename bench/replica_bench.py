@@ -29,8 +29,10 @@ params region) and its difference against 16 x Psi / world more with it (the rep
 master, m and v and the owner's gradient), and the bytes per step against 4 x Psi / world.
 
 Recovery (--recovery-runs runs of each mode of --recovery-modes, alternated): the trainers are
-subprocesses that print each applied step with its wall time. After step 1.5 x --ckpt-every, in
-the middle of the next step, daemon 1 is killed (SIGKILL); it is started again, fresh. In mode
+subprocesses that print each applied step with its wall time. After step 1.5 x --ckpt-every and
+both daemons' store plans (a daemon that dies has been running a while: its restart takes the
+plan it kept, not measuring again), in the middle of the next step, daemon 1 is killed
+(SIGKILL); it is started again, fresh. In mode
 inplace the trainers go on: each re-attaches in place and submits its kept buckets again (the
 next applied step is rank 0's first after its re-attach). In modes buddy and off every trainer
 is killed and started again as a launcher's restart does (TORCHELASTIC_RESTART_COUNT=1). With
@@ -490,7 +492,8 @@ def main():
     rec = recovery(a)
     if len(rec) < 3:
         return 0
-    print("recovery, world %d, Psi %d, daemon 1 killed after step %d, %d runs (medians): from "
+    print("recovery, world %d, Psi %d, daemon 1 killed after step %d and the daemons' store "
+          "plans, %d runs (medians): from "
           "the kill to the next applied step, buddy in place %.2f s, buddy with the launcher's "
           "restart %.2f s, off (checkpoint every %d steps) %.2f s; the re-attach in place "
           "itself %.2f s, initialize() itself buddy %.2f s, off %.2f s"

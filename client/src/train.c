@@ -153,23 +153,8 @@ ZC_API int zc_session_slot_acquire(zc_session_t *session, uint32_t bucket, int t
     return ZC_OK;
 }
 
-/* `slot` is one of this attached session's slots, acquired for its bucket: *rec_p is its
- * record. Errors are named after `what`. */
-static int zc_slot_check_held(zc_session_t *s, const zc_slot_t *slot, const char *what,
-                              zc_slot_rec_t **rec_p);
-
-static int zc_slot_check_acquired(zc_session_t *s, const zc_slot_t *slot, const char *what,
-                                  zc_slot_rec_t **rec_p)
-{
-    int status = zc_session_check_attached(s, what);
-
-    if (status != ZC_OK) {
-        return status;
-    }
-    return zc_slot_check_held(s, slot, what, rec_p);
-}
-
-/* The slot is acquired and not submitted (the connection may be closed). */
+/* `slot` is one of this session's slots, acquired for its bucket and not submitted (the
+ * connection may be closed since): *rec_p is its record. Errors are named after `what`. */
 static int zc_slot_check_held(zc_session_t *s, const zc_slot_t *slot, const char *what,
                               zc_slot_rec_t **rec_p)
 {
@@ -182,6 +167,15 @@ static int zc_slot_check_held(zc_session_t *s, const zc_slot_t *slot, const char
                        slot->bucket);
     }
     return ZC_OK;
+}
+
+/* The same, on an attached session whose connection is open. */
+static int zc_slot_check_acquired(zc_session_t *s, const zc_slot_t *slot, const char *what,
+                                  zc_slot_rec_t **rec_p)
+{
+    int status = zc_session_check_attached(s, what);
+
+    return status != ZC_OK ? status : zc_slot_check_held(s, slot, what, rec_p);
 }
 
 ZC_API int zc_session_slot_fill(zc_session_t *session, const zc_slot_t *slot, uint64_t offset,

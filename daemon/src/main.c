@@ -412,7 +412,6 @@ static void zd_ignore_sigpipe(void)
     sigaction(SIGXFSZ, &sa, NULL);
 }
 
-/* Load, check, then print (--print-config), check only (-t) or serve. */
 /* The store plan an earlier daemon on this socket measured in this boot, if there is one for
  * this build and machine: this daemon then does not measure it again at its first large job
  * (seconds of a core, while a job whose daemon died recovers). */
@@ -432,6 +431,7 @@ static void zd_load_stores(const char *file)
     }
 }
 
+/* Load, check, then print (--print-config), check only (-t) or serve. */
 static int zd_main_config(const zd_args_t *a)
 {
     char err[ZS_CONFIG_ERRLEN], device[64], socket_path[256], metrics[160], stores_file[272];

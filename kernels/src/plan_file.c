@@ -40,13 +40,6 @@ static void zk_proc_value(const char *path, const char *key, char *out, size_t l
     fclose(f);
 }
 
-static long zk_sysconf_or(int name, long dflt)
-{
-    long v = sysconf(name);
-
-    return v > 0 ? v : dflt;
-}
-
 /* What a plan depends on, as one line. */
 static void zk_plan_identity(const char *tag, char *out, size_t len)
 {
@@ -55,17 +48,11 @@ static void zk_plan_identity(const char *tag, char *out, size_t len)
     zk_proc_value("/proc/cpuinfo", "model name", model, sizeof(model));
     zk_proc_value("/proc/sys/kernel/random/boot_id", NULL, boot, sizeof(boot));
     snprintf(out, len,
-             "%s; build %s; variant %s; plan %zu bytes; cpu %s; l1d %ld l2 %ld l3 %ld; cpus "
-             "%ld; boot %s\n",
+             "%s; build %s; variant %s; plan %zu bytes; cpu %s; l1d %zu llc %zu; cpus %ld; "
+             "boot %s\n",
              ZK_PLAN_FILE_MAGIC, tag != NULL ? tag : "", zk_variant_name(zk_default_variant()),
-             sizeof(zk_store_plan_t), model,
-#ifdef _SC_LEVEL1_DCACHE_SIZE
-             zk_sysconf_or(_SC_LEVEL1_DCACHE_SIZE, 0), zk_sysconf_or(_SC_LEVEL2_CACHE_SIZE, 0),
-             zk_sysconf_or(_SC_LEVEL3_CACHE_SIZE, 0),
-#else
-             0L, 0L, 0L,
-#endif
-             zk_sysconf_or(_SC_NPROCESSORS_ONLN, 0), boot);
+             sizeof(zk_store_plan_t), model, zk_l1d_bytes(), zk_llc_bytes(),
+             sysconf(_SC_NPROCESSORS_ONLN), boot);
 }
 
 int zk_store_plan_save(const zk_store_plan_t *plan, const char *path, const char *tag)

@@ -89,7 +89,7 @@ static size_t zk_cache_bytes(long sc, int idx, size_t dflt)
 }
 
 /* The L1 data cache in bytes, or 32 KiB when nothing says. */
-static size_t zk_l1d_bytes(void)
+size_t zk_l1d_bytes(void)
 {
     long s = -1;
 
@@ -100,7 +100,7 @@ static size_t zk_l1d_bytes(void)
 }
 
 /* The last-level cache in bytes (sysconf, then sysfs), or 32 MiB when neither says. */
-static size_t zk_llc_bytes(void)
+size_t zk_llc_bytes(void)
 {
     long s = -1;
 

@@ -169,6 +169,11 @@ zs_status_t zk_adam_k_init(const zk_adam_params_t *params, zk_adam_k_t *k);
 /* The ops of variant v (supported: checked by the caller). */
 const zk_ops_t *zk_variant_ops(int v);
 
+/* The caches a store plan is sized by (stores.c): the L1 data cache (prefetch distances) and
+ * the last-level one (the scratch it times on), from sysconf or sysfs. */
+size_t zk_l1d_bytes(void);
+size_t zk_llc_bytes(void);
+
 /* `plan` (read from a file: plan_file.c) as the default variant's, unless one is measured or
  * being measured already, or it is another variant's: 1 when taken, 0 when not. */
 int zk_store_plan_install(const zk_store_plan_t *plan);

@@ -265,10 +265,15 @@ class GradientStream:
             bufs[b] = torch.empty(self._bucket_padded[b], dtype=self.link.dtype)
         return bufs[b]
 
+    def survives(self, e):
+        """Can the engine go on in place after error `e`: a lost daemon, with the window's
+        buckets kept?"""
+        return self.link.keep and is_loss(e)
+
     def _loss(self, e):
         """A session call failed: with kept buckets a lost daemon is noted (the backward goes
         on into the kept copies); anything else is raised."""
-        if not (self.link.keep and is_loss(e)):
+        if not self.survives(e):
             raise e
         if self.lost is None:
             self.lost = e

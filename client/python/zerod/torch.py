@@ -25,7 +25,7 @@ from ._codes import STATUS, ZC_ERR_BUSY, ZC_ERR_JOB_ENDED, ZC_ERR_LAYOUT_MISMATC
 from . import _checkpoint, _compat, _config, _reattach, _setup
 from ._compat import (  # noqa: F401
     DeepSpeedOptimizerSurface, DeepSpeedSurface, add_config_arguments, init_distributed)
-from ._grads import _TORCH_DTYPE, GradientStream, StreamLink, _tensor_at, is_loss, sync_device
+from ._grads import _TORCH_DTYPE, GradientStream, StreamLink, _tensor_at, sync_device
 from ._libzc import MEMORY_DEVICE, Session, ZerodError
 from ._writes import ParamWrites
 
@@ -34,7 +34,6 @@ __all__ = ["initialize", "ZerodEngine", "ZerodOptimizer", "ZerodError", "init_di
 
 # Options the daemon fixes at attach time (only lr may change afterwards, with each Step).
 _FIXED_KEYS = ("betas", "eps", "weight_decay", "bias_correction", "adam_w_mode")
-
 
 
 # ---- optimizer facade ---------------------------------------------------------------------
@@ -149,8 +148,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         zc_groups = self._register(groups)
         self._attach_args = (env, zdtype, zc_groups, json.dumps(cfg), timeout_ms)
         self.reattaches = 0
-        self._sess = self._attach(env, zdtype, zc_groups, json.dumps(cfg), timeout_ms,
-                                  attach_wait_s, resume)
+        self._sess = self._attach(*self._attach_args, attach_wait_s, resume)
         self._closed = False
         self._warn_attach_info()
         try:
@@ -220,7 +218,6 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
         return StreamLink(sess=self._sess, params=self._params, lock=self._lock,
                           dtype=self.dtype, stage=self.stage, dev=self._dev, module=self.module,
                           offload=self._offload is not None, keep=_reattach.enabled(self))
-
 
     @staticmethod
     def _params_device(groups):
@@ -435,7 +432,7 @@ class ZerodEngine(DeepSpeedSurface, torch.nn.Module):
             try:
                 res = self._sess.step(group_lr=lrs)
             except ZerodError as e:
-                if not (self._grads.link.keep and is_loss(e)):
+                if not self._grads.survives(e):
                     raise
                 res = _reattach.survive_loss(self, e, self._gas, lrs)
         self.global_steps = res["step"]

@@ -238,7 +238,6 @@ static zs_status_t zd_job_layout(zd_job_t *job, const zd_job_env_t *env, const z
                                  char *err, size_t errlen)
 {
     uint64_t max_bytes = env->max_shard_bytes;
-
     zs_layout_spec_t ls;
     zs_status_t st;
 

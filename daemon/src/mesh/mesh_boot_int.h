@@ -13,6 +13,8 @@
 #define ZD_NONCE_LEN    32
 #define ZD_HMAC_LEN     32
 #define ZD_BOOT_MSG_MAX (1u << 20)
+/* how long rank 0 keeps telling ranks that still connect why formation failed */
+#define ZD_BOOT_LINGER_MS 2000
 
 /* A bootstrap message received on some endpoint, queued by the AM callback. */
 typedef struct zd_boot_msg {
@@ -27,6 +29,7 @@ typedef struct zd_boot_conn {
     ucp_ep_h ep;
     bool failed;
     bool joined;
+    bool told; /* rank 0: sent a Refuse after formation failed (mesh/mesh_boot_rank0.c) */
     uint32_t rank;
     char from[64]; /* the peer's address:port as rank 0 saw it connect, for messages */
     uint8_t nonce[ZD_NONCE_LEN];

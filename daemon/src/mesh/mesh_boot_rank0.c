@@ -113,15 +113,12 @@ static zs_status_t zd_boot_check_match(const zd_mesh_params_t *p, const zd_boot_
     return ZS_OK;
 }
 
-/* Rank 0: check one hello. Fatal mismatches fail formation; a bad token only refuses. */
-static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_boot_conn_t *c,
-                                       const Zerod__Mesh__V1__MeshHello *h, bool *fatal_p,
-                                       char *why, size_t wlen)
+/* Does the hello prove it holds the job token (an HMAC of c's nonce)? */
+static zs_status_t zd_boot_check_token(const zd_mesh_params_t *p, const zd_boot_conn_t *c,
+                                       const Zerod__Mesh__V1__MeshHello *h, char *why, size_t wlen)
 {
-    const zd_mesh_params_t *p = &mesh->p;
     uint8_t mac[ZD_HMAC_LEN];
 
-    *fatal_p = false;
     if (h->hmac.len != ZD_HMAC_LEN || h->rank >= 65536) {
         return zs_errf(why, wlen, ZS_ERR_AUTH, "mesh hello from %s: malformed authentication",
                        h->rank < 65536 ? "a peer" : "a peer with an invalid rank");
@@ -133,8 +130,18 @@ static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_b
                        "mismatch: every daemon of a job needs the same token_file)",
                        h->rank, h->job_id, c->from);
     }
-    *fatal_p = true;
-    return zd_boot_check_match(p, b, h, why, wlen);
+    return ZS_OK;
+}
+
+/* Rank 0: check one hello. Fatal mismatches fail formation; a bad token only refuses. */
+static zs_status_t zd_boot_check_hello(const zd_mesh_t *mesh, zd_boot_t *b, zd_boot_conn_t *c,
+                                       const Zerod__Mesh__V1__MeshHello *h, bool *fatal_p,
+                                       char *why, size_t wlen)
+{
+    zs_status_t st = zd_boot_check_token(&mesh->p, c, h, why, wlen);
+
+    *fatal_p = st == ZS_OK;
+    return st == ZS_OK ? zd_boot_check_match(&mesh->p, b, h, why, wlen) : st;
 }
 
 static void zd_boot_refuse(ucp_ep_h ep, zs_status_t st, const char *why)
@@ -377,6 +384,91 @@ static zs_status_t zd_boot_auth_check(const zd_mesh_t *mesh, zd_boot_t *b, char 
                    b->auth_rank, (double)mesh->p.heartbeat_interval_ns * 1e-9, b->auth_why);
 }
 
+static zd_boot_conn_t *zd_boot_conn_of(zd_boot_t *b, const zd_boot_msg_t *m)
+{
+    for (size_t i = 0; i < b->n_conns; i++) {
+        if (b->conns[i].ep == m->reply_ep) {
+            return &b->conns[i];
+        }
+    }
+    return NULL;
+}
+
+/* After formation failed: a hello that came in is answered with the refusal `told` (a wrong
+ * token only learns that). */
+static void zd_boot_tell_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_boot_msg_t *m,
+                               zs_status_t st, const char *told)
+{
+    zd_boot_conn_t *c = zd_boot_conn_of(b, m);
+    zd_mesh_msg_t *msg = NULL;
+    char why[512];
+
+    if (c == NULL || c->joined || c->told || zd_boot_unpack(m, &msg) != ZS_OK ||
+        msg->body_case != ZEROD__MESH__V1__MESH_MSG__BODY_HELLO) {
+        zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
+        return;
+    }
+    if (zd_boot_check_token(&mesh->p, c, msg->hello, why, sizeof(why)) != ZS_OK) {
+        zd_boot_refuse(c->ep, ZS_ERR_AUTH, why);
+        c->failed = true;
+    } else {
+        zd_boot_refuse(c->ep, st, told);
+        c->told = true;
+        c->rank = msg->hello->rank;
+    }
+    zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
+}
+
+/* Has every rank > 0 been told, and closed its connection (it closes on the Refuse)? */
+static bool zd_boot_all_told(const zd_mesh_t *mesh, const zd_boot_t *b)
+{
+    for (uint32_t r = 1; r < mesh->p.world; r++) {
+        bool told = false;
+        for (size_t i = 0; i < b->n_conns; i++) {
+            told |= b->conns[i].told && b->conns[i].rank == r;
+        }
+        if (!told) {
+            return false;
+        }
+    }
+    for (size_t i = 0; i < b->n_conns; i++) {
+        if (b->conns[i].told && !b->conns[i].failed) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Formation failed on a hello (`why`, already sent to that rank): tell every other rank of the
+ * job instead of letting it wait out mesh_timeout. The ranks that joined get a Refuse naming
+ * it. A rank whose daemon was still connecting -- its trainer attached a moment later, or its
+ * hello was still on the way -- would find the port closed and retry until mesh_timeout: so for
+ * up to ZD_BOOT_LINGER_MS rank 0 keeps its port, challenges whoever connects and refuses their
+ * hello the same way, until every rank was told and closed. A rank that comes later than that
+ * still waits out its mesh_timeout. */
+static void zd_boot_tell_all(const zd_mesh_t *mesh, zd_boot_t *b, zs_status_t st, const char *why)
+{
+    zs_deadline_t d = zs_deadline_in_ms(ZD_BOOT_LINGER_MS);
+    char told[600];
+    zd_boot_msg_t *m;
+
+    snprintf(told, sizeof(told), "mesh formation of job '%s' failed: %s", mesh->p.job_id, why);
+    for (size_t i = 0; i < b->n_conns; i++) {
+        if (b->conns[i].joined && !b->conns[i].failed) {
+            zd_boot_refuse(b->conns[i].ep, st, told);
+            b->conns[i].told = true;
+        }
+    }
+    while (!zs_deadline_expired(d) && !zd_boot_all_told(mesh, b)) {
+        zd_boot_progress(b);
+        zd_boot_challenge(mesh, b);
+        while ((m = zd_boot_pop(b)) != NULL) {
+            zd_boot_tell_hello(mesh, b, m, st, told);
+            zd_boot_msg_free(m);
+        }
+    }
+}
+
 /* One message on rank 0's side: a hello from a connection that has not joined yet. A bad
  * token refuses that connection (and may fail formation a heartbeat_interval later:
  * zd_boot_auth_note); any other mismatch refuses it and fails formation. */
@@ -387,11 +479,10 @@ static zs_status_t zd_boot_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_b
     zd_boot_conn_t *c = NULL;
     char why[512];
     bool fatal = false;
+    uint32_t msg_rank;
     zs_status_t st;
 
-    for (size_t i = 0; i < b->n_conns; i++) {
-        c = b->conns[i].ep == m->reply_ep ? &b->conns[i] : c;
-    }
+    c = zd_boot_conn_of(b, m);
     if (c == NULL || zd_boot_unpack(m, &msg) != ZS_OK ||
         msg->body_case != ZEROD__MESH__V1__MESH_MSG__BODY_HELLO || c->joined) {
         zs_warn(ZS_SUB_MESH, "dropping an unexpected bootstrap message (%zu bytes)", m->len);
@@ -407,6 +498,7 @@ static zs_status_t zd_boot_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_b
     if (st == ZS_ERR_AUTH) {
         zd_boot_auth_note(mesh, b, msg->hello, why);
     }
+    msg_rank = msg->hello->rank;
     zerod__mesh__v1__mesh_msg__free_unpacked(msg, NULL);
     zs_warn(ZS_SUB_MESH, "refused: %s", why);
     zd_boot_refuse(c->ep, st, why);
@@ -414,8 +506,9 @@ static zs_status_t zd_boot_hello(const zd_mesh_t *mesh, zd_boot_t *b, const zd_b
         c->failed = true;
         return ZS_OK;
     }
-    c->joined = true; /* let the refusal reach the peer (it closes on it) before failing */
-    zd_boot_wait_closed(b);
+    c->told = true;
+    c->rank = msg_rank;
+    zd_boot_tell_all(mesh, b, st, why);
     return zs_errf(err, errlen, st, "%s", why);
 }
 

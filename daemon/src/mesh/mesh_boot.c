@@ -195,7 +195,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *ro
             attempts++;
             ep = zd_boot_connect(b, &ss, sslen);
             if (ep == NULL) {
-                usleep(200000);
+                usleep(ZD_BOOT_RETRY_US);
                 continue;
             }
         }
@@ -209,7 +209,7 @@ static zs_status_t zd_boot_client(zd_mesh_t *mesh, zd_boot_t *b, zd_roster_t *ro
                              p->coordinator);
                 break;
             }
-            usleep(200000); /* rank 0 may not listen yet: retry until mesh_timeout */
+            usleep(ZD_BOOT_RETRY_US); /* rank 0 may not listen yet: retry until mesh_timeout */
             continue;
         }
         st = ZS_IN_PROGRESS;

@@ -13,6 +13,10 @@
 #define ZD_NONCE_LEN    32
 #define ZD_HMAC_LEN     32
 #define ZD_BOOT_MSG_MAX (1u << 20)
+/* how often a rank > 0 tries the coordinator again while rank 0 does not listen: the ranks
+ * that kept a job re-form its mesh as soon as a lost daemon's trainer is back, and a connection
+ * refused on the coordinator's port costs little */
+#define ZD_BOOT_RETRY_US 20000
 /* how long rank 0 keeps telling ranks that still connect why formation failed */
 #define ZD_BOOT_LINGER_MS 2000
 

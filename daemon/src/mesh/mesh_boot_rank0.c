@@ -345,7 +345,7 @@ static bool zd_boot_rank_joined(const zd_boot_t *b, uint32_t rank)
  * reach the coordinator's port can claim any rank of a job whose id they know (a daemon of an
  * earlier job, a stray zerod with another token). Failing at once would let that stranger kill
  * every formation it races. With the grace, the real rank -- whose daemon retries the
- * coordinator every 200 ms from the moment its trainer attached -- has a heartbeat_interval to
+ * coordinator every 20 ms from the moment its trainer attached -- has a heartbeat_interval to
  * join and cancel the charge; a job only fails when the claimed rank really did not come,
  * which is then almost surely the one that was refused. The earliest refusal is kept: a stream
  * of them cannot push the deadline back. */

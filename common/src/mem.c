@@ -1,8 +1,10 @@
 #define _GNU_SOURCE
 #include "zs/mem.h"
+#include "zs/thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +24,39 @@ const char *zs_mem_type_name(zs_mem_type_t type)
     return "?";
 }
 
+typedef struct zs_zero_part {
+    void *ptr;
+    size_t size;
+} zs_zero_part_t;
+
+static void *zs_zero_part(void *arg)
+{
+    zs_zero_part_t *z = arg;
+
+    memset(z->ptr, 0, z->size);
+    return NULL;
+}
+
+/* A fresh allocation's cost is its page faults (about 0.45 ms per MiB on a 2-core VM, where the
+ * memset itself takes 0.04), and the faults of one process run side by side on two cores. A
+ * daemon allocates its shard when a job attaches -- in a recovery, on the path to the next
+ * step, while every other process of the job waits. */
+void zs_zero_fill(void *ptr, size_t size)
+{
+    cpu_set_t cpus;
+    pthread_t t;
+    size_t half = (size / 2) & ~(size_t)4095;
+    zs_zero_part_t z = {(char *)ptr + half, size - half};
+
+    if (size >= ZS_ZERO_PARALLEL_MIN && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+        CPU_COUNT(&cpus) > 1 && zs_thread_start(&t, false, zs_zero_part, &z) == 0) {
+        memset(ptr, 0, half);
+        pthread_join(t, NULL);
+        return;
+    }
+    memset(ptr, 0, size);
+}
+
 zs_status_t zs_aligned_alloc(size_t size, size_t align, void **ptr_p)
 {
     void *ptr = NULL;
@@ -35,7 +70,7 @@ zs_status_t zs_aligned_alloc(size_t size, size_t align, void **ptr_p)
     if (posix_memalign(&ptr, align, size) != 0) {
         return ZS_ERR_NO_MEMORY;
     }
-    memset(ptr, 0, size);
+    zs_zero_fill(ptr, size);
     *ptr_p = ptr;
     return ZS_OK;
 }

@@ -4,6 +4,7 @@
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -48,6 +49,29 @@ Test(zs_mem, aligned_alloc_and_overflow_checks)
     cr_assert_eq(zs_align_up_u64(UINT64_MAX - 3, 16, &v), ZS_ERR_OVERFLOW);
     cr_assert_eq(zs_align_up_u64(33, 48, &v), ZS_OK);
     cr_assert_eq(v, 48);
+}
+
+/* Both halves of a large fill are zeroed (one by a thread of its own), and so is a small one;
+ * nothing past the end is touched. */
+Test(zs_mem, zero_fill_clears_every_byte_of_large_and_small_buffers)
+{
+    size_t sizes[] = {ZS_ZERO_PARALLEL_MIN + 4099, 4097, ZS_ZERO_PARALLEL_MIN};
+
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        unsigned char *p = malloc(n + 1);
+        size_t nonzero = 0;
+
+        cr_assert_not_null(p);
+        memset(p, 0xab, n + 1);
+        zs_zero_fill(p, n);
+        for (size_t i = 0; i < n; i++) {
+            nonzero += p[i] != 0;
+        }
+        cr_assert_eq(nonzero, 0, "%zu of %zu bytes left", nonzero, n);
+        cr_assert_eq(p[n], 0xab, "the byte after the end was touched");
+        free(p);
+    }
 }
 
 Test(zs_deadline, expires_and_counts_down)

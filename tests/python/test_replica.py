@@ -142,6 +142,12 @@ def finish(procs, timeout=50):
     return lines
 
 
+def restarted_log(d, after):
+    """The log of daemon d started again after the kill in the step after `after`."""
+    return os.path.join(d.rundir, "zerod-restarted%s.log" % ("" if after == KILL_AFTER
+                                                               else after))
+
+
 def interrupt(c, procs, victims, restart=True, node=False, trainers=True, after=KILL_AFTER):
     """Kill the victims' daemons (node: every process of the victims' hosts) inside the step
     after `after`, then every trainer (unless not `trainers`), as the launcher's restart
@@ -170,8 +176,7 @@ def interrupt(c, procs, victims, restart=True, node=False, trainers=True, after=
         p.stdout.close()
     for r in victims if restart else ():
         d = c.daemons[r]
-        d.log_path = os.path.join(d.rundir, "zerod-restarted%s.log" % ("" if after == KILL_AFTER
-                                                                       else after))
+        d.log_path = restarted_log(d, after)
         d.start()
 
 
@@ -350,8 +355,7 @@ def inplace(c, outs, victim):
     survivor = c.daemons[(victim + 1) % WORLD].log()
     assert re.search(r"recovered 1 fresh rank", survivor), survivor[-3000:]
     for after, r in kills:
-        with open(os.path.join(c.daemons[r].rundir, "zerod-restarted%s.log"
-                               % ("" if after == KILL_AFTER else after))) as f:
+        with open(restarted_log(c.daemons[r], after)) as f:
             log = f.read()
         assert "shard came from its buddy" in log, "daemon %d after step %d:\n%s" % (
             r, after, log[-3000:])

@@ -26,13 +26,13 @@ typedef enum zs_mem_type {
 
 const char *zs_mem_type_name(zs_mem_type_t type);
 
-/* Aligned, zero-filled host allocation; align is a power of two >= sizeof(void *). One of at
- * least ZS_ZERO_PARALLEL_MIN bytes is zeroed on two threads where the caller may run on two CPUs
- * (its page faults are most of its cost). */
-#define ZS_ZERO_PARALLEL_MIN ((size_t)32 << 20)
 /* memset(ptr, 0, size), on two threads from ZS_ZERO_PARALLEL_MIN bytes when the calling thread
- * may run on two CPUs. */
+ * may run on two CPUs (a fresh allocation's page faults are most of its cost). */
+#define ZS_ZERO_PARALLEL_MIN ((size_t)32 << 20)
 void zs_zero_fill(void *ptr, size_t size);
+
+/* Aligned host allocation, zero-filled by zs_zero_fill; align is a power of two >=
+ * sizeof(void *). */
 zs_status_t zs_aligned_alloc(size_t size, size_t align, void **ptr_p);
 void zs_aligned_free(void *ptr);
 

@@ -247,6 +247,7 @@ static int zc_attach_region(zc_session_t *s, int *fd, size_t size, zs_region_t *
             return zc_fail((int)st, "cannot map %zu bytes of fd %d", size, *fd);
         }
         *fd = -1;
+        zs_prefault(r->addr, size); /* the daemon's pages, mapped here in one call per thread */
         return ZC_OK;
     }
     r->mem = ZS_MEM_DEVICE;

@@ -31,8 +31,15 @@ const char *zs_mem_type_name(zs_mem_type_t type);
 #define ZS_ZERO_PARALLEL_MIN ((size_t)32 << 20)
 void zs_zero_fill(void *ptr, size_t size);
 
-/* Aligned host allocation, zero-filled by zs_zero_fill; align is a power of two >=
- * sizeof(void *). */
+/* Faults in the whole pages of [ptr, ptr + size) of a mapping (fresh anonymous memory, a memfd
+ * region), writing nothing: one kernel call per thread, on two threads as zs_zero_fill, where a
+ * memset would take a fault per page. Where the kernel cannot, the pages fault at first touch. */
+void zs_prefault(void *ptr, size_t size);
+
+/* Aligned host allocation, zero-filled; align is a power of two >= sizeof(void *). From
+ * ZS_ZERO_PARALLEL_MIN bytes (align <= ZS_PAGE_ALIGN) it is a mapping of its own, faulted in by
+ * zs_prefault (one page more, for its header); smaller ones come from posix_memalign and
+ * zs_zero_fill. Free it with zs_aligned_free only. */
 zs_status_t zs_aligned_alloc(size_t size, size_t align, void **ptr_p);
 void zs_aligned_free(void *ptr);
 

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 Test(zs_region, memfd_is_sealed_cloexec_and_shared)
@@ -72,6 +73,62 @@ Test(zs_mem, zero_fill_clears_every_byte_of_large_and_small_buffers)
         cr_assert_eq(p[n], 0xab, "the byte after the end was touched");
         free(p);
     }
+}
+
+/* A large allocation is a mapping of its own, faulted in without a write: every byte reads zero,
+ * every page is resident once it returns, and it frees as a small one does. */
+Test(zs_mem, large_aligned_alloc_is_zero_resident_and_freed)
+{
+    size_t sizes[] = {ZS_ZERO_PARALLEL_MIN + 4099, ZS_ZERO_PARALLEL_MIN, 4097};
+
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k], nonzero = 0, pages = (n + 4095) / 4096, resident = 0;
+        unsigned char *p = NULL, *vec = malloc(pages + 1);
+
+        cr_assert_not_null(vec);
+        cr_assert_eq(zs_aligned_alloc(n, 64, (void **)&p), ZS_OK);
+        cr_assert_eq((uintptr_t)p % 64, 0);
+        if (n >= ZS_ZERO_PARALLEL_MIN) {
+            cr_assert_eq((uintptr_t)p % 4096, 0, "a mapping of its own");
+            cr_assert_eq(mincore(p, n, vec), 0);
+            for (size_t i = 0; i < pages; i++) {
+                resident += vec[i] & 1;
+            }
+            cr_assert_eq(resident, pages, "%zu of %zu pages faulted in", resident, pages);
+        }
+        for (size_t i = 0; i < n; i++) {
+            nonzero += p[i] != 0;
+        }
+        cr_assert_eq(nonzero, 0, "%zu of %zu bytes not zero", nonzero, n);
+        memset(p, 0xcd, n);
+        zs_aligned_free(p);
+        free(vec);
+    }
+    zs_aligned_free(NULL);
+}
+
+/* zs_prefault faults in a memfd region's whole pages and changes no byte. */
+Test(zs_mem, prefault_faults_in_a_region_and_keeps_its_bytes)
+{
+    zs_region_t r = ZS_REGION_INIT;
+    size_t n = ZS_ZERO_PARALLEL_MIN + 8192, resident = 0;
+    unsigned char *vec = malloc(n / 4096);
+
+    cr_assert_not_null(vec);
+    cr_assert_eq(zs_region_create("zs-prefault", n, &r), ZS_OK);
+    ((unsigned char *)r.addr)[5] = 7;
+    ((unsigned char *)r.addr)[n - 1] = 9;
+    zs_prefault(r.addr, n);
+    cr_assert_eq(mincore(r.addr, n, vec), 0);
+    for (size_t i = 0; i < n / 4096; i++) {
+        resident += vec[i] & 1;
+    }
+    cr_assert_eq(resident, n / 4096);
+    cr_assert_eq(((unsigned char *)r.addr)[5], 7);
+    cr_assert_eq(((unsigned char *)r.addr)[n - 1], 9);
+    cr_assert_eq(((unsigned char *)r.addr)[n / 2], 0);
+    zs_region_cleanup(&r);
+    free(vec);
 }
 
 Test(zs_deadline, expires_and_counts_down)

@@ -243,6 +243,13 @@ void zd_backend_free(zd_backend_t *be, float *ptr)
 #endif
 }
 
+void zd_backend_prefault(const zd_backend_t *be, const zs_region_t *region)
+{
+    if (be->device < 0 && region->mem == ZS_MEM_HOST && region->addr != NULL) {
+        zs_prefault(region->addr, region->size);
+    }
+}
+
 zs_status_t zd_backend_region(zd_backend_t *be, const char *name, size_t size, zs_region_t *region)
 {
     zs_status_t st;
@@ -252,12 +259,8 @@ zs_status_t zd_backend_region(zd_backend_t *be, const char *name, size_t size, z
         if (st != ZS_OK) {
             snprintf(be->why, sizeof(be->why), "cannot create the %s memfd of %zu bytes: %s", name,
                      size, strerror(errno));
-            return st;
         }
-        /* every page is written in a step anyway (the all-gather, the trainer's buckets): faulted
-         * in now in one call, not one fault at a time then, a recovery's path included */
-        zs_prefault(region->addr, size);
-        return ZS_OK;
+        return st;
     }
 #if defined(ZD_HAVE_NCCL)
     for (int i = 0; i < ZD_BACKEND_REGIONS; i++) {

@@ -38,6 +38,11 @@ const char *zd_backend_error(const zd_backend_t *be);
 zs_status_t zd_backend_alloc(zd_backend_t *be, size_t bytes, float **ptr_p);
 void zd_backend_free(zd_backend_t *be, float *ptr);
 
+/* A host region's pages faulted in, in one call per thread (zs_prefault), for a region whose
+ * every page a step writes anyway (the all-gather's params, the trainer's buckets): not one
+ * fault at a time in the step, a recovery's included. Nothing for device memory. */
+void zd_backend_prefault(const zd_backend_t *be, const zs_region_t *region);
+
 /* A region shared with the trainers (zero-filled): region->fd is what attach sends and
  * region->addr where this process reaches it (a device address on the CUDA backend). */
 zs_status_t zd_backend_region(zd_backend_t *be, const char *name, size_t size, zs_region_t *region);

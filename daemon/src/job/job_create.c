@@ -143,6 +143,9 @@ static zs_status_t zd_job_alloc(zd_job_t *job, char *err, size_t errlen)
                            zd_backend_name(job->be), zd_backend_error(job->be));
         }
     }
+    /* the params region may yet give way to one per host (zd_job_form_mesh) */
+    zd_backend_prefault(job->be, &job->slots);
+    zd_backend_prefault(job->be, &job->grads);
     job->acc_clean = malloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1);
     job->slice_norm =
         calloc(job->layout->n_buckets > 0 ? job->layout->n_buckets : 1, sizeof(*job->slice_norm));

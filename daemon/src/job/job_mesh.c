@@ -137,6 +137,7 @@ zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, 
         return zd_job_nccl_local(job, env, err, errlen);
     }
     if (job->world == 1) {
+        zd_backend_prefault(job->be, &job->params);
         st = zd_coll_local_create(env->exec, &job->coll);
         return st == ZS_OK ? st : zs_errf(err, errlen, st, "attach: out of memory");
     }
@@ -162,6 +163,7 @@ zs_status_t zd_job_form_mesh(zd_job_t *job, const zd_job_env_t *env, char *err, 
         st = zd_job_take_shared_params(job, &sp, err, errlen);
     }
     zs_region_cleanup(&sp.region);
+    zd_backend_prefault(job->be, &job->params); /* this rank's own, or the host's one */
     if (st == ZS_OK) { /* a fresh rank gets its shard from its buddy here */
         st = zd_replica_form(job, env, err, errlen);
     }

@@ -39,5 +39,18 @@ pip install --index-url "$torch_index" "torch>=2,<3"
 DS_BUILD_OPS=0 pip install "deepspeed==$ds_version" ninja numpy psutil py-cpuinfo
 "$venv/bin/python" -c 'import torch, deepspeed; print("ds_venv: torch", torch.__version__,
 "deepspeed", deepspeed.__version__)' >&2
+# DeepSpeed builds its CPU ops (FusedAdam, the shared-memory comm, CPUAdam) with the system
+# compiler the first time they are used: minutes on two cores, which would fall on the first
+# test or benchmark that runs DeepSpeed (make test's 60 s limit of a test). Built here, once.
+echo "ds_venv: building DeepSpeed's CPU ops (once)" >&2
+"$venv/bin/python" - >&2 <<'PY'
+from deepspeed.accelerator import get_accelerator
+
+acc = get_accelerator()
+for name in ("FusedAdamBuilder", "ShareMemCommBuilder", "CPUAdamBuilder"):
+    builder = acc.create_op_builder(name)
+    if builder is not None:
+        builder.load(verbose=False)
+PY
 touch "$stamp"
 echo "$venv/bin/python"

@@ -84,8 +84,9 @@ void zs_zero_fill(void *ptr, size_t size)
 
 void zs_prefault(void *ptr, size_t size)
 {
-    uintptr_t a = ((uintptr_t)ptr + 4095) & ~(uintptr_t)4095;
-    uintptr_t e = ((uintptr_t)ptr + size) & ~(uintptr_t)4095;
+    const uintptr_t page = ZS_PAGE_ALIGN;
+    uintptr_t a = ((uintptr_t)ptr + page - 1) & ~(page - 1);
+    uintptr_t e = ((uintptr_t)ptr + size) & ~(page - 1);
 
     if (e > a) {
         zs_fill((void *)a, e - a, true);
@@ -116,7 +117,7 @@ static zs_status_t zs_map_alloc(size_t size, void **ptr_p)
         return ZS_ERR_NO_MEMORY;
     }
     *(zs_alloc_head_t *)(base + ZS_PAGE_ALIGN - ZS_HEAD_ROOM) = (zs_alloc_head_t){base, len};
-    zs_fill(base + ZS_PAGE_ALIGN, len - ZS_PAGE_ALIGN, true);
+    zs_prefault(base + ZS_PAGE_ALIGN, len - ZS_PAGE_ALIGN);
     *ptr_p = base + ZS_PAGE_ALIGN;
     return ZS_OK;
 }
@@ -135,9 +136,8 @@ zs_status_t zs_aligned_alloc(size_t size, size_t align, void **ptr_p)
     if (size >= ZS_ZERO_PARALLEL_MIN && align <= ZS_PAGE_ALIGN) {
         return zs_map_alloc(size, ptr_p);
     }
-    room = align > ZS_HEAD_ROOM ? align : ZS_HEAD_ROOM;
-    if (size > SIZE_MAX - room ||
-        posix_memalign(&base, align > 16 ? align : 16, size + room) != 0) {
+    room = align > ZS_HEAD_ROOM ? align : ZS_HEAD_ROOM; /* the header's room keeps the alignment */
+    if (size > SIZE_MAX - room || posix_memalign(&base, room, size + room) != 0) {
         return ZS_ERR_NO_MEMORY;
     }
     *ptr_p = (char *)base + room;

@@ -13,6 +13,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZS_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define ZS_ASAN 1
+#endif
+#ifdef ZS_ASAN
+#include <sanitizer/asan_interface.h>
+/* The header before an allocation is ours, inside what posix_memalign or mmap gave: poisoned,
+ * a write before the caller's first byte is still reported, as without the header. */
+#define ZS_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define ZS_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define ZS_POISON(p, n)   ((void)(p), (void)(n))
+#define ZS_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 const char *zs_mem_type_name(zs_mem_type_t type)
 {
     switch (type) {
@@ -117,6 +136,7 @@ static zs_status_t zs_map_alloc(size_t size, void **ptr_p)
         return ZS_ERR_NO_MEMORY;
     }
     *(zs_alloc_head_t *)(base + ZS_PAGE_ALIGN - ZS_HEAD_ROOM) = (zs_alloc_head_t){base, len};
+    ZS_POISON(base, ZS_PAGE_ALIGN);
     zs_prefault(base + ZS_PAGE_ALIGN, len - ZS_PAGE_ALIGN);
     *ptr_p = base + ZS_PAGE_ALIGN;
     return ZS_OK;
@@ -142,6 +162,7 @@ zs_status_t zs_aligned_alloc(size_t size, size_t align, void **ptr_p)
     }
     *ptr_p = (char *)base + room;
     *(zs_alloc_head_t *)((char *)*ptr_p - ZS_HEAD_ROOM) = (zs_alloc_head_t){base, 0};
+    ZS_POISON(base, room);
     zs_zero_fill(*ptr_p, size);
     return ZS_OK;
 }
@@ -153,10 +174,13 @@ void zs_aligned_free(void *ptr)
     if (ptr == NULL) {
         return;
     }
+    ZS_UNPOISON((char *)ptr - ZS_HEAD_ROOM, ZS_HEAD_ROOM);
     h = *(const zs_alloc_head_t *)((const char *)ptr - ZS_HEAD_ROOM);
     if (h.map_len > 0) {
+        ZS_UNPOISON(h.base, ZS_PAGE_ALIGN); /* mapped again later, by anyone */
         munmap(h.base, h.map_len);
     } else {
+        ZS_UNPOISON(h.base, (size_t)((char *)ptr - (char *)h.base));
         free(h.base);
     }
 }

@@ -9,6 +9,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZS_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define ZS_TEST_ASAN 1
+#endif
+#ifdef ZS_TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 Test(zs_region, memfd_is_sealed_cloexec_and_shared)
 {
     zs_region_t r = ZS_REGION_INIT, r2 = ZS_REGION_INIT;
@@ -105,6 +117,35 @@ Test(zs_mem, large_aligned_alloc_is_zero_resident_and_freed)
         free(vec);
     }
     zs_aligned_free(NULL);
+}
+
+/* Under AddressSanitizer the header before an allocation is poisoned, small or large, so a
+ * write before the caller's first byte is reported as it would be without the header; every
+ * byte of the allocation itself is addressable. */
+Test(zs_mem, aligned_alloc_header_is_poisoned_under_asan)
+{
+#ifdef ZS_TEST_ASAN
+    size_t sizes[] = {1000, ZS_ZERO_PARALLEL_MIN};
+    size_t aligns[] = {16, 64, 4096};
+
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        for (size_t a = 0; a < sizeof(aligns) / sizeof(aligns[0]); a++) {
+            unsigned char *p = NULL;
+
+            cr_assert_eq(zs_aligned_alloc(sizes[k], aligns[a], (void **)&p), ZS_OK);
+            for (size_t back = 1; back <= 16; back++) {
+                cr_assert(__asan_address_is_poisoned(p - back),
+                          "%zu bytes (align %zu): byte -%zu is addressable", sizes[k], aligns[a],
+                          back);
+            }
+            cr_assert_null(__asan_region_is_poisoned(p, sizes[k]), "%zu bytes (align %zu)",
+                           sizes[k], aligns[a]);
+            zs_aligned_free(p);
+        }
+    }
+#else
+    cr_skip("built without AddressSanitizer: the header is not poisoned");
+#endif
 }
 
 /* zs_prefault faults in a memfd region's whole pages and changes no byte. */

@@ -139,8 +139,9 @@ class Daemon:
         if not check:
             return
         problems = []
-        if rc != 0:
-            problems.append("zerod exited with %d after SIGTERM" % rc)
+        if rc != 0:  # an abort's message (glibc, libuv, UCX) is on its stderr: the log
+            problems.append("zerod exited with %d after SIGTERM; the end of %s:\n%s"
+                            % (rc, self.log_path, "\n".join(self.log().splitlines()[-40:])))
         errors = [ln for ln in self.log().splitlines() if " ERROR " in ln]
         if self.allowed_errors:
             errors = [ln for ln in errors if not re.search(self.allowed_errors, ln)]

@@ -301,6 +301,27 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     }
 }
 
+/* A distance chosen without winning (none within ZK_PLAN_MARGIN of the fastest distance, one
+ * call a round) timed again against none, each a sample of consecutive calls after a warm-up as
+ * the daemon makes them (zk_plan_pair): none is kept when it is ZK_PLAN_MARGIN faster there.
+ * One call a round over the whole scratch does not show what consecutive calls do: on the AMD
+ * EPYC VM the accumulate's none and 1024 ahead tied at 256 MiB (32.6 against 31.1 GB/s; AVX2
+ * 27.0 against 26.8), the plan took 1024, and zk_bench's calls of 4 to 64 Mi elements then ran
+ * at 0.73-0.87 of the limit with it and at 0.97-1.15 without it (forced either way, both
+ * instruction sets, in the same hour); 2048 ahead ran at 0.63-0.93. */
+static void zk_plan_pf_confirm(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
+                               zk_scratch_t *b, int kind)
+{
+    const zk_st_t st[2] = {{kind, 0}, {kind, plan->prefetch[f][kind]}};
+    double g[2];
+
+    zk_plan_pair(plan, ops, f, b, (size_t)(zk_plan_bytes(f) * (double)b->n), st, g); /* all */
+    if (g[0] > ZK_PLAN_MARGIN * g[1]) {
+        plan->prefetch[f][kind] = 0;
+        zk_plan_printf(plan, " -> 0,");
+    }
+}
+
 /* The best prefetch distance of a family with each of its `kinds` of stores (1 or 2), timed
  * on the whole scratch (a quarter of it, 64 MiB, was tried: on a VM that reports a 300 MiB L3
  * it ran twice as fast as the whole and hid the prefetch's gain, so Adam ran without one at
@@ -343,7 +364,7 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
     for (int k = 0; k < kinds; k++) {
         const double *g = plan->pf_gbps[f][k];
         double margin;
-        int best = 1, top;
+        int best = 1, top, fastest;
 
         for (int i = 2; i < ZK_PREFETCH_CHOICES && zk_prefetch_choice(i) <= plan->pf_max[f]; i++) {
             best = g[i] > g[best] ? i : best;
@@ -359,6 +380,7 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
                 break;
             }
         }
+        fastest = best;
         best = g[0] > ZK_PLAN_MARGIN * g[best] ? 0 : top;
         if (k == 1 && zk_plan_writes_apart(f) && best != 0 &&
             zk_plan_decide(rounds[1][0], rounds[1][best], ZK_PLAN_ROUNDS, &margin) !=
@@ -370,7 +392,10 @@ static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
             plan, " %s prefetch none %.1f, %.1f/%.1f/%.1f -> %u%s,", k == 0 ? "regular" : "nt",
             g[0], g[1], g[2], g[3], zk_prefetch_choice(best),
             plan->pf_max[f] < zk_prefetch_choice(ZK_PREFETCH_CHOICES - 1) ? " (L1 caps it)" : "");
-        if (best == 0) {
+        if (best != 0 && !(g[fastest] > ZK_PLAN_MARGIN * g[0])) {
+            zk_plan_pf_confirm(plan, ops, f, b, k);
+        }
+        if (plan->prefetch[f][k] == 0) {
             zk_plan_pf_again(plan, ops, f, b, k);
         }
     }

@@ -262,9 +262,13 @@ size_t zk_plan_pf_measured(zk_store_family_t f, size_t plan_bytes)
 }
 
 /* Where no prefetch won at the size measured, none against each distance the family may take
- * again at half that size, each pair alternated: the fastest distance there is kept unless
- * none is 3 % faster than it, for calls nearer that size than the one measured (on a log
- * scale: below the measured size over the square root of 2). Between the last-level cache and
+ * again at half that size, each pair alternated: of the distances the pair says win
+ * (zk_plan_decide), the fastest is kept, for calls nearer that size than the one measured (on
+ * a log scale: below the measured size over the square root of 2). A tie keeps none: the band
+ * reaches down to the last-level cache, where a prefetch that gains nothing at half the plan's
+ * size can cost a third (the AVX-512 accumulate: 2048 ahead tied at 128 MiB, 32.8 against
+ * 32.5 GB/s, and its calls of 4 Mi elements, 48 MiB, then ran at 0.65 of the limit; pinned,
+ * 0.63-0.72 with it and 0.97-1.13 without, in the same hour). Between the last-level cache and
  * the size measured a prefetch can still gain: with AVX2 on the AMD EPYC VM none won the
  * accumulate at 256 MiB (72.1 against 69.4 GB/s), and its calls at 16 Mi elements (160 MiB)
  * ran at 0.87 of the limit, where 2048 ahead gave 0.99. Each distance is tried, not only the
@@ -279,21 +283,19 @@ size_t zk_plan_pf_measured(zk_store_family_t f, size_t plan_bytes)
 static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                              zk_scratch_t *b, int kind)
 {
-    double none = 0, best = 0, g[2];
+    double best = 0, g[2];
     size_t measured = zk_plan_pf_measured(f, plan->nt_min_bytes);
     int won = 0;
 
     for (int i = 1; i < ZK_PREFETCH_CHOICES && zk_prefetch_choice(i) <= plan->pf_max[f]; i++) {
         const zk_st_t st[2] = {{kind, 0}, {kind, zk_prefetch_choice(i)}};
 
-        zk_plan_pair(plan, ops, f, b, measured / 2, st, g);
-        none = fmax(none, g[0]);
-        if (g[1] > best) {
+        if (zk_plan_pair(plan, ops, f, b, measured / 2, st, g) == ZK_PLAN_WINS && g[1] > best) {
             best = g[1];
             won = i;
         }
     }
-    if (best > 0 && !(none > ZK_PLAN_MARGIN * best)) {
+    if (best > 0) {
         plan->prefetch[f][kind] = zk_prefetch_choice(won);
         plan->pf_to[f][kind] = zk_plan_pf_band(measured);
         zk_plan_printf(plan, " -> %u below %zu MiB,", zk_prefetch_choice(won),
@@ -303,20 +305,21 @@ static void zk_plan_pf_again(zk_store_plan_t *plan, const zk_ops_t *ops, zk_stor
 
 /* A distance chosen without winning (none within ZK_PLAN_MARGIN of the fastest distance, one
  * call a round) timed again against none, each a sample of consecutive calls after a warm-up as
- * the daemon makes them (zk_plan_pair): none is kept when it is ZK_PLAN_MARGIN faster there.
- * One call a round over the whole scratch does not show what consecutive calls do: on the AMD
- * EPYC VM the accumulate's none and 1024 ahead tied at 256 MiB (32.6 against 31.1 GB/s; AVX2
- * 27.0 against 26.8), the plan took 1024, and zk_bench's calls of 4 to 64 Mi elements then ran
- * at 0.73-0.87 of the limit with it and at 0.97-1.15 without it (forced either way, both
- * instruction sets, in the same hour); 2048 ahead ran at 0.63-0.93. */
+ * the daemon makes them (zk_plan_pair): the distance is kept only where it wins there
+ * (zk_plan_decide), none on a tie, as in zk_plan_pf_again. One call a round over the whole scratch
+ * does not show what consecutive calls do: on the AMD EPYC VM the accumulate's none and 1024 ahead
+ * tied at 256 MiB (32.6 against 31.1 GB/s; AVX2 27.0 against 26.8), the plan took 1024, and
+ * zk_bench's calls of 4 to 64 Mi elements then ran at 0.73-0.87 of the limit with it and at
+ * 0.97-1.15 without it (forced either way, both instruction sets, in the same hour); 2048 ahead ran
+ * at 0.63-0.93. */
 static void zk_plan_pf_confirm(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                                zk_scratch_t *b, int kind)
 {
     const zk_st_t st[2] = {{kind, 0}, {kind, plan->prefetch[f][kind]}};
     double g[2];
 
-    zk_plan_pair(plan, ops, f, b, (size_t)(zk_plan_bytes(f) * (double)b->n), st, g); /* all */
-    if (g[0] > ZK_PLAN_MARGIN * g[1]) {
+    if (zk_plan_pair(plan, ops, f, b, (size_t)(zk_plan_bytes(f) * (double)b->n), st, g) !=
+        ZK_PLAN_WINS) {
         plan->prefetch[f][kind] = 0;
         zk_plan_printf(plan, " -> 0,");
     }
@@ -333,16 +336,17 @@ static void zk_plan_pf_confirm(zk_store_plan_t *plan, const zk_ops_t *ops, zk_st
  * zk_plan_pf_max's is kept, or the longest one up to it that the timings cannot tell from the
  * fastest (zk_plan_decide): the distances of the AVX-512 accumulate tied at 256 MiB, and at
  * 40 MiB, beyond a 32 MiB L3 but partly in it, 512 and 1024 ran at 0.76 of the limit, 2048 and
- * none at 1.0 (AVX2: 0.83, 0.92 and 1.21 for 512, 1024 and 2048, 1.24 without). None is kept
- * only where it is 3 % faster than the fastest distance: a prefetch costs a few
- * instructions per cache line where it does not help, and where it does (Adam, accumulate, the sum
- * of squares) it gains 20-30 %, a gain this machine's noise can hide in one measurement (a margin
- * the other way threw it away in one run out of three; with none chosen on a tie, the AVX-512
- * accumulate, timed while another process streamed, ran at 0.84 of the limit). Next to the
- * non-temporal stores of a family that writes apart (zk_plan_writes_apart) the lean is the
- * other way, a distance must win (zk_plan_decide): the AVX-512 reduce took 2048 ahead on a
- * tie (44.5 against 42.3 GB/s) and ran at 0.49-0.89 of the limit at 16 and 64 Mi elements on
- * the AMD EPYC VM, where without it it ran at 1.0 or more in the same hour. */
+ * none at 1.0 (AVX2: 0.83, 0.92 and 1.21 for 512, 1024 and 2048, 1.24 without). Here none is
+ * kept only where it is 3 % faster than the fastest distance, and a distance that did not win
+ * by that much is then timed against none as consecutive calls (zk_plan_pf_confirm): a prefetch
+ * costs a few instructions per cache line where it does not help, and where it does (Adam,
+ * accumulate, the sum of squares) it gains 20-30 %, a gain this machine's noise can hide in one
+ * measurement (a margin the other way threw it away in one run out of three; with none chosen on a
+ * tie, the AVX-512 accumulate, timed while another process streamed, ran at 0.84 of the limit).
+ * Next to the non-temporal stores of a family that writes apart (zk_plan_writes_apart) the lean is
+ * the other way, a distance must win (zk_plan_decide): the AVX-512 reduce took 2048 ahead on a tie
+ * (44.5 against 42.3 GB/s) and ran at 0.49-0.89 of the limit at 16 and 64 Mi elements on the AMD
+ * EPYC VM, where without it it ran at 1.0 or more in the same hour. */
 static void zk_plan_prefetch(zk_store_plan_t *plan, const zk_ops_t *ops, zk_store_family_t f,
                              zk_scratch_t *b, int kinds,
                              double rounds[2][ZK_PREFETCH_CHOICES][ZK_PLAN_ROUNDS])

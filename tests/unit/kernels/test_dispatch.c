@@ -188,9 +188,11 @@ Test(zk_stores, environment_fixes_the_plan)
 }
 
 /* The prefetch distance chosen with stores `nt` of family f follows the figures: the fastest
- * distance up to the family's longest, or none where none is 3 % faster than it; there a
- * distance that won at half the size measured (a figure the plan prints but keeps no field
- * for) may stand, for calls below zk_plan_pf_band's footprint only. */
+ * distance up to the family's longest where it beat none by 3 %, or none where none is 3 %
+ * faster than it; in between (a tie) the distance only where consecutive calls then said it
+ * wins, else none. Where none is kept a distance that won at half the size measured (figures
+ * the plan prints but keeps no field for) may stand, for calls below zk_plan_pf_band's
+ * footprint only. */
 static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
 {
     const double *g = plan->pf_gbps[f][nt];
@@ -215,10 +217,18 @@ static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
         cr_assert(chosen == 0 || (chosen >= fastest && plan->pf_to[f][nt] == SIZE_MAX) ||
                       plan->pf_to[f][nt] != SIZE_MAX,
                   "%s", plan->how);
-    } else { /* the fastest, or a longer one within the noise of it */
+    } else if (g[fastest] > 1.03 * g[0]) { /* the fastest, or a longer one within its noise */
         cr_assert(chosen >= fastest && zk_prefetch_choice(chosen) <= plan->pf_max[f], "%s",
                   plan->how);
         cr_assert_eq(plan->pf_to[f][nt], SIZE_MAX, "%s", plan->how);
+    } else {
+        /* a tie: that distance stands only where consecutive calls say it wins
+         * (zk_plan_pf_confirm), else none, and a distance may stand below the band as above */
+        cr_assert(zk_prefetch_choice(chosen) <= plan->pf_max[f], "%s", plan->how);
+        cr_assert((chosen >= fastest && plan->pf_to[f][nt] == SIZE_MAX) || chosen == 0 ||
+                      plan->pf_to[f][nt] != SIZE_MAX,
+                  "%s", plan->how);
+        cr_assert(chosen != 0 || plan->pf_to[f][nt] == SIZE_MAX, "%s", plan->how);
     }
 }
 
@@ -226,8 +236,9 @@ static void zt_check_prefetch(const zk_store_plan_t *plan, int f, int nt)
  * family's both stores timed with each prefetch distance, non-temporal ones kept where their
  * best beats the regular ones' by the margin the timings set (zk_plan_decide), used only for
  * calls at least as big as where they held; then each prefetch distance, used from
- * ZK_PREFETCH_MIN_BYTES or ZK_STORES_PLAN_MIN_BYTES on. */
-Test(zk_stores, plan_is_measured_and_follows_the_figures)
+ * ZK_PREFETCH_MIN_BYTES or ZK_STORES_PLAN_MIN_BYTES on. Checked on the plan the background
+ * test below measured (one measurement of the default variant takes 25-30 s on 2 cores). */
+static void zt_plan_follows_the_figures(void)
 {
     const zk_store_plan_t *plan;
 
@@ -356,4 +367,5 @@ Test(zk_stores, background_plan_is_not_waited_for, .timeout = 900)
     }
     cr_assert(follows, "%s", got->how);
     cr_assert_eq(zk_store_plan_start(NULL, NULL), 0, "a start once measured");
+    zt_plan_follows_the_figures(); /* that plan: one measurement (25-30 s) for both checks */
 }

@@ -13,14 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ZS_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define ZS_ASAN 1
-#endif
 #ifdef ZS_ASAN
 #include <sanitizer/asan_interface.h>
 /* The header before an allocation is ours, inside what posix_memalign or mmap gave: poisoned,

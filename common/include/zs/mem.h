@@ -17,6 +17,16 @@ extern "C" {
 #define ZS_CACHE_LINE 64
 #define ZS_PAGE_ALIGN 4096
 
+/* ZS_ASAN: built with AddressSanitizer (GCC or clang); zs_aligned_alloc then poisons the header
+ * before each allocation, so a write just before it is reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ZS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZS_ASAN 1
+#endif
+#endif
+
 /* Where a buffer lives: every buffer zerod passes around knows its memory type. */
 typedef enum zs_mem_type {
     ZS_MEM_HOST = 0,

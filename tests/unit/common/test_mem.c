@@ -9,15 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ZS_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define ZS_TEST_ASAN 1
-#endif
-#ifdef ZS_TEST_ASAN
+#ifdef ZS_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -124,7 +116,7 @@ Test(zs_mem, large_aligned_alloc_is_zero_resident_and_freed)
  * byte of the allocation itself is addressable. */
 Test(zs_mem, aligned_alloc_header_is_poisoned_under_asan)
 {
-#ifdef ZS_TEST_ASAN
+#ifdef ZS_ASAN
     size_t sizes[] = {1000, ZS_ZERO_PARALLEL_MIN};
     size_t aligns[] = {16, 64, 4096};
 
